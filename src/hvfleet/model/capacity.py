@@ -1,0 +1,155 @@
+"""Capacity arithmetic: the one place where effective and free capacity are computed.
+
+    effective[r] = floor((capacity[r] + extraCapacity[r] − reserved[r]) × overcommit[r])
+
+is OpenStack Placement's `(total − reserved) × allocation_ratio`, with a ratio
+of 1 where none is given; with nothing reserved it equals the seed's node agent.
+Ratios are taken at the decimal value a person wrote (`1.1`, not the binary
+float 1.1000000000000000888), so the arithmetic is exact and never drifts.
+A single request may not exceed `capacity + extra − reserved` (Placement's
+`max_unit`): overcommit makes room for more guests, not bigger ones.
+Every consumer (agent, scheduling, API, dashboard, CLI) calls these functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from fractions import Fraction
+
+from hvfleet.model.hypervisor import (
+    HOLDING_PHASES,
+    Cell,
+    Hypervisor,
+    Reservation,
+    ReservationPhase,
+    ResourceList,
+)
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import ResourceName
+
+
+def exact_ratio(ratio: float) -> Fraction:
+    """The decimal a ratio was written as (repr of a float is its shortest
+    round-tripping decimal)."""
+    return Fraction(repr(float(ratio)))
+
+
+def _get(values: Mapping[ResourceName, Quantity], r: ResourceName) -> Quantity:
+    return values.get(r, Quantity(0))
+
+
+def usable_capacity(
+    capacity: Mapping[ResourceName, Quantity],
+    reserved: Mapping[ResourceName, Quantity],
+    extra: Mapping[ResourceName, Quantity] | None = None,
+) -> ResourceList:
+    """capacity + extra − reserved, never below 0: also Placement's max_unit."""
+    extra = extra or {}
+    out: ResourceList = {}
+    for r in sorted(set(capacity) | set(extra), key=str):
+        total = _get(capacity, r) + _get(extra, r) - _get(reserved, r)
+        fmt = (capacity.get(r) or extra.get(r) or Quantity(0)).format
+        out[r] = Quantity(max(total.value, Fraction(0)), fmt)
+    return out
+
+
+def effective_capacity(
+    capacity: Mapping[ResourceName, Quantity],
+    overcommit: Mapping[ResourceName, float],
+    reserved: Mapping[ResourceName, Quantity] | None = None,
+    extra: Mapping[ResourceName, Quantity] | None = None,
+) -> ResourceList:
+    """floor((capacity + extra − reserved) × ratio) per resource, never below 0."""
+    out: ResourceList = {}
+    for r, usable in usable_capacity(capacity, reserved or {}, extra).items():
+        ratio = exact_ratio(overcommit[r]) if r in overcommit else Fraction(1)
+        out[r] = Quantity(math.floor(usable.value * ratio), usable.format)
+    return out
+
+
+def max_unit(h: Hypervisor) -> ResourceList:
+    """The largest single request the host accepts per resource."""
+    return usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
+
+
+def hypervisor_effective_capacity(h: Hypervisor) -> ResourceList:
+    return effective_capacity(
+        h.status.capacity, h.spec.overcommit, h.spec.reserved, h.spec.extra_capacity
+    )
+
+
+def cell_effective_capacity(
+    cell: Cell, host_capacity: Mapping[ResourceName, Quantity], h: Hypervisor
+) -> ResourceList:
+    """The same formula per NUMA cell. The host reserve is host-wide, so each cell
+    carries the share of it that its capacity is of the host's (exact, then
+    floored); extraCapacity is invisible to libvirt and belongs to no cell."""
+    reserved: ResourceList = {}
+    for r, q in h.spec.reserved.items():
+        host_total = host_capacity.get(r)
+        cell_total = cell.capacity.get(r)
+        if host_total and cell_total is not None:
+            reserved[r] = Quantity(q.value * cell_total.value / host_total.value, q.format)
+    return effective_capacity(cell.capacity, h.spec.overcommit, reserved)
+
+
+def with_effective_capacity(h: Hypervisor) -> Hypervisor:
+    """`h` with status.effectiveCapacity (host and cells) recomputed from spec."""
+    cells = [
+        c.model_copy(update={"effective_capacity": cell_effective_capacity(c, h.status.capacity, h)})
+        for c in h.status.cells
+    ]
+    status = h.status.model_copy(
+        update={"effective_capacity": hypervisor_effective_capacity(h), "cells": cells}
+    )
+    return h.model_copy(update={"status": status})
+
+
+def add(lists: Iterable[Mapping[ResourceName, Quantity]]) -> ResourceList:
+    out: ResourceList = {}
+    for values in lists:
+        for r, q in values.items():
+            out[r] = out[r] + q if r in out else Quantity(q)
+    return out
+
+
+def subtract(
+    a: Mapping[ResourceName, Quantity], b: Mapping[ResourceName, Quantity]
+) -> ResourceList:
+    return {r: _get(a, r) - _get(b, r) for r in sorted(set(a) | set(b), key=str)}
+
+
+def reservation_phase(
+    res: Reservation, h: Hypervisor | None, now: datetime | None = None
+) -> ReservationPhase:
+    """The phase a reservation is in now, derived the same way everywhere:
+    Confirmed once its consumer shows up in the host's instances (the allocation
+    counts it from then on), Expired once expiresAt has passed."""
+    phase = res.status.phase
+    if phase not in HOLDING_PHASES:
+        return phase
+    if h is not None and any(i.uuid == res.spec.consumer for i in h.status.instances):
+        return "Confirmed"
+    if now is not None and res.spec.expires_at is not None and res.spec.expires_at <= now:
+        return "Expired"
+    return phase
+
+
+def holds_space(res: Reservation, h: Hypervisor | None, now: datetime | None = None) -> bool:
+    return reservation_phase(res, h, now) in HOLDING_PHASES
+
+
+def free_capacity(
+    h: Hypervisor, reservations: Iterable[Reservation] = (), now: datetime | None = None
+) -> ResourceList:
+    """effective − allocation − space held by reservations on this host.
+    Negative means overcommitted beyond what spec allows."""
+    held = add(
+        r.spec.resources
+        for r in reservations
+        if r.spec.hypervisor == h.name and holds_space(r, h, now)
+    )
+    effective = hypervisor_effective_capacity(h)
+    return subtract(subtract(effective, h.status.allocation), held)

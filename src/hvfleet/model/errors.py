@@ -1,0 +1,59 @@
+"""The error classes every layer raises, each with a message a user can act on.
+
+The CLI maps them to exit codes (bad input → 2, failures → 1) and the HTTP API
+to status codes; nothing below the edges prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class HvfleetError(Exception):
+    """Base class: `str(err)` is the one line shown to a user."""
+
+    exit_code = 1
+    http_status = 500
+
+
+class InvalidInput(HvfleetError):
+    """The input is wrong: a value, a field, a document. Nothing was written."""
+
+    exit_code = 2
+    http_status = 422
+
+
+class NotFound(HvfleetError):
+    exit_code = 1
+    http_status = 404
+
+
+class AlreadyExists(HvfleetError):
+    exit_code = 2
+    http_status = 409
+
+
+class Conflict(HvfleetError):
+    """A stale resourceVersion, or a field owned by another manager."""
+
+    exit_code = 2
+    http_status = 409
+
+
+class Forbidden(HvfleetError):
+    """A manager wrote what it does not own (e.g. status of another agent)."""
+
+    exit_code = 2
+    http_status = 403
+
+
+class Gone(HvfleetError):
+    """A watch asked for history the store no longer keeps (compacted)."""
+
+    exit_code = 1
+    http_status = 410
+
+
+class Unavailable(HvfleetError):
+    """A backend (store, libvirt) cannot be reached. Retrying may help."""
+
+    exit_code = 1
+    http_status = 503

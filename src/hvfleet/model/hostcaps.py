@@ -1,0 +1,59 @@
+"""What a host can offer a guest, as discovered from libvirt.
+
+Filled by the agent from `virConnectGetCapabilities` and
+`virConnectGetDomainCapabilities`; consumed by the guest-config generator,
+which must know every host of a group. A value of `None` means "libvirt did not
+say" (e.g. the test driver has no domcapabilities), which is different from
+"the host lacks it"; `notes` says why a part is unknown.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from hvfleet.model.meta import Model
+
+
+class HostCPU(Model):
+    vendor: str = ""
+    model: str = ""
+    features: list[str] = Field(default_factory=list)
+    # Where the CPU came from: "domcapabilities host-model" or "capabilities host cpu".
+    source: str = ""
+
+
+class MachineType(Model):
+    name: str
+    # The versioned machine an alias stands for (q35 → pc-q35-7.2); equal to
+    # `name` when it is already versioned.
+    canonical: str
+    max_cpus: int | None = None
+    deprecated: bool = False
+
+
+class FirmwareInfo(Model):
+    efi: bool | None = None
+    secure_boot: bool | None = None
+    loaders: list[str] = Field(default_factory=list)
+
+
+class HostCapabilities(Model):
+    arch: str = ""
+    cpu: HostCPU = Field(default_factory=HostCPU)
+    machine_types: list[MachineType] = Field(default_factory=list)
+    domain_types: list[str] = Field(default_factory=list)
+    libvirt_version: str = ""
+    hypervisor_version: str = ""
+    emulator: str = ""
+    domcapabilities_available: bool = False
+    firmware: FirmwareInfo = Field(default_factory=FirmwareInfo)
+    hyperv_features: list[str] | None = None
+    tpm_models: list[str] | None = None
+    tpm_backends: list[str] | None = None
+    video_models: list[str] | None = None
+    disk_buses: list[str] | None = None
+    panic_models: list[str] | None = None
+    vmcoreinfo: bool | None = None
+    sev: bool | None = None
+    sgx: bool | None = None
+    notes: list[str] = Field(default_factory=list)

@@ -1,0 +1,166 @@
+"""The Hypervisor and Reservation resources.
+
+`spec` is what someone wants (overcommit ratios, host reserve, capacity libvirt
+cannot see, maintenance); `status` is what the node agent observed. The split
+follows the seed discussion: a scheduler writes `spec.overcommit`, the agent
+confirms it in `status.effectiveCapacity`, and nobody but the agent of that
+host writes `status`.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from hvfleet.model.hostcaps import HostCapabilities
+from hvfleet.model.meta import API_VERSION, Condition, Model, ObjectMeta
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import ResourceName
+
+ResourceList = dict[ResourceName, Quantity]
+
+
+def check_ratio(resource: str, value: Any) -> float:
+    """An overcommit ratio: a finite number > 0 (below 1 keeps part free)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"overcommit.{resource}: {value!r} is not a number")
+    ratio = float(value)
+    if not math.isfinite(ratio):
+        raise ValueError(f"overcommit.{resource}: {value!r} is not finite")
+    if ratio <= 0:
+        raise ValueError(f"overcommit.{resource}: {value!r} must be greater than 0")
+    return ratio
+
+
+def _non_negative(field: str, values: ResourceList) -> ResourceList:
+    for name, q in values.items():
+        if q < 0:
+            raise ValueError(f"{field}.{name}: {q} must not be negative")
+    return values
+
+
+class HypervisorSpec(Model):
+    overcommit: dict[ResourceName, float] = Field(default_factory=dict)
+    reserved: ResourceList = Field(default_factory=dict)
+    extra_capacity: ResourceList = Field(default_factory=dict)
+    maintenance: Literal["", "manual", "drain"] = ""
+    maintenance_reason: str = ""
+
+    @field_validator("overcommit", mode="before")
+    @classmethod
+    def _ratios(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: check_ratio(str(k), r) for k, r in v.items()}
+        return v
+
+    @field_validator("reserved")
+    @classmethod
+    def _reserved(cls, v: ResourceList) -> ResourceList:
+        return _non_negative("reserved", v)
+
+    @field_validator("extra_capacity")
+    @classmethod
+    def _extra(cls, v: ResourceList) -> ResourceList:
+        return _non_negative("extraCapacity", v)
+
+    @model_validator(mode="after")
+    def _maintenance_reason(self) -> HypervisorSpec:
+        if self.maintenance == "manual" and not self.maintenance_reason.strip():
+            raise ValueError("maintenanceReason is required when maintenance is 'manual'")
+        return self
+
+
+class Cell(Model):
+    id: int
+    capacity: ResourceList = Field(default_factory=dict)
+    allocation: ResourceList = Field(default_factory=dict)
+    effective_capacity: ResourceList = Field(default_factory=dict)
+
+
+class Instance(Model):
+    uuid: str
+    name: str
+    state: str
+    resources: ResourceList = Field(default_factory=dict)
+
+
+class HypervisorStatus(Model):
+    capacity: ResourceList = Field(default_factory=dict)
+    allocation: ResourceList = Field(default_factory=dict)
+    effective_capacity: ResourceList = Field(default_factory=dict)
+    cells: list[Cell] = Field(default_factory=list)
+    instances: list[Instance] = Field(default_factory=list)
+    host_capabilities: HostCapabilities | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    last_heartbeat_time: datetime | None = None
+
+
+class Hypervisor(Model):
+    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+    kind: Literal["Hypervisor"] = "Hypervisor"
+    metadata: ObjectMeta
+    spec: HypervisorSpec = Field(default_factory=HypervisorSpec)
+    status: HypervisorStatus = Field(default_factory=HypervisorStatus)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+ReservationPhase = Literal["Pending", "Active", "Confirmed", "Released", "Expired"]
+# Phases in which a reservation still holds space on its host.
+HOLDING_PHASES: frozenset[str] = frozenset({"Pending", "Active"})
+
+
+class ReservationSpec(Model):
+    hypervisor: str
+    resources: ResourceList
+    consumer: str
+    expires_at: datetime | None = None
+    # Who promised the space: hvfleet itself, or a Placement allocation mirrored here.
+    source: Literal["hvfleet", "placement"] = "hvfleet"
+
+    @field_validator("resources")
+    @classmethod
+    def _positive(cls, v: ResourceList) -> ResourceList:
+        if not v:
+            raise ValueError("a reservation must reserve at least one resource")
+        for name, q in v.items():
+            if q <= 0:
+                raise ValueError(f"resources.{name}: {q} must be greater than 0")
+        return v
+
+    @field_validator("consumer")
+    @classmethod
+    def _consumer(cls, v: str) -> str:
+        if not v.strip() or len(v) > 255:
+            raise ValueError("consumer must be a non-empty id of at most 255 characters")
+        return v
+
+
+class ReservationStatus(Model):
+    phase: ReservationPhase = "Pending"
+    message: str = ""
+
+
+class Reservation(Model):
+    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+    kind: Literal["Reservation"] = "Reservation"
+    metadata: ObjectMeta
+    spec: ReservationSpec
+    status: ReservationStatus = Field(default_factory=ReservationStatus)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+Resource = Hypervisor | Reservation
+KINDS: dict[str, type[Hypervisor] | type[Reservation]] = {
+    "Hypervisor": Hypervisor,
+    "Reservation": Reservation,
+}

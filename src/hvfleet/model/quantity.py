@@ -1,0 +1,256 @@
+"""Kubernetes resource quantities with exact arithmetic.
+
+A Quantity holds its value as a `Fraction`, so `0.1 + 0.2` is exactly `0.3`
+and memory sizes never drift. Parsing follows the Kubernetes grammar: a signed
+decimal number followed by a binary suffix (Ki Mi Gi Ti Pi Ei), a decimal
+suffix (n u m k M G T P E) or an exponent (e3, E-2). The canonical string keeps
+the family the value was written in (binary or decimal) and picks the largest
+suffix that represents it exactly, like `resource.Quantity.String()`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+from typing import Any, Literal
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from hvfleet.model.errors import InvalidInput
+
+BINARY_SUFFIXES: dict[str, int] = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+DECIMAL_SUFFIXES: dict[str, Fraction] = {
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 10**3), "": Fraction(1),
+    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9),
+    "T": Fraction(10**12), "P": Fraction(10**15), "E": Fraction(10**18),
+}
+
+_NUMBER = r"(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
+_QUANTITY_RE = re.compile(
+    _NUMBER + r"(?:(?P<bin>Ki|Mi|Gi|Ti|Pi|Ei)|(?P<exp>[eE][+-]?[0-9]+)|(?P<dec>[numkMGTPE]?))\Z"
+)
+# Quantities beyond this are refused: no hypervisor resource is near it, and it
+# keeps hostile input ("1e999999999") from costing unbounded time or memory.
+_MAX_EXPONENT = 30
+_MAX_LENGTH = 64
+
+Format = Literal["binary", "decimal"]
+
+
+class Quantity:
+    """An exact, immutable, comparable Kubernetes quantity."""
+
+    __slots__ = ("_format", "_value")
+
+    def __init__(self, value: int | Fraction | Quantity = 0, fmt: Format = "decimal") -> None:
+        if isinstance(value, Quantity):
+            self._value: Fraction = value._value
+            self._format: Format = value._format
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
+            raise TypeError(f"Quantity needs an int or Fraction, not {type(value).__name__}")
+        self._value = Fraction(value)
+        self._format = fmt
+
+    # -- parsing and formatting -------------------------------------------------
+
+    @classmethod
+    def parse(cls, text: str | int | Quantity, *, where: str = "quantity") -> Quantity:
+        """Parse `text`; `where` names the field in the error message."""
+        if isinstance(text, Quantity):
+            return text
+        if isinstance(text, bool):
+            raise InvalidInput(f"{where}: expected a quantity, got a boolean")
+        if isinstance(text, int):
+            return cls(text)
+        if not isinstance(text, str):
+            raise InvalidInput(f"{where}: expected a quantity string, got {type(text).__name__}")
+        s = text.strip()
+        if len(s) > _MAX_LENGTH:
+            raise InvalidInput(f"{where}: quantity is longer than {_MAX_LENGTH} characters")
+        m = _QUANTITY_RE.match(s)
+        if not s or m is None or not (m["int"] or m["frac"]):
+            raise InvalidInput(
+                f"{where}: {text!r} is not a quantity (examples: 4, 1.5, 500m, 16Gi, 2G, 1e3)"
+            )
+        digits = (m["int"] or "") + (m["frac"] or "")
+        value = Fraction(int(digits or "0"), 10 ** len(m["frac"] or ""))
+        fmt: Format = "decimal"
+        if m["bin"]:
+            value *= BINARY_SUFFIXES[m["bin"]]
+            fmt = "binary"
+        elif m["exp"]:
+            exponent = int(m["exp"][1:])
+            if abs(exponent) > _MAX_EXPONENT:
+                raise InvalidInput(f"{where}: exponent in {text!r} is out of range")
+            value *= Fraction(10) ** exponent
+        else:
+            value *= DECIMAL_SUFFIXES[m["dec"] or ""]
+        if m["sign"] == "-":
+            value = -value
+        return cls(value, fmt)
+
+    def __str__(self) -> str:
+        v = self._value
+        if v == 0:
+            return "0"
+        sign = "-" if v < 0 else ""
+        a = abs(v)
+        if self._format == "binary" and a.denominator == 1:
+            for suffix, mult in reversed(BINARY_SUFFIXES.items()):
+                if a.numerator % mult == 0:
+                    return f"{sign}{a.numerator // mult}{suffix}"
+            return f"{sign}{a.numerator}"
+        for suffix, dmult in reversed(DECIMAL_SUFFIXES.items()):
+            scaled = a / dmult
+            if scaled.denominator == 1:
+                return f"{sign}{scaled.numerator}{suffix}"
+        return sign + _exact_decimal(a)
+
+    def __repr__(self) -> str:
+        return f"Quantity({str(self)!r})"
+
+    # -- values -------------------------------------------------------------------
+
+    @property
+    def value(self) -> Fraction:
+        return self._value
+
+    @property
+    def format(self) -> Format:
+        return self._format
+
+    def floor(self) -> int:
+        return math.floor(self._value)
+
+    def ceil(self) -> int:
+        return math.ceil(self._value)
+
+    def is_integer(self) -> bool:
+        return self._value.denominator == 1
+
+    # -- arithmetic (exact) -------------------------------------------------------
+
+    def _coerce(self, other: object) -> Fraction | None:
+        if isinstance(other, Quantity):
+            return other._value
+        if isinstance(other, int) and not isinstance(other, bool):
+            return Fraction(other)
+        if isinstance(other, Fraction):
+            return other
+        return None
+
+    def __add__(self, other: Quantity | int) -> Quantity:
+        o = self._coerce(other)
+        if o is None:
+            return NotImplemented
+        return Quantity(self._value + o, self._format)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Quantity | int) -> Quantity:
+        o = self._coerce(other)
+        if o is None:
+            return NotImplemented
+        return Quantity(self._value - o, self._format)
+
+    def __rsub__(self, other: Quantity | int) -> Quantity:
+        o = self._coerce(other)
+        if o is None:
+            return NotImplemented
+        return Quantity(o - self._value, self._format)
+
+    def __mul__(self, other: int | Fraction) -> Quantity:
+        if isinstance(other, Quantity):
+            return NotImplemented
+        o = self._coerce(other)
+        if o is None:
+            return NotImplemented
+        return Quantity(self._value * o, self._format)
+
+    __rmul__ = __mul__
+
+    def __neg__(self) -> Quantity:
+        return Quantity(-self._value, self._format)
+
+    # -- comparisons (by value; the format is presentation only) -----------------------
+
+    def __eq__(self, other: object) -> bool:
+        o = self._coerce(other)
+        return NotImplemented if o is None else self._value == o
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __lt__(self, other: Quantity | int) -> bool:
+        o = self._coerce(other)
+        return NotImplemented if o is None else self._value < o
+
+    def __le__(self, other: Quantity | int) -> bool:
+        o = self._coerce(other)
+        return NotImplemented if o is None else self._value <= o
+
+    def __gt__(self, other: Quantity | int) -> bool:
+        o = self._coerce(other)
+        return NotImplemented if o is None else self._value > o
+
+    def __ge__(self, other: Quantity | int) -> bool:
+        o = self._coerce(other)
+        return NotImplemented if o is None else self._value >= o
+
+    def __bool__(self) -> bool:
+        return self._value != 0
+
+    # -- pydantic integration --------------------------------------------------------
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        def validate(v: Any) -> Quantity:
+            if isinstance(v, Quantity):
+                return v
+            if isinstance(v, float):
+                if not math.isfinite(v):
+                    raise ValueError(f"{v!r} is not a finite quantity")
+                v = repr(v)
+            try:
+                return cls.parse(v)
+            except InvalidInput as exc:
+                raise ValueError(str(exc).removeprefix("quantity: ")) from None
+
+        return core_schema.no_info_plain_validator_function(
+            validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(str),
+            json_schema_input_schema=core_schema.union_schema(
+                [core_schema.int_schema(), core_schema.str_schema()]
+            ),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, _schema: Any, _handler: Any) -> dict[str, Any]:
+        # The shape Kubernetes uses for resource.Quantity in CRDs.
+        return {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+            "x-kubernetes-int-or-string": True,
+        }
+
+
+def _exact_decimal(a: Fraction) -> str:
+    """Decimal string of a non-negative fraction whose expansion terminates."""
+    for places in range(61):
+        scaled = a * 10**places
+        if scaled.denominator == 1:
+            digits = str(scaled.numerator).rjust(places + 1, "0")
+            return digits if places == 0 else f"{digits[:-places]}.{digits[-places:]}"
+    # Not a terminating decimal (parsing never produces one); show it rounded.
+    return f"{float(a):.12g}"
+
+
+def parse_quantity(text: str | int | Quantity, where: str = "quantity") -> Quantity:
+    return Quantity.parse(text, where=where)

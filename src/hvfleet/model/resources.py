@@ -1,0 +1,109 @@
+"""Resource names: the project's own type, mapped to Placement resource classes.
+
+Well-known names are the lower-case ones libvirt lets the agent discover
+(`cpu`, `memory`, ...). Anything libvirt cannot see (GPUs, NIC VFs, IOPS) is
+named the way OpenStack Placement names resource classes (`VGPU`,
+`CUSTOM_NIC_VF`), so the two systems agree on what a name means. Everything
+else is refused: a typo must not silently become a new resource.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from hvfleet.model.errors import InvalidInput
+
+_CLASS_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_MAX_LEN = 255  # Placement's limit for a resource class name
+
+
+@dataclass(frozen=True)
+class PlacementClass:
+    """How a resource appears in Placement: its class and the unit it counts in."""
+
+    resource_class: str
+    unit: str
+    # One Placement unit in hvfleet's base unit (e.g. MEMORY_MB: 1 MiB = 2**20 bytes).
+    base_per_unit: int = 1
+
+
+WELL_KNOWN: dict[str, PlacementClass] = {
+    "cpu": PlacementClass("VCPU", "vCPU"),
+    "memory": PlacementClass("MEMORY_MB", "MiB", 2**20),
+    "disk": PlacementClass("DISK_GB", "GiB", 2**30),
+    "pcpu": PlacementClass("PCPU", "pCPU"),
+    "hugepages-2Mi": PlacementClass("CUSTOM_HUGEPAGES_2MI", "pages of 2MiB", 2 * 2**20),
+    "hugepages-1Gi": PlacementClass("CUSTOM_HUGEPAGES_1GI", "pages of 1GiB", 2**30),
+}
+
+VALID_FORMS = (
+    "one of " + ", ".join(WELL_KNOWN)
+    + ", or a Placement resource class matching ^[A-Z][A-Z0-9_]*$ (e.g. VGPU, CUSTOM_NIC_VF)"
+)
+
+
+class ResourceName(str):
+    """A validated resource name. Construct with `ResourceName.parse`."""
+
+    __slots__ = ()
+
+    @classmethod
+    def parse(cls, text: Any, *, where: str = "resource") -> ResourceName:
+        if isinstance(text, ResourceName):
+            return text
+        if not isinstance(text, str):
+            raise InvalidInput(f"{where}: resource name must be a string")
+        if text in WELL_KNOWN or (len(text) <= _MAX_LEN and _CLASS_RE.match(text)):
+            return cls(text)
+        raise InvalidInput(f"{where}: unknown resource {text!r}: expected {VALID_FORMS}")
+
+    @property
+    def placement(self) -> PlacementClass:
+        known = WELL_KNOWN.get(str(self))
+        return known if known is not None else PlacementClass(str(self), "unit")
+
+    @property
+    def is_custom(self) -> bool:
+        return str(self) not in WELL_KNOWN
+
+    def to_placement_units(self, amount: Fraction | int) -> int:
+        """An amount in hvfleet's base unit → whole Placement units (rounded down:
+        Placement can only promise what is fully there)."""
+        return int(Fraction(amount) // self.placement.base_per_unit)
+
+    def from_placement_units(self, units: int) -> int:
+        return units * self.placement.base_per_unit
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        def validate(v: Any) -> ResourceName:
+            try:
+                return cls.parse(v)
+            except InvalidInput as exc:
+                raise ValueError(str(exc).removeprefix("resource: ")) from None
+
+        return core_schema.no_info_plain_validator_function(
+            validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(str),
+            json_schema_input_schema=core_schema.str_schema(),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, _schema: Any, _handler: Any) -> dict[str, Any]:
+        return {"type": "string"}
+
+
+CPU = ResourceName("cpu")
+MEMORY = ResourceName("memory")
+DISK = ResourceName("disk")
+PCPU = ResourceName("pcpu")
+HUGEPAGES_2MI = ResourceName("hugepages-2Mi")
+HUGEPAGES_1GI = ResourceName("hugepages-1Gi")
