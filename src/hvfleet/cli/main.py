@@ -26,27 +26,18 @@ def _register() -> None:
     from hvfleet.cli import resources  # noqa: F401
 
 
-def main(argv: list[str] | None = None) -> int:
+def main() -> None:
+    """Console entry point. Usage errors are Typer's (exit 2); hvfleet's own errors
+    become one line on stderr with their exit code."""
     _register()
     try:
-        app(args=argv, standalone_mode=False)
+        app()
     except HvfleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except typer.Exit as exc:
-        return int(exc.exit_code or 0)
-    except typer.Abort:
-        print("error: aborted", file=sys.stderr)
-        return 1
-    except Exception as exc:  # click usage errors and the like
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            print(f"error: {exc.format_message()}", file=sys.stderr)
-            return 2
-        raise
-    return 0
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

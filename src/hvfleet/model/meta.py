@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-API_VERSION = "hvfleet.io/v1"
+API_VERSION: Final = "hvfleet.io/v1"
 API_GROUP = "hvfleet.io"
 
 # RFC 1123 subdomain, as Kubernetes requires of object names.

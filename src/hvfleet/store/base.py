@@ -1,0 +1,179 @@
+"""The Store contract every backend keeps (SQLite embedded, etcd distributed).
+
+It is shaped after etcd and the Kubernetes API so both backends map onto it
+directly:
+- one monotonically increasing store revision; an object's `resourceVersion`
+  is the revision of its last write (etcd's mod_revision);
+- every update is compare-and-swap on `resourceVersion` (stale → Conflict);
+- field ownership is recorded in `metadata.managedFields` and enforced inside
+  the same atomic write (see `hvfleet.store.ownership`);
+- `watch(since=R)` yields every event with revision > R, in order; history
+  that was compacted away raises Gone;
+- `claim()` re-checks a reservation against its host and that host's other
+  reservations and writes it in one atomic step, without a global lock.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from hvfleet.model.errors import Conflict, InvalidInput
+from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.selectors import Selector, parse_selector
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+# A claim's capacity check: raises (e.g. DoesNotFit) when the reservation no
+# longer fits on the host given the host's other reservations.
+ClaimCheck = Callable[[Hypervisor, list[Reservation]], None]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: EventType
+    object: Resource
+    revision: int
+
+
+@dataclass(frozen=True)
+class ListResult:
+    items: list[Resource]
+    # The store revision the list was read at: watch(since=revision) continues
+    # from exactly this point without gaps.
+    revision: int
+
+
+class StaleVersion(Conflict):
+    """A write named a resourceVersion that is no longer current."""
+
+
+class OwnershipConflict(Conflict):
+    """A spec field is owned by another manager (pass force to take it over)."""
+
+
+def kind_of(kind: str) -> str:
+    """Normalise 'hypervisors'/'hypervisor'/'Hypervisor' to the kind name."""
+    k = kind.strip().lower().removesuffix("s")
+    for name in KINDS:
+        if name.lower() == k:
+            return name
+    raise InvalidInput(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+
+
+def as_selector(selector: Selector | str | None) -> Selector:
+    return selector if isinstance(selector, Selector) else parse_selector(selector)
+
+
+class Store(ABC):
+    """The contract. Backends implement the abstract methods; the typed helpers
+    below are shared."""
+
+    url: str
+
+    @abstractmethod
+    def get(self, kind: str, name: str) -> Resource:
+        """The object, or NotFound."""
+
+    @abstractmethod
+    def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
+        """Objects of `kind` whose labels match `selector`, sorted by name."""
+
+    @abstractmethod
+    def create(self, obj: Resource, manager: str) -> Resource:
+        """Create; AlreadyExists if the name is taken. Sets uid, creationTimestamp,
+        generation 1, resourceVersion and managedFields."""
+
+    @abstractmethod
+    def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
+        """Compare-and-swap on obj.metadata.resourceVersion (required): stale →
+        Conflict. Field ownership is checked against the stored object."""
+
+    @abstractmethod
+    def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
+        """Delete; with a resourceVersion, only if it is still current."""
+
+    @abstractmethod
+    def watch(
+        self,
+        kind: str | None = None,
+        since: int = 0,
+        *,
+        stop: threading.Event | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[WatchEvent]:
+        """Events with revision > since, in revision order, until `stop` is set or
+        `timeout` seconds pass without an event. Gone if `since` was compacted."""
+
+    @abstractmethod
+    def revision(self) -> int:
+        """The store's current revision."""
+
+    @abstractmethod
+    def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
+        """Create `reservation` only if `check(host, other reservations of that
+        host)` passes on the state it is written against, atomically."""
+
+    def close(self) -> None:  # noqa: B027 - optional for backends
+        """Release connections."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- typed conveniences ---------------------------------------------------------
+
+    def get_hypervisor(self, name: str) -> Hypervisor:
+        obj = self.get("Hypervisor", name)
+        assert isinstance(obj, Hypervisor)
+        return obj
+
+    def list_hypervisors(self, selector: Selector | str | None = None) -> builtins.list[Hypervisor]:
+        return [o for o in self.list("Hypervisor", selector).items if isinstance(o, Hypervisor)]
+
+    def list_reservations(self, selector: Selector | str | None = None) -> builtins.list[Reservation]:
+        return [o for o in self.list("Reservation", selector).items if isinstance(o, Reservation)]
+
+    def update_with_retry(
+        self,
+        kind: str,
+        name: str,
+        mutate: Callable[[Resource], Resource],
+        manager: str,
+        *,
+        force: bool = False,
+        attempts: int = 50,
+    ) -> Resource:
+        """Read, apply `mutate`, write with CAS; on a stale version re-read and retry.
+        Ownership conflicts are not retried: they need a person's decision."""
+        last: StaleVersion | None = None
+        for _ in range(attempts):
+            new = mutate(self.get(kind, name))
+            try:
+                return self.update(new, manager, force=force)
+            except StaleVersion as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def update_hypervisor(
+        self,
+        name: str,
+        mutate: Callable[[Hypervisor], Hypervisor],
+        manager: str,
+        *,
+        force: bool = False,
+    ) -> Hypervisor:
+        def typed(obj: Resource) -> Resource:
+            assert isinstance(obj, Hypervisor)
+            return mutate(obj)
+
+        out = self.update_with_retry("Hypervisor", name, typed, manager, force=force)
+        assert isinstance(out, Hypervisor)
+        return out
