@@ -18,6 +18,8 @@ from hvfleet.model import (
     ResourceName,
 )
 from hvfleet.model.hypervisor import Instance
+from hvfleet.store.base import Store
+from hvfleet.store.ownership import agent_manager
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -46,9 +48,7 @@ def host(
     instances: list[str] | None = None,
 ) -> Hypervisor:
     return Hypervisor(
-        metadata=ObjectMeta(
-            name=name, labels=dict(labels or {}), annotations=dict(annotations or {})
-        ),
+        metadata=ObjectMeta(name=name, labels=dict(labels or {}), annotations=dict(annotations or {})),
         spec=HypervisorSpec(
             overcommit={ResourceName.parse(k): v for k, v in (overcommit or {}).items()},
             reserved=rl(reserved or {}),
@@ -87,3 +87,19 @@ def reservation(
         ),
         status=ReservationStatus(phase=phase),  # type: ignore[arg-type]
     )
+
+
+OPERATOR = "operator"
+
+
+def put_host(store: Store, h: Hypervisor) -> Hypervisor:
+    """Create `h` the way the system does: spec by an operator, status by the
+    host's own agent (the only manager allowed to write it)."""
+    created = store.create(h.model_copy(update={"status": HypervisorStatus()}), OPERATOR)
+    out = store.update(created.model_copy(update={"status": h.status}), agent_manager(h.name))
+    assert isinstance(out, Hypervisor)
+    return out
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

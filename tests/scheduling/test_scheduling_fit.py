@@ -157,9 +157,7 @@ def test_index_recomputes_a_host_when_its_reservation_expires() -> None:
         now=NOW,
     )
     assert index.fit(req("1"), now=NOW).candidates == []
-    assert [c.name for c in index.fit(req("1"), now=NOW + timedelta(seconds=30)).candidates] == [
-        "a"
-    ]
+    assert [c.name for c in index.fit(req("1"), now=NOW + timedelta(seconds=30)).candidates] == ["a"]
 
 
 def test_index_keeps_fractional_and_huge_quantities_exact() -> None:
@@ -169,6 +167,7 @@ def test_index_keeps_fractional_and_huge_quantities_exact() -> None:
     ]
     index = FleetIndex()
     index.load(fleet, [], now=NOW)
+
     def names(r: Request) -> set[str]:
         return {c.name for c in index.fit(r, now=NOW).candidates}
 
