@@ -90,8 +90,15 @@ def baseline_cpu(
     model = _best_model(cmap, common, vendor)
     dropped = sorted((common - model.features) & cmap.non_migratable)
     require = tuple(sorted(common - model.features - cmap.non_migratable))
-    disable = tuple(sorted(model.features - common))
+    # QEMU's own model may carry features libvirt's cpu_map does not list (its
+    # EPYC has topoext); a host-model CPU says so by disabling them. Disable
+    # every such feature too, so check='full' compares like with like.
+    host_disabled = {
+        cmap.canonical_feature(f) for _, cpu in hosts for f in cpu.disabled_features
+    }
+    disable = tuple(sorted((model.features | (host_disabled & known)) - common))
     features = frozenset((model.features | set(require)) - set(disable))
+    assert features <= common
     evidence = [
         f"{len(hosts)} host(s), vendor {vendor}: {hosts_list([n for n, _ in hosts])}",
         f"{len(common)} features common to all hosts "
