@@ -22,7 +22,10 @@ user = "root"
 group = "root"
 security_driver = "none"
 cgroup_controllers = [ ]
+swtpm_user = "root"
+swtpm_group = "root"
 """
+# swtpm runs as "tss" by default, which cannot enter pytest's 0700 temp dirs.
 
 _event_loop_registered = False
 
