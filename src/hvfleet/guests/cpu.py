@@ -82,7 +82,14 @@ def baseline_cpu(
             f"cpu baseline: hosts have different CPU vendors ({split}); "
             "use --mode software or --mode none"
         )
-    sets = [expand_cpu(cpu, cmap, name) for name, cpu in hosts]
+    # Hosts of the same hardware share one CPU definition: expand each
+    # distinct definition once (a 1000-host fleet has a few dozen).
+    expanded: dict[tuple[str, tuple[str, ...], tuple[str, ...]], frozenset[str]] = {}
+    for name, cpu in hosts:
+        key = (cpu.model, tuple(cpu.features), tuple(cpu.disabled_features))
+        if key not in expanded:
+            expanded[key] = expand_cpu(cpu, cmap, name)
+    sets = list(expanded.values())
     common = frozenset.intersection(*sets)
     known = frozenset(cmap.features)
     unknown = sorted(common - known)
@@ -93,16 +100,14 @@ def baseline_cpu(
     # QEMU's own model may carry features libvirt's cpu_map does not list (its
     # EPYC has topoext); a host-model CPU says so by disabling them. Disable
     # every such feature too, so check='full' compares like with like.
-    host_disabled = {
-        cmap.canonical_feature(f) for _, cpu in hosts for f in cpu.disabled_features
-    }
+    host_disabled = {cmap.canonical_feature(f) for key in expanded for f in key[2]}
     disable = tuple(sorted((model.features | (host_disabled & known)) - common))
     features = frozenset((model.features | set(require)) - set(disable))
     assert features <= common
     evidence = [
         f"{len(hosts)} host(s), vendor {vendor}: {hosts_list([n for n, _ in hosts])}",
         f"{len(common)} features common to all hosts "
-        f"(smallest host set {min(len(s) for s in sets)})",
+        f"({len(sets)} distinct host CPU definitions, smallest has {min(len(s) for s in sets)})",
         f"model {model.name}: {len(model.features)} features, "
         f"{len(model.features & common)} of them common",
     ]
@@ -208,6 +213,23 @@ def cpu_element(cpu: GuestCPU, expand: bool = False) -> etree._Element:
     for f in cpu.disable:
         etree.SubElement(el, "feature", policy="disable", name=f)
     return el
+
+
+def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
+    """(name, HostCPU) for (name, XML text) pairs; identical texts are parsed once."""
+    from hvfleet.discovery.xmlsafe import parse_xml
+
+    parsed: dict[str, list[HostCPU]] = {}
+    out: list[tuple[str, HostCPU]] = []
+    for name, text in docs:
+        if text not in parsed:
+            parsed[text] = cpus_from_document(parse_xml(text, name), name)
+        found = parsed[text]
+        if len(found) == 1:
+            out.append((name, found[0]))
+        else:
+            out += [(f"{name}#{i + 1}", c) for i, c in enumerate(found)]
+    return out
 
 
 def cpus_from_document(root: etree._Element, where: str) -> list[HostCPU]:
