@@ -23,15 +23,15 @@ app = typer.Typer(
 
 def _register() -> None:
     # Each command family registers itself on `app` when imported.
-    from hvfleet.cli import resources  # noqa: F401
+    import hvfleet.cli.resources  # noqa: F401
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Console entry point. Usage errors are Typer's (exit 2); hvfleet's own errors
     become one line on stderr with their exit code."""
     _register()
     try:
-        app()
+        app(args=argv)
     except HvfleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
