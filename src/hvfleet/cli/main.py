@@ -23,6 +23,7 @@ app = typer.Typer(
 
 def _register() -> None:
     # Each command family registers itself on `app` when imported.
+    import hvfleet.cli.guest
     import hvfleet.cli.resources  # noqa: F401
 
 
