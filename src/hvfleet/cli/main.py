@@ -6,6 +6,8 @@ line on stderr and the error's exit code (2 for bad input, 1 for failures).
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 
 import typer
@@ -21,10 +23,17 @@ app = typer.Typer(
 )
 
 
+# Modules of this package that hold no commands.
+_NOT_COMMANDS = frozenset({"main", "common", "output"})
+
+
 def _register() -> None:
-    # Each command family registers itself on `app` when imported.
-    import hvfleet.cli.guest
-    import hvfleet.cli.resources  # noqa: F401
+    """Import every command family; each registers itself on `app` when imported."""
+    import hvfleet.cli
+
+    for module in pkgutil.iter_modules(hvfleet.cli.__path__):
+        if module.name not in _NOT_COMMANDS and not module.name.startswith("_"):
+            importlib.import_module(f"hvfleet.cli.{module.name}")
 
 
 def main(argv: list[str] | None = None) -> None:
