@@ -32,6 +32,7 @@ import random
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -67,6 +68,8 @@ DEFAULT_PREFIX = "/hvfleet"
 # Objects per range request when listing: keeps each response far below etcd's
 # and the gateway's message limits even for large Hypervisor objects.
 LIST_PAGE = 500
+# Objects whose last-seen value is kept to save a read before an update.
+SEEN_CACHE = 4096
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
@@ -204,6 +207,12 @@ class EtcdStore(Store):
         self._clients: list[etcd3gw.Etcd3Client] = []
         self._leases: dict[str, int] = {}
         self._closed = False
+        # key -> (mod_revision, value) of objects this store read or wrote. A key's
+        # value at a given mod_revision never changes, so an update naming that
+        # revision can skip reading the old object again: one round trip, and a
+        # shorter window for a concurrent writer.
+        self._seen: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self._seen_lock = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str, prefix: str | None = None) -> EtcdStore:
@@ -345,6 +354,18 @@ class EtcdStore(Store):
             ambiguous=ambiguous,
         )
 
+    def _remember(self, key: str, revision: int, value: bytes) -> None:
+        with self._seen_lock:
+            self._seen[key] = (revision, value)
+            self._seen.move_to_end(key)
+            while len(self._seen) > SEEN_CACHE:
+                self._seen.popitem(last=False)
+
+    def _recall(self, key: str, revision: int) -> bytes | None:
+        with self._seen_lock:
+            hit = self._seen.get(key)
+        return hit[1] if hit is not None and hit[0] == revision else None
+
     # -- encoding ------------------------------------------------------------------------
 
     @staticmethod
@@ -422,6 +443,7 @@ class EtcdStore(Store):
         kvs, _, _ = self._range(self._key(kind, name), what=f"get {kind} {name}")
         if not kvs:
             raise NotFound(f"{kind} {name!r} not found")
+        self._remember(kvs[0].key, kvs[0].mod_revision, kvs[0].value)
         return self._decode(kind, kvs[0].value, kvs[0].mod_revision)
 
     def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
@@ -452,6 +474,7 @@ class EtcdStore(Store):
             for kv in kvs:
                 obj = self._decode(kind, kv.value, kv.mod_revision)
                 if sel.matches(obj.metadata.labels):
+                    self._remember(kv.key, kv.mod_revision, kv.value)
                     items.append(obj)
             if not more or not kvs:
                 return ListResult(items=items, revision=revision)
@@ -468,6 +491,7 @@ class EtcdStore(Store):
             what=f"create {obj.kind} {obj.metadata.name}",
         )
         if result.succeeded:
+            self._remember(key, result.revision, value)
             return self._with_version(stored, result.revision)
         current = result.ranges[0][0] if result.ranges and result.ranges[0] else None
         if result.ambiguous and current is not None and current.value == value:
@@ -477,29 +501,61 @@ class EtcdStore(Store):
     def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
         kind, name = obj.kind, obj.metadata.name
         key = self._key(kind, name)
-        kvs, _, _ = self._range(key, what=f"update {kind} {name}")
-        if not kvs:
-            raise NotFound(f"{kind} {name!r} not found")
-        old = self._decode(kind, kvs[0].value, kvs[0].mod_revision)
+        rv = obj.metadata.resource_version
+        cached = self._recall(key, int(rv)) if rv is not None and rv.isdigit() else None
+        if cached is not None and rv is not None:
+            old_revision, old_value = int(rv), cached
+        else:
+            kvs, _, _ = self._range(key, what=f"update {kind} {name}")
+            if not kvs:
+                raise NotFound(f"{kind} {name!r} not found")
+            old_revision, old_value = kvs[0].mod_revision, kvs[0].value
+        old = self._decode(kind, old_value, old_revision)
         stored = prepare_update(old, obj, manager, force=force, now=_now())
         value = self._encode(stored)
         result = self._txn(
-            [self._cmp_mod(key, kvs[0].mod_revision)],
+            [self._cmp_mod(key, old_revision)],
             [self._op_put(key, value), *self._reservation_ops(old, stored)],
             [self._op_get(key)],
             what=f"update {kind} {name}",
         )
         if result.succeeded:
+            self._remember(key, result.revision, value)
             return self._with_version(stored, result.revision)
         current = result.ranges[0][0] if result.ranges and result.ranges[0] else None
         if current is None:
-            raise NotFound(f"{kind} {name!r} not found (deleted during the update)")
+            raise NotFound(f"{kind} {name!r} not found")
         if result.ambiguous and current.value == value:
             return self._with_version(stored, current.mod_revision)
+        self._remember(key, current.mod_revision, current.value)
         raise StaleVersion(
             f"{kind} {name}: resourceVersion {obj.metadata.resource_version} is stale "
             f"(current is {current.mod_revision}); re-read and retry"
         )
+
+    def update_with_retry(
+        self,
+        kind: str,
+        name: str,
+        mutate: Callable[[Resource], Resource],
+        manager: str,
+        *,
+        force: bool = False,
+        attempts: int = 50,
+    ) -> Resource:
+        """As the contract's, with a short jittered pause after each conflict: with
+        optimistic writes from many processes on one object, retrying at once
+        makes the same writers collide again."""
+        last: StaleVersion | None = None
+        for attempt in range(attempts):
+            new = mutate(self.get(kind, name))
+            try:
+                return self.update(new, manager, force=force)
+            except StaleVersion as exc:
+                last = exc
+            time.sleep(random.random() * min(0.001 * 2**attempt, 0.1))
+        assert last is not None
+        raise last
 
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
         kind = kind_of(kind)
@@ -611,6 +667,7 @@ class EtcdStore(Store):
                 what=what,
             )
             if result.succeeded:
+                self._remember(res_key, result.revision, value)
                 out = self._with_version(stored, result.revision)
                 assert isinstance(out, Reservation)
                 return out
@@ -837,7 +894,7 @@ class _WatchStream:
                     self.error = str(err.get("message", err) if isinstance(err, dict) else err)
                     break
                 self._queue.put(msg.get("result", {}))
-        except (OSError, ValueError, http.client.HTTPException) as exc:
+        except Exception as exc:  # close() from another thread can surface as any error here
             self.error = str(exc) or type(exc).__name__
         finally:
             self._queue.put(None)
