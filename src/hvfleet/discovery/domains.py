@@ -195,7 +195,7 @@ def _memory_parts(
     if rest > 0 or not parts:
         # Memory outside guest cells (e.g. DIMMs) or a guest without cells.
         parts.append(MemoryPart(None, max(rest, 0), page(None)))
-    return tuple(p for p in parts if p.bytes > 0) or (MemoryPart(None, 0, None),)
+    return tuple(p for p in parts if p.bytes > 0) or (MemoryPart(None, 0, page(None)),)
 
 
 def _pins(root: etree._Element, vcpus: int, where: str) -> dict[int, frozenset[int]]:
@@ -222,7 +222,9 @@ def _numatune(
     return nodeset, memnodes
 
 
-def parse_domain(xml: str | bytes, default_hugepage_kib: int = DEFAULT_HUGEPAGE_KIB) -> DomainDemand:
+def parse_domain(
+    xml: str | bytes, default_hugepage_kib: int = DEFAULT_HUGEPAGE_KIB
+) -> DomainDemand:
     """A domain's demand, or InvalidInput naming the domain and what is wrong."""
     root = parse_xml(xml, "domain XML")
     if root.tag != "domain":
@@ -297,21 +299,23 @@ def _vcpu_weights(d: DomainDemand, vcpu: int, t: HostTopology) -> dict[int, int]
 
 def attribute_to_cells(d: DomainDemand, t: HostTopology) -> dict[int, ResourceList]:
     """host cell id → the part of `d` it carries; parts add up to `d.resources()`."""
-    milli: dict[int, int] = defaultdict(int)
-    memo: dict[tuple[tuple[int, int], ...], dict[int, int]] = {}
+    # Exact shares of all vCPUs first, then one split into millicpus: rounding
+    # each vCPU on its own would pile the rounding up on the lowest cell.
+    share: dict[int, Fraction] = defaultdict(Fraction)
     for vcpu in range(d.vcpus):
         weights = _vcpu_weights(d, vcpu, t)
-        key = tuple(sorted(weights.items()))
-        if key not in memo:
-            memo[key] = split(MILLI, weights)
-        for cell, share in memo[key].items():
-            milli[cell] += share
+        total = sum(weights.values())
+        for cell, w in weights.items():
+            share[cell] += Fraction(w, total)
+    milli = split(d.vcpus * MILLI, share)
     amounts: dict[int, dict[ResourceName, int]] = defaultdict(lambda: defaultdict(int))
     for part in d.memory_parts:
         resource = _resource_of(part, f"domain {d.name!r}")
         home = _memory_home(d, part.guest_cell, t)
         nodes = sorted(home if home is not None else t.cell_ids)
-        unit = part.page_kib * 1024 if part.page_kib and part.bytes % (part.page_kib * 1024) == 0 else 1
+        # Hugepages move between cells in whole pages.
+        page = part.page_kib * 1024 if part.page_kib else 1
+        unit = page if part.bytes % page == 0 else 1
         for cell, units in split_evenly(part.bytes // unit, nodes).items():
             amounts[cell][resource] += units * unit
     out: dict[int, ResourceList] = {}

@@ -162,7 +162,7 @@ def cell_capacity(cell: HostCell) -> ResourceList:
         name = hugepage_resource(size)
         if name is not None:
             out[name] = Quantity(size * 1024 * count, "binary")
-    return out
+    return dict(sorted(out.items(), key=lambda kv: str(kv[0])))
 
 
 def host_capacity(topology: HostTopology) -> tuple[ResourceList, list[Cell]]:
