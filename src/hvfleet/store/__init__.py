@@ -1,0 +1,34 @@
+"""The Store: one contract (`hvfleet.store.base.Store`), several backends.
+
+`open_store(url)` picks the backend from the URL: `sqlite:///path` (embedded
+default, `./hvfleet.db`) or `etcd://host:port[,host:port]` (distributed).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hvfleet.model.errors import InvalidInput
+from hvfleet.store.base import ListResult, Store, WatchEvent
+
+DEFAULT_URL = "sqlite:///hvfleet.db"
+
+__all__ = ["DEFAULT_URL", "ListResult", "Store", "WatchEvent", "open_store", "store_url"]
+
+
+def store_url(explicit: str | None = None) -> str:
+    return explicit or os.environ.get("HVFLEET_STORE") or DEFAULT_URL
+
+
+def open_store(url: str | None = None) -> Store:
+    url = store_url(url)
+    if url.startswith("sqlite:///"):
+        from hvfleet.store.sqlite import SqliteStore
+
+        path = url.removeprefix("sqlite:///")
+        if not path:
+            raise InvalidInput(f"store: {url!r} names no file (sqlite:///path/to/hvfleet.db)")
+        return SqliteStore(path)
+    raise InvalidInput(
+        f"store: unsupported URL {url!r} (expected sqlite:///PATH or etcd://HOST:PORT[,HOST:PORT])"
+    )

@@ -1,0 +1,346 @@
+"""The embedded store: one SQLite file, safe for several processes at once.
+
+WAL mode lets readers run beside one writer; every write is a `BEGIN
+IMMEDIATE` transaction that re-reads what it depends on, checks it (CAS on
+resourceVersion, field ownership, a claim's capacity) and writes, so a check
+and its write can never be split by another process. Revisions come from one
+counter, as in etcd, and every write appends an event, which is what `watch`
+reads. Old events are compacted away beyond `EVENT_HISTORY` revisions; asking
+for them raises Gone, as etcd does.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from hvfleet.model.errors import (
+    AlreadyExists,
+    Gone,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+)
+from hvfleet.model.hypervisor import KINDS, Reservation, Resource
+from hvfleet.model.selectors import Selector
+from hvfleet.store.base import (
+    ClaimCheck,
+    EventType,
+    ListResult,
+    StaleVersion,
+    Store,
+    WatchEvent,
+    as_selector,
+    kind_of,
+)
+from hvfleet.store.ownership import prepare_create, prepare_update
+
+T = TypeVar("T")
+
+EVENT_HISTORY = 100_000
+_COMPACT_EVERY = 1_000
+_BUSY_TIMEOUT_MS = 30_000
+
+# Each entry moves the schema one version up; never edit a released entry.
+MIGRATIONS: list[str] = [
+    # 1: objects, their events, and the revision counter.
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    INSERT INTO meta VALUES ('revision', 0), ('compacted', 0);
+    CREATE TABLE objects (
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        rv INTEGER NOT NULL,
+        labels TEXT NOT NULL,
+        host TEXT,
+        body TEXT NOT NULL,
+        PRIMARY KEY (kind, name)
+    );
+    CREATE INDEX objects_by_host ON objects (kind, host);
+    CREATE TABLE events (
+        rev INTEGER PRIMARY KEY,
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        type TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    """,
+]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def _host_of(obj: Resource) -> str | None:
+    return obj.spec.hypervisor if isinstance(obj, Reservation) else None
+
+
+def _decode(kind: str, body: str, rv: int) -> Resource:
+    data = json.loads(body)
+    data["metadata"]["resourceVersion"] = str(rv)
+    return KINDS[kind].model_validate(data)
+
+
+class SqliteStore(Store):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.url = f"sqlite:///{path}"
+        self._lock = threading.RLock()
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise Unavailable(f"store {self.url}: directory {directory} does not exist")
+        try:
+            self._db = sqlite3.connect(
+                path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                check_same_thread=False,
+            )
+            self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise Unavailable(f"store {self.url}: {exc}") from None
+
+    # -- schema ---------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise Unavailable(
+                    f"store {self.url}: schema version {version} is newer than this hvfleet "
+                    f"understands ({len(MIGRATIONS)}); upgrade hvfleet"
+                )
+            for i in range(version, len(MIGRATIONS)):
+                for statement in MIGRATIONS[i].split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {i + 1}")
+
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    # -- transactions -----------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction: the database write lock is taken at BEGIN, so
+        everything read inside is still true at COMMIT."""
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise Unavailable(f"store {self.url}: {exc}") from None
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            else:
+                self._db.execute("COMMIT")
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            try:
+                return fn(self._db)
+            except sqlite3.OperationalError as exc:
+                raise Unavailable(f"store {self.url}: {exc}") from None
+
+    def _bump(self, db: sqlite3.Connection) -> int:
+        rev = int(db.execute(
+            "UPDATE meta SET value = value + 1 WHERE key = 'revision' RETURNING value"
+        ).fetchone()[0])
+        if rev % _COMPACT_EVERY == 0 and rev > EVENT_HISTORY:
+            floor = rev - EVENT_HISTORY
+            db.execute("DELETE FROM events WHERE rev <= ?", (floor,))
+            db.execute("UPDATE meta SET value = ? WHERE key = 'compacted'", (floor,))
+        return rev
+
+    def _put(self, db: sqlite3.Connection, obj: Resource, etype: EventType) -> Resource:
+        rev = self._bump(db)
+        meta = obj.metadata.model_copy(update={"resource_version": str(rev)})
+        obj = obj.model_copy(update={"metadata": meta})
+        data = obj.to_dict()
+        data["metadata"].pop("resourceVersion", None)
+        body = json.dumps(data, separators=(",", ":"), sort_keys=True)
+        db.execute(
+            "INSERT OR REPLACE INTO objects (kind, name, rv, labels, host, body) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (obj.kind, obj.metadata.name, rev, json.dumps(obj.metadata.labels), _host_of(obj), body),
+        )
+        db.execute(
+            "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, ?, ?)",
+            (rev, obj.kind, obj.metadata.name, etype, body),
+        )
+        return obj
+
+    def _load(self, db: sqlite3.Connection, kind: str, name: str) -> Resource | None:
+        row = db.execute(
+            "SELECT body, rv FROM objects WHERE kind = ? AND name = ?", (kind, name)
+        ).fetchone()
+        return None if row is None else _decode(kind, row[0], row[1])
+
+    # -- the contract --------------------------------------------------------------------
+
+    def get(self, kind: str, name: str) -> Resource:
+        kind = kind_of(kind)
+        obj = self._read(lambda db: self._load(db, kind, name))
+        if obj is None:
+            raise NotFound(f"{kind} {name!r} not found")
+        return obj
+
+    def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
+        kind = kind_of(kind)
+        sel = as_selector(selector)
+
+        def read(db: sqlite3.Connection) -> tuple[builtins.list[Any], int]:
+            db.execute("BEGIN")
+            try:
+                rows = db.execute(
+                    "SELECT labels, body, rv FROM objects WHERE kind = ? ORDER BY name", (kind,)
+                ).fetchall()
+                rev = db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0]
+            finally:
+                db.execute("COMMIT")
+            return rows, int(rev)
+
+        rows, rev = self._read(read)
+        items = [
+            _decode(kind, body, rv) for labels, body, rv in rows if sel.matches(json.loads(labels))
+        ]
+        return ListResult(items=items, revision=rev)
+
+    def create(self, obj: Resource, manager: str) -> Resource:
+        with self._write() as db:
+            if self._load(db, obj.kind, obj.metadata.name) is not None:
+                raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
+            return self._put(db, prepare_create(obj, manager, _now()), "ADDED")
+
+    def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
+        with self._write() as db:
+            old = self._load(db, obj.kind, obj.metadata.name)
+            if old is None:
+                raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+            new = prepare_update(old, obj, manager, force=force, now=_now())
+            return self._put(db, new, "MODIFIED")
+
+    def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
+        kind = kind_of(kind)
+        with self._write() as db:
+            old = self._load(db, kind, name)
+            if old is None:
+                raise NotFound(f"{kind} {name!r} not found")
+            if resource_version is not None and resource_version != old.metadata.resource_version:
+                raise StaleVersion(
+                    f"{kind} {name}: resourceVersion {resource_version} is stale "
+                    f"(current is {old.metadata.resource_version})"
+                )
+            rev = self._bump(db)
+            db.execute("DELETE FROM objects WHERE kind = ? AND name = ?", (kind, name))
+            data = old.to_dict()
+            data["metadata"].pop("resourceVersion", None)
+            db.execute(
+                "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, 'DELETED', ?)",
+                (rev, kind, name, json.dumps(data, separators=(",", ":"), sort_keys=True)),
+            )
+
+    def revision(self) -> int:
+        return int(self._read(
+            lambda db: db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0]
+        ))
+
+    def watch(
+        self,
+        kind: str | None = None,
+        since: int = 0,
+        *,
+        stop: threading.Event | None = None,
+        timeout: float | None = None,
+    ) -> Iterator[WatchEvent]:
+        kinds = [kind_of(kind)] if kind else list(KINDS)
+        placeholders = ",".join("?" * len(kinds))
+        last = since
+        idle_since = time.monotonic()
+        pause = 0.005
+        while stop is None or not stop.is_set():
+            def poll(db: sqlite3.Connection) -> tuple[int, builtins.list[Any]]:
+                compacted = db.execute(
+                    "SELECT value FROM meta WHERE key = 'compacted'"
+                ).fetchone()[0]
+                rows = db.execute(
+                    f"SELECT rev, kind, type, body FROM events WHERE rev > ? "
+                    f"AND kind IN ({placeholders}) ORDER BY rev LIMIT 1000",
+                    (last, *kinds),
+                ).fetchall()
+                return int(compacted), rows
+
+            compacted, rows = self._read(poll)
+            if last < compacted:
+                raise Gone(
+                    f"watch: revision {last} was compacted (history starts after {compacted}); "
+                    "list again and watch from the list's revision"
+                )
+            for rev, k, etype, body in rows:
+                last = rev
+                yield WatchEvent(type=etype, object=_decode(k, body, rev), revision=rev)
+            if rows:
+                idle_since = time.monotonic()
+                pause = 0.005
+                continue
+            if timeout is not None and time.monotonic() - idle_since >= timeout:
+                return
+            # Poll quickly right after activity, then back off to keep idle CPU low.
+            if stop is not None:
+                stop.wait(pause)
+            else:
+                time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
+        from hvfleet.model.hypervisor import Hypervisor
+
+        with self._write() as db:
+            host = self._load(db, "Hypervisor", reservation.spec.hypervisor)
+            if not isinstance(host, Hypervisor):
+                raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found")
+            if self._load(db, "Reservation", reservation.metadata.name) is not None:
+                raise AlreadyExists(f"Reservation {reservation.metadata.name!r} already exists")
+            rows = db.execute(
+                "SELECT body, rv FROM objects WHERE kind = 'Reservation' AND host = ?",
+                (host.metadata.name,),
+            ).fetchall()
+            others = [_decode("Reservation", body, rv) for body, rv in rows]
+            check(host, [o for o in others if isinstance(o, Reservation)])
+            out = self._put(db, prepare_create(reservation, manager, _now()), "ADDED")
+            assert isinstance(out, Reservation)
+            return out
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def validation_message(exc: ValidationError, what: str) -> str:
+    """A pydantic error as one line: `what: loc: message`."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{what}: {loc}: {msg}{more}" if loc else f"{what}: {msg}{more}"
+
+
+def raise_invalid(exc: ValidationError, what: str) -> None:
+    raise InvalidInput(validation_message(exc, what)) from None

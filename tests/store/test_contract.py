@@ -1,0 +1,260 @@
+"""The Store contract, run against every backend (see conftest.STORE_BACKENDS)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+
+from hvfleet.model import (
+    AlreadyExists,
+    Forbidden,
+    Hypervisor,
+    InvalidInput,
+    NotFound,
+    Quantity,
+    Reservation,
+)
+from hvfleet.store import Store, open_store
+from hvfleet.store.base import OwnershipConflict, StaleVersion
+
+MakeHv = Callable[..., Hypervisor]
+
+
+def reservation(name: str, host: str, cpu: int = 1) -> Reservation:
+    return Reservation.model_validate(
+        {
+            "metadata": {"name": name},
+            "spec": {"hypervisor": host, "resources": {"cpu": cpu}, "consumer": f"uuid-{name}"},
+        }
+    )
+
+
+def test_create_sets_identity_and_get_returns_it(store: Store, make_hypervisor: MakeHv) -> None:
+    created = store.create(make_hypervisor("hv1", metadata={"labels": {"az": "a"}}), "operator")
+    assert created.metadata.uid
+    assert created.metadata.creation_timestamp is not None
+    assert created.metadata.generation == 1
+    assert created.metadata.resource_version
+    got = store.get("Hypervisor", "hv1")
+    assert got == created
+    assert store.get("hypervisors", "hv1") == created
+
+
+def test_create_twice_is_refused(store: Store, make_hypervisor: MakeHv) -> None:
+    store.create(make_hypervisor("hv1"), "operator")
+    with pytest.raises(AlreadyExists, match="hv1"):
+        store.create(make_hypervisor("hv1"), "operator")
+
+
+def test_get_and_delete_of_missing_object_is_not_found(store: Store) -> None:
+    with pytest.raises(NotFound, match="nope"):
+        store.get("Hypervisor", "nope")
+    with pytest.raises(NotFound):
+        store.delete("Hypervisor", "nope")
+
+
+def test_list_filters_by_label_selector(store: Store, make_hypervisor: MakeHv) -> None:
+    for name, labels in [
+        ("a1", {"az": "a", "gen": "skylake"}),
+        ("a2", {"az": "a", "gen": "icelake"}),
+        ("b1", {"az": "b", "gen": "icelake", "gpu": "yes"}),
+        ("c1", {"az": "c"}),
+    ]:
+        store.create(make_hypervisor(name, metadata={"labels": labels}), "operator")
+
+    def names(sel: str | None) -> list[str]:
+        return [h.name for h in store.list_hypervisors(sel)]
+
+    assert names(None) == ["a1", "a2", "b1", "c1"]
+    assert names("az=a") == ["a1", "a2"]
+    assert names("az!=a") == ["b1", "c1"]
+    assert names("gen in (icelake, skylake)") == ["a1", "a2", "b1"]
+    assert names("gen notin (icelake)") == ["a1", "c1"]
+    assert names("gpu") == ["b1"]
+    assert names("!gpu,az in (b,c)") == ["c1"]
+    assert names("az=a,gen=icelake") == ["a2"]
+    with pytest.raises(InvalidInput, match="selector"):
+        store.list("Hypervisor", "az in (")
+
+
+def test_update_is_compare_and_swap(store: Store, make_hypervisor: MakeHv) -> None:
+    v1 = store.create(make_hypervisor("hv1"), "operator")
+    v2 = store.update(
+        v1.model_copy(update={"spec": v1.spec.model_copy(update={"overcommit": {"cpu": 2.0}})}),
+        "operator",
+    )
+    assert int(v2.metadata.resource_version or 0) > int(v1.metadata.resource_version or 0)
+    assert v2.metadata.generation == 2
+    stale = v1.model_copy(update={"spec": v1.spec.model_copy(update={"overcommit": {"cpu": 9.0}})})
+    with pytest.raises(StaleVersion, match="stale"):
+        store.update(stale, "operator")
+    assert store.get_hypervisor("hv1").spec.overcommit == {"cpu": 2.0}
+
+
+def test_update_without_resource_version_is_invalid(store: Store, make_hypervisor: MakeHv) -> None:
+    store.create(make_hypervisor("hv1"), "operator")
+    with pytest.raises(InvalidInput, match="resourceVersion"):
+        store.update(make_hypervisor("hv1"), "operator")
+
+
+def test_generation_moves_with_spec_not_labels(store: Store, make_hypervisor: MakeHv) -> None:
+    v1 = store.create(make_hypervisor("hv1"), "operator")
+    meta = v1.metadata.model_copy(update={"labels": {"az": "x"}})
+    v2 = store.update(v1.model_copy(update={"metadata": meta}), "operator")
+    assert v2.metadata.generation == 1
+    assert v2.metadata.labels == {"az": "x"}
+
+
+def test_delete_with_stale_version_keeps_the_object(store: Store, make_hypervisor: MakeHv) -> None:
+    v1 = store.create(make_hypervisor("hv1"), "operator")
+    store.update(v1.model_copy(update={"metadata": v1.metadata.model_copy(
+        update={"labels": {"x": "y"}})}), "operator")
+    with pytest.raises(StaleVersion):
+        store.delete("Hypervisor", "hv1", v1.metadata.resource_version)
+    store.get("Hypervisor", "hv1")
+    store.delete("Hypervisor", "hv1")
+    with pytest.raises(NotFound):
+        store.get("Hypervisor", "hv1")
+
+
+def _set_ratio(h: Hypervisor, resource: str, ratio: float) -> Hypervisor:
+    oc = dict(h.spec.overcommit)
+    oc[resource] = ratio  # type: ignore[index]
+    return h.model_copy(update={"spec": h.spec.model_copy(update={"overcommit": oc})})
+
+
+def test_spec_field_owned_by_another_manager_conflicts(store: Store, make_hypervisor: MakeHv) -> None:
+    store.create(make_hypervisor("hv1"), "operator")
+    store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 4.0), "cortex")
+    with pytest.raises(OwnershipConflict, match="spec.overcommit.cpu is owned by manager 'cortex'"):
+        store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator")
+    assert store.get_hypervisor("hv1").spec.overcommit["cpu"] == 4.0  # type: ignore[index]
+    # A field nobody owns is free to take, and the owner can change its own field.
+    store.update_hypervisor("hv1", lambda h: _set_ratio(h, "memory", 1.5), "operator")
+    store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 3.0), "cortex")
+    # Forcing moves ownership.
+    h = store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator", force=True)
+    owners = {e.manager: e.fields_v1 for e in h.metadata.managed_fields}
+    assert owners["operator"] == {"f:spec": {"f:overcommit": {"f:cpu": {}, "f:memory": {}}}}
+    assert "cortex" not in owners
+    with pytest.raises(OwnershipConflict, match="'operator'"):
+        store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 8.0), "cortex")
+
+
+def test_status_is_written_only_by_the_hosts_agent(store: Store, make_hypervisor: MakeHv) -> None:
+    store.create(make_hypervisor("hv1"), "operator")
+
+    def with_capacity(h: Hypervisor) -> Hypervisor:
+        status = h.status.model_copy(update={"capacity": {"cpu": Quantity(8)}})
+        return h.model_copy(update={"status": status})
+
+    with pytest.raises(Forbidden, match="agent/hv1"):
+        store.update_hypervisor("hv1", with_capacity, "operator")
+    with pytest.raises(Forbidden):
+        store.update_hypervisor("hv1", with_capacity, "agent/hv2")
+    h = store.update_hypervisor("hv1", with_capacity, "agent/hv1")
+    assert h.status.capacity == {"cpu": 8}
+    with pytest.raises(Forbidden, match="agents do not write spec"):
+        store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "agent/hv1")
+
+
+def test_status_in_a_create_by_a_non_agent_is_ignored(store: Store, make_hypervisor: MakeHv) -> None:
+    h = store.create(make_hypervisor("hv1", status={"capacity": {"cpu": 99}}), "operator")
+    assert h.status.capacity == {}
+    h2 = store.create(make_hypervisor("hv2", status={"capacity": {"cpu": 4}}), "agent/hv2")
+    assert h2.status.capacity == {"cpu": 4}
+
+
+def test_watch_delivers_every_event_in_order(store: Store, make_hypervisor: MakeHv) -> None:
+    start = store.revision()
+    store.create(make_hypervisor("hv1"), "operator")
+    store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator")
+    store.create(make_hypervisor("hv2"), "operator")
+    store.delete("Hypervisor", "hv1")
+    store.create(reservation("r1", "hv2"), "scheduler")
+    events = list(store.watch("Hypervisor", since=start, timeout=0.5))
+    assert [(e.type, e.object.metadata.name) for e in events] == [
+        ("ADDED", "hv1"), ("MODIFIED", "hv1"), ("ADDED", "hv2"), ("DELETED", "hv1"),
+    ]
+    revs = [e.revision for e in events]
+    assert revs == sorted(revs) and len(set(revs)) == len(revs)
+    # Resuming after any event yields exactly the rest.
+    rest = list(store.watch("Hypervisor", since=revs[1], timeout=0.3))
+    assert [e.revision for e in rest] == revs[2:]
+    all_kinds = list(store.watch(None, since=start, timeout=0.3))
+    assert [e.object.kind for e in all_kinds][-1] == "Reservation"
+
+
+def test_watch_from_list_revision_sees_later_writes(store: Store, make_hypervisor: MakeHv) -> None:
+    store.create(make_hypervisor("hv1"), "operator")
+    listed = store.list("Hypervisor")
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        for e in store.watch("Hypervisor", since=listed.revision, stop=stop, timeout=5):
+            seen.append(e.object.metadata.name)
+            if len(seen) == 2:
+                stop.set()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    store.create(make_hypervisor("hv2"), "operator")
+    store.create(make_hypervisor("hv3"), "operator")
+    t.join(10)
+    assert seen == ["hv2", "hv3"]
+
+
+def test_claim_writes_only_when_the_check_passes(store: Store, make_hypervisor: MakeHv) -> None:
+    store.create(make_hypervisor("hv1"), "operator")
+    store.claim(reservation("r1", "hv1"), "scheduler", lambda h, others: None)
+    seen: list[tuple[str, list[str]]] = []
+
+    def refuse(h: Hypervisor, others: list[Reservation]) -> None:
+        seen.append((h.name, [o.name for o in others]))
+        raise InvalidInput("does not fit")
+
+    with pytest.raises(InvalidInput):
+        store.claim(reservation("r2", "hv1"), "scheduler", refuse)
+    assert seen == [("hv1", ["r1"])]
+    assert [r.name for r in store.list_reservations()] == ["r1"]
+    with pytest.raises(NotFound):
+        store.claim(reservation("r3", "missing"), "scheduler", lambda h, o: None)
+
+
+def _increment(url: str, n: int) -> None:
+    store = open_store(url)
+    for _ in range(n):
+        def bump(h: Hypervisor) -> Hypervisor:
+            count = int(h.metadata.annotations.get("count", "0")) + 1
+            meta = h.metadata.model_copy(update={"annotations": {"count": str(count)}})
+            return h.model_copy(update={"metadata": meta})
+
+        store.update_hypervisor("counter", bump, "incrementer")
+    store.close()
+
+
+@pytest.mark.timeout(240)
+def test_concurrent_read_modify_write_loses_no_update(
+    store: Store, store_url: str, make_hypervisor: MakeHv
+) -> None:
+    store.create(make_hypervisor("counter"), "operator")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_increment, args=(store_url, 200)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(200)
+        assert p.exitcode == 0
+    assert store.get_hypervisor("counter").metadata.annotations["count"] == "1600"
+
+
+def test_timestamps_are_utc(store: Store, make_hypervisor: MakeHv) -> None:
+    h = store.create(make_hypervisor("hv1"), "operator")
+    ts = h.metadata.creation_timestamp
+    assert ts is not None and ts.utcoffset() is not None
+    assert abs((datetime.now(UTC) - ts).total_seconds()) < 60

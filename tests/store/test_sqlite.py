@@ -1,0 +1,54 @@
+"""What only the SQLite backend has: schema migrations, compaction, WAL."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hvfleet.model import Gone, Hypervisor, InvalidInput, Unavailable
+from hvfleet.store import open_store
+from hvfleet.store import sqlite as sqlite_backend
+from hvfleet.store.sqlite import MIGRATIONS, SqliteStore
+
+
+def test_new_database_is_at_latest_schema_in_wal_mode(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "db"))
+    assert store.schema_version() == len(MIGRATIONS)
+    mode = sqlite3.connect(tmp_path / "db").execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+    store.close()
+    # Reopening migrates nothing and keeps the data.
+    assert SqliteStore(str(tmp_path / "db")).schema_version() == len(MIGRATIONS)
+
+
+def test_schema_newer_than_this_code_is_refused(tmp_path: Path) -> None:
+    SqliteStore(str(tmp_path / "db")).close()
+    db = sqlite3.connect(tmp_path / "db")
+    db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    db.close()
+    with pytest.raises(Unavailable, match="newer than this hvfleet"):
+        SqliteStore(str(tmp_path / "db"))
+
+
+def test_watch_from_compacted_revision_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_hypervisor: Callable[..., Hypervisor]
+) -> None:
+    monkeypatch.setattr(sqlite_backend, "EVENT_HISTORY", 5)
+    monkeypatch.setattr(sqlite_backend, "_COMPACT_EVERY", 5)
+    store = SqliteStore(str(tmp_path / "db"))
+    for i in range(12):
+        store.create(make_hypervisor(f"hv{i}"), "operator")
+    with pytest.raises(Gone, match="compacted"):
+        list(store.watch("Hypervisor", since=0, timeout=0.1))
+    recent = list(store.watch("Hypervisor", since=store.revision() - 2, timeout=0.1))
+    assert [e.object.metadata.name for e in recent] == ["hv10", "hv11"]
+
+
+def test_store_urls(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="unsupported"):
+        open_store("mysql://x")
+    with pytest.raises(Unavailable, match="does not exist"):
+        open_store(f"sqlite:///{tmp_path}/missing/dir/db")
