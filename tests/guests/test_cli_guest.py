@@ -145,3 +145,14 @@ def test_bad_input_is_invalid_input_with_one_line(args: list[str]) -> None:
     r = run(*args)
     assert isinstance(r.exception, InvalidInput), r.output
     assert "\n" not in str(r.exception) and r.exception.exit_code == 2
+
+
+def test_hostile_capabilities_in_a_caps_dir_are_refused_naming_the_host(tmp_path: Path) -> None:
+    shutil.copy(GROUPS / "single" / "icx-solo.caps.xml", tmp_path / "good.caps.xml")
+    (tmp_path / "evil.caps.xml").write_text(
+        '<?xml version="1.0"?><!DOCTYPE c [<!ENTITY a "aaaaaaaaaa">'
+        '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]><capabilities>&b;</capabilities>'
+    )
+    r = run("guest", "explain", "--os", "rhel9.1", "--caps-dir", str(tmp_path))
+    assert isinstance(r.exception, InvalidInput)
+    assert "host evil" in str(r.exception) and "DOCTYPE or ENTITY" in str(r.exception)

@@ -161,7 +161,10 @@ def software_cpu(
         reason = "the most conservative 64-bit model every host runs (no host-specific features)"
     else:
         model = max(models, key=lambda m: (len(m.features), bool(m.vendor), m.position))
-        reason = "the richest named model every host marks usable, with no extra features"
+        reason = (
+            "the richest named model every host marks usable, with no extra features"
+            + ("" if vendor else " (vendor-neutral models only: the hosts' vendors differ)")
+        )
     return Decision(
         "cpu",
         GuestCPU(mode, model.name, vendor if model.vendor else "", (), (), model.features),
