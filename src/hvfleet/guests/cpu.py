@@ -5,8 +5,8 @@ Each host CPU is expanded to its full feature set with libvirt's cpu_map
 intersection; the named model closest to it (fewest features to add plus
 remove, so it covers most of the intersection with little outside it)
 becomes `<model>`, the rest `require`, and the model's features missing from
-the intersection `disable`. Non-migratable features (invtsc, xsaves) are
-never required on top of a model. `check='full'` makes QEMU refuse to start a
+the intersection `disable`. Features libvirt marks non-migratable (invtsc,
+xsaves) are left out of the intersection first. `check='full'` makes QEMU refuse to start a
 guest whose CPU would differ from what is written.
 """
 
@@ -94,9 +94,12 @@ def baseline_cpu(
     known = frozenset(cmap.features)
     unknown = sorted(common - known)
     common &= known
+    # Features libvirt marks non-migratable (invtsc, xsaves) would pin the
+    # guest to its host: they are left out, and disabled where the model has them.
+    dropped = sorted(common & cmap.non_migratable)
+    common -= cmap.non_migratable
     model = _best_model(cmap, common, vendor)
-    dropped = sorted((common - model.features) & cmap.non_migratable)
-    require = tuple(sorted(common - model.features - cmap.non_migratable))
+    require = tuple(sorted(common - model.features))
     # QEMU's own model may carry features libvirt's cpu_map does not list (its
     # EPYC has topoext); a host-model CPU says so by disabling them. Disable
     # every such feature too, so check='full' compares like with like.
@@ -106,13 +109,13 @@ def baseline_cpu(
     assert features <= common
     evidence = [
         f"{len(hosts)} host(s), vendor {vendor}: {hosts_list([n for n, _ in hosts])}",
-        f"{len(common)} features common to all hosts "
+        f"{len(common)} migratable features common to all hosts "
         f"({len(sets)} distinct host CPU definitions, smallest has {min(len(s) for s in sets)})",
         f"model {model.name}: {len(model.features)} features, "
         f"{len(model.features & common)} of them common",
     ]
     if dropped:
-        evidence.append(f"non-migratable, not required: {', '.join(dropped)}")
+        evidence.append(f"non-migratable, left out: {', '.join(dropped)}")
     if unknown:
         evidence.append(f"unknown to this libvirt's cpu_map, left out: {', '.join(unknown)}")
     return Decision(
