@@ -156,3 +156,15 @@ def test_hostile_capabilities_in_a_caps_dir_are_refused_naming_the_host(tmp_path
     r = run("guest", "explain", "--os", "rhel9.1", "--caps-dir", str(tmp_path))
     assert isinstance(r.exception, InvalidInput)
     assert "host evil" in str(r.exception) and "DOCTYPE or ENTITY" in str(r.exception)
+
+
+def test_check_names_a_loader_path_the_host_lacks(tmp_path: Path) -> None:
+    dom = tmp_path / "d.xml"
+    dom.write_text(
+        "<domain type='kvm'><name>x</name><memory>1048576</memory>"
+        "<os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type>"
+        "<loader readonly='yes' type='pflash'>/opt/edk2/CODE.fd</loader></os></domain>"
+    )
+    r = run("guest", "check", str(dom), "--caps-dir", str(GROUPS / "single"))
+    assert r.exit_code == 3
+    assert "firmware /opt/edk2/CODE.fd missing" in r.stdout
