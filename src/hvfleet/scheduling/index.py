@@ -210,7 +210,8 @@ class FleetIndex:
             self._grow(len(hosts))
             now = now or datetime.now(UTC)
             for h in hosts:
-                self._put_host(h, now)
+                self._put_host(h, now, rank=False)
+            self._rerank()
 
     def _grow(self, need: int) -> None:
         if need <= len(self._present):
@@ -228,7 +229,12 @@ class FleetIndex:
         for col in self._columns.values():
             col.grow(size)
 
-    def _put_host(self, h: Hypervisor, now: datetime) -> None:
+    def _rerank(self) -> None:
+        """Each row's position in name order: the tie-breaker of every ranking."""
+        order = np.argsort(np.array(self._names, dtype=object), kind="stable")
+        self._rank[order] = np.arange(len(order))
+
+    def _put_host(self, h: Hypervisor, now: datetime, *, rank: bool = True) -> None:
         row = self._row.get(h.name)
         old = self._hosts.get(h.name)
         if row is None:
@@ -237,8 +243,8 @@ class FleetIndex:
             self._grow(self._size)
             self._row[h.name] = row
             self._names.append(h.name)
-            order = np.argsort(np.array(self._names, dtype=object), kind="stable")
-            self._rank[order] = np.arange(len(order))
+            if rank:
+                self._rerank()
             self._labels_version += 1
         elif old is None or old.metadata.labels != h.metadata.labels:
             self._labels_version += 1
