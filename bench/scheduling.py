@@ -19,6 +19,7 @@ OpenStack Placement's GET /allocation_candidates, and claims/s on SQLite.
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import random
 import sys
@@ -218,7 +219,7 @@ def main() -> None:
     reqs = requests(args.queries)
     print("fit latency, fleet index (in process), random cpu/memory requests")
     print(
-        f"{'hosts':>8}  {'build':>8}  {'p50 all':>10}  {'p99 all':>10}  "
+        f"{'hosts':>8}  {'build':>8}  {'p99 all, gc':>12}  {'p50 all':>10}  {'p99 all':>10}  "
         f"{'p50 top10':>10}  {'p99 top10':>10}  {'placement p50':>14}  {'ratio p50':>10}"
     )
     for n in sizes:
@@ -228,10 +229,17 @@ def main() -> None:
         index.load(hosts, [])
         build = time.perf_counter() - t
         bench_fit(index, reqs[:10], None)  # warm up
+        gc_full = bench_fit(index, reqs, None)
+        # A long-running scheduler moves what lives as long as the index out of
+        # the cyclic GC's reach once loaded; without it, full collections that
+        # walk every Fraction and model object of the fleet land in the p99.
+        gc.freeze()
         full = bench_fit(index, reqs, None)
         top = bench_fit(index, reqs, 10)
+        gc.unfreeze()
         line = (
-            f"{n:>8}  {build:>7.1f}s  {ms(pct(full, 50)):>10}  {ms(pct(full, 99)):>10}  "
+            f"{n:>8}  {build:>7.1f}s  {ms(pct(gc_full, 99)):>12}  "
+            f"{ms(pct(full, 50)):>10}  {ms(pct(full, 99)):>10}  "
             f"{ms(pct(top, 50)):>10}  {ms(pct(top, 99)):>10}"
         )
         if n in psizes:
@@ -247,7 +255,7 @@ def main() -> None:
             )
         print(line, flush=True)
     bench_claims(200, args.claims)
-    bench_claims(1, args.claims // 4)
+    bench_claims(1, args.claims)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,13 @@ _SERVER = textwrap.dedent(
         def log_message(self, *args):
             pass
 
+    def exit_with_parent():
+        # stdin is a pipe from the test or benchmark: EOF means it is gone.
+        sys.stdin.read()
+        os._exit(0)
+
+    import threading
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     app = init_application()
     server = simple_server.make_server("127.0.0.1", 0, app, handler_class=Handler)
     print(server.server_port, flush=True)
@@ -73,6 +80,7 @@ class RealPlacement:
         )
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _SERVER, str(self.workdir)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=open(self.workdir / "stderr.log", "w"),  # noqa: SIM115
             text=True,
@@ -109,8 +117,9 @@ class RealPlacement:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                if pipe is not None:
+                    pipe.close()
             self.proc = None
         if self._tmp is not None:
             self._tmp.cleanup()
