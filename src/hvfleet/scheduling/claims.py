@@ -109,13 +109,8 @@ def reserve(
         # The time is taken inside the atomic write: what expired by now is free.
         now = datetime.now(UTC)
         for other in others:
-            if (
-                other.spec.consumer == consumer
-                and reservation_phase(other, h, now) in HOLDING_PHASES
-            ):
-                raise Conflict(
-                    f"consumer {consumer} already holds reservation {other.name} on {h.name}"
-                )
+            if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
+                raise Conflict(f"consumer {consumer} already holds reservation {other.name} on {h.name}")
         check_claim(h, others, request, now, staleness)
 
     return store.claim(reservation, manager, check)
@@ -149,11 +144,10 @@ def reserve_auto(
         index.refresh(store)
         result = index.fit(request, selector=selector, weigher=weigher)
         # A host that refused us at this very index revision would refuse again.
-        choices = [c for c in result.candidates if failed_at.get(c.name) != index.revision]
-        if not choices:
+        host = next((n for n in result.names if failed_at.get(n) != index.revision), None)
+        if host is None:
             detail = f" (last refusal: {last})" if last else ""
             raise NoHostFits(f"no host fits {describe(request)}{detail}")
-        host = choices[0].name
         try:
             return AutoClaim(
                 reserve(store, host, request, consumer, ttl, staleness=staleness, manager=manager),
@@ -183,9 +177,7 @@ def release(store: Store, name: str, manager: str = MANAGER) -> Reservation:
             raise NotFound(f"reservation {name} not found")
         if obj.status.phase not in HOLDING_PHASES:
             return obj
-        return obj.model_copy(
-            update={"status": obj.status.model_copy(update={"phase": "Released"})}
-        )
+        return obj.model_copy(update={"status": obj.status.model_copy(update={"phase": "Released"})})
 
     current = store.get("Reservation", name)
     if not isinstance(current, Reservation):
@@ -208,8 +200,7 @@ def derive_phases(
 ) -> list[ReservationView]:
     by_name = {h.name: h for h in hosts}
     return [
-        ReservationView(r, reservation_phase(r, by_name.get(r.spec.hypervisor), now))
-        for r in reservations
+        ReservationView(r, reservation_phase(r, by_name.get(r.spec.hypervisor), now)) for r in reservations
     ]
 
 
@@ -224,9 +215,7 @@ def gc(store: Store, now: datetime | None = None) -> list[ReservationView]:
         if view.phase in HOLDING_PHASES:
             continue
         try:
-            store.delete(
-                "Reservation", view.reservation.name, view.reservation.metadata.resource_version
-            )
+            store.delete("Reservation", view.reservation.name, view.reservation.metadata.resource_version)
         except (Conflict, NotFound):
             continue
         removed.append(view)

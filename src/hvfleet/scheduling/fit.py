@@ -39,9 +39,7 @@ DEFAULT_STALENESS = 3 * DEFAULT_RESYNC
 MIN_UNIT_PREFIX = "scheduling.hvfleet.io/min-unit."
 STEP_SIZE_PREFIX = "scheduling.hvfleet.io/step-size."
 
-Reason = Literal[
-    "maintenance", "not-ready", "stale", "insufficient", "max-unit", "min-unit", "step-size"
-]
+Reason = Literal["maintenance", "not-ready", "stale", "insufficient", "max-unit", "min-unit", "step-size"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +58,7 @@ class Rejection:
             out["requested"] = str(self.requested)
         if self.available is not None:
             out["available"] = str(self.available)
-        if (
-            self.reason == "insufficient"
-            and self.requested is not None
-            and self.available is not None
-        ):
+        if self.reason == "insufficient" and self.requested is not None and self.available is not None:
             out["shortBy"] = str(self.requested - self.available)
         return out
 
@@ -88,15 +82,10 @@ def unit_constraints(h: Hypervisor) -> dict[ResourceName, UnitConstraint]:
                 if q <= 0:
                     raise InvalidInput(f"{where}: {value!r} must be greater than 0")
                 target[r] = q
-    return {
-        r: UnitConstraint(mins.get(r), steps.get(r))
-        for r in sorted(set(mins) | set(steps), key=str)
-    }
+    return {r: UnitConstraint(mins.get(r), steps.get(r)) for r in sorted(set(mins) | set(steps), key=str)}
 
 
-def candidacy(
-    h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS
-) -> Rejection | None:
+def candidacy(h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS) -> Rejection | None:
     """Why the host is not a scheduling candidate at all, or None."""
     if h.spec.maintenance:
         why = f" ({h.spec.maintenance_reason})" if h.spec.maintenance_reason else ""
@@ -104,9 +93,7 @@ def candidacy(
     return health(h, now, staleness)
 
 
-def health(
-    h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS
-) -> Rejection | None:
+def health(h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS) -> Rejection | None:
     ready = find_condition(h.status.conditions, "Ready")
     if ready is None or ready.status != "True":
         state = "missing" if ready is None else ready.status
@@ -117,9 +104,7 @@ def health(
         return Rejection("stale", "no heartbeat recorded")
     if beat < now - staleness:
         age = int((now - beat).total_seconds())
-        return Rejection(
-            "stale", f"last heartbeat {age}s ago, older than {int(staleness.total_seconds())}s"
-        )
+        return Rejection("stale", f"last heartbeat {age}s ago, older than {int(staleness.total_seconds())}s")
     return None
 
 
@@ -157,8 +142,7 @@ def resource_rejections(
             out.append(
                 Rejection(
                     "max-unit",
-                    f"{r}: one instance needs {one}, more than the host's {biggest} "
-                    "after its reserve",
+                    f"{r}: one instance needs {one}, more than the host's {biggest} after its reserve",
                     r,
                     one,
                     biggest,
@@ -167,9 +151,7 @@ def resource_rejections(
         c = units.get(r)
         if c is not None and c.min_unit is not None and one < c.min_unit:
             out.append(
-                Rejection(
-                    "min-unit", f"{r}: {one} is below min_unit {c.min_unit}", r, one, c.min_unit
-                )
+                Rejection("min-unit", f"{r}: {one} is below min_unit {c.min_unit}", r, one, c.min_unit)
             )
         if c is not None and c.step_size is not None and not _divides(c.step_size.value, one.value):
             out.append(
@@ -227,7 +209,5 @@ def fitting_hosts(
 ) -> list[str]:
     """Names of hosts `request` fits on, sorted (the unvectorised reference)."""
     return sorted(
-        h.name
-        for h in hosts
-        if not rejections(h, reservations.get(h.name, []), request, now, staleness)
+        h.name for h in hosts if not rejections(h, reservations.get(h.name, []), request, now, staleness)
     )

@@ -103,13 +103,10 @@ class _Column:
         self._rebuild()
 
     def _rebuild(self) -> None:
-        big = any(
-            abs(v) * self.scale >= _INT64_LIMIT for vals in self.values.values() for v in vals
-        )
+        big = any(abs(v) * self.scale >= _INT64_LIMIT for vals in self.values.values() for v in vals)
         dtype: Any = object if big else np.int64
         self.arrays = {
-            k: np.array([int(v * self.scale) for v in vals], dtype=dtype)
-            for k, vals in self.values.items()
+            k: np.array([int(v * self.scale) for v in vals], dtype=dtype) for k, vals in self.values.items()
         }
 
     def grow(self, size: int) -> None:
@@ -148,11 +145,18 @@ class Candidate:
 class FitResult:
     request: Request
     weigher: Weigher
-    candidates: list[Candidate]
+    # Best first. Kept as two plain lists: building one object per host would
+    # cost more than the whole query on a 100k-host fleet.
+    names: list[str]
+    scores: list[float]
     # Number of hosts that fit before --limit cut the list.
     fitting: int
     considered: int
     rejected: dict[str, list[Rejection]] = field(default_factory=dict)
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        return [Candidate(n, s) for n, s in zip(self.names, self.scores, strict=True)]
 
 
 class FleetIndex:
@@ -173,6 +177,7 @@ class FleetIndex:
         self._beat = np.zeros(0, dtype=np.int64)
         self._next_expiry = np.zeros(0, dtype=np.int64)
         self._rank = np.zeros(0, dtype=np.int64)
+        self._name_array: npt.NDArray[np.object_] = np.zeros(0, dtype=object)
         self._labels_version = 0
         self._selector_cache: dict[str, tuple[int, npt.NDArray[np.bool_]]] = {}
 
@@ -221,10 +226,9 @@ class FleetIndex:
         self._present = np.concatenate([self._present, np.zeros(extra, dtype=bool)])
         self._ready = np.concatenate([self._ready, np.zeros(extra, dtype=bool)])
         self._beat = np.concatenate([self._beat, np.full(extra, _NO_BEAT, dtype=np.int64)])
-        self._next_expiry = np.concatenate(
-            [self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)]
-        )
+        self._next_expiry = np.concatenate([self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)])
         self._rank = np.concatenate([self._rank, np.zeros(extra, dtype=np.int64)])
+        self._name_array = np.concatenate([self._name_array, np.full(extra, "", dtype=object)])
         self._rows.extend([None] * extra)
         for col in self._columns.values():
             col.grow(size)
@@ -243,6 +247,7 @@ class FleetIndex:
             self._grow(self._size)
             self._row[h.name] = row
             self._names.append(h.name)
+            self._name_array[row] = h.name
             if rank:
                 self._rerank()
             self._labels_version += 1
@@ -386,9 +391,7 @@ class FleetIndex:
         sel = self._selector_mask(selector)
         return present if sel is None else present & sel
 
-    def candidates_mask(
-        self, now: datetime, selector: Selector | None = None
-    ) -> npt.NDArray[np.bool_]:
+    def candidates_mask(self, now: datetime, selector: Selector | None = None) -> npt.NDArray[np.bool_]:
         n = self._size
         oldest = micros(now - self.staleness)
         mask = self._present[:n] & self._ready[:n] & (self._beat[:n] >= oldest)
@@ -464,7 +467,8 @@ class FleetIndex:
             result = FitResult(
                 request=request,
                 weigher=weigher,
-                candidates=[Candidate(self._names[int(rows[i])], float(scores[i])) for i in order],
+                names=self._name_array[rows[order]].tolist(),
+                scores=scores[order].tolist(),
                 fitting=int(ok.sum()),
                 considered=int(self._in_scope(selector).sum()),
             )

@@ -86,9 +86,7 @@ def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
     return out
 
 
-def export_usages(
-    h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None
-) -> dict[str, int]:
+def export_usages(h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None) -> dict[str, int]:
     """What Placement would count as used: the allocation libvirt sees plus the
     reservations still holding space (phases derived as everywhere)."""
     held = [r.spec.resources for r in reservations if holds_space(r, h, now)]
@@ -116,8 +114,7 @@ def export(
 ) -> dict[str, Any]:
     return {
         "resource_providers": [
-            export_provider(h, reservations.get(h.name, []), now)
-            for h in sorted(hosts, key=lambda h: h.name)
+            export_provider(h, reservations.get(h.name, []), now) for h in sorted(hosts, key=lambda h: h.name)
         ]
     }
 
@@ -129,9 +126,7 @@ def placement_resources(request: Request) -> dict[str, int]:
     for r in sorted(request.resources, key=str):
         total = request.total(r).value / r.placement.base_per_unit
         if total.denominator != 1:
-            raise InvalidInput(
-                f"{r}: {request.total(r)} is not a whole number of {r.placement.unit}"
-            )
+            raise InvalidInput(f"{r}: {request.total(r)} is not a whole number of {r.placement.unit}")
         out[r.placement.resource_class] = int(total)
     return out
 

@@ -54,11 +54,7 @@ class PlacementClient:
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            cls = (
-                http.client.HTTPSConnection
-                if self._scheme == "https"
-                else http.client.HTTPConnection
-            )
+            cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
             self._conn = cls(self._host, self._port, timeout=self._timeout)
         return self._conn
 

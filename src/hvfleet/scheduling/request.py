@@ -20,9 +20,7 @@ class Request:
         if self.count < 1:
             raise InvalidInput(f"count: {self.count} must be at least 1")
         if not self.resources:
-            raise InvalidInput(
-                "request: ask for at least one resource (--cpu, --memory, --resource)"
-            )
+            raise InvalidInput("request: ask for at least one resource (--cpu, --memory, --resource)")
         for name, q in self.resources.items():
             if q <= 0:
                 raise InvalidInput(f"request {name}: {q} must be greater than 0")
