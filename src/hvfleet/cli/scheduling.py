@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
@@ -47,17 +48,12 @@ class Output(StrEnum):
     json = "json"
 
 
-StoreOpt = Annotated[
-    str | None,
-    typer.Option("--store", envvar="HVFLEET_STORE", help="Store URL (default sqlite:///hvfleet.db)."),
-]
 CpuOpt = Annotated[str | None, typer.Option("--cpu", help="vCPUs per instance.")]
 MemOpt = Annotated[str | None, typer.Option("--memory", help="Memory per instance, e.g. 4Gi.")]
 ResOpt = Annotated[
     list[str] | None,
     typer.Option("--resource", help="NAME=QUANTITY, e.g. VGPU=1 (repeatable)."),
 ]
-SelOpt = Annotated[str | None, typer.Option("-l", "--selector", help="Label selector.")]
 OutOpt = Annotated[Output, typer.Option("-o", "--output")]
 WeigherOpt = Annotated[Weigher, typer.Option("--weigher", help="binpack or spread.")]
 StalenessOpt = Annotated[
@@ -136,7 +132,7 @@ def fit_command(
     memory: MemOpt = None,
     resource: ResOpt = None,
     count: Annotated[int, typer.Option("--count", help="Instances on one host.")] = 1,
-    selector: SelOpt = None,
+    selector: SelectorOpt = None,
     weigher: WeigherOpt = Weigher.binpack,
     limit: Annotated[int | None, typer.Option("--limit", help="At most M hosts.")] = None,
     output: OutOpt = Output.table,
@@ -165,7 +161,7 @@ def reserve_command(
     ttl: Annotated[str, typer.Option("--ttl", help="Expire after (0: never).")] = "10m",
     auto: Annotated[bool, typer.Option("--auto", help="Pick the best host and claim it.")] = False,
     count: Annotated[int, typer.Option("--count", help="Instances on one host.")] = 1,
-    selector: SelOpt = None,
+    selector: SelectorOpt = None,
     weigher: WeigherOpt = Weigher.binpack,
     staleness: StalenessOpt = f"{int(DEFAULT_STALENESS.total_seconds())}s",
     store: StoreOpt = None,
@@ -230,7 +226,7 @@ def _reservation_rows(views: list[Any], output: Output) -> None:
 @reservations_app.callback(invoke_without_command=True)
 def reservations_command(
     ctx: typer.Context,
-    selector: SelOpt = None,
+    selector: SelectorOpt = None,
     output: OutOpt = Output.table,
     store: StoreOpt = None,
 ) -> None:
@@ -262,7 +258,7 @@ app.add_typer(placement_app, name="placement")
 
 @placement_app.command("export")
 def placement_export_command(
-    selector: SelOpt = None,
+    selector: SelectorOpt = None,
     output: Annotated[str, typer.Option("-o", "--output", help="json")] = "json",
     store: StoreOpt = None,
 ) -> None:
