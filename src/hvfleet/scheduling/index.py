@@ -163,6 +163,9 @@ class FleetIndex:
     def __init__(self, staleness: timedelta = DEFAULT_STALENESS) -> None:
         self.staleness = staleness
         self.revision = 0
+        # The store revision the last refresh caught up with (>= self.revision
+        # when the newest revisions were not events of ours).
+        self._caught_up = 0
         self._lock = threading.RLock()
         self._names: list[str] = []
         self._row: dict[str, int] = {}
@@ -322,16 +325,26 @@ class FleetIndex:
             if row is not None and host in self._hosts:
                 self._compute(row, now)
 
-    def refresh(self, store: Store, timeout: float = 0.0) -> int:
-        """Apply every event since the index's revision; returns how many. A watch
-        that lost its history (Gone) rebuilds from a fresh list."""
+    def refresh(self, store: Store, settle: float = 0.25) -> int:
+        """Catch up with the store: apply every event up to the store's current
+        revision; returns how many. Stops as soon as that revision is delivered
+        (SQLite has every event at hand; an etcd watch streams them), waiting at
+        most `settle` seconds for revisions that are not ours (etcd counts writes
+        under every prefix). A watch that lost its history (Gone) rebuilds from
+        a fresh list."""
+        target = store.revision()
+        if target <= max(self.revision, self._caught_up):
+            return 0
         n = 0
         try:
-            for event in store.watch(None, since=self.revision, timeout=timeout):
+            for event in store.watch(None, since=self.revision, timeout=settle):
                 self.apply(event)
                 n += 1
+                if event.revision >= target:
+                    break
         except Gone:
             self.load_from(store)
+        self._caught_up = target
         return n
 
     def follow(self, store: Store, stop: threading.Event) -> threading.Thread:
