@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from real_placement import RealPlacement
 from sched_fleet import host, now, put_host
 
@@ -111,6 +112,7 @@ def test_reserve_release_list_and_gc(store: Store, run: Any) -> None:
     doc = json.loads(run("reservations", "-o", "json").out)
     assert {i["spec"]["hypervisor"] for i in doc["items"]} == {"hv-a", "hv-b"}
     assert {i["status"]["phase"] for i in doc["items"]} == {"Active"}
+    assert yaml.safe_load(run("reservations", "-o", "yaml").out) == doc
     assert run("release", name).out.strip() == f"{name} Released"
     table = run("reservations", "-l", "hvfleet.io/hypervisor=hv-a").out
     assert "Released" in table and "hv-b" not in table

@@ -7,7 +7,6 @@ Thin: each command parses its options, opens the store, calls
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -17,6 +16,7 @@ import typer
 
 from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
+from hvfleet.cli.output import dump
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import MEMORY, ResourceName
@@ -46,6 +46,7 @@ class Weigher(StrEnum):
 class Output(StrEnum):
     table = "table"
     json = "json"
+    yaml = "yaml"
 
 
 CpuOpt = Annotated[str | None, typer.Option("--cpu", help="vCPUs per instance.")]
@@ -69,8 +70,8 @@ def _staleness(text: str) -> timedelta:
     return value
 
 
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=False))
+def _print_doc(data: Any, output: Output = Output.json) -> None:
+    sys.stdout.write(dump(data, output.value))
 
 
 def _table(rows: list[list[str]]) -> None:
@@ -94,7 +95,7 @@ def _fmt(r: ResourceName, v: Any) -> str:
 
 
 def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool) -> None:
-    if output is Output.json:
+    if output is not Output.table:
         data: dict[str, Any] = {
             "request": _request_dict(result.request),
             "weigher": result.weigher,
@@ -107,7 +108,7 @@ def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool)
         }
         if why:
             data["rejected"] = {name: [r.to_dict() for r in found] for name, found in result.rejected.items()}
-        _print_json(data)
+        _print_doc(data, output)
         return
     rows = [["HOST", "SCORE", "FREE CPU", "FREE MEMORY"]]
     for c in result.candidates:
@@ -206,13 +207,13 @@ app.add_typer(reservations_app, name="reservations")
 
 
 def _reservation_rows(views: list[Any], output: Output) -> None:
-    if output is Output.json:
+    if output is not Output.table:
         items = []
         for v in views:
             d = v.reservation.to_dict()
             d["status"]["phase"] = v.phase
             items.append(d)
-        _print_json({"items": items})
+        _print_doc({"items": items}, output)
         return
     rows = [["NAME", "HYPERVISOR", "CONSUMER", "SOURCE", "PHASE", "RESOURCES", "EXPIRES"]]
     for v in views:
@@ -245,8 +246,9 @@ def reservations_gc_command(output: OutOpt = Output.table, store: StoreOpt = Non
     """Delete reservations that ended: Confirmed, Released or Expired."""
     with open_store(store) as st:
         removed = gc(st)
-    if output is Output.json:
-        _print_json({"deleted": [{"name": v.reservation.name, "phase": v.phase} for v in removed]})
+    if output is not Output.table:
+        deleted = [{"name": v.reservation.name, "phase": v.phase} for v in removed]
+        _print_doc({"deleted": deleted}, output)
     else:
         for v in removed:
             print(f"{v.reservation.name} {v.phase} deleted")
@@ -269,7 +271,7 @@ def placement_export_command(
     with open_store(store) as st:
         hosts = st.list_hypervisors(parse_selector(selector))
         by_host = reservations_by_host(st.list_reservations())
-    _print_json(export(hosts, by_host, datetime.now(UTC)))
+    _print_doc(export(hosts, by_host, datetime.now(UTC)))
 
 
 @placement_app.command("sync")
@@ -282,8 +284,8 @@ def placement_sync_command(
     """Keep one Reservation per Placement consumer per host until libvirt shows it."""
     with open_store(store) as st, PlacementClient(url, token) as client:
         report = sync(st, client)
-    if output is Output.json:
-        _print_json(report.to_dict())
+    if output is not Output.table:
+        _print_doc(report.to_dict(), output)
     else:
         print(
             f"created {len(report.created)}, updated {len(report.updated)}, "
