@@ -162,11 +162,14 @@ class FitResult:
 class FleetIndex:
     def __init__(self, staleness: timedelta = DEFAULT_STALENESS) -> None:
         self.staleness = staleness
+        self._lock = threading.RLock()
+        self._reset()
+
+    def _reset(self) -> None:
         self.revision = 0
         # The store revision the last refresh caught up with (>= self.revision
         # when the newest revisions were not events of ours).
         self._caught_up = 0
-        self._lock = threading.RLock()
         self._names: list[str] = []
         self._row: dict[str, int] = {}
         self._hosts: dict[str, Hypervisor] = {}
@@ -209,7 +212,7 @@ class FleetIndex:
         now: datetime | None = None,
     ) -> None:
         with self._lock:
-            self.__init__(self.staleness)  # type: ignore[misc]
+            self._reset()
             self.revision = revision
             for r in reservations:
                 self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
