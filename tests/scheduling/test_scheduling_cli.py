@@ -255,11 +255,24 @@ def test_placement_sync_mirrors_promised_space_until_libvirt_shows_it(store: Sto
         c2 = "00000000-0000-0000-0000-0000000000c2"
         c3 = "00000000-0000-0000-0000-0000000000c3"  # hv-b's libvirt already runs it
 
-        def allocate(consumer: str, hv: str, resources: dict[str, int]) -> None:
-            body = {"allocations": {uid[hv]: {"resources": resources}}, "project_id": "p", "user_id": "u"}
+        def allocate(consumer: str, hv: str, resources: dict[str, int], **more: Any) -> None:
+            allocations = {uid[hv]: {"resources": resources}, **more}
+            body = {"allocations": allocations, "project_id": "p", "user_id": "u"}
             c.request("PUT", f"/allocations/{consumer}", body)
 
-        allocate(c1, "hv-a", {"VCPU": 2, "MEMORY_MB": 1024})
+        # A vGPU on a nested provider under hv-a's compute node, as nova reports it.
+        gpu = str(uuid.uuid4())
+        c.request(
+            "POST",
+            "/resource_providers",
+            {"name": "hv-a-pgpu0", "uuid": gpu, "parent_provider_uuid": uid["hv-a"]},
+        )
+        c.request(
+            "PUT",
+            f"/resource_providers/{gpu}/inventories",
+            {"resource_provider_generation": 0, "inventories": {"VGPU": {"total": 4}}},
+        )
+        allocate(c1, "hv-a", {"VCPU": 2, "MEMORY_MB": 1024}, **{gpu: {"resources": {"VGPU": 1}}})
         allocate(c2, "hv-b", {"VCPU": 1})
         allocate(c3, "hv-b", {"VCPU": 1})
 
@@ -276,6 +289,7 @@ def test_placement_sync_mirrors_promised_space_until_libvirt_shows_it(store: Sto
         assert {str(k): str(v) for k, v in mirrors[c1].spec.resources.items()} == {
             "cpu": "2",
             "memory": "1Gi",
+            "VGPU": "1",
         }
         free = free_capacity(store.get_hypervisor("hv-a"), store.list_reservations(), now())
         assert free[CPU] == 2  # 8 − 4 allocated − 2 promised by Placement

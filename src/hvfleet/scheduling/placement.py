@@ -174,12 +174,24 @@ def desired_mirrors(
     client: PlacementClient, hosts: Mapping[str, Hypervisor]
 ) -> tuple[dict[tuple[str, str], dict[ResourceName, Quantity]], list[str]]:
     """(host, consumer) → resources Placement has allocated and libvirt does not
-    show yet; plus the names of providers that match no hypervisor."""
+    show yet; plus the names of providers that match no hypervisor. A nested
+    provider (a GPU or NIC under a compute node) belongs to the hypervisor of
+    its root, and a consumer's allocations on a host's providers add up."""
     by_uid = {h.metadata.uid: h for h in hosts.values() if h.metadata.uid}
+    providers = client.get("/resource_providers")["resource_providers"]
+    by_uuid = {rp["uuid"]: rp for rp in providers}
+
+    def hypervisor_of(rp: dict[str, Any]) -> Hypervisor | None:
+        h = by_uid.get(rp["uuid"]) or hosts.get(rp["name"])
+        root = by_uuid.get(rp.get("root_provider_uuid") or rp["uuid"])
+        if h is None and root is not None and root is not rp:
+            h = by_uid.get(root["uuid"]) or hosts.get(root["name"])
+        return h
+
     desired: dict[tuple[str, str], dict[ResourceName, Quantity]] = {}
     unknown: list[str] = []
-    for rp in client.get("/resource_providers")["resource_providers"]:
-        h = by_uid.get(rp["uuid"]) or hosts.get(rp["name"])
+    for rp in providers:
+        h = hypervisor_of(rp)
         if h is None:
             unknown.append(rp["name"])
             continue
@@ -190,7 +202,9 @@ def desired_mirrors(
                 continue  # libvirt shows it: the allocation counts it already
             resources = _from_placement(alloc["resources"], f"placement consumer {consumer}")
             if resources:
-                desired[(h.name, consumer)] = resources
+                mine = desired.setdefault((h.name, consumer), {})
+                for r, q in resources.items():
+                    mine[r] = mine[r] + q if r in mine else q
     return desired, sorted(unknown)
 
 
