@@ -99,6 +99,21 @@ def test_min_unit_and_step_size_hold_where_declared() -> None:
     assert [r.reason for r in rejections(h, [], req("2", "1536Mi"), NOW)] == ["step-size"]
 
 
+def test_a_host_with_a_bad_annotation_is_left_out_with_the_reason() -> None:
+    fleet = [
+        host("bad", {"cpu": 4}, annotations={"scheduling.hvfleet.io/step-size.cpu": "two"}),
+        host("worse", {"cpu": 4}, annotations={"scheduling.hvfleet.io/min-unit.gpu": "1"}),
+        host("good", {"cpu": 4}),
+    ]
+    index = FleetIndex()
+    index.load(fleet, [], now=NOW)
+    result = index.fit(req("1"), now=NOW, why=True)
+    assert [c.name for c in result.candidates] == ["good"]
+    [why] = result.rejected["bad"]
+    assert why.reason == "invalid-annotation" and "step-size.cpu" in why.message
+    assert "unknown resource 'gpu'" in result.rejected["worse"][0].message
+
+
 def test_a_resource_the_host_lacks_does_not_fit() -> None:
     h = host("a", {"cpu": 4})
     reasons = {r.reason for r in rejections(h, [], req("1", VGPU="1"), NOW)}

@@ -29,7 +29,8 @@ from hvfleet.model.resources import ResourceName
 from hvfleet.scheduling.errors import DoesNotFit
 from hvfleet.scheduling.request import Request
 
-# The node agent's resync interval; a host whose heartbeat is older than three
+# The node agent's default resync interval (hvfleet.agent.runner; scheduling may not
+# import the agent); a host whose heartbeat is older than three
 # of them is treated as gone (its numbers may be stale).
 DEFAULT_RESYNC = timedelta(seconds=60)
 DEFAULT_STALENESS = 3 * DEFAULT_RESYNC
@@ -39,7 +40,16 @@ DEFAULT_STALENESS = 3 * DEFAULT_RESYNC
 MIN_UNIT_PREFIX = "scheduling.hvfleet.io/min-unit."
 STEP_SIZE_PREFIX = "scheduling.hvfleet.io/step-size."
 
-Reason = Literal["maintenance", "not-ready", "stale", "insufficient", "max-unit", "min-unit", "step-size"]
+Reason = Literal[
+    "maintenance",
+    "not-ready",
+    "stale",
+    "invalid-annotation",
+    "insufficient",
+    "max-unit",
+    "min-unit",
+    "step-size",
+]
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,11 @@ def candidacy(h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALE
     if h.spec.maintenance:
         why = f" ({h.spec.maintenance_reason})" if h.spec.maintenance_reason else ""
         return Rejection("maintenance", f"in maintenance ({h.spec.maintenance}){why}")
+    try:
+        unit_constraints(h)
+    except InvalidInput as exc:
+        # One host's typo must not break every fit query: that host is out.
+        return Rejection("invalid-annotation", str(exc))
     return health(h, now, staleness)
 
 

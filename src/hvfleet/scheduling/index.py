@@ -31,7 +31,7 @@ from hvfleet.model.capacity import (
     hypervisor_effective_capacity,
     max_unit,
 )
-from hvfleet.model.errors import Gone
+from hvfleet.model.errors import Gone, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.model.meta import find_condition
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -73,7 +73,11 @@ def _compute_row(h: Hypervisor, reservations: Iterable[Reservation], now: dateti
     held = [r for r in reservations if holds_space(r, h, now)]
     expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
     ready = find_condition(h.status.conditions, "Ready")
-    units = unit_constraints(h)
+    try:
+        units = unit_constraints(h)
+        valid = True
+    except InvalidInput:
+        units, valid = {}, False  # not a candidate; `--why` says which annotation
     beat = h.status.last_heartbeat_time
     return _Row(
         free={r: q.value for r, q in free_capacity(h, held, now).items()},
@@ -81,7 +85,7 @@ def _compute_row(h: Hypervisor, reservations: Iterable[Reservation], now: dateti
         effective={r: q.value for r, q in hypervisor_effective_capacity(h).items()},
         min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
         step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
-        ready=not h.spec.maintenance and ready is not None and ready.status == "True",
+        ready=valid and not h.spec.maintenance and ready is not None and ready.status == "True",
         beat=_NO_BEAT if beat is None else micros(beat),
         next_expiry=min(expiries, default=_NEVER),
     )
