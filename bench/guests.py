@@ -54,7 +54,10 @@ def bench_generate(quick: bool) -> None:
     for i in range(reps):
         os = OSES[i % len(OSES)]
         req = GuestRequest(
-            os=os, name=f"bench{i}", vcpus=2, memory=4 << 30,
+            os=os,
+            name=f"bench{i}",
+            vcpus=2,
+            memory=4 << 30,
             disks=(DiskSpec.parse("kind=qcow2,source=/var/lib/img/b.qcow2"),),
             nics=(NicSpec.parse("network=default"),),
         )
@@ -63,16 +66,50 @@ def bench_generate(quick: bool) -> None:
         ours.append(time.perf_counter() - t)
 
     def cli(os: str) -> list[str]:
-        return [PY, "-c", "import hvfleet.cli.guest; from hvfleet.cli.main import app; app()",
-                "guest", "generate", "--os", os, "--name", "b", "--vcpus", "2", "--memory",
-                "4Gi", "--disk", "kind=qcow2,source=/var/lib/img/b.qcow2", "--nic",
-                "network=default", "--caps-dir", str(group_dir)]
+        return [
+            PY,
+            "-c",
+            "import hvfleet.cli.guest; from hvfleet.cli.main import app; app()",
+            "guest",
+            "generate",
+            "--os",
+            os,
+            "--name",
+            "b",
+            "--vcpus",
+            "2",
+            "--memory",
+            "4Gi",
+            "--disk",
+            "kind=qcow2,source=/var/lib/img/b.qcow2",
+            "--nic",
+            "network=default",
+            "--caps-dir",
+            str(group_dir),
+        ]
 
     def virt_install(os: str) -> list[str]:
-        return ["virt-install", "--connect", "test:///default", "--print-xml", "--dry-run",
-                "--name", "b", "--osinfo", os, "--vcpus", "2", "--memory", "4096",
-                "--disk", "path=/var/lib/img/b.qcow2,format=qcow2,size=1",
-                "--network", "network=default", "--import", "--noautoconsole"]
+        return [
+            "virt-install",
+            "--connect",
+            "test:///default",
+            "--print-xml",
+            "--dry-run",
+            "--name",
+            "b",
+            "--osinfo",
+            os,
+            "--vcpus",
+            "2",
+            "--memory",
+            "4096",
+            "--disk",
+            "path=/var/lib/img/b.qcow2,format=qcow2,size=1",
+            "--network",
+            "network=default",
+            "--import",
+            "--noautoconsole",
+        ]
 
     procs = 4 if quick else 12
     cli_t: list[float] = []
@@ -85,8 +122,10 @@ def bench_generate(quick: bool) -> None:
             out.append(time.perf_counter() - t)
     ours_ms, cli_ms, vi_ms = median_ms(ours), median_ms(cli_t), median_ms(vi_t)
     print("## Guest generation (median per guest)")
-    print(f"hvfleet generate(), in-process, warm: {ours_ms:8.3f} ms  "
-          f"({1000 / ours_ms:8.0f} guests/s, {reps} guests, 3-host group)")
+    print(
+        f"hvfleet generate(), in-process, warm: {ours_ms:8.3f} ms  "
+        f"({1000 / ours_ms:8.0f} guests/s, {reps} guests, 3-host group)"
+    )
     print(f"hvfleet one-time load (osinfo-db, cpu_map, caps): {cold * 1000:.0f} ms")
     print(f"hvfleet guest generate, one process per guest: {cli_ms:8.1f} ms  ({procs} runs)")
     print(f"virt-install --print-xml --dry-run, per process: {vi_ms:8.1f} ms  ({procs} runs)")
@@ -97,8 +136,9 @@ def bench_generate(quick: bool) -> None:
 
 def _libvirt_features(xml: str) -> set[str]:
     root = etree.fromstring(xml.encode())
-    return {f.get("name", "") for f in root.findall("feature")
-            if f.get("policy") in (None, "require", "force")}
+    return {
+        f.get("name", "") for f in root.findall("feature") if f.get("policy") in (None, "require", "force")
+    }
 
 
 def bench_baseline(quick: bool) -> None:
@@ -106,22 +146,21 @@ def bench_baseline(quick: bool) -> None:
     files = sorted((HOSTS / "cpus").glob("*.xml"))
     intel = [f.read_text() for f in files if "<vendor>Intel</vendor>" in f.read_text()]
     # A realistic fleet: mostly recent generations, a tail of older ones.
-    recent = [x for x in intel if any(m in x for m in ("Skylake", "Cascadelake", "Icelake",
-                                                        "Cooperlake"))]
+    recent = [x for x in intel if any(m in x for m in ("Skylake", "Cascadelake", "Icelake", "Cooperlake"))]
     conn = libvirt.open("test:///default")
     print("## CPU baseline (median)")
     print("input: 'same-hw' = hosts of one hardware type send identical <cpu> XML (the")
     print("domcapabilities host-model form); 'unique' = every host's XML differs (a")
     print("<microcode> line per host, as in `virsh capabilities`); 'store' = host CPUs")
     print("already parsed into status.hostCapabilities (the --hosts path), no XML.")
-    print(f"{'hosts':>6} {'input':>8} {'hvfleet ms':>11} {'libvirt ms':>11} {'speedup':>8} "
-          f"{'hvfleet feats':>13} {'libvirt feats':>13} superset+within")
+    print(
+        f"{'hosts':>6} {'input':>8} {'hvfleet ms':>11} {'libvirt ms':>11} {'speedup':>8} "
+        f"{'hvfleet feats':>13} {'libvirt feats':>13} superset+within"
+    )
     for n in (10, 100, 1000):
         rng = random.Random(n)
-        same = [rng.choice(recent) if rng.random() < 0.8 else rng.choice(intel)
-                for _ in range(n)]
-        unique = [x.replace("<arch>", f"<microcode version='{i}'/><arch>", 1)
-                  for i, x in enumerate(same)]
+        same = [rng.choice(recent) if rng.random() < 0.8 else rng.choice(intel) for _ in range(n)]
+        unique = [x.replace("<arch>", f"<microcode version='{i}'/><arch>", 1) for i, x in enumerate(same)]
         reps = 3 if quick else 7
         parsed = cpus_from_texts([(f"h{i}", x) for i, x in enumerate(unique)])
         for label, xmls in (("same-hw", same), ("unique", unique), ("store", None)):
@@ -131,9 +170,7 @@ def bench_baseline(quick: bool) -> None:
             theirs_xml = ""
             for _ in range(reps):
                 t = time.perf_counter()
-                theirs_xml = conn.baselineCPU(
-                    xmls or same, libvirt.VIR_CONNECT_BASELINE_CPU_EXPAND_FEATURES
-                )
+                theirs_xml = conn.baselineCPU(xmls or same, libvirt.VIR_CONNECT_BASELINE_CPU_EXPAND_FEATURES)
                 theirs_t.append(time.perf_counter() - t)
             theirs = _libvirt_features(theirs_xml) - cmap.non_migratable
             lv = median_ms(theirs_t)
@@ -141,16 +178,18 @@ def bench_baseline(quick: bool) -> None:
             result = None
             for _ in range(reps):
                 t = time.perf_counter()
-                cpus = (parsed if xmls is None
-                        else cpus_from_texts([(f"h{i}", x) for i, x in enumerate(xmls)]))
+                cpus = parsed if xmls is None else cpus_from_texts([(f"h{i}", x) for i, x in enumerate(xmls)])
                 result = baseline_cpu(cpus, cmap).value
                 ours_t.append(time.perf_counter() - t)
             assert result is not None
             ok = not (theirs - result.features) and all(
-                result.features <= expand_cpu(c, cmap, h) for h, c in parsed)
+                result.features <= expand_cpu(c, cmap, h) for h, c in parsed
+            )
             o = median_ms(ours_t)
-            print(f"{n:>6} {label:>8} {o:>11.2f} {lv:>11.2f} {lv / o:>7.1f}x "
-                  f"{len(result.features):>13} {len(theirs):>13} {ok}")
+            print(
+                f"{n:>6} {label:>8} {o:>11.2f} {lv:>11.2f} {lv / o:>7.1f}x "
+                f"{len(result.features):>13} {len(theirs):>13} {ok}"
+            )
     conn.close()
 
 

@@ -19,6 +19,7 @@ OpenStack Placement's GET /allocation_candidates, and claims/s on SQLite.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import multiprocessing
 import random
@@ -42,6 +43,7 @@ from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.placement import export_inventories, placement_resources
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import open_store
+from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.ownership import agent_manager
 
 GiB = 2**30
@@ -175,9 +177,13 @@ def _claimer(url: str, hosts: list[str], n: int, seed: int) -> tuple[int, int]:
     return ok, refused
 
 
-def bench_claims(n_hosts: int, per_process: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/bench.db"
+def bench_claims(n_hosts: int, per_process: int, backend: str = "sqlite") -> None:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        if backend == "etcd":
+            cluster = stack.enter_context(EtcdCluster(Path(tmp) / "etcd", size=1))
+            url = cluster.url(prefix="/bench")
+        else:
+            url = f"sqlite:///{tmp}/bench.db"
         hosts = fleet(n_hosts, seed=3)
         with open_store(url) as s:
             for h in hosts:
@@ -200,7 +206,7 @@ def bench_claims(n_hosts: int, per_process: int) -> None:
                 for h in s.list_hypervisors()
             )
         print(
-            f"claims, 8 processes on SQLite, {n_hosts} hosts: {ok + refused} attempts in "
+            f"claims, 8 processes on {backend}, {n_hosts} hosts: {ok + refused} attempts in "
             f"{wall:.2f} s = {(ok + refused) / wall:,.0f} claims/s "
             f"({ok} taken, {refused} did not fit); hosts overbooked by claims: {over}"
         )
@@ -213,6 +219,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--placement-queries", type=int, default=30)
     ap.add_argument("--claims", type=int, default=200, help="claims per process")
+    ap.add_argument("--claim-stores", default="sqlite", help="sqlite,etcd")
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x]
     psizes = {int(x) for x in args.placement_sizes.split(",") if x}
@@ -255,8 +262,9 @@ def main() -> None:
                 f"{mism} set mismatches in {len(plat)} queries)"
             )
         print(line, flush=True)
-    bench_claims(200, args.claims)
-    bench_claims(1, args.claims)
+    for backend in args.claim_stores.split(","):
+        bench_claims(200, args.claims, backend)
+        bench_claims(1, args.claims, backend)
 
 
 if __name__ == "__main__":

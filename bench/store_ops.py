@@ -22,21 +22,29 @@ from hvfleet.store import open_store
 
 def realistic(name: str) -> Hypervisor:
     instances = [
-        {"uuid": f"{name}-{i:04d}-0000-0000-000000000000", "name": f"vm-{i}", "state": "running",
-         "resources": {"cpu": 2, "memory": "4Gi"}}
+        {
+            "uuid": f"{name}-{i:04d}-0000-0000-000000000000",
+            "name": f"vm-{i}",
+            "state": "running",
+            "resources": {"cpu": 2, "memory": "4Gi"},
+        }
         for i in range(20)
     ]
     status: dict[str, Any] = {
         "capacity": {"cpu": 64, "memory": "512Gi", "hugepages-2Mi": "16Gi"},
         "allocation": {"cpu": 40, "memory": "80Gi"},
-        "cells": [{"id": c, "capacity": {"cpu": 32, "memory": "256Gi"},
-                   "allocation": {"cpu": 20, "memory": "40Gi"}} for c in range(2)],
+        "cells": [
+            {"id": c, "capacity": {"cpu": 32, "memory": "256Gi"}, "allocation": {"cpu": 20, "memory": "40Gi"}}
+            for c in range(2)
+        ],
         "instances": instances,
     }
-    return Hypervisor.model_validate({
-        "metadata": {"name": name, "labels": {"az": f"az-{hash(name) % 3}", "rack": name[-2:]}},
-        "status": status,
-    })
+    return Hypervisor.model_validate(
+        {
+            "metadata": {"name": name, "labels": {"az": f"az-{hash(name) % 3}", "rack": name[-2:]}},
+            "status": status,
+        }
+    )
 
 
 def timed(fn: Any, n: int) -> tuple[float, float]:
@@ -81,8 +89,10 @@ def main() -> None:
             items = store.list("Hypervisor").items
             lat.append(time.perf_counter() - t)
         assert len(items) == n
-        print(f"  list all          {statistics.median(lat) * 1000:8.0f} ms median of {runs} "
-              f"({n / statistics.median(lat):.0f} objects/s)")
+        print(
+            f"  list all          {statistics.median(lat) * 1000:8.0f} ms median of {runs} "
+            f"({n / statistics.median(lat):.0f} objects/s)"
+        )
         lat = []
         for _ in range(runs):
             t = time.perf_counter()
