@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from hvfleet.discovery.host import HostTopology, NodeInfo, parse_host_topology
+from hvfleet.model.quantity import Quantity
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -37,3 +40,18 @@ def two_cells() -> HostTopology:
 def two_cells_topology() -> HostTopology:
     """The same host as `two_cells`, shared by hypothesis examples."""
     return two_cell_host()
+
+
+def hvfleet(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the real `hvfleet` command of this checkout."""
+    script = Path(sys.executable).parent / "hvfleet"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "hvfleet.cli.main"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def fleet_uri(host: str) -> str:
+    return f"test://{FLEET / (host + '.xml')}"
+
+
+def quantities(values: dict[str, str]) -> dict[str, Quantity]:
+    return {k: Quantity.parse(v) for k, v in values.items()}

@@ -21,12 +21,9 @@ from hvfleet.model.errors import AlreadyExists, NotFound
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.store.base import StaleVersion, Store
+from hvfleet.store.ownership import agent_manager
 
 Build = Callable[[Hypervisor], Hypervisor]
-
-
-def agent_manager(name: str) -> str:
-    return f"agent/{name}"
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ class StatusWriter:
 
     def write(self, build: Build) -> WriteResult:
         """Apply `build` (stored object → object with new status) with CAS."""
-        last_error: StaleVersion | AlreadyExists | None = None
+        last_error: StaleVersion | AlreadyExists | NotFound | None = None
         for _ in range(self.attempts):
             try:
                 current = self.store.get_hypervisor(self.name)
@@ -69,7 +66,8 @@ class StatusWriter:
                 return WriteResult(current, False)
             try:
                 updated = self.store.update(new, self.manager)
-            except StaleVersion as exc:
+            except (StaleVersion, NotFound) as exc:
+                # Changed or deleted since we read it: rebuild against what is there now.
                 last_error = exc
                 continue
             assert isinstance(updated, Hypervisor)

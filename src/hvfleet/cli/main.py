@@ -23,6 +23,7 @@ app = typer.Typer(
 
 def _register() -> None:
     # Each command family registers itself on `app` when imported.
+    from hvfleet.cli import agent  # noqa: F401
     from hvfleet.cli import resources  # noqa: F401
 
 
