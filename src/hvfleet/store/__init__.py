@@ -1,7 +1,8 @@
 """The Store: one contract (`hvfleet.store.base.Store`), several backends.
 
 `open_store(url)` picks the backend from the URL: `sqlite:///path` (embedded
-default, `./hvfleet.db`) or `etcd://host:port[,host:port]` (distributed).
+default, `./hvfleet.db`) or `etcd://host:port[,host:port][?prefix=/p]`
+(distributed; see docs/etcd.md).
 """
 
 from __future__ import annotations
@@ -20,8 +21,15 @@ def store_url(explicit: str | None = None) -> str:
     return explicit or os.environ.get("HVFLEET_STORE") or DEFAULT_URL
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, prefix: str | None = None) -> Store:
+    """The store at `url` (else $HVFLEET_STORE, else ./hvfleet.db). `prefix` (else
+    $HVFLEET_STORE_PREFIX, else `?prefix=` in the URL) puts an etcd store under its
+    own key prefix, so several fleets can share one etcd cluster."""
     url = store_url(url)
+    if url.startswith("etcd://"):
+        from hvfleet.store.etcd import EtcdStore
+
+        return EtcdStore.from_url(url, prefix or os.environ.get("HVFLEET_STORE_PREFIX") or None)
     if url.startswith("sqlite:///"):
         from hvfleet.store.sqlite import SqliteStore
 
