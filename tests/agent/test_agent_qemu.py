@@ -1,167 +1,42 @@
 """The long-running agent against real QEMU (qemu:///embed, TCG): lifecycle
 events move allocation, a spec change moves effectiveCapacity, both within
-the 2 s the issue allows, with a real SQLite store in between."""
+the 2 s the issue allows, with a real SQLite store in between. Each scenario
+runs in its own Python process (see embed_scenarios.py for why)."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator
+import subprocess
+import sys
 from pathlib import Path
 
-import libvirt
 import pytest
 
-from hvfleet.agent.runner import Agent, AgentConfig
-from hvfleet.discovery.libvirt_conn import ensure_event_loop
-from hvfleet.model import Hypervisor
-from hvfleet.store import open_store
-from hvfleet.store.base import Store
-
-from .conftest import MI
-
-QEMU_CONF = """stdio_handler = "file"
-user = "root"
-group = "root"
-security_driver = "none"
-cgroup_controllers = [ ]
-"""
-
-TINY = """<domain type='qemu'>
-  <name>{name}</name>
-  <memory unit='MiB'>64</memory>
-  <vcpu>{vcpus}</vcpu>
-  <os><type arch='x86_64' machine='pc'>hvm</type></os>
-  <devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices>
-</domain>"""
+from .conftest import REPO
 
 
 @pytest.fixture(scope="session")
-def embed_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One embedded QEMU driver per test process (libvirt allows one embed root
-    per process); the first open probes QEMU, which takes a few seconds."""
-    root = tmp_path_factory.mktemp("qemu-embed")
-    (root / "etc").mkdir()
-    (root / "etc" / "qemu.conf").write_text(QEMU_CONF)
-    return f"qemu:///embed?root={root}"
+def embed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shared by the scenarios one after another, so QEMU's capabilities are
+    probed once (a few seconds) and cached in the root."""
+    return tmp_path_factory.mktemp("agent-embed")
 
 
-@pytest.fixture
-def libvirt_conn(embed_uri: str) -> Iterator[libvirt.virConnect]:
-    ensure_event_loop()
-    conn = libvirt.open(embed_uri)
-    yield conn
-    for dom in conn.listAllDomains(0):
-        if dom.isActive():
-            dom.destroy()
-        dom.undefine()
-    conn.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with open_store(f"sqlite:///{tmp_path / 'hv.db'}") as s:
-        yield s
-
-
-def wait_for(
-    store: Store, name: str, pred: Callable[[Hypervisor], bool], timeout: float
-) -> tuple[float, Hypervisor]:
-    """Seconds until `pred` holds for the stored object (AssertionError on timeout)."""
-    start = time.monotonic()
-    last: Hypervisor | None = None
-    while time.monotonic() - start < timeout:
-        try:
-            last = store.get_hypervisor(name)
-        except Exception:
-            last = None
-        if last is not None and pred(last):
-            return time.monotonic() - start, last
-        time.sleep(0.01)
-    raise AssertionError(f"not within {timeout}s; last status: {last and last.status.to_dict()}")
+def run_scenario(name: str, root: Path, db: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.agent.embed_scenarios", name, str(root), str(db)],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+    assert f"scenario {name}: ok" in out.stdout
 
 
 def test_qemu_events_move_allocation_and_spec_moves_effective_capacity_within_2s(
-    embed_uri: str, libvirt_conn: libvirt.virConnect, store: Store
+    embed_root: Path, tmp_path: Path
 ) -> None:
-    agent = Agent(AgentConfig(uri=embed_uri, name="embed-host"), store)
-    stop = threading.Event()
-    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        _, h = wait_for(store, "embed-host", lambda h: bool(h.status.capacity), 60)
-        capacity_cpu = h.status.capacity["cpu"]
-        base_cpu, base_mem = h.status.allocation["cpu"], h.status.allocation["memory"]
-
-        dom = libvirt_conn.defineXML(TINY.format(name="tiny-1", vcpus=2))
-        dom.create()
-        elapsed, h = wait_for(
-            store, "embed-host",
-            lambda h: h.status.allocation["cpu"] == base_cpu + 2
-            and h.status.allocation["memory"] == base_mem + 64 * MI,
-            2.0,
-        )
-        assert elapsed < 2.0
-        (inst,) = [i for i in h.status.instances if i.name == "tiny-1"]
-        assert inst.uuid == dom.UUIDString()
-        assert inst.resources == {"cpu": 2, "memory": 64 * MI}
-        # one host cell here: the whole guest lands on it
-        assert h.status.cells[0].allocation["cpu"] == base_cpu + 2
-
-        dom.destroy()
-        dom.undefine()
-        wait_for(
-            store, "embed-host",
-            lambda h: h.status.allocation["cpu"] == base_cpu
-            and h.status.allocation["memory"] == base_mem
-            and all(i.name != "tiny-1" for i in h.status.instances),
-            2.0,
-        )
-
-        store.update_hypervisor(
-            "embed-host",
-            lambda h: h.model_copy(
-                update={"spec": h.spec.model_copy(update={"overcommit": {"cpu": 4.0}})}
-            ),
-            "operator",
-        )
-        _, h = wait_for(
-            store, "embed-host",
-            lambda h: h.status.effective_capacity["cpu"] == 4 * capacity_cpu,
-            2.0,
-        )
-        assert h.status.cells[0].effective_capacity["cpu"] == 4 * capacity_cpu
-        assert h.status.observed_generation == h.metadata.generation
-        assert h.spec.overcommit == {"cpu": 4.0}
-    finally:
-        started = time.monotonic()
-        stop.set()
-        thread.join(5)
-    assert not thread.is_alive()
-    assert time.monotonic() - started < 2.0
+    run_scenario("events_and_spec", embed_root, tmp_path / "hv.db")
 
 
-def test_a_burst_of_events_is_debounced_into_few_writes(
-    embed_uri: str, libvirt_conn: libvirt.virConnect, store: Store
+def test_a_burst_of_qemu_events_is_debounced_into_few_writes(
+    embed_root: Path, tmp_path: Path
 ) -> None:
-    agent = Agent(AgentConfig(uri=embed_uri, name="burst-host"), store)
-    stop = threading.Event()
-    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
-        wait_for(store, "burst-host", lambda h: bool(h.status.capacity), 60)
-        rv_before = int(store.get_hypervisor("burst-host").metadata.resource_version or 0)
-        writes_before = agent.reconciles
-        for i in range(20):
-            libvirt_conn.defineXML(TINY.format(name=f"burst-{i}", vcpus=1))
-        wait_for(
-            store, "burst-host",
-            lambda h: sum(1 for i in h.status.instances if i.name.startswith("burst-")) == 20,
-            2.0,
-        )
-        # 20 define events in a quick burst: far fewer than 20 status writes
-        assert agent.reconciles - writes_before <= 5
-        assert int(store.get_hypervisor("burst-host").metadata.resource_version or 0) > rv_before
-    finally:
-        stop.set()
-        thread.join(5)
+    run_scenario("burst", embed_root, tmp_path / "hv.db")

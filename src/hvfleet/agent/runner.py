@@ -18,7 +18,6 @@ observation, so nothing older ever lands.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -26,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
 
 from hvfleet.agent.backoff import Backoff
 from hvfleet.agent.metrics import AgentMetrics
@@ -41,6 +39,7 @@ from hvfleet.agent.reconcile import (
     reconcile,
 )
 from hvfleet.agent.status_writer import StatusWriter, WriteResult
+from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_uri
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
 from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec
@@ -48,16 +47,6 @@ from hvfleet.model.meta import validate_name
 from hvfleet.store.base import Store
 
 log = logging.getLogger(__name__)
-
-
-def default_capabilities_parser() -> CapabilitiesParser | None:
-    """hvfleet.discovery.capabilities.parse_host_capabilities, if this build has it."""
-    try:
-        module = importlib.import_module("hvfleet.discovery.capabilities")
-    except ImportError:
-        return None
-    parser = getattr(module, "parse_host_capabilities", None)
-    return cast(CapabilitiesParser, parser) if parser is not None else None
 
 
 def default_name(uri: str, libvirt_hostname: str) -> str:
@@ -100,7 +89,7 @@ class Agent:
         self.config = config
         self.store = store
         self.metrics = metrics
-        self.capabilities_parser = capabilities_parser or default_capabilities_parser()
+        self.capabilities_parser = capabilities_parser or parse_host_capabilities
         self.conn = LibvirtConnection(config.uri)
         self.name: str | None = (
             validate_name(config.name, "--name") if config.name is not None else None

@@ -1,7 +1,7 @@
 """Writing the agent's status through the Store, safely.
 
 - Only `status` is written, as manager `agent/<name>`; `spec` is whatever the
-  store holds (the Hypervisor is created with an empty spec if missing).
+  store holds (a missing Hypervisor is first created bare, with an empty spec).
 - Every write is compare-and-swap on resourceVersion: the new status is built
   from the object just read, so a spec change that lands in between makes the
   write stale, and it is rebuilt against the new spec. An older status can
@@ -51,14 +51,13 @@ class StatusWriter:
             try:
                 current = self.store.get_hypervisor(self.name)
             except NotFound:
-                fresh = build(Hypervisor(metadata=ObjectMeta(name=self.name)))
+                # Create it bare, then write status like any update: status is built
+                # against the stored object (generation, spec), never an imagined one.
                 try:
-                    created = self.store.create(fresh, self.manager)
+                    self.store.create(Hypervisor(metadata=ObjectMeta(name=self.name)), self.manager)
                 except AlreadyExists as exc:
                     last_error = exc
-                    continue
-                assert isinstance(created, Hypervisor)
-                return WriteResult(created, True)
+                continue
             new = build(current)
             if same_status(current, new) and not self._heartbeat_due(
                 current, datetime.now(UTC)
