@@ -131,7 +131,7 @@ class Agent:
         if self.writer is None:
             self.writer = StatusWriter(self.store, self.name, self.config.resync)
             if self.metrics is not None:
-                self.metrics.hypervisor = self.name
+                self.metrics.bind(self.name)
 
     def _on_lifecycle(self, _uuid: str, _event: int, _detail: int) -> None:
         now = time.monotonic()
