@@ -16,7 +16,7 @@ from hvfleet.agent.reconcile import (
     reconcile,
     same_status,
 )
-from hvfleet.discovery.domains import parse_domain
+from hvfleet.discovery.domains import cell_units, parse_domain
 from hvfleet.discovery.libvirt_conn import DomainRecord
 from hvfleet.model import Hypervisor, ObjectMeta
 from hvfleet.model.meta import find_condition
@@ -28,7 +28,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def domain(xml: str, state: int) -> ParsedDomain:
     d = parse_domain(xml)
-    return ParsedDomain(DomainRecord(d.name, d.uuid, xml, state), d)
+    return ParsedDomain(DomainRecord(d.name, d.uuid, xml, state), d, cell_units(d, two_cell_host()))
 
 
 RUNNING = domain(fixture_text("nova-pinned-hugepages.xml"), 1)
