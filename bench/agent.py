@@ -239,42 +239,47 @@ def proc_cpu_seconds(pid: int) -> float:
 def bench_process(work: Path, idle_seconds: float) -> None:
     node = work / "big-host.xml"
     hvfleet = str(Path(sys.executable).parent / "hvfleet")
-    agent = subprocess.Popen(
-        [hvfleet, "agent", "--connect", f"test://{node}", "--name", "rss-host",
-         "--store", f"sqlite:///{work / 'rss.db'}", "--resync", "60s"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    peer = subprocess.Popen(
-        [sys.executable, "-c",
-         f"import libvirt, time; c = libvirt.open('test://{node}'); time.sleep(3600)"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    common = ["--connect", f"test://{node}", "--resync", "60s"]
+    procs = {
+        "hvfleet agent": subprocess.Popen(
+            [hvfleet, "agent", "--name", "rss-cli", "--store", f"sqlite:///{work / 'a.db'}",
+             *common], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        "python -m hvfleet.agent": subprocess.Popen(
+            [sys.executable, "-m", "hvfleet.agent", "--name", "rss-mod", "--store",
+             f"sqlite:///{work / 'b.db'}", *common],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        "peer: python + open libvirt connection": subprocess.Popen(
+            [sys.executable, "-c",
+             f"import libvirt, time; c = libvirt.open('test://{node}'); time.sleep(3600)"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    }
     try:
-        with open_store(f"sqlite:///{work / 'rss.db'}") as store:
-            start = time.monotonic()
-            while True:
-                try:
-                    store.get_hypervisor("rss-host")
-                    break
-                except Exception:
-                    if time.monotonic() - start > 60:
-                        raise
-                    time.sleep(0.1)
+        for db, name in (("a.db", "rss-cli"), ("b.db", "rss-mod")):
+            with open_store(f"sqlite:///{work / db}") as store:
+                start = time.monotonic()
+                while True:
+                    try:
+                        store.get_hypervisor(name)
+                        break
+                    except Exception:
+                        if time.monotonic() - start > 60:
+                            raise
+                        time.sleep(0.1)
         time.sleep(2)
-        a0, p0 = proc_cpu_seconds(agent.pid), proc_cpu_seconds(peer.pid)
+        cpu0 = {k: proc_cpu_seconds(p.pid) for k, p in procs.items()}
         time.sleep(idle_seconds)
-        a1, p1 = proc_cpu_seconds(agent.pid), proc_cpu_seconds(peer.pid)
-        rss_a, rss_p = proc_rss_kib(agent.pid), proc_rss_kib(peer.pid)
+        cpu1 = {k: proc_cpu_seconds(p.pid) for k, p in procs.items()}
+        rss = {k: proc_rss_kib(p.pid) for k, p in procs.items()}
     finally:
-        agent.terminate()
-        peer.terminate()
-        agent.wait(10)
-        peer.wait(10)
-    print("The `hvfleet agent` process on the 500-domain host (SQLite store):")
-    print(f"  RSS            {rss_a / 1024:6.1f} MiB   peer (python + open libvirt conn) "
-          f"{rss_p / 1024:6.1f} MiB")
-    print(f"  idle CPU over {idle_seconds:.0f} s: {a1 - a0:5.2f} CPU-s = "
-          f"{(a1 - a0) / idle_seconds * 100:4.1f}% of one core   peer {p1 - p0:5.2f} CPU-s")
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.wait(10)
+    print(f"Agent processes on the {node.stem} host (SQLite store), idle window {idle_seconds:.0f} s:")
+    for k in procs:
+        used = cpu1[k] - cpu0[k]
+        print(f"  {k:40s} RSS {rss[k] / 1024:6.1f} MiB   idle CPU {used:5.2f} CPU-s "
+              f"= {used / idle_seconds * 100:4.1f}% of one core")
 
 
 def main() -> None:

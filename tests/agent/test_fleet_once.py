@@ -4,6 +4,8 @@ store. Every figure below is computed by hand from the XML files."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -200,6 +202,16 @@ def test_unparsable_domain_is_skipped_and_reported(tmp_path: Path) -> None:
     ready = next(c for c in h.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "UnparsableDomains")
     assert "odd-pages" in ready.message and "16384 KiB" in ready.message
+
+
+def test_python_m_hvfleet_agent_is_the_same_command(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "hvfleet.agent", "--connect", fleet_uri("lab-01"), "--store",
+         f"sqlite:///{tmp_path / 'f.db'}", "--once"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("lab-01: cpu 2/2, memory 1280Mi/4Gi")
 
 
 def test_once_exits_1_with_one_line_when_libvirt_is_unreachable(tmp_path: Path) -> None:
