@@ -13,6 +13,7 @@ from hvfleet.agent.reconcile import (
     add_effective_capacity,
     add_instances,
     mark_disconnected,
+    mark_unreadable_host,
     reconcile,
     same_status,
 )
@@ -111,3 +112,13 @@ def test_same_status_ignores_only_the_heartbeat() -> None:
     assert same_status(a, b)
     c = reconcile(a, facts("running"), T0 + timedelta(seconds=30))
     assert not same_status(a, c)
+
+
+def test_unreadable_host_is_not_ready_and_keeps_the_last_observation() -> None:
+    h = reconcile(fresh(), facts(), T0)
+    bad = mark_unreadable_host(h, "capabilities: cell 0: no <memory>", T0 + timedelta(seconds=1))
+    ready = find_condition(bad.status.conditions, "Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason, ready.message) == (
+        "False", "UnreadableHost", "capabilities: cell 0: no <memory>")
+    assert bad.status.allocation == h.status.allocation

@@ -323,6 +323,19 @@ def mark_disconnected(h: Hypervisor, uri: str, message: str, now: datetime) -> H
     )
 
 
+def mark_unreadable_host(h: Hypervisor, message: str, now: datetime) -> Hypervisor:
+    """libvirt answers, but its description of the host cannot be parsed."""
+    conditions = set_condition(
+        h.status.conditions,
+        Condition(type=READY, status="False", reason="UnreadableHost", message=message),
+        now,
+    )
+    h = with_effective_capacity(h)
+    return _status(
+        h, conditions=conditions, observed_generation=h.metadata.generation, last_heartbeat_time=now
+    )
+
+
 def same_status(a: Hypervisor, b: Hypervisor) -> bool:
     """Equal apart from the heartbeat (conditions keep their transition times
     when their status does not change, so they compare equal)."""

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from hvfleet.agent.backoff import Backoff
@@ -36,6 +37,7 @@ from hvfleet.agent.reconcile import (
     Facts,
     digest,
     mark_disconnected,
+    mark_unreadable_host,
     reconcile,
 )
 from hvfleet.agent.status_writer import StatusWriter, WriteResult
@@ -108,6 +110,7 @@ class Agent:
         self._first_event_at: float | None = None
         self._last_event_at = 0.0
         self._last_spec: HypervisorSpec | None = None
+        self._last_skipped: tuple[tuple[str, str], ...] = ()
         self.reconnects = 0
         self.reconciles = 0
 
@@ -159,8 +162,10 @@ class Agent:
             host = None if full else self._host
         obs, host = observe(self.conn, host)
         facts = digest(obs, self.config.count, self.capabilities_parser, self._cache)
-        for name, reason in facts.skipped:
-            log.warning("skipping domain %s: %s", name, reason)
+        if facts.skipped != self._last_skipped:  # warn on change, not on every pass
+            for name, reason in facts.skipped:
+                log.warning("skipping domain %s: %s", name, reason)
+            self._last_skipped = facts.skipped
         with self._lock:
             self._host = host
             self.facts = facts
@@ -273,9 +278,12 @@ class Agent:
                     self._lost(str(exc))
                     continue
                 except InvalidInput as exc:
-                    # The host's capabilities are unreadable: nothing trustworthy to write.
+                    # The host's own XML is unreadable: nothing trustworthy to write
+                    # but the fact itself. Try again at the next resync.
                     log.error("%s", exc)
-                    self._lost(str(exc))
+                    self._safe_write(partial(mark_unreadable_host, message=str(exc),
+                                             now=datetime.now(UTC)))
+                    next_resync = now + self.config.resync
                     continue
                 if full:
                     next_resync = now + self.config.resync
@@ -323,6 +331,12 @@ class Agent:
             self.write_disconnected(message)
         except Exception as exc:
             log.warning("cannot record the libvirt outage in the store: %s", exc)
+
+    def _safe_write(self, build: Callable[[Hypervisor], Hypervisor]) -> None:
+        try:
+            self.write(build)
+        except Exception as exc:
+            log.warning("status write for %s failed: %s", self.name, exc)
 
     def _reconnect(self, stop: threading.Event, backoff: Backoff) -> bool:
         try:
