@@ -79,7 +79,9 @@ def wait_for(
         if last is not None and pred(last):
             return time.monotonic() - start, last
         time.sleep(0.01)
-    raise AssertionError(f"not within {timeout}s; last status: {last and last.status.to_dict()}")
+    seen = last.status.to_dict() if last else {}
+    brief = {k: seen.get(k) for k in ("allocation", "effectiveCapacity", "instances", "conditions")}
+    raise AssertionError(f"not within {timeout}s; last status: {brief}")
 
 
 def free_port() -> int:

@@ -156,6 +156,13 @@ def test_test_default_is_exact(tmp_path: Path) -> None:
         ("6695eb01-f6a4-8304-79aa-97f2502e193f", "test", "running")
     ]
     assert s.instances[0].resources == C({"cpu": "2", "memory": "8Gi"})
+    # the test driver has no domcapabilities: the object says so instead of guessing
+    caps = s.host_capabilities
+    assert caps is not None
+    assert (caps.arch, caps.domain_types, caps.libvirt_version) == ("i686", ["test"], "9.0.0")
+    assert caps.domcapabilities_available is False
+    assert caps.tpm_models is None and caps.sev is None
+    assert any("domcapabilities not available" in n for n in caps.notes)
 
 
 def test_spec_set_before_the_agent_runs_shapes_effective_capacity(tmp_path: Path) -> None:

@@ -227,10 +227,14 @@ def add_host_capabilities(h: Hypervisor, facts: Facts) -> Hypervisor:
     caps = facts.host_capabilities
     if caps is None:
         return _status(h, host_capabilities=None)
+    # The connection knows the exact versions; the XML parser can only infer the
+    # hypervisor's from machine type names, so its guess and note give way.
+    notes = [n for n in caps.notes if not (n.startswith("QEMU version ") and "inferred" in n)]
     caps = caps.model_copy(
         update={
             "libvirt_version": facts.libvirt_version,
-            "hypervisor_version": caps.hypervisor_version or facts.hypervisor_version,
+            "hypervisor_version": facts.hypervisor_version or caps.hypervisor_version,
+            "notes": notes,
         }
     )
     return _status(h, host_capabilities=caps)
