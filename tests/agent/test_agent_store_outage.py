@@ -53,7 +53,9 @@ def test_agent_rides_out_a_store_outage_and_writes_the_newest_status(tmp_path: P
             dom = conn.defineXML(EXTRA)
             time.sleep(2.5)  # the agent observes, fails to write, backs off, retries
             assert thread.is_alive()
-            assert metrics.store_errors.labels("etcd-host")._value.get() >= 1
+            errors = metrics.registry.get_sample_value(
+                "hvfleet_agent_store_errors_total", {"hypervisor": "etcd-host"})
+            assert errors is not None and errors >= 1
 
             cluster.start()
             _, h = wait_for(store, "etcd-host", lambda h: h.status.allocation["cpu"] == 5, 15)
