@@ -88,8 +88,8 @@ def test_idle_agent_writes_only_heartbeats_once_per_resync(tmp_path: Path) -> No
         rc, _, err = stop(agent, signal.SIGTERM)
     assert rc == 0, err
     writes = int(h.metadata.resource_version or 0) - rv
-    # nothing changed: one heartbeat per 1 s resync, never more
-    assert 1 <= writes <= 3
+    # nothing changed: one heartbeat per 1 s resync (2 or 3 in 2.6 s), never more
+    assert 2 <= writes <= 3
     assert h.status.last_heartbeat_time is not None
     assert first.status.last_heartbeat_time is not None
     assert h.status.last_heartbeat_time > first.status.last_heartbeat_time

@@ -97,6 +97,8 @@ def test_unchanged_status_is_written_only_when_the_heartbeat_is_due(
     again = lazy.write(build(edge_facts))
     assert not again.written
     assert again.hypervisor.metadata.resource_version == first.metadata.resource_version
+    # the resync pass writes its heartbeat even when nothing changed
+    assert lazy.write(build(edge_facts), heartbeat=True).written
 
     eager = StatusWriter(store, "edge-01", heartbeat_every=0)
     beat = eager.write(build(edge_facts))

@@ -171,9 +171,11 @@ class Agent:
             self.facts = facts
         return facts
 
-    def write(self, build: Callable[[Hypervisor], Hypervisor]) -> WriteResult:
+    def write(
+        self, build: Callable[[Hypervisor], Hypervisor], heartbeat: bool = False
+    ) -> WriteResult:
         assert self.writer is not None
-        result = self.writer.write(build)
+        result = self.writer.write(build, heartbeat=heartbeat)
         self.last = result.hypervisor
         self._last_spec = result.hypervisor.spec
         if self.metrics is not None:
@@ -182,10 +184,10 @@ class Agent:
             )
         return result
 
-    def write_facts(self) -> WriteResult:
+    def write_facts(self, heartbeat: bool = False) -> WriteResult:
         facts = self.facts
         assert facts is not None
-        return self.write(lambda h: reconcile(h, facts, datetime.now(UTC)))
+        return self.write(lambda h: reconcile(h, facts, datetime.now(UTC)), heartbeat)
 
     def write_disconnected(self, message: str) -> WriteResult | None:
         if self.writer is None:
@@ -199,7 +201,7 @@ class Agent:
             self.connect()
             started = time.monotonic()
             self.observe(full=True)
-            result = self.write_facts()
+            result = self.write_facts(heartbeat=True)
             if self.metrics is not None:
                 self.metrics.reconcile_seconds.labels(self.name).observe(
                     time.monotonic() - started
@@ -218,6 +220,7 @@ class Agent:
         connected_once = False
         next_resync = 0.0
         retry_write_at: float | None = None
+        heartbeat_pending = False
         # Wakes the loop when stop is set, whatever it is waiting for.
         def wake_on_stop() -> None:
             stop.wait()
@@ -272,6 +275,8 @@ class Agent:
                     if full or libvirt_dirty or self.facts is None:
                         self.observe(full=full or self.facts is None)
                         self._write_pending = True
+                        # the resync pass carries the heartbeat, changed or not
+                        heartbeat_pending = heartbeat_pending or full
                     elif spec_dirty:
                         self._write_pending = True
                 except Unavailable as exc:
@@ -288,8 +293,9 @@ class Agent:
                 if full:
                     next_resync = now + self.config.resync
                 if self._write_pending and (retry_write_at is None or now >= retry_write_at):
-                    if self._try_write(store_backoff):
+                    if self._try_write(store_backoff, heartbeat_pending):
                         retry_write_at = None
+                        heartbeat_pending = False
                         if self.metrics is not None:
                             self.metrics.reconcile_seconds.labels(self.name).observe(
                                 time.monotonic() - started
@@ -301,9 +307,9 @@ class Agent:
             if self.metrics is not None and self.name is not None:
                 self.metrics.connected.labels(self.name).set(0)
 
-    def _try_write(self, store_backoff: Backoff) -> bool:
+    def _try_write(self, store_backoff: Backoff, heartbeat: bool) -> bool:
         try:
-            self.write_facts()
+            self.write_facts(heartbeat)
         except HvfleetError as exc:
             log.warning("status write for %s failed, will retry: %s", self.name, exc)
             if self.metrics is not None and self.name is not None:

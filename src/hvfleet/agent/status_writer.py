@@ -6,8 +6,9 @@
   from the object just read, so a spec change that lands in between makes the
   write stale, and it is rebuilt against the new spec. An older status can
   never overwrite a newer one, because every attempt re-reads first.
-- When nothing but the heartbeat would change, the write is skipped unless the
-  stored heartbeat is older than `heartbeat_every` seconds.
+- When nothing but the heartbeat would change, the write is skipped, except on
+  the agent's periodic resync (one heartbeat per resync period) or when the
+  stored heartbeat is older than `heartbeat_every` seconds (during an outage).
 """
 
 from __future__ import annotations
@@ -44,8 +45,10 @@ class StatusWriter:
         last = current.status.last_heartbeat_time
         return last is None or (now - last).total_seconds() >= self.heartbeat_every
 
-    def write(self, build: Build) -> WriteResult:
-        """Apply `build` (stored object → object with new status) with CAS."""
+    def write(self, build: Build, *, heartbeat: bool = False) -> WriteResult:
+        """Apply `build` (stored object → object with new status) with CAS. An
+        unchanged status is written only with `heartbeat` (the agent's resync
+        pass) or when the stored heartbeat is older than `heartbeat_every`."""
         last_error: StaleVersion | AlreadyExists | NotFound | None = None
         for _ in range(self.attempts):
             try:
@@ -59,8 +62,10 @@ class StatusWriter:
                     last_error = exc
                 continue
             new = build(current)
-            if same_status(current, new) and not self._heartbeat_due(
-                current, datetime.now(UTC)
+            if (
+                not heartbeat
+                and same_status(current, new)
+                and not self._heartbeat_due(current, datetime.now(UTC))
             ):
                 return WriteResult(current, False)
             try:
