@@ -232,7 +232,8 @@ def test_once_exits_1_with_one_line_when_libvirt_is_unreachable(tmp_path: Path) 
 
 def test_bad_options_exit_2(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'f.db'}"
-    for extra in (["--resync", "soon"], ["--count", "some"], ["--metrics-addr", "nope"]):
+    for extra in (["--resync", "soon"], ["--count", "some"], ["--metrics-addr", "nope"],
+                  ["--name", "Bad_Name"]):
         out = hvfleet("agent", "--connect", "test:///default", "--store", store, "--once", *extra)
         assert out.returncode == 2, (extra, out.stderr)
         assert out.stderr.startswith("error: --"), out.stderr

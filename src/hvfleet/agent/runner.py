@@ -51,6 +51,13 @@ from hvfleet.store.base import Store
 log = logging.getLogger(__name__)
 
 
+def checked_name(name: str) -> str:
+    try:
+        return validate_name(name, "--name")
+    except ValueError as exc:
+        raise InvalidInput(f"--name: {exc}") from None
+
+
 def default_name(uri: str, libvirt_hostname: str) -> str:
     """The Hypervisor name: libvirt's host name, lower-cased. For a test-driver
     node file it is the file's stem, because the test driver answers every
@@ -93,9 +100,7 @@ class Agent:
         self.metrics = metrics
         self.capabilities_parser = capabilities_parser or parse_host_capabilities
         self.conn = LibvirtConnection(config.uri)
-        self.name: str | None = (
-            validate_name(config.name, "--name") if config.name is not None else None
-        )
+        self.name: str | None = checked_name(config.name) if config.name is not None else None
         self.writer: StatusWriter | None = None
         self.facts: Facts | None = None
         self.last: Hypervisor | None = None
