@@ -309,3 +309,52 @@ def test_generated_numa_guests_land_on_their_memnode_cells(
         if any(values.values())
     }
     assert got == expected
+
+
+# Values libvirt would refuse, or accept in odd spellings, planted where the parser
+# reads numbers, units and sets.
+ODD_VALUES = ["", " ", "-1", "0", "abc", "1.5", "99999999999999999999", "0-", "^", "^0", "3-1",
+              "0-65536", "1,,2", "KiB", "GiB", "furlong", "1e9", "07", "0x10", "2048"]
+TARGETS = [
+    ("memory", None), ("memory", "unit"), ("vcpu", None), ("vcpu", "cpuset"),
+    ("cputune/vcpupin", "vcpu"), ("cputune/vcpupin", "cpuset"),
+    ("numatune/memory", "nodeset"), ("numatune/memnode", "cellid"),
+    ("numatune/memnode", "nodeset"), ("memoryBacking/hugepages/page", "size"),
+    ("memoryBacking/hugepages/page", "unit"), ("memoryBacking/hugepages/page", "nodeset"),
+    ("cpu/numa/cell", "id"), ("cpu/numa/cell", "cpus"), ("cpu/numa/cell", "memory"),
+    ("cpu/numa/cell", "unit"),
+]
+FUZZ_BASES = ["nova-pinned-hugepages.xml", "crossed-guest-cells-mixed-pages.xml",
+              "vcpu-cpuset-across-cells.xml", "unpinned-decimal-units.xml"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    base=st.sampled_from(FUZZ_BASES),
+    edits=st.lists(st.tuples(st.sampled_from(TARGETS), st.sampled_from(ODD_VALUES)),
+                   min_size=1, max_size=4),
+)
+def test_mangled_domains_parse_or_are_refused_never_crash(
+    two_cells_topology: HostTopology,
+    base: str,
+    edits: list[tuple[tuple[str, str | None], str]],
+) -> None:
+    from lxml import etree
+
+    root = etree.fromstring(fixture_text(base).encode())
+    for (path, attr), value in edits:
+        for el in root.iterfind(path):
+            if attr is None:
+                el.text = value
+            else:
+                el.set(attr, value)
+    xml = etree.tostring(root)
+    try:
+        d = parse_domain(xml)
+    except InvalidInput as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    cells = attribute_to_cells(d, two_cells_topology)
+    summed = add(cells.values())
+    for r, q in d.resources().items():
+        assert summed.get(r, Quantity(0)) == q
