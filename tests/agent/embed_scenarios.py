@@ -121,6 +121,16 @@ def events_and_spec(embed_uri: str, conn: libvirt.virConnect, store: Store) -> N
         wait_for(store, "embed-defined", lambda h: any(
             i.name == "tiny-1" and i.state == "running" for i in h.status.instances), 2.0)
 
+        # Pinning a vCPU emits no lifecycle event, only a tunable one; the agent
+        # re-reads libvirt for it (cells follow pinning).
+        agent = defined[0]
+        seen = agent.observations
+        dom.pinVcpu(0, (True,) + (False,) * (capacity_cpu.floor() - 1))
+        deadline = time.monotonic() + 2.0
+        while agent.observations == seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert agent.observations > seen, "no re-read after a vCPU pinning change"
+
         dom.destroy()
         allocation_is("embed-running", base_cpu, base_mem)
         allocation_is("embed-defined", base_cpu + 2, base_mem + 64 * MI)

@@ -1,7 +1,8 @@
 """The long-running node agent: keeps one Hypervisor's status true.
 
 Three sources wake the reconcile loop:
-- libvirt lifecycle events (define, undefine, start, stop, ...): a burst is
+- libvirt lifecycle events (define, undefine, start, stop, ...), and tunable
+  (pinning, numatune) and device added/removed events: a burst is
   debounced (`debounce` seconds of quiet, at most `max_delay` after the first
   event), then domains are re-read and status rewritten;
 - the store watch on its own object: a spec change (overcommit, reserve)
@@ -117,6 +118,8 @@ class Agent:
         self._last_spec: HypervisorSpec | None = None
         self._last_skipped: tuple[tuple[str, str], ...] = ()
         self.reconnects = 0
+        # libvirt passes and status writes, for tests and benchmarks
+        self.observations = 0
         self.reconciles = 0
 
     # -- connection ------------------------------------------------------------------------
@@ -127,6 +130,7 @@ class Agent:
         self.conn.open()
         try:
             self.conn.on_lifecycle(self._on_lifecycle)
+            self.conn.on_resource_change(lambda uuid: self._on_lifecycle(uuid, -1, -1))
             self.conn.on_close(self._on_close)
             if self.name is None:
                 self.name = default_name(self.config.uri, self.conn.hostname())
@@ -165,6 +169,7 @@ class Agent:
             self._libvirt_dirty = False
             self._first_event_at = None
             host = None if full else self._host
+            self.observations += 1
         obs, host = observe(self.conn, host)
         facts = digest(obs, self.config.count, self.capabilities_parser, self._cache)
         if facts.skipped != self._last_skipped:  # warn on change, not on every pass
