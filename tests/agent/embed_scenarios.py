@@ -12,6 +12,7 @@ the suite depend on test order.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 import time
@@ -138,13 +139,13 @@ def events_and_spec(embed_uri: str, conn: libvirt.virConnect, store: Store) -> N
         h = allocation_is("embed-defined", base_cpu, base_mem)
         assert all(i.name != "tiny-1" for i in h.status.instances)
 
-        store.update_hypervisor(
-            "embed-defined",
-            lambda h: h.model_copy(
-                update={"spec": h.spec.model_copy(update={"overcommit": {"cpu": 4.0}})}
-            ),
-            "operator",
+        # An operator runs the real command against the same store.
+        hvfleet = Path(sys.executable).parent / "hvfleet"
+        out = subprocess.run(
+            [str(hvfleet), "overcommit", "set", "embed-defined", "cpu=4", "--store", store.url],
+            capture_output=True, text=True, timeout=60,
         )
+        assert out.returncode == 0, out.stderr
         _, h = wait_for(
             store, "embed-defined",
             lambda h: h.status.effective_capacity["cpu"] == 4 * capacity_cpu,
