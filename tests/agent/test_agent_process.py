@@ -96,3 +96,21 @@ def test_idle_agent_writes_only_heartbeats_once_per_resync(tmp_path: Path) -> No
     assert h.status.allocation == first.status.allocation
     # conditions did not flap: same transition time as the first write
     assert h.status.conditions == first.status.conditions
+
+
+def test_libvirt_down_at_start_is_recorded_and_the_agent_keeps_trying(tmp_path: Path) -> None:
+    db = tmp_path / "hv.db"
+    uri = f"qemu:///system?socket={tmp_path}/no-libvirtd-here"
+    agent = start_agent("--connect", uri, "--name", "down-host", "--store", f"sqlite:///{db}")
+    try:
+        with open_store(f"sqlite:///{db}") as store:
+            _, h = wait_for(store, "down-host", lambda h: bool(h.status.conditions), 10)
+            (connected,) = [c for c in h.status.conditions if c.type == "LibvirtConnected"]
+            assert (connected.status, connected.reason) == ("False", "Disconnected")
+            assert "cannot connect" in connected.message
+            assert not h.status.capacity  # nothing observed, nothing made up
+        assert agent.poll() is None  # still running, retrying with backoff
+    finally:
+        rc, took, err = stop(agent, signal.SIGTERM)
+    assert rc == 0, err
+    assert took < 2.0

@@ -121,6 +121,7 @@ class Agent:
         # libvirt passes and status writes, for tests and benchmarks
         self.observations = 0
         self.reconciles = 0
+        self._ensure_writer()
 
     # -- connection ------------------------------------------------------------------------
 
@@ -140,7 +141,12 @@ class Agent:
         with self._lock:
             self._closed = False
             self._host = None  # host facts are re-read after every (re)connect
-        if self.writer is None:
+        self._ensure_writer()
+
+    def _ensure_writer(self) -> None:
+        """The status writer, once the Hypervisor's name is known (from --name at
+        once, else from libvirt's answer): an outage at start is recorded too."""
+        if self.writer is None and self.name is not None:
             self.writer = StatusWriter(self.store, self.name, self.config.resync)
             if self.metrics is not None:
                 self.metrics.bind(self.name)
