@@ -162,6 +162,8 @@ def _reason(exc: Exception) -> str:
         return str(body.get("message") or body.get("error") or text)[:200]
     if "Connection refused" in text:
         return "connection refused"
+    if any(s in text for s in ("Connection reset", "RemoteDisconnected", "Connection aborted")):
+        return "connection lost before an answer"
     if isinstance(exc, etcd_errors.ConnectionTimeoutError) or "timed out" in text.lower():
         return "no answer (timed out)"
     return text.splitlines()[0][:200] if text else type(exc).__name__
@@ -213,6 +215,11 @@ class EtcdStore(Store):
         # shorter window for a concurrent writer.
         self._seen: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self._seen_lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint requests go to now (the next one is tried when it fails)."""
+        return self.endpoints[self._current]
 
     @classmethod
     def from_url(cls, url: str, prefix: str | None = None) -> EtcdStore:
@@ -789,22 +796,32 @@ class EtcdStore(Store):
         `live_leases()` no longer lists the host."""
         if ttl < 1:
             raise InvalidInput(f"keepalive {name}: ttl {ttl} must be at least 1 second")
+        what = f"keepalive {name}"
+        key = self._lease_key(name)
         lease_id = self._leases.get(name)
         if lease_id is not None:
-            out, _ = self._post("lease/keepalive", {"ID": lease_id}, f"keepalive {name}")
+            out, _ = self._post("lease/keepalive", {"ID": lease_id}, what)
             left = int(out.get("result", {}).get("TTL", -1))
             if left > 0:
+                # Still ours? (Another store of the same agent may have taken the
+                # key over and then released it.) Put it back if not.
+                self._txn(
+                    [{"key": _b64(key), "target": "LEASE", "result": "EQUAL", "lease": lease_id}],
+                    [],
+                    [self._op_put(key, self._lease_record(name, ttl), lease_id)],
+                    what=what,
+                )
                 return left
-        granted, _ = self._post("lease/grant", {"TTL": ttl, "ID": 0}, f"keepalive {name}")
+        granted, _ = self._post("lease/grant", {"TTL": ttl, "ID": 0}, what)
         lease_id = int(granted["ID"])
-        record = json.dumps(
-            {"holder": name, "ttlSeconds": ttl, "acquireTime": _now().isoformat()},
-            separators=(",", ":"),
-        ).encode()
-        put = self._op_put(self._lease_key(name), record, lease_id)
-        self._txn([], [put], what=f"keepalive {name}")
+        self._txn([], [self._op_put(key, self._lease_record(name, ttl), lease_id)], what=what)
         self._leases[name] = lease_id
         return int(granted.get("TTL", ttl))
+
+    @staticmethod
+    def _lease_record(name: str, ttl: int) -> bytes:
+        record = {"holder": name, "ttlSeconds": ttl, "acquireTime": _now().isoformat()}
+        return json.dumps(record, separators=(",", ":")).encode()
 
     def release(self, name: str) -> None:
         """Revoke `name`'s lease now (a clean agent shutdown): it is not live anymore."""
