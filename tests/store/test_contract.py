@@ -130,7 +130,7 @@ def _set_ratio(h: Hypervisor, resource: str, ratio: float) -> Hypervisor:
 def test_spec_field_owned_by_another_manager_conflicts(store: Store, make_hypervisor: MakeHv) -> None:
     store.create(make_hypervisor("hv1"), "operator")
     store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 4.0), "cortex")
-    with pytest.raises(OwnershipConflict, match="spec.overcommit.cpu is owned by manager 'cortex'"):
+    with pytest.raises(OwnershipConflict, match=r"spec\.overcommit\.cpu is owned by manager 'cortex'"):
         store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator")
     assert store.get_hypervisor("hv1").spec.overcommit["cpu"] == 4.0  # type: ignore[index]
     # A field nobody owns is free to take, and the owner can change its own field.
@@ -243,7 +243,8 @@ def test_concurrent_read_modify_write_loses_no_update(
     store: Store, store_url: str, make_hypervisor: MakeHv
 ) -> None:
     store.create(make_hypervisor("counter"), "operator")
-    ctx = multiprocessing.get_context("spawn")
+    # fork: the worker is a function of this module, which importlib mode cannot re-import.
+    ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_increment, args=(store_url, 200)) for _ in range(8)]
     for p in procs:
         p.start()

@@ -6,6 +6,8 @@ line on stderr and the error's exit code (2 for bad input, 1 for failures).
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import sys
 
 import typer
@@ -21,17 +23,25 @@ app = typer.Typer(
 )
 
 
+# Modules of this package that hold no commands.
+_NOT_COMMANDS = frozenset({"main", "common", "output"})
+
+
 def _register() -> None:
-    # Each command family registers itself on `app` when imported.
-    from hvfleet.cli import resources  # noqa: F401
+    """Import every command family; each registers itself on `app` when imported."""
+    import hvfleet.cli
+
+    for module in pkgutil.iter_modules(hvfleet.cli.__path__):
+        if module.name not in _NOT_COMMANDS and not module.name.startswith("_"):
+            importlib.import_module(f"hvfleet.cli.{module.name}")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Console entry point. Usage errors are Typer's (exit 2); hvfleet's own errors
     become one line on stderr with their exit code."""
     _register()
     try:
-        app()
+        app(args=argv)
     except HvfleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

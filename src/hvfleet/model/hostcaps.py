@@ -1,10 +1,11 @@
 """What a host can offer a guest, as discovered from libvirt.
 
 Filled by the agent from `virConnectGetCapabilities` and
-`virConnectGetDomainCapabilities`; consumed by the guest-config generator,
-which must know every host of a group. A value of `None` means "libvirt did not
-say" (e.g. the test driver has no domcapabilities), which is different from
-"the host lacks it"; `notes` says why a part is unknown.
+`virConnectGetDomainCapabilities` (see `hvfleet.discovery.capabilities`);
+consumed by the guest-config generator, which must know every host of a group.
+A value of `None` means "libvirt did not say" (e.g. the test driver has no
+domcapabilities), which is different from "the host lacks it"; `notes` says why
+a part is unknown.
 """
 
 from __future__ import annotations
@@ -17,9 +18,21 @@ from hvfleet.model.meta import Model
 class HostCPU(Model):
     vendor: str = ""
     model: str = ""
+    # Features the host adds to `model` (policy require) ...
     features: list[str] = Field(default_factory=list)
+    # ... and features of `model` the host lacks (policy disable; only the
+    # domcapabilities host-model CPU lists these).
+    disabled_features: list[str] = Field(default_factory=list)
     # Where the CPU came from: "domcapabilities host-model" or "capabilities host cpu".
     source: str = ""
+
+
+class CPUModelInfo(Model):
+    """A named CPU model from domcapabilities' custom mode."""
+
+    name: str
+    usable: bool | None = None
+    vendor: str = ""
 
 
 class MachineType(Model):
@@ -40,8 +53,15 @@ class FirmwareInfo(Model):
 class HostCapabilities(Model):
     arch: str = ""
     cpu: HostCPU = Field(default_factory=HostCPU)
+    # The host CPU as `virsh capabilities` reports it, kept when `cpu` came
+    # from the domcapabilities host-model.
+    capabilities_cpu: HostCPU | None = None
+    cpu_models: list[CPUModelInfo] | None = None
     machine_types: list[MachineType] = Field(default_factory=list)
     domain_types: list[str] = Field(default_factory=list)
+    # The domain type the domcapabilities were taken for (kvm or qemu).
+    domcapabilities_domain_type: str = ""
+    max_vcpus: int | None = None
     libvirt_version: str = ""
     hypervisor_version: str = ""
     emulator: str = ""
@@ -50,8 +70,11 @@ class HostCapabilities(Model):
     hyperv_features: list[str] | None = None
     tpm_models: list[str] | None = None
     tpm_backends: list[str] | None = None
+    tpm_versions: list[str] | None = None
     video_models: list[str] | None = None
     disk_buses: list[str] | None = None
+    graphics_types: list[str] | None = None
+    rng_models: list[str] | None = None
     panic_models: list[str] | None = None
     vmcoreinfo: bool | None = None
     sev: bool | None = None

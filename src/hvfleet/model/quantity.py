@@ -10,6 +10,7 @@ suffix that represents it exactly, like `resource.Quantity.String()`.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -69,30 +70,10 @@ class Quantity:
             return cls(text)
         if not isinstance(text, str):
             raise InvalidInput(f"{where}: expected a quantity string, got {type(text).__name__}")
-        s = text.strip()
-        if len(s) > _MAX_LENGTH:
-            raise InvalidInput(f"{where}: quantity is longer than {_MAX_LENGTH} characters")
-        m = _QUANTITY_RE.match(s)
-        if not s or m is None or not (m["int"] or m["frac"]):
-            raise InvalidInput(
-                f"{where}: {text!r} is not a quantity (examples: 4, 1.5, 500m, 16Gi, 2G, 1e3)"
-            )
-        digits = (m["int"] or "") + (m["frac"] or "")
-        value = Fraction(int(digits or "0"), 10 ** len(m["frac"] or ""))
-        fmt: Format = "decimal"
-        if m["bin"]:
-            value *= BINARY_SUFFIXES[m["bin"]]
-            fmt = "binary"
-        elif m["exp"]:
-            exponent = int(m["exp"][1:])
-            if abs(exponent) > _MAX_EXPONENT:
-                raise InvalidInput(f"{where}: exponent in {text!r} is out of range")
-            value *= Fraction(10) ** exponent
-        else:
-            value *= DECIMAL_SUFFIXES[m["dec"] or ""]
-        if m["sign"] == "-":
-            value = -value
-        return cls(value, fmt)
+        parsed = _parse_text(text.strip())
+        if isinstance(parsed, str):
+            raise InvalidInput(f"{where}: {text!r} {parsed}")
+        return parsed
 
     def __str__(self) -> str:
         v = self._value
@@ -236,9 +217,39 @@ class Quantity:
         # The shape Kubernetes uses for resource.Quantity in CRDs.
         return {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
-            "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+            "pattern": (
+                r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+            ),
             "x-kubernetes-int-or-string": True,
         }
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_text(s: str) -> Quantity | str:
+    """A Quantity, or why `s` is not one. Cached: the same few strings ("4Gi",
+    "2") recur in every stored object, and a Quantity is immutable."""
+    if len(s) > _MAX_LENGTH:
+        return f"is longer than {_MAX_LENGTH} characters"
+    m = _QUANTITY_RE.match(s)
+    if not s or m is None or not (m["int"] or m["frac"]):
+        return "is not a quantity (examples: 4, 1.5, 500m, 16Gi, 2G, 1e3)"
+    digits = (m["int"] or "") + (m["frac"] or "")
+    value = Fraction(int(digits or "0"), 10 ** len(m["frac"] or ""))
+    fmt: Format = "decimal"
+    if m["bin"]:
+        value *= BINARY_SUFFIXES[m["bin"]]
+        fmt = "binary"
+    elif m["exp"]:
+        exponent = int(m["exp"][1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            return "has an exponent out of range"
+        value *= Fraction(10) ** exponent
+    else:
+        value *= DECIMAL_SUFFIXES[m["dec"] or ""]
+    if m["sign"] == "-":
+        value = -value
+    return Quantity(value, fmt)
 
 
 def _exact_decimal(a: Fraction) -> str:

@@ -16,9 +16,11 @@ directly:
 from __future__ import annotations
 
 import builtins
+import gc
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,6 +56,22 @@ class StaleVersion(Conflict):
 
 class OwnershipConflict(Conflict):
     """A spec field is owned by another manager (pass force to take it over)."""
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Decode many objects without the cyclic GC running over and over.
+
+    Decoding 10k objects allocates millions of small acyclic containers; each
+    allocation burst triggers generation-2 scans of everything alive, which made
+    a list of 10k hypervisors 4-5x slower. Reference counting frees them all."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def kind_of(kind: str) -> str:

@@ -219,3 +219,23 @@ def prepare_update(
         }
     )
     return new.model_copy(update={"metadata": meta})
+
+
+def apply_spec(current: Resource, manifest: Resource, manager: str) -> Resource:
+    """Server-side-apply merge of `manifest.spec` onto `current`, as `manager`.
+
+    Leaves in the manifest are set; leaves `manager` owned before and left out of
+    the manifest are removed; leaves owned by others and absent from the
+    manifest are kept. Conflicts are found later by `prepare_update`."""
+    mine = {p for p, owner in owners(current).items() if owner == manager}
+    desired = {p: v for p, v in _spec_leaves(manifest).items() if _is_set(v)}
+    merged = {p: v for p, v in _spec_leaves(current).items() if p not in mine}
+    merged.update(desired)
+    spec: dict[str, Any] = {}
+    for path, value in merged.items():
+        node = spec
+        for part in path[1:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    new_spec = type(current.spec).model_validate(spec)
+    return current.model_copy(update={"spec": new_spec})

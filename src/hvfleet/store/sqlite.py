@@ -41,6 +41,7 @@ from hvfleet.store.base import (
     Store,
     WatchEvent,
     as_selector,
+    gc_paused,
     kind_of,
 )
 from hvfleet.store.ownership import prepare_create, prepare_update
@@ -87,9 +88,9 @@ def _host_of(obj: Resource) -> str | None:
 
 
 def _decode(kind: str, body: str, rv: int) -> Resource:
-    data = json.loads(body)
-    data["metadata"]["resourceVersion"] = str(rv)
-    return KINDS[kind].model_validate(data)
+    obj = KINDS[kind].model_validate_json(body)
+    meta = obj.metadata.model_copy(update={"resource_version": str(rv)})
+    return obj.model_copy(update={"metadata": meta})
 
 
 class SqliteStore(Store):
@@ -217,9 +218,12 @@ class SqliteStore(Store):
             return rows, int(rev)
 
         rows, rev = self._read(read)
-        items = [
-            _decode(kind, body, rv) for labels, body, rv in rows if sel.matches(json.loads(labels))
-        ]
+        with gc_paused():
+            items = [
+                _decode(kind, body, rv)
+                for labels, body, rv in rows
+                if sel.matches(json.loads(labels))
+            ]
         return ListResult(items=items, revision=rev)
 
     def create(self, obj: Resource, manager: str) -> Resource:
@@ -275,14 +279,14 @@ class SqliteStore(Store):
         idle_since = time.monotonic()
         pause = 0.005
         while stop is None or not stop.is_set():
-            def poll(db: sqlite3.Connection) -> tuple[int, builtins.list[Any]]:
+            def poll(db: sqlite3.Connection, after: int = last) -> tuple[int, builtins.list[Any]]:
                 compacted = db.execute(
                     "SELECT value FROM meta WHERE key = 'compacted'"
                 ).fetchone()[0]
                 rows = db.execute(
                     f"SELECT rev, kind, type, body FROM events WHERE rev > ? "
                     f"AND kind IN ({placeholders}) ORDER BY rev LIMIT 1000",
-                    (last, *kinds),
+                    (after, *kinds),
                 ).fetchall()
                 return int(compacted), rows
 

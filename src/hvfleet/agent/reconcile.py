@@ -1,0 +1,311 @@
+"""The agent's reconcile: what libvirt showed → the Hypervisor's status.
+
+It reads as the seed's node agent does, a short list of named pure steps, each
+taking the object and returning a new one:
+
+    add_capacity → add_instances → add_allocation → add_host_capabilities
+    → add_effective_capacity → add_conditions → add_heartbeat
+
+`digest` turns a raw `Observation` (XML strings and node info, as read from
+libvirt by `hvfleet.agent.observe`) into `Facts` once, so the steps only
+arrange values. Nothing here does I/O, so every step is tested alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Literal
+
+from hvfleet.discovery.domains import (
+    DomainDemand,
+    attribute_to_cells,
+    parse_domain,
+    state_name,
+)
+from hvfleet.discovery.host import HostTopology, NodeInfo, host_capacity, parse_host_topology
+from hvfleet.discovery.libvirt_conn import DomainRecord
+from hvfleet.model.capacity import add, with_effective_capacity
+from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hostcaps import HostCapabilities
+from hvfleet.model.hypervisor import Cell, Hypervisor, Instance, ResourceList
+from hvfleet.model.meta import Condition, set_condition
+from hvfleet.model.quantity import Quantity
+
+log = logging.getLogger(__name__)
+
+CountMode = Literal["defined", "running"]
+COUNT_MODES: tuple[CountMode, ...] = ("defined", "running")
+
+LIBVIRT_CONNECTED = "LibvirtConnected"
+READY = "Ready"
+
+# virDomainState values of a domain with no QEMU process holding resources.
+_INACTIVE_STATES = frozenset({5, 6})  # shutoff, crashed
+
+CapabilitiesParser = Callable[[str, str | None], HostCapabilities]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything read from libvirt in one pass, unparsed."""
+
+    uri: str
+    caps_xml: str
+    domcaps_xml: str | None
+    node_info: NodeInfo
+    libvirt_version: str
+    hypervisor_version: str
+    domains: tuple[DomainRecord, ...]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ParsedDomain:
+    record: DomainRecord
+    demand: DomainDemand
+
+    @property
+    def active(self) -> bool:
+        return self.record.state not in _INACTIVE_STATES
+
+
+@dataclass(frozen=True)
+class Facts:
+    """An observation, parsed: what the steps arrange into status."""
+
+    uri: str
+    topology: HostTopology
+    domains: tuple[ParsedDomain, ...]
+    # Domains the parser could not understand: (name, one-line reason).
+    skipped: tuple[tuple[str, str], ...]
+    count: CountMode
+    host_capabilities: HostCapabilities | None
+    libvirt_version: str
+    hypervisor_version: str
+    now: datetime
+
+
+class DomainParseCache:
+    """Parsed domains by the digest of their XML, so a resync of an unchanged
+    host parses nothing. Only the domains of the latest pass are kept."""
+
+    def __init__(self) -> None:
+        self._entries: dict[bytes, DomainDemand | InvalidInput] = {}
+
+    def parse(self, records: tuple[DomainRecord, ...]) -> list[DomainDemand | InvalidInput]:
+        fresh: dict[bytes, DomainDemand | InvalidInput] = {}
+        out: list[DomainDemand | InvalidInput] = []
+        for r in records:
+            key = hashlib.blake2b(r.xml.encode(), digest_size=16).digest()
+            hit = fresh.get(key) or self._entries.get(key)
+            if hit is None:
+                try:
+                    hit = parse_domain(r.xml)
+                except InvalidInput as exc:
+                    hit = exc
+            fresh[key] = hit
+            out.append(hit)
+        self._entries = fresh
+        return out
+
+
+def digest(
+    obs: Observation,
+    count: CountMode,
+    capabilities_parser: CapabilitiesParser | None = None,
+    cache: DomainParseCache | None = None,
+) -> Facts:
+    """Parse an observation. Host XML that cannot be parsed raises InvalidInput
+    (the whole status would be wrong); a bad domain is skipped and reported."""
+    topology = parse_host_topology(obs.caps_xml, obs.node_info)
+    results = (cache or DomainParseCache()).parse(obs.domains)
+    parsed: list[ParsedDomain] = []
+    skipped: list[tuple[str, str]] = []
+    for record, result in zip(obs.domains, results, strict=True):
+        if isinstance(result, InvalidInput):
+            skipped.append((record.name, str(result)))
+        else:
+            parsed.append(ParsedDomain(record, result))
+    host_caps = None
+    if capabilities_parser is not None:
+        try:
+            host_caps = capabilities_parser(obs.caps_xml, obs.domcaps_xml)
+        except InvalidInput as exc:
+            host_caps = HostCapabilities(notes=[f"host capabilities could not be parsed: {exc}"])
+    return Facts(
+        uri=obs.uri,
+        topology=topology,
+        domains=tuple(sorted(parsed, key=lambda d: (d.record.name, d.record.uuid))),
+        skipped=tuple(sorted(skipped)),
+        count=count,
+        host_capabilities=host_caps,
+        libvirt_version=obs.libvirt_version,
+        hypervisor_version=obs.hypervisor_version,
+        now=obs.at,
+    )
+
+
+def _status(h: Hypervisor, **update: object) -> Hypervisor:
+    return h.model_copy(update={"status": h.status.model_copy(update=update)})
+
+
+def _sorted(values: ResourceList) -> ResourceList:
+    return dict(sorted(values.items(), key=lambda kv: str(kv[0])))
+
+
+def _zeros(like: ResourceList) -> ResourceList:
+    return {r: Quantity(0, q.format) for r, q in like.items()}
+
+
+# -- the steps ------------------------------------------------------------------------
+
+
+def add_capacity(h: Hypervisor, facts: Facts) -> Hypervisor:
+    capacity, cells = host_capacity(facts.topology)
+    return _status(h, capacity=capacity, cells=cells)
+
+
+def add_instances(h: Hypervisor, facts: Facts) -> Hypervisor:
+    instances = [
+        Instance(
+            uuid=d.demand.uuid,
+            name=d.demand.name,
+            state=state_name(d.record.state),
+            resources=d.demand.resources(),
+        )
+        for d in facts.domains
+    ]
+    return _status(h, instances=instances)
+
+
+def counted(facts: Facts) -> list[ParsedDomain]:
+    """The domains that hold resources: all defined ones, or only active ones."""
+    if facts.count == "running":
+        return [d for d in facts.domains if d.active]
+    return list(facts.domains)
+
+
+def add_allocation(h: Hypervisor, facts: Facts) -> Hypervisor:
+    """Σ of the counted domains, per host and per cell; every resource the host
+    has appears, at 0 if nothing uses it."""
+    domains = counted(facts)
+    allocation = add([_zeros(h.status.capacity), *(d.demand.resources() for d in domains)])
+    per_cell = [attribute_to_cells(d.demand, facts.topology) for d in domains]
+    cells: list[Cell] = []
+    for cell in h.status.cells:
+        parts = [p[cell.id] for p in per_cell if cell.id in p]
+        alloc = _sorted(add([_zeros(cell.capacity), *parts]))
+        cells.append(cell.model_copy(update={"allocation": alloc}))
+    return _status(h, allocation=_sorted(allocation), cells=cells)
+
+
+def add_host_capabilities(h: Hypervisor, facts: Facts) -> Hypervisor:
+    caps = facts.host_capabilities
+    if caps is None:
+        return _status(h, host_capabilities=None)
+    caps = caps.model_copy(
+        update={
+            "libvirt_version": facts.libvirt_version,
+            "hypervisor_version": caps.hypervisor_version or facts.hypervisor_version,
+        }
+    )
+    return _status(h, host_capabilities=caps)
+
+
+def add_effective_capacity(h: Hypervisor, _facts: Facts) -> Hypervisor:
+    return with_effective_capacity(h)
+
+
+def add_conditions(h: Hypervisor, facts: Facts) -> Hypervisor:
+    conditions = set_condition(
+        h.status.conditions,
+        Condition(
+            type=LIBVIRT_CONNECTED,
+            status="True",
+            reason="Connected",
+            message=f"connected to {facts.uri} (libvirt {facts.libvirt_version})",
+        ),
+        facts.now,
+    )
+    n = len(facts.domains)
+    if facts.skipped:
+        names = ", ".join(name for name, _ in facts.skipped[:5])
+        more = f" and {len(facts.skipped) - 5} more" if len(facts.skipped) > 5 else ""
+        ready = Condition(
+            type=READY,
+            status="False",
+            reason="UnparsableDomains",
+            message=(
+                f"allocation leaves out {len(facts.skipped)} domain(s) the agent cannot "
+                f"parse: {names}{more}; first problem: {facts.skipped[0][1]}"
+            ),
+        )
+    else:
+        ready = Condition(
+            type=READY,
+            status="True",
+            reason="Reconciled",
+            message=f"capacity and allocation of {n} domain(s) ({facts.count}) observed",
+        )
+    conditions = set_condition(conditions, ready, facts.now)
+    return _status(h, conditions=conditions)
+
+
+def add_heartbeat(h: Hypervisor, facts: Facts) -> Hypervisor:
+    return _status(h, observed_generation=h.metadata.generation, last_heartbeat_time=facts.now)
+
+
+STEPS: tuple[Callable[[Hypervisor, Facts], Hypervisor], ...] = (
+    add_capacity,
+    add_instances,
+    add_allocation,
+    add_host_capabilities,
+    add_effective_capacity,
+    add_conditions,
+    add_heartbeat,
+)
+
+
+def reconcile(h: Hypervisor, facts: Facts, now: datetime | None = None) -> Hypervisor:
+    """`h` with its status rebuilt from `facts` (spec and metadata untouched)."""
+    if now is not None:
+        facts = replace(facts, now=now)
+    for step in STEPS:
+        h = step(h, facts)
+    return h
+
+
+def mark_disconnected(h: Hypervisor, uri: str, message: str, now: datetime) -> Hypervisor:
+    """libvirt cannot be reached: keep the last observation (marked not Ready),
+    and still honour spec changes in effectiveCapacity."""
+    conditions = set_condition(
+        h.status.conditions,
+        Condition(type=LIBVIRT_CONNECTED, status="False", reason="Disconnected", message=message),
+        now,
+    )
+    conditions = set_condition(
+        conditions,
+        Condition(
+            type=READY,
+            status="False",
+            reason="LibvirtDisconnected",
+            message=f"status is the last one observed before {uri} went away",
+        ),
+        now,
+    )
+    h = with_effective_capacity(h)
+    return _status(
+        h, conditions=conditions, observed_generation=h.metadata.generation, last_heartbeat_time=now
+    )
+
+
+def same_status(a: Hypervisor, b: Hypervisor) -> bool:
+    """Equal apart from the heartbeat (conditions keep their transition times
+    when their status does not change, so they compare equal)."""
+    return a.status.model_copy(update={"last_heartbeat_time": None}) == b.status.model_copy(
+        update={"last_heartbeat_time": None}
+    )

@@ -1,0 +1,393 @@
+"""The long-running node agent: keeps one Hypervisor's status true.
+
+Three sources wake the reconcile loop:
+- libvirt lifecycle events (define, undefine, start, stop, ...): a burst is
+  debounced (`debounce` seconds of quiet, at most `max_delay` after the first
+  event), then domains are re-read and status rewritten;
+- the store watch on its own object: a spec change (overcommit, reserve)
+  recomputes effectiveCapacity from the last observation, without libvirt;
+- the resync timer: every `resync` seconds everything, host facts included,
+  is re-read, which catches any event that was missed.
+
+Faults: when libvirt goes away (close callback, or any call failing) the agent
+writes `LibvirtConnected=False`, reconnects with capped exponential backoff and
+resyncs fully. When the store is unreachable it keeps observing and retries the
+write with backoff; the write is CAS-protected and rebuilt from the newest
+observation, so nothing older ever lands.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import cast
+
+from hvfleet.agent.backoff import Backoff
+from hvfleet.agent.metrics import AgentMetrics
+from hvfleet.agent.observe import HostFacts, observe
+from hvfleet.agent.reconcile import (
+    CapabilitiesParser,
+    CountMode,
+    DomainParseCache,
+    Facts,
+    digest,
+    mark_disconnected,
+    reconcile,
+)
+from hvfleet.agent.status_writer import StatusWriter, WriteResult
+from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_uri
+from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
+from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec
+from hvfleet.model.meta import validate_name
+from hvfleet.store.base import Store
+
+log = logging.getLogger(__name__)
+
+
+def default_capabilities_parser() -> CapabilitiesParser | None:
+    """hvfleet.discovery.capabilities.parse_host_capabilities, if this build has it."""
+    try:
+        module = importlib.import_module("hvfleet.discovery.capabilities")
+    except ImportError:
+        return None
+    parser = getattr(module, "parse_host_capabilities", None)
+    return cast(CapabilitiesParser, parser) if parser is not None else None
+
+
+def default_name(uri: str, libvirt_hostname: str) -> str:
+    """The Hypervisor name: libvirt's host name, lower-cased. For a test-driver
+    node file it is the file's stem, because the test driver answers every
+    connection with the real machine's host name, not the simulated host's."""
+    node_file = node_file_of_test_uri(uri)
+    raw = Path(node_file).stem if node_file else libvirt_hostname
+    name = raw.strip().lower()
+    try:
+        return validate_name(name, "--name")
+    except ValueError:
+        raise InvalidInput(
+            f"--name: the host name {raw!r} from {uri} is not a valid object name; pass --name"
+        ) from None
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    uri: str
+    name: str | None = None
+    count: CountMode = "defined"
+    resync: float = 60.0
+    debounce: float = 0.05
+    max_delay: float = 0.25
+    backoff_initial: float = 0.25
+    backoff_cap: float = 10.0
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        store: Store,
+        metrics: AgentMetrics | None = None,
+        capabilities_parser: CapabilitiesParser | None = None,
+    ) -> None:
+        if config.resync <= 0:
+            raise InvalidInput(f"--resync: {config.resync} must be greater than 0")
+        self.config = config
+        self.store = store
+        self.metrics = metrics
+        self.capabilities_parser = capabilities_parser or default_capabilities_parser()
+        self.conn = LibvirtConnection(config.uri)
+        self.name: str | None = (
+            validate_name(config.name, "--name") if config.name is not None else None
+        )
+        self.writer: StatusWriter | None = None
+        self.facts: Facts | None = None
+        self.last: Hypervisor | None = None
+        self._host: HostFacts | None = None
+        self._cache = DomainParseCache()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._libvirt_dirty = False
+        self._spec_dirty = False
+        self._closed = False
+        self._write_pending = False
+        self._first_event_at: float | None = None
+        self._last_event_at = 0.0
+        self._last_spec: HypervisorSpec | None = None
+        self.reconnects = 0
+        self.reconciles = 0
+
+    # -- connection ------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Open libvirt, subscribe to events, and settle the Hypervisor name."""
+        self.conn.close()
+        self.conn.open()
+        try:
+            self.conn.on_lifecycle(self._on_lifecycle)
+            self.conn.on_close(self._on_close)
+            if self.name is None:
+                self.name = default_name(self.config.uri, self.conn.hostname())
+        except BaseException:
+            self.conn.close()
+            raise
+        with self._lock:
+            self._closed = False
+            self._host = None  # host facts are re-read after every (re)connect
+        if self.writer is None:
+            self.writer = StatusWriter(self.store, self.name, self.config.resync)
+            if self.metrics is not None:
+                self.metrics.hypervisor = self.name
+
+    def _on_lifecycle(self, _uuid: str, _event: int, _detail: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._libvirt_dirty = True
+            self._last_event_at = now
+            if self._first_event_at is None:
+                self._first_event_at = now
+        self._wake.set()
+
+    def _on_close(self, reason: int) -> None:
+        log.warning("libvirt %s closed the connection (reason %d)", self.config.uri, reason)
+        with self._lock:
+            self._closed = True
+        self._wake.set()
+
+    # -- one pass --------------------------------------------------------------------------
+
+    def observe(self, full: bool) -> Facts:
+        """Read libvirt (host facts too when `full`) and parse it. Unavailable if
+        libvirt fails; InvalidInput if the host's own XML cannot be parsed."""
+        with self._lock:
+            self._libvirt_dirty = False
+            self._first_event_at = None
+            host = None if full else self._host
+        obs, host = observe(self.conn, host)
+        facts = digest(obs, self.config.count, self.capabilities_parser, self._cache)
+        for name, reason in facts.skipped:
+            log.warning("skipping domain %s: %s", name, reason)
+        with self._lock:
+            self._host = host
+            self.facts = facts
+        return facts
+
+    def write(self, build: Callable[[Hypervisor], Hypervisor]) -> WriteResult:
+        assert self.writer is not None
+        result = self.writer.write(build)
+        self.last = result.hypervisor
+        self._last_spec = result.hypervisor.spec
+        if self.metrics is not None:
+            self.metrics.observe_status(
+                result.hypervisor, len(self.facts.skipped) if self.facts else 0
+            )
+        return result
+
+    def write_facts(self) -> WriteResult:
+        facts = self.facts
+        assert facts is not None
+        return self.write(lambda h: reconcile(h, facts, datetime.now(UTC)))
+
+    def write_disconnected(self, message: str) -> WriteResult | None:
+        if self.writer is None:
+            return None  # name unknown until libvirt answered once
+        uri = self.config.uri
+        return self.write(lambda h: mark_disconnected(h, uri, message, datetime.now(UTC)))
+
+    def run_once(self) -> Hypervisor:
+        """Connect, observe, write status once. Unavailable if libvirt is unreachable."""
+        try:
+            self.connect()
+            started = time.monotonic()
+            self.observe(full=True)
+            result = self.write_facts()
+            if self.metrics is not None:
+                self.metrics.reconcile_seconds.labels(self.name).observe(
+                    time.monotonic() - started
+                )
+            return result.hypervisor
+        finally:
+            self.conn.close()
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Run until `stop` is set. Returns within a fraction of a second of it."""
+        watcher: threading.Thread | None = None
+        libvirt_backoff = Backoff(self.config.backoff_initial, self.config.backoff_cap)
+        store_backoff = Backoff(self.config.backoff_initial, self.config.backoff_cap)
+        connected_once = False
+        next_resync = 0.0
+        retry_write_at: float | None = None
+        # Wakes the loop when stop is set, whatever it is waiting for.
+        def wake_on_stop() -> None:
+            stop.wait()
+            self._wake.set()
+
+        stopper = threading.Thread(target=wake_on_stop, name="agent-stop", daemon=True)
+        stopper.start()
+        try:
+            while not stop.is_set():
+                with self._lock:
+                    closed = self._closed
+                if closed or not self.conn.is_open:
+                    if not self._reconnect(stop, libvirt_backoff):
+                        continue
+                    if connected_once:
+                        self.reconnects += 1
+                        if self.metrics is not None:
+                            self.metrics.reconnects.labels(self.name).inc()
+                    connected_once = True
+                    libvirt_backoff.reset()
+                    next_resync = 0.0  # full resync after every (re)connect
+                    if watcher is None:
+                        watcher = threading.Thread(
+                            target=self._watch_spec, args=(stop,), name="agent-spec-watch",
+                            daemon=True,
+                        )
+                        watcher.start()
+                    if self.metrics is not None:
+                        self.metrics.connected.labels(self.name).set(1)
+
+                now = time.monotonic()
+                deadlines = [next_resync]
+                if retry_write_at is not None:
+                    deadlines.append(retry_write_at)
+                self._wake.wait(max(0.0, min(deadlines) - now))
+                if stop.is_set():
+                    break
+                self._wake.clear()
+                self._debounce(stop)
+
+                now = time.monotonic()
+                with self._lock:
+                    closed, libvirt_dirty, spec_dirty = (
+                        self._closed, self._libvirt_dirty, self._spec_dirty
+                    )
+                    self._spec_dirty = False
+                if closed:
+                    continue
+                full = now >= next_resync
+                started = time.monotonic()
+                try:
+                    if full or libvirt_dirty or self.facts is None:
+                        self.observe(full=full or self.facts is None)
+                        self._write_pending = True
+                    elif spec_dirty:
+                        self._write_pending = True
+                except Unavailable as exc:
+                    self._lost(str(exc))
+                    continue
+                except InvalidInput as exc:
+                    # The host's capabilities are unreadable: nothing trustworthy to write.
+                    log.error("%s", exc)
+                    self._lost(str(exc))
+                    continue
+                if full:
+                    next_resync = now + self.config.resync
+                if self._write_pending and (retry_write_at is None or now >= retry_write_at):
+                    if self._try_write(store_backoff):
+                        retry_write_at = None
+                        if self.metrics is not None:
+                            self.metrics.reconcile_seconds.labels(self.name).observe(
+                                time.monotonic() - started
+                            )
+                    else:
+                        retry_write_at = time.monotonic() + store_backoff.next_delay()
+        finally:
+            self.conn.close()
+            if self.metrics is not None and self.name is not None:
+                self.metrics.connected.labels(self.name).set(0)
+
+    def _try_write(self, store_backoff: Backoff) -> bool:
+        try:
+            self.write_facts()
+        except HvfleetError as exc:
+            log.warning("status write for %s failed, will retry: %s", self.name, exc)
+            if self.metrics is not None and self.name is not None:
+                self.metrics.store_errors.labels(self.name).inc()
+            return False
+        except Exception as exc:  # a store backend's own error (e.g. sqlite3) must not kill us
+            log.warning("status write for %s failed, will retry: %s", self.name, exc)
+            return False
+        self._write_pending = False
+        store_backoff.reset()
+        self.reconciles += 1
+        return True
+
+    def _lost(self, message: str) -> None:
+        log.warning("%s", message)
+        with self._lock:
+            self._closed = True
+        self.conn.close()
+        if self.metrics is not None and self.name is not None:
+            self.metrics.connected.labels(self.name).set(0)
+        self._safe_write_disconnected(message)
+
+    def _safe_write_disconnected(self, message: str) -> None:
+        try:
+            self.write_disconnected(message)
+        except Exception as exc:
+            log.warning("cannot record the libvirt outage in the store: %s", exc)
+
+    def _reconnect(self, stop: threading.Event, backoff: Backoff) -> bool:
+        try:
+            self.connect()
+            return True
+        except Unavailable as exc:
+            self._safe_write_disconnected(str(exc))
+            delay = backoff.next_delay()
+            log.info("reconnecting to %s in %.2fs", self.config.uri, delay)
+            stop.wait(delay)
+            return False
+
+    def _debounce(self, stop: threading.Event) -> None:
+        """After an event, wait until `debounce` seconds pass without another, but no
+        longer than `max_delay` after the first."""
+        while not stop.is_set():
+            with self._lock:
+                first, last = self._first_event_at, self._last_event_at
+            if first is None:
+                return
+            now = time.monotonic()
+            quiet_at = last + self.config.debounce
+            latest = first + self.config.max_delay
+            until = min(quiet_at, latest)
+            if now >= until:
+                return
+            stop.wait(until - now)
+
+    # -- spec watch ------------------------------------------------------------------------
+
+    def _watch_spec(self, stop: threading.Event) -> None:
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_cap)
+        since: int | None = None
+        while not stop.is_set():
+            try:
+                if since is None:
+                    since = self.store.revision()
+                    self._spec_changed()  # anything between our write and `since`
+                for ev in self.store.watch("Hypervisor", since=since, stop=stop, timeout=1.0):
+                    since = ev.revision
+                    obj = ev.object
+                    if not isinstance(obj, Hypervisor) or obj.metadata.name != self.name:
+                        continue
+                    if ev.type == "DELETED" or obj.spec != self._last_spec:
+                        self._spec_changed()
+                backoff.reset()
+            except Gone:
+                since = None
+            except Exception as exc:
+                log.warning("watching %s in the store failed, will retry: %s", self.name, exc)
+                since = None
+                stop.wait(backoff.next_delay())
+
+    def _spec_changed(self) -> None:
+        with self._lock:
+            self._spec_dirty = True
+        self._wake.set()

@@ -1,0 +1,80 @@
+"""kubectl-like output: `-o table|wide|json|yaml`, Rich tables, human quantities."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from hvfleet.model.meta import Model
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import ResourceName
+
+# Like kubectl, never truncate columns when the output is not a terminal.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+err_console = Console(stderr=True, highlight=False)
+
+_BYTE_RESOURCES = {"memory", "disk", "hugepages-2Mi", "hugepages-1Gi"}
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+def human(resource: ResourceName | str, q: Quantity | None) -> str:
+    """A quantity as a person reads it: bytes as Gi/Mi with one decimal."""
+    if q is None:
+        return "-"
+    if str(resource) in _BYTE_RESOURCES:
+        v = float(q.value)
+        for suffix, mult in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if abs(v) >= mult:
+                text = f"{v / mult:.1f}".removesuffix(".0")
+                return f"{text}{suffix}"
+        return f"{v:.0f}"
+    return str(q)
+
+
+def age(ts: datetime | None, now: datetime | None = None) -> str:
+    if ts is None:
+        return "-"
+    seconds = int(((now or datetime.now(UTC)) - ts).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def as_document(objs: Sequence[Model] | Model) -> dict[str, Any]:
+    if isinstance(objs, Model):
+        return objs.to_dict()
+    return {"apiVersion": "v1", "kind": "List", "items": [o.to_dict() for o in objs]}
+
+
+def dump(doc: Any, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+
+
+def emit(objs: Sequence[Model] | Model, fmt: str) -> None:
+    sys.stdout.write(dump(as_document(objs), fmt))
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> Table:
+    t = Table(title=title, box=None, pad_edge=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, no_wrap=True)
+    for r in rows:
+        t.add_row(*r)
+    return t

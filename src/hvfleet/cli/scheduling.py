@@ -1,0 +1,297 @@
+"""`hvfleet fit`, `reserve`, `release`, `reservations [gc]`, `placement export|sync`.
+
+Thin: each command parses its options, opens the store, calls
+`hvfleet.scheduling` and prints. Exit codes: 2 bad input, 3 does not fit
+(a scheduler should try elsewhere), 1 other failures.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from hvfleet.cli.main import app
+from hvfleet.model.errors import InvalidInput
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import MEMORY, ResourceName
+from hvfleet.model.selectors import parse_selector
+from hvfleet.scheduling.claims import (
+    derive_phases,
+    describe,
+    gc,
+    parse_duration,
+    release,
+    reserve,
+    reserve_auto,
+)
+from hvfleet.scheduling.fit import DEFAULT_STALENESS, reservations_by_host
+from hvfleet.scheduling.index import FitResult, FleetIndex
+from hvfleet.scheduling.placement import export, sync
+from hvfleet.scheduling.placement_client import PlacementClient
+from hvfleet.scheduling.request import Request, parse_request
+from hvfleet.store import open_store
+
+
+class Weigher(StrEnum):
+    binpack = "binpack"
+    spread = "spread"
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", envvar="HVFLEET_STORE", help="Store URL (default sqlite:///hvfleet.db)."),
+]
+CpuOpt = Annotated[str | None, typer.Option("--cpu", help="vCPUs per instance.")]
+MemOpt = Annotated[str | None, typer.Option("--memory", help="Memory per instance, e.g. 4Gi.")]
+ResOpt = Annotated[
+    list[str] | None,
+    typer.Option("--resource", help="NAME=QUANTITY, e.g. VGPU=1 (repeatable)."),
+]
+SelOpt = Annotated[str | None, typer.Option("-l", "--selector", help="Label selector.")]
+OutOpt = Annotated[Output, typer.Option("-o", "--output")]
+WeigherOpt = Annotated[Weigher, typer.Option("--weigher", help="binpack or spread.")]
+StalenessOpt = Annotated[
+    str,
+    typer.Option("--staleness", help="Hosts whose heartbeat is older are not candidates (3 × resync)."),
+]
+
+
+def _staleness(text: str) -> timedelta:
+    value = parse_duration(text, "--staleness")
+    if value is None:
+        raise InvalidInput("--staleness: must be a positive duration such as 180s")
+    return value
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _table(rows: list[list[str]]) -> None:
+    if not rows:
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _request_dict(request: Request) -> dict[str, Any]:
+    return {
+        "resources": {str(r): str(q) for r, q in sorted(request.resources.items(), key=str)},
+        "count": request.count,
+    }
+
+
+def _fmt(r: ResourceName, v: Any) -> str:
+    q = Quantity(v, "binary" if r == MEMORY else "decimal")
+    return str(q)
+
+
+def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool) -> None:
+    if output is Output.json:
+        data: dict[str, Any] = {
+            "request": _request_dict(result.request),
+            "weigher": result.weigher,
+            "considered": result.considered,
+            "fitting": result.fitting,
+            "candidates": [
+                {"name": c.name, "score": round(c.score, 6), "free": _free(index, c.name)}
+                for c in result.candidates
+            ],
+        }
+        if why:
+            data["rejected"] = {name: [r.to_dict() for r in found] for name, found in result.rejected.items()}
+        _print_json(data)
+        return
+    rows = [["HOST", "SCORE", "FREE CPU", "FREE MEMORY"]]
+    for c in result.candidates:
+        free = _free(index, c.name)
+        rows.append([c.name, f"{c.score:.4f}", free.get("cpu", "-"), free.get("memory", "-")])
+    if result.candidates:
+        _table(rows)
+    else:
+        print(f"no host fits {describe(result.request)}", file=sys.stderr)
+    if why:
+        for name, found in result.rejected.items():
+            print(f"{name}: " + "; ".join(r.message for r in found))
+
+
+def _free(index: FleetIndex, name: str) -> dict[str, str]:
+    return {str(r): _fmt(r, v) for r, v in sorted(index.free(name).items(), key=lambda kv: str(kv[0]))}
+
+
+@app.command("fit")
+def fit_command(
+    cpu: CpuOpt = None,
+    memory: MemOpt = None,
+    resource: ResOpt = None,
+    count: Annotated[int, typer.Option("--count", help="Instances on one host.")] = 1,
+    selector: SelOpt = None,
+    weigher: WeigherOpt = Weigher.binpack,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most M hosts.")] = None,
+    output: OutOpt = Output.table,
+    why: Annotated[bool, typer.Option("--why", help="Say why each other host is rejected.")] = False,
+    staleness: StalenessOpt = f"{int(DEFAULT_STALENESS.total_seconds())}s",
+    store: StoreOpt = None,
+) -> None:
+    """Hosts a request fits on, best first."""
+    request = parse_request(cpu, memory, resource or [], count)
+    if limit is not None and limit < 1:
+        raise InvalidInput("--limit: must be at least 1")
+    sel = parse_selector(selector)
+    with open_store(store) as st:
+        index = FleetIndex.from_store(st, _staleness(staleness))
+    result = index.fit(request, selector=sel, weigher=weigher.value, limit=limit, why=why)
+    _fit_output(index, result, output, why)
+
+
+@app.command("reserve")
+def reserve_command(
+    host: Annotated[str | None, typer.Argument(help="The host to claim on (or --auto).")] = None,
+    cpu: CpuOpt = None,
+    memory: MemOpt = None,
+    resource: ResOpt = None,
+    consumer: Annotated[str, typer.Option("--consumer", help="The instance UUID.")] = "",
+    ttl: Annotated[str, typer.Option("--ttl", help="Expire after (0: never).")] = "10m",
+    auto: Annotated[bool, typer.Option("--auto", help="Pick the best host and claim it.")] = False,
+    count: Annotated[int, typer.Option("--count", help="Instances on one host.")] = 1,
+    selector: SelOpt = None,
+    weigher: WeigherOpt = Weigher.binpack,
+    staleness: StalenessOpt = f"{int(DEFAULT_STALENESS.total_seconds())}s",
+    store: StoreOpt = None,
+) -> None:
+    """Take space on a host before the VM exists; prints the reservation name.
+    Exits 3 when it does not fit (any more)."""
+    if not consumer:
+        raise InvalidInput("--consumer: required (the UUID of the instance the space is for)")
+    if auto == (host is not None):
+        raise InvalidInput("reserve: give either HOST or --auto")
+    if selector is not None and not auto:
+        raise InvalidInput("-l/--selector: only with --auto")
+    request = parse_request(cpu, memory, resource or [], count)
+    life = parse_duration(ttl)
+    stale = _staleness(staleness)
+    with open_store(store) as st:
+        if host is not None:
+            made = reserve(st, host, request, consumer, life, staleness=stale)
+        else:
+            made = reserve_auto(
+                st,
+                request,
+                consumer,
+                life,
+                selector=parse_selector(selector),
+                weigher=weigher.value,
+                staleness=stale,
+            ).reservation
+    print(made.name)
+
+
+@app.command("release")
+def release_command(name: Annotated[str, typer.Argument()], store: StoreOpt = None) -> None:
+    """Give a reservation's space back."""
+    with open_store(store) as st:
+        out = release(st, name)
+    print(f"{out.name} {out.status.phase}")
+
+
+reservations_app = typer.Typer(help="List reservations; `gc` removes ended ones.")
+app.add_typer(reservations_app, name="reservations")
+
+
+def _reservation_rows(views: list[Any], output: Output) -> None:
+    if output is Output.json:
+        items = []
+        for v in views:
+            d = v.reservation.to_dict()
+            d["status"]["phase"] = v.phase
+            items.append(d)
+        _print_json({"items": items})
+        return
+    rows = [["NAME", "HYPERVISOR", "CONSUMER", "SOURCE", "PHASE", "RESOURCES", "EXPIRES"]]
+    for v in views:
+        r = v.reservation
+        res = ",".join(f"{k}={q}" for k, q in sorted(r.spec.resources.items(), key=str))
+        expires = r.spec.expires_at.isoformat() if r.spec.expires_at else "-"
+        rows.append([r.name, r.spec.hypervisor, r.spec.consumer, r.spec.source, v.phase, res, expires])
+    _table(rows)
+
+
+@reservations_app.callback(invoke_without_command=True)
+def reservations_command(
+    ctx: typer.Context,
+    selector: SelOpt = None,
+    output: OutOpt = Output.table,
+    store: StoreOpt = None,
+) -> None:
+    """List reservations with their phase derived now (Confirmed, Expired, ...)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with open_store(store) as st:
+        views = derive_phases(
+            st.list_reservations(parse_selector(selector)), st.list_hypervisors(), datetime.now(UTC)
+        )
+    _reservation_rows(views, output)
+
+
+@reservations_app.command("gc")
+def reservations_gc_command(output: OutOpt = Output.table, store: StoreOpt = None) -> None:
+    """Delete reservations that ended: Confirmed, Released or Expired."""
+    with open_store(store) as st:
+        removed = gc(st)
+    if output is Output.json:
+        _print_json({"deleted": [{"name": v.reservation.name, "phase": v.phase} for v in removed]})
+    else:
+        for v in removed:
+            print(f"{v.reservation.name} {v.phase} deleted")
+
+
+placement_app = typer.Typer(help="The Placement-compatible view, and mirroring Placement.")
+app.add_typer(placement_app, name="placement")
+
+
+@placement_app.command("export")
+def placement_export_command(
+    selector: SelOpt = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="json")] = "json",
+    store: StoreOpt = None,
+) -> None:
+    """Per hypervisor a resource provider: inventories exactly as Placement
+    expects them, and current usages."""
+    if output != "json":
+        raise InvalidInput(f"-o: {output!r} is not supported here (json)")
+    with open_store(store) as st:
+        hosts = st.list_hypervisors(parse_selector(selector))
+        by_host = reservations_by_host(st.list_reservations())
+    _print_json(export(hosts, by_host, datetime.now(UTC)))
+
+
+@placement_app.command("sync")
+def placement_sync_command(
+    url: Annotated[str, typer.Option("--url", help="Placement endpoint.")],
+    token: Annotated[str, typer.Option("--token", envvar="OS_TOKEN", help="Auth token.")] = "admin",
+    output: OutOpt = Output.table,
+    store: StoreOpt = None,
+) -> None:
+    """Keep one Reservation per Placement consumer per host until libvirt shows it."""
+    with open_store(store) as st, PlacementClient(url, token) as client:
+        report = sync(st, client)
+    if output is Output.json:
+        _print_json(report.to_dict())
+    else:
+        print(
+            f"created {len(report.created)}, updated {len(report.updated)}, "
+            f"deleted {len(report.deleted)}, unchanged {report.unchanged}"
+        )
+        for name in report.unknown_providers:
+            print(f"provider {name}: no hypervisor of that name", file=sys.stderr)

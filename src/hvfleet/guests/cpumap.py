@@ -1,0 +1,103 @@
+"""libvirt's own x86 CPU model definitions (`/usr/share/libvirt/cpu_map/`).
+
+The baseline is computed against the same model and feature names libvirt
+uses, so the `<cpu>` we write means exactly what libvirt will check: every
+named model's full feature set (features inherited through `<model name=.../>`
+included), the feature list with QEMU aliases, and which features libvirt
+marks non-migratable.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from hvfleet.discovery.xmlsafe import read_xml_file
+from hvfleet.model.errors import InvalidInput
+
+CPU_MAP_DIR = "/usr/share/libvirt/cpu_map"
+
+
+@dataclass(frozen=True)
+class CPUModel:
+    name: str
+    vendor: str  # "" for vendor-neutral models (qemu64, kvm64, ...)
+    features: frozenset[str]
+    position: int  # order in index.xml: later means newer within a family
+
+
+@dataclass(frozen=True)
+class CPUMap:
+    features: tuple[str, ...]
+    non_migratable: frozenset[str]
+    aliases: dict[str, str]  # alternative spelling → libvirt name
+    models: dict[str, CPUModel]
+    vendors: tuple[str, ...]
+
+    def canonical_feature(self, name: str) -> str:
+        return self.aliases.get(name, name)
+
+    def model(self, name: str, where: str) -> CPUModel:
+        try:
+            return self.models[name]
+        except KeyError:
+            raise InvalidInput(
+                f"{where}: CPU model {name!r} is not in libvirt's cpu_map"
+            ) from None
+
+
+def _load(directory: str) -> CPUMap:
+    index = read_xml_file(os.path.join(directory, "index.xml"), "cpu_map index.xml")
+    arch = next((a for a in index.findall("arch") if a.get("name") == "x86"), None)
+    if arch is None:
+        raise InvalidInput(f"{directory}/index.xml: no x86 arch")
+    features: list[str] = []
+    non_migratable: set[str] = set()
+    aliases: dict[str, str] = {}
+    raw_models: list[tuple[str, str, list[str], list[str]]] = []
+    vendors: list[str] = []
+    for inc in arch.findall("include"):
+        fname = inc.get("filename", "")
+        doc = read_xml_file(os.path.join(directory, fname), f"cpu_map {fname}")
+        for v in doc.findall("vendor"):
+            vendors.append(v.get("name", ""))
+        for f in doc.findall("feature"):
+            name = f.get("name", "")
+            features.append(name)
+            if f.get("migratable") == "no":
+                non_migratable.add(name)
+            for a in f.findall("alias"):
+                aliases[a.get("name", "")] = name
+            # Underscore/dash spellings are interchangeable in QEMU.
+            aliases.setdefault(name.replace("_", "-"), name)
+            aliases.setdefault(name.replace("-", "_"), name)
+        for m in doc.findall("model"):
+            vendor_el = m.find("vendor")
+            parents = [p.get("name", "") for p in m.findall("model")]
+            raw_models.append(
+                (
+                    m.get("name", ""),
+                    vendor_el.get("name", "") if vendor_el is not None else "",
+                    [f.get("name", "") for f in m.findall("feature")],
+                    parents,
+                )
+            )
+    for name in features:
+        aliases.pop(name, None)
+    models: dict[str, CPUModel] = {}
+    for pos, (name, vendor, feats, parents) in enumerate(raw_models):
+        inherited: set[str] = set()
+        for p in parents:
+            if p not in models:
+                raise InvalidInput(f"cpu_map: model {name!r} inherits unknown model {p!r}")
+            inherited |= models[p].features
+            vendor = vendor or models[p].vendor
+        models[name] = CPUModel(name, vendor, frozenset(inherited | set(feats)), pos)
+    return CPUMap(tuple(features), frozenset(non_migratable), aliases, models, tuple(vendors))
+
+
+@functools.lru_cache(maxsize=4)
+def load_cpu_map(directory: str = CPU_MAP_DIR) -> CPUMap:
+    """The x86 cpu_map in `directory`, parsed once per process."""
+    return _load(directory)

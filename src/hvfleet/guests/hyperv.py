@@ -1,0 +1,98 @@
+"""Hyper-V enlightenments for Windows guests.
+
+Only features every host supports. A host whose libvirt is too old to list
+Hyper-V features in domcapabilities is not a host without them: for such a
+host the features its QEMU version is known to support are used, and the
+explanation says so. `evmcs` (nested Hyper-V) only when every host is Intel;
+`reenlightenment` never, because it breaks live migration. Dependencies are
+respected: synic needs vpindex, stimer needs synic, tlbflush and ipi need
+vpindex.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hvfleet.guests.decision import Decision, hosts_list
+from hvfleet.guests.osinfo import OSInfo
+from hvfleet.guests.policy import Policy
+from hvfleet.guests.request import HostGroup
+
+# QEMU version (major, minor) that first offered each enlightenment under KVM.
+KNOWN_SINCE: dict[str, tuple[int, int]] = {
+    "relaxed": (1, 1), "vapic": (1, 1), "spinlocks": (1, 1),
+    "vpindex": (2, 3), "runtime": (2, 3), "synic": (2, 6), "stimer": (2, 6),
+    "reset": (2, 6), "vendor_id": (2, 5), "frequencies": (2, 12),
+    "reenlightenment": (3, 0), "tlbflush": (3, 0), "ipi": (4, 1), "evmcs": (3, 1),
+}
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "synic": ("vpindex",), "stimer": ("synic", "vpindex"),
+    "tlbflush": ("vpindex",), "ipi": ("vpindex",), "evmcs": ("vapic",),
+}
+
+
+@dataclass(frozen=True)
+class HyperV:
+    features: tuple[str, ...]  # in policy order
+    spinlock_retries: int
+    stimer_direct: bool
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    parts = text.split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return None
+
+
+def decide_hyperv(
+    os: OSInfo, group: HostGroup, domain_type: str, policy: Policy
+) -> Decision[HyperV | None]:
+    if not os.is_windows:
+        return Decision("hyperv", None, "none", f"{os.short_id} is not Windows")
+    wanted = [f for f in policy.hyperv_wanted if f not in policy.hyperv_never]
+    available = set(wanted)
+    evidence: list[str] = []
+    for name, caps in group.hosts:
+        if caps.hyperv_features is not None:
+            have = set(caps.hyperv_features)
+            evidence.append(f"{name}: domcapabilities lists {len(have)} Hyper-V features")
+        elif domain_type == "kvm" and (v := _version(caps.hypervisor_version)):
+            have = {f for f, since in KNOWN_SINCE.items() if v >= since}
+            evidence.append(
+                f"{name}: libvirt too old to list Hyper-V features; QEMU {v[0]}.{v[1]} "
+                f"is known to support {len(have)} of them"
+            )
+        else:
+            have = set()
+            evidence.append(f"{name}: Hyper-V support unknown (no domcapabilities, no version)")
+        missing = available - have
+        if missing:
+            evidence.append(f"{name} lacks {', '.join(sorted(missing))}")
+        available &= have
+    vendors = {caps.cpu.vendor for _, caps in group.hosts}
+    if "evmcs" in available and vendors != {"Intel"}:
+        available.discard("evmcs")
+        evidence.append("evmcs left out: not every host is Intel")
+    changed = True
+    while changed:
+        changed = False
+        for f, deps in REQUIRES.items():
+            if f in available and not all(d in available for d in deps):
+                available.discard(f)
+                evidence.append(f"{f} left out: needs {', '.join(deps)}")
+                changed = True
+    features = tuple(f for f in wanted if f in available)
+    if not features:
+        return Decision("hyperv", None, "none",
+                        "no Hyper-V enlightenment is supported on every host", tuple(evidence))
+    evidence.append("reenlightenment never enabled: it breaks live migration")
+    return Decision(
+        "hyperv",
+        HyperV(features, policy.spinlock_retries, "stimer" in features),
+        ", ".join(features),
+        f"Windows runs faster with enlightenments; those every host of "
+        f"{hosts_list(group.names, 3)} supports",
+        tuple(evidence),
+    )

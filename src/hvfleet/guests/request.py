@@ -1,0 +1,132 @@
+"""What an operator asks for: the guest request, disk and NIC specs, the host group.
+
+A disk SPEC names its source and kind because cache and I/O mode depend on
+it (`kind=qcow2,source=/images/a.qcow2`, `kind=raw-preallocated,...`,
+`kind=block,source=/dev/vg/a`, `kind=network,protocol=rbd,source=pool/img,
+host=mon1:6789`). A NIC SPEC names a libvirt network or a bridge
+(`network=default`, `bridge=br0`, optional `mac=`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hostcaps import HostCapabilities
+from hvfleet.model.quantity import Quantity
+
+DISK_KINDS = ("qcow2", "raw", "raw-preallocated", "block", "network")
+NET_PROTOCOLS = ("rbd", "iscsi", "nbd", "gluster", "http", "https")
+_MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+
+
+def _pairs(spec: str, where: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in spec.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not value.strip():
+            raise InvalidInput(f"{where} {spec!r}: {part!r} is not key=value")
+        if key not in allowed:
+            raise InvalidInput(f"{where} {spec!r}: unknown key {key!r} (known: {', '.join(allowed)})")
+        if key in out:
+            raise InvalidInput(f"{where} {spec!r}: {key!r} given twice")
+        out[key] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class DiskSpec:
+    kind: str
+    source: str
+    protocol: str = ""
+    host: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> DiskSpec:
+        kv = _pairs(spec, "--disk", ("kind", "source", "protocol", "host"))
+        kind, source = kv.get("kind", ""), kv.get("source", "")
+        if kind not in DISK_KINDS:
+            raise InvalidInput(f"--disk {spec!r}: kind must be one of {', '.join(DISK_KINDS)}")
+        if not source:
+            raise InvalidInput(f"--disk {spec!r}: source= is required")
+        if kind == "network":
+            if kv.get("protocol") not in NET_PROTOCOLS:
+                raise InvalidInput(
+                    f"--disk {spec!r}: network disks need protocol= one of {', '.join(NET_PROTOCOLS)}"
+                )
+        elif "protocol" in kv or "host" in kv:
+            raise InvalidInput(f"--disk {spec!r}: protocol/host only apply to kind=network")
+        elif not source.startswith("/"):
+            raise InvalidInput(f"--disk {spec!r}: source must be an absolute path")
+        return cls(kind, source, kv.get("protocol", ""), kv.get("host", ""))
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    network: str = ""
+    bridge: str = ""
+    mac: str = ""
+
+    @classmethod
+    def parse(cls, spec: str) -> NicSpec:
+        kv = _pairs(spec, "--nic", ("network", "bridge", "mac"))
+        if ("network" in kv) == ("bridge" in kv):
+            raise InvalidInput(f"--nic {spec!r}: give exactly one of network= or bridge=")
+        mac = kv.get("mac", "").lower()
+        if mac and not _MAC_RE.match(mac):
+            raise InvalidInput(f"--nic {spec!r}: mac {mac!r} is not aa:bb:cc:dd:ee:ff")
+        return cls(kv.get("network", ""), kv.get("bridge", ""), mac)
+
+
+@dataclass(frozen=True)
+class GuestRequest:
+    os: str
+    name: str
+    vcpus: int
+    memory: int  # bytes
+    disks: tuple[DiskSpec, ...] = ()
+    nics: tuple[NicSpec, ...] = ()
+    firmware: str = "auto"  # auto | bios | efi
+    secure_boot: bool = False
+    tpm: bool = False
+    mode: str = "intersection"
+    policy: str = "2026.1"
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,62}$", self.name):
+            raise InvalidInput(f"--name {self.name!r}: use letters, digits, '_', '.', '+', '-'")
+        if not 1 <= self.vcpus <= 4096:
+            raise InvalidInput(f"--vcpus {self.vcpus}: must be between 1 and 4096")
+        if self.memory < 16 * 1024 * 1024:
+            raise InvalidInput(f"--memory {self.memory} bytes: at least 16Mi is needed")
+        if self.memory % 1024:
+            raise InvalidInput("--memory: must be a whole number of KiB")
+        if self.firmware not in ("auto", "bios", "efi"):
+            raise InvalidInput(f"--firmware {self.firmware!r}: must be auto, bios or efi")
+        if self.secure_boot and self.firmware == "bios":
+            raise InvalidInput("--secure-boot needs EFI firmware, not --firmware bios")
+
+
+def parse_memory(text: str) -> int:
+    q = Quantity.parse(text, where="--memory")
+    if not q.is_integer() or q.floor() <= 0:
+        raise InvalidInput(f"--memory {text!r}: must be a positive whole number of bytes")
+    return q.floor()
+
+
+@dataclass(frozen=True)
+class HostGroup:
+    hosts: tuple[tuple[str, HostCapabilities], ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.hosts:
+            raise InvalidInput("no hosts: the host group is empty")
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.hosts]

@@ -1,0 +1,124 @@
+"""CustomResourceDefinitions generated from the models.
+
+Kubernetes wants *structural* schemas: no `$ref`, a `type` on every node (or
+`x-kubernetes-int-or-string` / `x-kubernetes-preserve-unknown-fields`), maps as
+`additionalProperties`, `nullable` instead of `anyOf [T, null]`. This turns
+pydantic's JSON Schema into that shape, so `hvfleet crd | kubectl apply -f -`
+creates the same resources hvfleet stores.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import BaseModel
+
+from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.meta import API_GROUP
+
+_DROP = {"title", "default", "description_", "discriminator"}
+
+
+def _structural(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_structural(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        target = defs[node["$ref"].rsplit("/", 1)[-1]]
+        merged = {**copy.deepcopy(target), **{k: v for k, v in node.items() if k != "$ref"}}
+        return _structural(merged, defs)
+    if node.get("x-kubernetes-int-or-string"):
+        # The shape controller-gen emits for resource.Quantity.
+        return {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": node["pattern"],
+            "x-kubernetes-int-or-string": True,
+        }
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o.get("type") != "null"]
+        nullable = len(options) != len(node["anyOf"])
+        if len(options) == 1:
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            single: dict[str, Any] = _structural({**options[0], **rest}, defs)
+            if nullable:
+                single["nullable"] = True
+            return single
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _DROP or key == "$defs":
+            continue
+        if key == "additionalProperties" and value is False:
+            continue
+        if key == "const":
+            out["enum"] = [value]
+            continue
+        if key == "format" and value == "date-time":
+            out[key] = value
+            continue
+        out[key] = _structural(value, defs)
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    return out
+
+
+def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    defs = schema.get("$defs", {})
+    out: dict[str, Any] = _structural(schema, defs)
+    props = out.get("properties", {})
+    # The API server owns metadata's schema; a CRD declares it as a plain object.
+    props["metadata"] = {"type": "object"}
+    out["required"] = [r for r in out.get("required", []) if r != "metadata"] or None
+    if out["required"] is None:
+        del out["required"]
+    return out
+
+
+def _version(model: type[BaseModel], columns: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "name": "v1",
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": structural_schema(model)},
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": columns,
+    }
+
+
+def crds() -> list[dict[str, Any]]:
+    hv_columns = [
+        {"name": "Ready", "type": "string",
+         "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "CPU", "type": "string", "jsonPath": ".status.effectiveCapacity.cpu"},
+        {"name": "Memory", "type": "string", "jsonPath": ".status.effectiveCapacity.memory"},
+        {"name": "Maintenance", "type": "string", "jsonPath": ".spec.maintenance"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    res_columns = [
+        {"name": "Hypervisor", "type": "string", "jsonPath": ".spec.hypervisor"},
+        {"name": "Consumer", "type": "string", "jsonPath": ".spec.consumer"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    out = []
+    for model, kind, plural, short, columns in (
+        (Hypervisor, "Hypervisor", "hypervisors", ["hv"], hv_columns),
+        (Reservation, "Reservation", "reservations", ["rsv"], res_columns),
+    ):
+        out.append({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{API_GROUP}"},
+            "spec": {
+                "group": API_GROUP,
+                "scope": "Cluster",
+                "names": {
+                    "kind": kind, "listKind": f"{kind}List", "plural": plural,
+                    "singular": kind.lower(), "shortNames": short,
+                },
+                "versions": [_version(model, columns)],
+            },
+        })
+    return out

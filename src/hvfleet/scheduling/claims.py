@@ -1,0 +1,233 @@
+"""Claims: taking space on a host before the VM exists, without double-booking.
+
+A claim is a Reservation written by `Store.claim`, which runs the capacity
+check (`fit.check_claim`, the same rules `hvfleet fit` uses) against the host
+and its other reservations *inside* the backend's atomic write: a SQLite
+transaction today, an etcd transaction on the host's and reservations'
+revisions later. There is no lock across hosts, so claims on different hosts
+never wait for each other. `reserve_auto` asks the fleet index for the best
+host and claims it; when another scheduler won the race it refreshes the index
+from the store's watch and tries again.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from hvfleet.model.capacity import reservation_phase
+from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
+from hvfleet.model.hypervisor import (
+    HOLDING_PHASES,
+    Hypervisor,
+    Reservation,
+    ReservationPhase,
+    ReservationSpec,
+    ReservationStatus,
+)
+from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.selectors import Selector
+from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
+from hvfleet.scheduling.fit import DEFAULT_STALENESS, check_claim
+from hvfleet.scheduling.index import FleetIndex, Weigher
+from hvfleet.scheduling.request import Request
+from hvfleet.store.base import Store
+
+MANAGER = "hvfleet-scheduler"
+HYPERVISOR_LABEL = "hvfleet.io/hypervisor"
+SOURCE_LABEL = "hvfleet.io/source"
+DEFAULT_TTL = timedelta(minutes=10)
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, where: str = "--ttl") -> timedelta | None:
+    """`10m`, `90s`, `1h30m`; `0` or `never` for no expiry."""
+    s = text.strip()
+    if s in ("0", "never"):
+        return None
+    pos, seconds = 0, 0.0
+    for m in _DURATION.finditer(s):
+        if m.start() != pos:
+            break
+        seconds += int(m[1]) * _UNITS[m[2]]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise InvalidInput(f"{where}: {text!r} is not a duration (e.g. 30s, 10m, 1h30m, or 0)")
+    return timedelta(seconds=seconds)
+
+
+def reservation_labels(host: str, source: str) -> dict[str, str]:
+    labels = {SOURCE_LABEL: source}
+    if _LABEL_VALUE.match(host):
+        labels[HYPERVISOR_LABEL] = host
+    return labels
+
+
+def new_reservation(
+    host: str,
+    request: Request,
+    consumer: str,
+    ttl: timedelta | None,
+    now: datetime,
+) -> Reservation:
+    try:
+        return Reservation(
+            metadata=ObjectMeta(
+                name=f"res-{uuid.uuid4().hex[:20]}", labels=reservation_labels(host, "hvfleet")
+            ),
+            spec=ReservationSpec(
+                hypervisor=host,
+                resources=request.total_list(),
+                consumer=consumer,
+                expires_at=None if ttl is None else now + ttl,
+            ),
+            status=ReservationStatus(phase="Active"),
+        )
+    except ValueError as exc:
+        raise InvalidInput(f"reservation for {consumer} on {host}: {exc}") from None
+
+
+def reserve(
+    store: Store,
+    host: str,
+    request: Request,
+    consumer: str,
+    ttl: timedelta | None = DEFAULT_TTL,
+    *,
+    staleness: timedelta = DEFAULT_STALENESS,
+    manager: str = MANAGER,
+) -> Reservation:
+    """Claim `request` on `host` for `consumer`, or raise DoesNotFit."""
+    reservation = new_reservation(host, request, consumer, ttl, datetime.now(UTC))
+
+    def check(h: Hypervisor, others: list[Reservation]) -> None:
+        # The time is taken inside the atomic write: what expired by now is free.
+        now = datetime.now(UTC)
+        for other in others:
+            if (
+                other.spec.consumer == consumer
+                and reservation_phase(other, h, now) in HOLDING_PHASES
+            ):
+                raise Conflict(
+                    f"consumer {consumer} already holds reservation {other.name} on {h.name}"
+                )
+        check_claim(h, others, request, now, staleness)
+
+    return store.claim(reservation, manager, check)
+
+
+@dataclass
+class AutoClaim:
+    reservation: Reservation
+    attempts: int
+
+
+def reserve_auto(
+    store: Store,
+    request: Request,
+    consumer: str,
+    ttl: timedelta | None = DEFAULT_TTL,
+    *,
+    selector: Selector | None = None,
+    weigher: Weigher = "binpack",
+    index: FleetIndex | None = None,
+    staleness: timedelta = DEFAULT_STALENESS,
+    attempts: int = 100,
+    manager: str = MANAGER,
+) -> AutoClaim:
+    """Claim the best host for `request`; on a lost race, refresh and retry."""
+    if index is None:
+        index = FleetIndex.from_store(store, staleness)
+    failed_at: dict[str, int] = {}
+    last: Exception | None = None
+    for attempt in range(1, attempts + 1):
+        index.refresh(store)
+        result = index.fit(request, selector=selector, weigher=weigher)
+        # A host that refused us at this very index revision would refuse again.
+        choices = [c for c in result.candidates if failed_at.get(c.name) != index.revision]
+        if not choices:
+            detail = f" (last refusal: {last})" if last else ""
+            raise NoHostFits(f"no host fits {describe(request)}{detail}")
+        host = choices[0].name
+        try:
+            return AutoClaim(
+                reserve(store, host, request, consumer, ttl, staleness=staleness, manager=manager),
+                attempt,
+            )
+        except (DoesNotFit, Unavailable) as exc:
+            last = exc
+            failed_at[host] = index.revision
+        except Conflict as exc:
+            if "already holds" in str(exc):
+                raise
+            last = exc
+            failed_at[host] = index.revision
+    raise NoHostFits(f"no claim for {describe(request)} succeeded in {attempts} attempts: {last}")
+
+
+def describe(request: Request) -> str:
+    parts = ", ".join(f"{r}={q}" for r, q in sorted(request.resources.items(), key=str))
+    return parts if request.count == 1 else f"{request.count} × ({parts})"
+
+
+def release(store: Store, name: str, manager: str = MANAGER) -> Reservation:
+    """Mark a reservation Released: its space is free from this write on."""
+
+    def mutate(obj: object) -> Reservation:
+        if not isinstance(obj, Reservation):
+            raise NotFound(f"reservation {name} not found")
+        if obj.status.phase not in HOLDING_PHASES:
+            return obj
+        return obj.model_copy(
+            update={"status": obj.status.model_copy(update={"phase": "Released"})}
+        )
+
+    current = store.get("Reservation", name)
+    if not isinstance(current, Reservation):
+        raise NotFound(f"reservation {name} not found")
+    if current.status.phase not in HOLDING_PHASES:
+        return current
+    out = store.update_with_retry("Reservation", name, mutate, manager)
+    assert isinstance(out, Reservation)
+    return out
+
+
+@dataclass(frozen=True)
+class ReservationView:
+    reservation: Reservation
+    phase: ReservationPhase
+
+
+def derive_phases(
+    reservations: Iterable[Reservation], hosts: Iterable[Hypervisor], now: datetime
+) -> list[ReservationView]:
+    by_name = {h.name: h for h in hosts}
+    return [
+        ReservationView(r, reservation_phase(r, by_name.get(r.spec.hypervisor), now))
+        for r in reservations
+    ]
+
+
+def gc(store: Store, now: datetime | None = None) -> list[ReservationView]:
+    """Delete reservations that ended (Confirmed, Released, Expired); returns them.
+    Each delete names the resourceVersion it judged, so a reservation changed in
+    the meantime is left for the next run."""
+    now = now or datetime.now(UTC)
+    removed: list[ReservationView] = []
+    views = derive_phases(store.list_reservations(), store.list_hypervisors(), now)
+    for view in views:
+        if view.phase in HOLDING_PHASES:
+            continue
+        try:
+            store.delete(
+                "Reservation", view.reservation.name, view.reservation.metadata.resource_version
+            )
+        except (Conflict, NotFound):
+            continue
+        removed.append(view)
+    return removed

@@ -1,0 +1,477 @@
+"""The fleet index: every host's free capacity in numpy arrays, so a fit query
+over 100k hosts is a handful of vector comparisons instead of a store scan.
+
+Each row is computed by the model's capacity functions (`free_capacity`,
+`max_unit`, `hypervisor_effective_capacity`) — the index never redoes that
+arithmetic, it only stores the results. Values are exact: per resource column
+the index keeps integers scaled by the least common denominator of everything
+stored in that column (1 for whole vCPUs and bytes), in int64 while they fit
+and as Python ints otherwise, and compares them to the request scaled the same
+way (rounded up: `q <= F/D` iff `ceil(q·D) <= F`). Rows are refreshed from the
+store's watch; a row whose reservations expire is recomputed at the first
+query after the expiry, so phases are derived the same way as everywhere else.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from hvfleet.model.capacity import (
+    free_capacity,
+    holds_space,
+    hypervisor_effective_capacity,
+    max_unit,
+)
+from hvfleet.model.errors import Gone
+from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.meta import find_condition
+from hvfleet.model.resources import CPU, MEMORY, ResourceName
+from hvfleet.model.selectors import Selector
+from hvfleet.scheduling.fit import DEFAULT_STALENESS, Rejection, rejections, unit_constraints
+from hvfleet.scheduling.request import Request
+from hvfleet.store.base import Store, WatchEvent
+
+Weigher = Literal["binpack", "spread"]
+WEIGHERS: tuple[Weigher, ...] = ("binpack", "spread")
+_INT64_LIMIT = 2**62
+_NEVER = np.iinfo(np.int64).max
+_NO_BEAT = np.iinfo(np.int64).min
+
+
+def micros(t: datetime) -> int:
+    """Exact integer microseconds since the epoch (naive times are UTC)."""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    delta = t - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+@dataclass
+class _Row:
+    """What the index keeps per host, all computed by the model's functions."""
+
+    free: dict[ResourceName, Fraction]
+    max_unit: dict[ResourceName, Fraction]
+    effective: dict[ResourceName, Fraction]
+    min_unit: dict[ResourceName, Fraction]
+    step: dict[ResourceName, Fraction]
+    ready: bool
+    beat: int
+    next_expiry: int
+
+
+def _compute_row(h: Hypervisor, reservations: Iterable[Reservation], now: datetime) -> _Row:
+    held = [r for r in reservations if holds_space(r, h, now)]
+    expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
+    ready = find_condition(h.status.conditions, "Ready")
+    units = unit_constraints(h)
+    beat = h.status.last_heartbeat_time
+    return _Row(
+        free={r: q.value for r, q in free_capacity(h, held, now).items()},
+        max_unit={r: q.value for r, q in max_unit(h).items()},
+        effective={r: q.value for r, q in hypervisor_effective_capacity(h).items()},
+        min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
+        step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
+        ready=not h.spec.maintenance and ready is not None and ready.status == "True",
+        beat=_NO_BEAT if beat is None else micros(beat),
+        next_expiry=min(expiries, default=_NEVER),
+    )
+
+
+class _Column:
+    """One resource across all rows: exact scaled integers plus floats for weighing.
+    A host without the resource has free = max_unit = 0 (nothing fits), as in
+    Placement, where a provider without the inventory is no candidate."""
+
+    def __init__(self, size: int) -> None:
+        self.scale = 1
+        self.values: dict[str, list[Fraction]] = {
+            k: [Fraction(0)] * size for k in ("free", "max_unit", "min_unit", "step")
+        }
+        self.effective = np.zeros(size, dtype=np.float64)
+        self.free_float = np.zeros(size, dtype=np.float64)
+        self.arrays: dict[str, npt.NDArray[Any]] = {}
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        big = any(
+            abs(v) * self.scale >= _INT64_LIMIT for vals in self.values.values() for v in vals
+        )
+        dtype: Any = object if big else np.int64
+        self.arrays = {
+            k: np.array([int(v * self.scale) for v in vals], dtype=dtype)
+            for k, vals in self.values.items()
+        }
+
+    def grow(self, size: int) -> None:
+        extra = size - len(self.effective)
+        for vals in self.values.values():
+            vals.extend([Fraction(0)] * extra)
+        self.effective = np.concatenate([self.effective, np.zeros(extra)])
+        self.free_float = np.concatenate([self.free_float, np.zeros(extra)])
+        self._rebuild()
+
+    def set(self, row: int, values: dict[str, Fraction], effective: Fraction) -> None:
+        rebuild = False
+        for k, v in values.items():
+            self.values[k][row] = v
+            if self.scale % v.denominator:
+                self.scale = math.lcm(self.scale, v.denominator)
+                rebuild = True
+            elif self.arrays[k].dtype != object and abs(v) * self.scale >= _INT64_LIMIT:
+                rebuild = True
+        if rebuild:
+            self._rebuild()
+        else:
+            for k, v in values.items():
+                self.arrays[k][row] = int(v * self.scale)
+        self.effective[row] = float(effective)
+        self.free_float[row] = float(values["free"])
+
+
+@dataclass
+class Candidate:
+    name: str
+    score: float
+
+
+@dataclass
+class FitResult:
+    request: Request
+    weigher: Weigher
+    candidates: list[Candidate]
+    # Number of hosts that fit before --limit cut the list.
+    fitting: int
+    considered: int
+    rejected: dict[str, list[Rejection]] = field(default_factory=dict)
+
+
+class FleetIndex:
+    def __init__(self, staleness: timedelta = DEFAULT_STALENESS) -> None:
+        self.staleness = staleness
+        self.revision = 0
+        self._lock = threading.RLock()
+        self._names: list[str] = []
+        self._row: dict[str, int] = {}
+        self._hosts: dict[str, Hypervisor] = {}
+        self._reservations: dict[str, dict[str, Reservation]] = {}
+        self._host_of_reservation: dict[str, str] = {}
+        self._rows: list[_Row | None] = []
+        self._columns: dict[ResourceName, _Column] = {}
+        self._size = 0
+        self._present = np.zeros(0, dtype=bool)
+        self._ready = np.zeros(0, dtype=bool)
+        self._beat = np.zeros(0, dtype=np.int64)
+        self._next_expiry = np.zeros(0, dtype=np.int64)
+        self._rank = np.zeros(0, dtype=np.int64)
+        self._labels_version = 0
+        self._selector_cache: dict[str, tuple[int, npt.NDArray[np.bool_]]] = {}
+
+    # -- building -----------------------------------------------------------------
+
+    @classmethod
+    def from_store(cls, store: Store, staleness: timedelta = DEFAULT_STALENESS) -> FleetIndex:
+        index = cls(staleness)
+        index.load_from(store)
+        return index
+
+    def load_from(self, store: Store) -> None:
+        hv = store.list("Hypervisor")
+        res = store.list("Reservation")
+        hosts = [h for h in hv.items if isinstance(h, Hypervisor)]
+        reservations = [r for r in res.items if isinstance(r, Reservation)]
+        # Watching from the older of the two revisions replays what changed in
+        # between; replays are recognised by resourceVersion and skipped.
+        self.load(hosts, reservations, min(hv.revision, res.revision))
+
+    def load(
+        self,
+        hosts: Iterable[Hypervisor],
+        reservations: Iterable[Reservation],
+        revision: int = 0,
+        now: datetime | None = None,
+    ) -> None:
+        with self._lock:
+            self.__init__(self.staleness)  # type: ignore[misc]
+            self.revision = revision
+            for r in reservations:
+                self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
+                self._host_of_reservation[r.name] = r.spec.hypervisor
+            hosts = list(hosts)
+            self._grow(len(hosts))
+            now = now or datetime.now(UTC)
+            for h in hosts:
+                self._put_host(h, now)
+
+    def _grow(self, need: int) -> None:
+        if need <= len(self._present):
+            return
+        size = max(need, 2 * len(self._present), 16)
+        extra = size - len(self._present)
+        self._present = np.concatenate([self._present, np.zeros(extra, dtype=bool)])
+        self._ready = np.concatenate([self._ready, np.zeros(extra, dtype=bool)])
+        self._beat = np.concatenate([self._beat, np.full(extra, _NO_BEAT, dtype=np.int64)])
+        self._next_expiry = np.concatenate(
+            [self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)]
+        )
+        self._rank = np.concatenate([self._rank, np.zeros(extra, dtype=np.int64)])
+        self._rows.extend([None] * extra)
+        for col in self._columns.values():
+            col.grow(size)
+
+    def _put_host(self, h: Hypervisor, now: datetime) -> None:
+        row = self._row.get(h.name)
+        old = self._hosts.get(h.name)
+        if row is None:
+            row = self._size
+            self._size += 1
+            self._grow(self._size)
+            self._row[h.name] = row
+            self._names.append(h.name)
+            order = np.argsort(np.array(self._names, dtype=object), kind="stable")
+            self._rank[order] = np.arange(len(order))
+            self._labels_version += 1
+        elif old is None or old.metadata.labels != h.metadata.labels:
+            self._labels_version += 1
+        self._hosts[h.name] = h
+        self._present[row] = True
+        self._compute(row, now)
+
+    def _compute(self, row: int, now: datetime) -> None:
+        name = self._names[row]
+        h = self._hosts[name]
+        data = _compute_row(h, self._reservations.get(name, {}).values(), now)
+        self._rows[row] = data
+        self._ready[row] = data.ready
+        self._beat[row] = data.beat
+        self._next_expiry[row] = data.next_expiry
+        previous = set(self._columns)
+        for r in set(data.free) | set(data.max_unit) | previous:
+            col = self._columns.get(r)
+            if col is None:
+                col = self._columns[r] = _Column(len(self._present))
+            zero = Fraction(0)
+            col.set(
+                row,
+                {
+                    "free": data.free.get(r, zero),
+                    "max_unit": data.max_unit.get(r, zero),
+                    "min_unit": data.min_unit.get(r, zero),
+                    "step": data.step.get(r, zero),
+                },
+                data.effective.get(r, zero),
+            )
+
+    def _remove_host(self, name: str) -> None:
+        row = self._row.get(name)
+        if row is not None:
+            self._present[row] = False
+            self._hosts.pop(name, None)
+            self._labels_version += 1
+
+    # -- following the store --------------------------------------------------------
+
+    def apply(self, event: WatchEvent, now: datetime | None = None) -> None:
+        with self._lock:
+            now = now or datetime.now(UTC)
+            obj = event.object
+            if isinstance(obj, Hypervisor):
+                current = self._hosts.get(obj.name)
+                if event.type == "DELETED":
+                    self._remove_host(obj.name)
+                elif current is None or _rv(current) < event.revision:
+                    self._put_host(obj, now)
+            else:
+                self._apply_reservation(event.type, obj, event.revision, now)
+            self.revision = max(self.revision, event.revision)
+
+    def _apply_reservation(self, kind: str, r: Reservation, revision: int, now: datetime) -> None:
+        old_host = self._host_of_reservation.get(r.name)
+        current = self._reservations.get(old_host, {}).get(r.name) if old_host else None
+        if kind != "DELETED" and current is not None and _rv(current) >= revision:
+            return
+        touched = {h for h in (old_host, r.spec.hypervisor) if h}
+        if old_host is not None:
+            self._reservations.get(old_host, {}).pop(r.name, None)
+            self._host_of_reservation.pop(r.name, None)
+        if kind != "DELETED":
+            self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
+            self._host_of_reservation[r.name] = r.spec.hypervisor
+        for host in touched:
+            row = self._row.get(host)
+            if row is not None and host in self._hosts:
+                self._compute(row, now)
+
+    def refresh(self, store: Store, timeout: float = 0.0) -> int:
+        """Apply every event since the index's revision; returns how many. A watch
+        that lost its history (Gone) rebuilds from a fresh list."""
+        n = 0
+        try:
+            for event in store.watch(None, since=self.revision, timeout=timeout):
+                self.apply(event)
+                n += 1
+        except Gone:
+            self.load_from(store)
+        return n
+
+    def follow(self, store: Store, stop: threading.Event) -> threading.Thread:
+        """Keep the index current in a background thread until `stop` is set."""
+
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    for event in store.watch(None, since=self.revision, stop=stop, timeout=1.0):
+                        self.apply(event)
+                except Gone:
+                    self.load_from(store)
+
+        t = threading.Thread(target=run, name="fleet-index-watch", daemon=True)
+        t.start()
+        return t
+
+    # -- reading ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self._present[: self._size].sum())
+
+    def host(self, name: str) -> Hypervisor | None:
+        return self._hosts.get(name)
+
+    def reservations_of(self, name: str) -> list[Reservation]:
+        return list(self._reservations.get(name, {}).values())
+
+    def free(self, name: str) -> dict[ResourceName, Fraction]:
+        """The host's free capacity as stored in the index (for tests and display)."""
+        row = self._rows[self._row[name]]
+        assert row is not None
+        return dict(row.free)
+
+    def _expire(self, now_us: int, now: datetime) -> None:
+        n = self._size
+        due = np.nonzero(self._present[:n] & (self._next_expiry[:n] <= now_us))[0]
+        for row in due:
+            self._compute(int(row), now)
+
+    def _selector_mask(self, selector: Selector | None) -> npt.NDArray[np.bool_] | None:
+        if selector is None or not selector.requirements:
+            return None
+        key = str(selector)
+        cached = self._selector_cache.get(key)
+        if cached is not None and cached[0] == self._labels_version:
+            return cached[1]
+        mask = np.zeros(self._size, dtype=bool)
+        for name, h in self._hosts.items():
+            if selector.matches(h.metadata.labels):
+                mask[self._row[name]] = True
+        self._selector_cache[key] = (self._labels_version, mask)
+        return mask
+
+    def _in_scope(self, selector: Selector | None) -> npt.NDArray[np.bool_]:
+        present = self._present[: self._size]
+        sel = self._selector_mask(selector)
+        return present if sel is None else present & sel
+
+    def candidates_mask(
+        self, now: datetime, selector: Selector | None = None
+    ) -> npt.NDArray[np.bool_]:
+        n = self._size
+        oldest = micros(now - self.staleness)
+        mask = self._present[:n] & self._ready[:n] & (self._beat[:n] >= oldest)
+        sel = self._selector_mask(selector)
+        return mask if sel is None else mask & sel
+
+    def fits_mask(self, request: Request, now: datetime) -> npt.NDArray[np.bool_]:
+        """Per row: does every requested resource fit (capacity, max_unit, min_unit,
+        step_size)? Candidacy (maintenance, Ready, heartbeat) is not included."""
+        n = self._size
+        mask = np.ones(n, dtype=bool)
+        for r, q in request.resources.items():
+            col = self._columns.get(r)
+            if col is None:
+                return np.zeros(n, dtype=bool)
+            a = col.arrays
+            one = q.value * col.scale
+            total = one * request.count
+            mask &= a["free"][:n] >= math.ceil(total)
+            mask &= a["max_unit"][:n] >= math.ceil(one)
+            mask &= a["min_unit"][:n] <= math.floor(one)
+            step = a["step"][:n]
+            if one.denominator == 1:
+                mask &= (step == 0) | (int(one) % np.where(step == 0, 1, step) == 0)
+            else:
+                mask &= step == 0
+        return mask
+
+    def scores(
+        self, rows: npt.NDArray[np.intp], request: Request, weigher: Weigher
+    ) -> npt.NDArray[np.float64]:
+        """Utilisation after placing the request, averaged over cpu and memory
+        (binpack prefers the highest, spread the lowest)."""
+        total = np.zeros(len(rows), dtype=np.float64)
+        parts = 0
+        for r in (CPU, MEMORY):
+            col = self._columns.get(r)
+            if col is None:
+                continue
+            eff = col.effective[rows]
+            need = float(request.total(r).value) if r in request.resources else 0.0
+            used_after = eff - col.free_float[rows] + need
+            with np.errstate(divide="ignore", invalid="ignore"):
+                total += np.where(eff > 0, used_after / np.where(eff > 0, eff, 1.0), 1.0)
+            parts += 1
+        return total / parts if parts else total
+
+    def fit(
+        self,
+        request: Request,
+        *,
+        now: datetime | None = None,
+        selector: Selector | None = None,
+        weigher: Weigher = "binpack",
+        limit: int | None = None,
+        why: bool = False,
+    ) -> FitResult:
+        with self._lock:
+            now = now or datetime.now(UTC)
+            self._expire(micros(now), now)
+            candidates = self.candidates_mask(now, selector)
+            ok = candidates & self.fits_mask(request, now)
+            rows = np.nonzero(ok)[0]
+            scores = self.scores(rows, request, weigher)
+            key = -scores if weigher == "binpack" else scores
+            if limit is not None and 0 < limit < len(rows):
+                part = np.argpartition(key, limit - 1)[:limit]
+                keep = key <= key[part].max()  # keep ties at the cut, names decide below
+                rows, key, scores = rows[keep], key[keep], scores[keep]
+            order = np.lexsort((self._rank[rows], key))
+            if limit is not None:
+                order = order[:limit]
+            result = FitResult(
+                request=request,
+                weigher=weigher,
+                candidates=[Candidate(self._names[int(rows[i])], float(scores[i])) for i in order],
+                fitting=int(ok.sum()),
+                considered=int(self._in_scope(selector).sum()),
+            )
+            if why:
+                for row in np.nonzero(~ok & self._in_scope(selector))[0]:
+                    name = self._names[int(row)]
+                    found = rejections(
+                        self._hosts[name], self.reservations_of(name), request, now, self.staleness
+                    )
+                    result.rejected[name] = found
+            return result
+
+
+def _rv(obj: Hypervisor | Reservation) -> int:
+    rv = obj.metadata.resource_version
+    return int(rv) if rv and rv.isdigit() else 0

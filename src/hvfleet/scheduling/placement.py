@@ -1,0 +1,248 @@
+"""The Placement-compatible view of the fleet, and mirroring Placement's promises.
+
+`export_provider` turns a Hypervisor into what OpenStack Placement calls a
+resource provider: per resource class an inventory (`total`, `reserved`,
+`min_unit`, `max_unit`, `step_size`, `allocation_ratio`) and its usage, such
+that Placement's capacity check `used + amount <= (total − reserved) ×
+allocation_ratio`, `min_unit <= amount <= max_unit`, `amount % step_size == 0`
+accepts exactly what `hvfleet fit` accepts (tested against a real Placement).
+Amounts are converted to Placement's units (MEMORY_MB in MiB, DISK_GB in GiB):
+capacity is rounded down and reserve and usage up, so Placement never sees
+room the host does not have.
+
+`sync` reads a real Placement's providers and allocations and keeps one
+Reservation (source `placement`) per Placement consumer per host, so space
+Placement has promised counts in hvfleet until libvirt shows the instance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from hvfleet.model.capacity import add, holds_space, usable_capacity
+from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
+from hvfleet.model.hypervisor import Hypervisor, Reservation, ReservationSpec, ReservationStatus
+from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import WELL_KNOWN, ResourceName
+from hvfleet.scheduling.claims import MANAGER, reservation_labels
+from hvfleet.scheduling.fit import unit_constraints
+from hvfleet.scheduling.placement_client import PlacementClient
+from hvfleet.scheduling.request import Request
+from hvfleet.store.base import Store
+
+# Provider UUIDs for hosts the store has not given a uid: stable per name.
+_PROVIDER_NS = uuid.UUID("5b1e4a52-7c1d-4c53-9a0e-0e1f3c6f7a10")
+_BY_CLASS = {pc.resource_class: ResourceName(name) for name, pc in WELL_KNOWN.items()}
+
+
+def resource_for_class(resource_class: str) -> ResourceName:
+    """Placement resource class → hvfleet resource name (VCPU → cpu, ...)."""
+    known = _BY_CLASS.get(resource_class)
+    return known if known is not None else ResourceName.parse(resource_class, where="placement")
+
+
+def _units_down(r: ResourceName, q: Quantity | Fraction) -> int:
+    return r.to_placement_units(q.value if isinstance(q, Quantity) else q)
+
+
+def _units_up(r: ResourceName, q: Quantity | Fraction) -> int:
+    value = q.value if isinstance(q, Quantity) else q
+    return math.ceil(value / r.placement.base_per_unit)
+
+
+def provider_uuid(h: Hypervisor) -> str:
+    return h.metadata.uid or str(uuid.uuid5(_PROVIDER_NS, h.name))
+
+
+def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
+    """Placement inventories for `h`, keyed by resource class."""
+    units = unit_constraints(h)
+    physical = add([h.status.capacity, h.spec.extra_capacity])
+    usable = usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
+    out: dict[str, dict[str, Any]] = {}
+    for r in sorted(physical, key=str):
+        total = _units_down(r, physical[r])
+        if total < 1:
+            continue  # Placement refuses an inventory of 0; nothing could fit anyway.
+        reserved = min(total, _units_up(r, h.spec.reserved.get(r, Quantity(0))))
+        c = units.get(r)
+        out[r.placement.resource_class] = {
+            "total": total,
+            "reserved": reserved,
+            "min_unit": _units_up(r, c.min_unit) if c and c.min_unit else 1,
+            # Placement wants max_unit >= 1; with nothing usable the capacity is 0.
+            "max_unit": max(1, min(total - reserved, _units_down(r, usable.get(r, Quantity(0))))),
+            "step_size": _units_down(r, c.step_size) if c and c.step_size else 1,
+            "allocation_ratio": float(h.spec.overcommit.get(r, 1.0)),
+        }
+    return out
+
+
+def export_usages(
+    h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None
+) -> dict[str, int]:
+    """What Placement would count as used: the allocation libvirt sees plus the
+    reservations still holding space (phases derived as everywhere)."""
+    held = [r.spec.resources for r in reservations if holds_space(r, h, now)]
+    used = add([h.status.allocation, *held])
+    return {
+        r.placement.resource_class: _units_up(r, q)
+        for r, q in sorted(used.items(), key=lambda kv: str(kv[0]))
+        if q > 0
+    }
+
+
+def export_provider(
+    h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None
+) -> dict[str, Any]:
+    return {
+        "name": h.name,
+        "uuid": provider_uuid(h),
+        "inventories": export_inventories(h),
+        "usages": export_usages(h, reservations, now),
+    }
+
+
+def export(
+    hosts: Iterable[Hypervisor], reservations: Mapping[str, list[Reservation]], now: datetime
+) -> dict[str, Any]:
+    return {
+        "resource_providers": [
+            export_provider(h, reservations.get(h.name, []), now)
+            for h in sorted(hosts, key=lambda h: h.name)
+        ]
+    }
+
+
+def placement_resources(request: Request) -> dict[str, int]:
+    """A request in Placement units (`count` instances together). Amounts must be
+    whole Placement units: Placement cannot ask for half a MiB."""
+    out: dict[str, int] = {}
+    for r in sorted(request.resources, key=str):
+        total = request.total(r).value / r.placement.base_per_unit
+        if total.denominator != 1:
+            raise InvalidInput(
+                f"{r}: {request.total(r)} is not a whole number of {r.placement.unit}"
+            )
+        out[r.placement.resource_class] = int(total)
+    return out
+
+
+# -- sync ---------------------------------------------------------------------------
+
+
+@dataclass
+class SyncReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    unknown_providers: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "created": self.created,
+            "updated": self.updated,
+            "deleted": self.deleted,
+            "unchanged": self.unchanged,
+            "unknownProviders": self.unknown_providers,
+        }
+
+
+def mirror_name(host: str, consumer: str) -> str:
+    """Deterministic, so two syncs racing each other create the same object once."""
+    digest = hashlib.sha256(f"{host}\0{consumer}".encode()).hexdigest()[:24]
+    return f"placement-{digest}"
+
+
+def _from_placement(resources: Mapping[str, int], where: str) -> dict[ResourceName, Quantity]:
+    out: dict[ResourceName, Quantity] = {}
+    for cls, amount in resources.items():
+        r = resource_for_class(cls)
+        if not isinstance(amount, int) or amount < 0:
+            raise InvalidInput(f"{where}: {cls} amount {amount!r} is not a whole number")
+        if amount:
+            base = r.from_placement_units(amount)
+            out[r] = Quantity(base, "binary") if r.placement.base_per_unit > 1 else Quantity(base)
+    return out
+
+
+def desired_mirrors(
+    client: PlacementClient, hosts: Mapping[str, Hypervisor]
+) -> tuple[dict[tuple[str, str], dict[ResourceName, Quantity]], list[str]]:
+    """(host, consumer) → resources Placement has allocated and libvirt does not
+    show yet; plus the names of providers that match no hypervisor."""
+    by_uid = {h.metadata.uid: h for h in hosts.values() if h.metadata.uid}
+    desired: dict[tuple[str, str], dict[ResourceName, Quantity]] = {}
+    unknown: list[str] = []
+    for rp in client.get("/resource_providers")["resource_providers"]:
+        h = by_uid.get(rp["uuid"]) or hosts.get(rp["name"])
+        if h is None:
+            unknown.append(rp["name"])
+            continue
+        running = {i.uuid for i in h.status.instances}
+        allocations = client.get(f"/resource_providers/{rp['uuid']}/allocations")["allocations"]
+        for consumer, alloc in allocations.items():
+            if consumer in running:
+                continue  # libvirt shows it: the allocation counts it already
+            resources = _from_placement(alloc["resources"], f"placement consumer {consumer}")
+            if resources:
+                desired[(h.name, consumer)] = resources
+    return desired, sorted(unknown)
+
+
+def sync(store: Store, client: PlacementClient, manager: str = MANAGER) -> SyncReport:
+    """Make the store's placement-sourced reservations equal what Placement has
+    promised and libvirt does not show yet. Idempotent."""
+    hosts = {h.name: h for h in store.list_hypervisors()}
+    desired, unknown = desired_mirrors(client, hosts)
+    report = SyncReport(unknown_providers=unknown)
+    existing = {
+        (r.spec.hypervisor, r.spec.consumer): r
+        for r in store.list_reservations()
+        if r.spec.source == "placement"
+    }
+    for key, resources in sorted(desired.items()):
+        host, consumer = key
+        current = existing.get(key)
+        if current is None:
+            obj = Reservation(
+                metadata=ObjectMeta(
+                    name=mirror_name(host, consumer), labels=reservation_labels(host, "placement")
+                ),
+                spec=ReservationSpec(
+                    hypervisor=host, resources=resources, consumer=consumer, source="placement"
+                ),
+                status=ReservationStatus(phase="Active"),
+            )
+            try:
+                store.create(obj, manager)
+                report.created.append(obj.name)
+            except AlreadyExists:
+                report.unchanged += 1
+        elif dict(current.spec.resources) != resources or current.status.phase != "Active":
+            spec = current.spec.model_copy(update={"resources": resources})
+            status = current.status.model_copy(update={"phase": "Active"})
+            try:
+                store.update(current.model_copy(update={"spec": spec, "status": status}), manager)
+                report.updated.append(current.name)
+            except Conflict:
+                pass  # changed meanwhile; the next sync converges
+        else:
+            report.unchanged += 1
+    for key, current in sorted(existing.items()):
+        if key not in desired:
+            try:
+                store.delete("Reservation", current.name, current.metadata.resource_version)
+                report.deleted.append(current.name)
+            except (Conflict, NotFound):
+                pass
+    return report

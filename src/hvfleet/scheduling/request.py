@@ -1,0 +1,61 @@
+"""What a scheduler asks for: resources per instance, and how many instances
+must land on one host."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hvfleet.model.errors import InvalidInput
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import CPU, MEMORY, ResourceName
+
+
+@dataclass(frozen=True)
+class Request:
+    resources: Mapping[ResourceName, Quantity] = field(default_factory=dict)
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise InvalidInput(f"count: {self.count} must be at least 1")
+        if not self.resources:
+            raise InvalidInput(
+                "request: ask for at least one resource (--cpu, --memory, --resource)"
+            )
+        for name, q in self.resources.items():
+            if q <= 0:
+                raise InvalidInput(f"request {name}: {q} must be greater than 0")
+
+    def total(self, name: ResourceName) -> Quantity:
+        """What `count` instances take together."""
+        return self.resources[name] * self.count
+
+    def per_instance_list(self) -> dict[ResourceName, Quantity]:
+        return dict(self.resources)
+
+    def total_list(self) -> dict[ResourceName, Quantity]:
+        return {r: self.total(r) for r in self.resources}
+
+
+def parse_request(
+    cpu: str | None,
+    memory: str | None,
+    resources: Iterable[str] = (),
+    count: int = 1,
+) -> Request:
+    """Build a request from CLI-style values (`--cpu 4 --memory 8Gi --resource VGPU=1`)."""
+    out: dict[ResourceName, Quantity] = {}
+    if cpu is not None:
+        out[CPU] = Quantity.parse(cpu, where="--cpu")
+    if memory is not None:
+        out[MEMORY] = Quantity.parse(memory, where="--memory")
+    for item in resources:
+        name, sep, qty = item.partition("=")
+        if not sep or not name.strip() or not qty.strip():
+            raise InvalidInput(f"--resource: {item!r} is not NAME=QUANTITY (e.g. VGPU=1)")
+        r = ResourceName.parse(name.strip(), where="--resource")
+        if r in out:
+            raise InvalidInput(f"--resource: {r} is requested twice")
+        out[r] = Quantity.parse(qty.strip(), where=f"--resource {r}")
+    return Request(out, count)

@@ -1,0 +1,236 @@
+"""Domain XML → demand and per-cell placement (pure parser), on fixtures, on
+hostile input, and on hypothesis-generated domains."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hvfleet.discovery.domains import attribute_to_cells, parse_domain
+from hvfleet.discovery.host import HostTopology
+from hvfleet.model.capacity import add
+from hvfleet.model.errors import InvalidInput
+from hvfleet.model.quantity import Quantity
+
+from .conftest import GI, fixture_text
+
+
+def q(text: str) -> Quantity:
+    return Quantity.parse(text)
+
+
+def test_test_driver_default_domain_counts_maximum_memory() -> None:
+    d = parse_domain(fixture_text("test-default-domain.xml"))
+    assert (d.name, d.uuid) == ("test", "6695eb01-f6a4-8304-79aa-97f2502e193f")
+    # <memory> 8 GiB, <currentMemory> 2 GiB: the maximum counts
+    assert d.resources() == {"cpu": q("2"), "memory": q("8Gi")}
+
+
+def test_nova_pinned_hugepage_guest_sits_on_its_pinned_cell(two_cells: HostTopology) -> None:
+    d = parse_domain(fixture_text("nova-pinned-hugepages.xml"))
+    assert d.resources() == {"cpu": q("4"), "memory": q("0"), "hugepages-2Mi": q("4Gi")}
+    assert attribute_to_cells(d, two_cells) == {0: {"cpu": q("4"), "hugepages-2Mi": q("4Gi")}}
+
+
+def test_cells_follow_numatune_not_guest_cell_ids(two_cells: HostTopology) -> None:
+    d = parse_domain(fixture_text("crossed-guest-cells-mixed-pages.xml"))
+    # guest cell 0: 1 GiB of 2 MiB pages; guest cell 1: 2 GiB of 1 GiB pages
+    assert d.resources() == {
+        "cpu": q("4"), "memory": q("0"), "hugepages-2Mi": q("1Gi"), "hugepages-1Gi": q("2Gi"),
+    }
+    # guest cell 0 (vCPUs 0-1) → host node 1; guest cell 1 (vCPUs 2-3) → host node 0;
+    # unpinned vCPUs follow their guest cell's memory
+    assert attribute_to_cells(d, two_cells) == {
+        0: {"cpu": q("2"), "hugepages-1Gi": q("2Gi")},
+        1: {"cpu": q("2"), "hugepages-2Mi": q("1Gi")},
+    }
+
+
+def test_unpinned_guest_is_spread_evenly_and_decimal_units_are_exact(
+    two_cells: HostTopology,
+) -> None:
+    d = parse_domain(fixture_text("unpinned-decimal-units.xml"))
+    assert d.uuid == "3b5b6a5e-2c1d-4f55-9a51-0c8f1e1d2a03"  # lower-cased
+    # <vcpu current='1'>3</vcpu> counts 3; <memory unit='GB'>3</memory> is 3e9 bytes
+    assert d.resources() == {"cpu": q("3"), "memory": Quantity(3 * 10**9, "binary")}
+    assert attribute_to_cells(d, two_cells) == {
+        0: {"cpu": q("1500m"), "memory": Quantity(1_500_000_000)},
+        1: {"cpu": q("1500m"), "memory": Quantity(1_500_000_000)},
+    }
+
+
+def test_vcpu_cpuset_straddling_cells_is_shared(two_cells: HostTopology) -> None:
+    d = parse_domain(fixture_text("vcpu-cpuset-across-cells.xml"))
+    # cpuset 3-4: one CPU in each cell → each vCPU half on each cell;
+    # memory is not bound by numatune → spread evenly
+    assert attribute_to_cells(d, two_cells) == {
+        0: {"cpu": q("1"), "memory": q("512Mi")},
+        1: {"cpu": q("1"), "memory": q("512Mi")},
+    }
+
+
+def test_per_vcpu_pin_overrides_vcpu_cpuset_and_numatune(two_cells: HostTopology) -> None:
+    xml = """<domain><name>p</name><uuid>u-1</uuid><memory unit='MiB'>300</memory>
+      <vcpu cpuset='4-7'>3</vcpu>
+      <cputune><vcpupin vcpu='0' cpuset='0'/><vcpupin vcpu='1' cpuset='0,1,2,4'/></cputune>
+      <numatune><memory nodeset='1'/></numatune></domain>"""
+    d = parse_domain(xml)
+    # vCPU 0 → cell 0; vCPU 1 → 3/4 cell 0, 1/4 cell 1; vCPU 2 → <vcpu cpuset> 4-7 → cell 1
+    assert attribute_to_cells(d, two_cells) == {
+        0: {"cpu": q("1750m")},
+        1: {"cpu": q("1250m"), "memory": q("300Mi")},
+    }
+
+
+def test_node_ids_missing_on_the_host_fall_back_to_spreading(two_cells: HostTopology) -> None:
+    xml = """<domain><name>far</name><uuid>u-2</uuid><memory unit='MiB'>2</memory><vcpu>2</vcpu>
+      <numatune><memory nodeset='7'/></numatune></domain>"""
+    assert attribute_to_cells(parse_domain(xml), two_cells) == {
+        0: {"cpu": q("1"), "memory": q("1Mi")},
+        1: {"cpu": q("1"), "memory": q("1Mi")},
+    }
+
+
+def test_hugepages_without_page_size_use_the_default_size() -> None:
+    xml = """<domain><name>h</name><uuid>u-3</uuid><memory unit='GiB'>1</memory>
+      <memoryBacking><hugepages/></memoryBacking></domain>"""
+    d = parse_domain(xml)
+    assert d.resources() == {"cpu": q("1"), "memory": q("0"), "hugepages-2Mi": q("1Gi")}
+    assert parse_domain(xml, default_hugepage_kib=1048576).resources()["hugepages-1Gi"] == GI
+
+
+BILLION_LAUGHS = """<?xml version="1.0"?>
+<!DOCTYPE lolz [
+ <!ENTITY lol "lol">
+ <!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">
+ <!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">
+]>
+<domain><name>&lol3;</name><uuid>x</uuid><memory>1</memory></domain>"""
+
+XXE = """<?xml version="1.0"?>
+<!DOCTYPE domain [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>
+<domain><name>&xxe;</name><uuid>x</uuid><memory>1</memory></domain>"""
+
+
+@pytest.mark.parametrize(
+    ("xml", "message"),
+    [
+        ("<domain><name>x</name>", "malformed XML"),
+        ("", "malformed XML|empty"),
+        (BILLION_LAUGHS, "DOCTYPE or ENTITY"),
+        (XXE, "DOCTYPE or ENTITY"),
+        ("<network/>", "not <domain>"),
+        ("<domain><uuid>u</uuid><memory>1</memory></domain>", "no <name>"),
+        ("<domain><name>a</name><memory>1</memory></domain>", "domain 'a': no <uuid>"),
+        ("<domain><name>a</name><uuid>u</uuid></domain>", "domain 'a': no <memory>"),
+        ("<domain><name>a</name><uuid>u</uuid><memory unit='KiB'>-5</memory></domain>",
+         "'-5' is not a whole number"),
+        ("<domain><name>a</name><uuid>u</uuid><memory unit='furlong'>5</memory></domain>",
+         "unknown memory unit 'furlong'"),
+        ("<domain><name>a</name><uuid>u</uuid><memory>5</memory><vcpu>0</vcpu></domain>",
+         "not a vCPU count"),
+        ("<domain><name>a</name><uuid>u</uuid><memory>5</memory><vcpu>2</vcpu>"
+         "<cputune><vcpupin vcpu='2' cpuset='0'/></cputune></domain>", "has 2 vCPUs"),
+        ("<domain><name>a</name><uuid>u</uuid><memory>5</memory>"
+         "<cputune><vcpupin vcpu='0' cpuset='3-1'/></cputune></domain>", "out of order"),
+        ("<domain><name>a</name><uuid>u</uuid><memory>5</memory>"
+         "<numatune><memory nodeset='0-99999999'/></numatune></domain>", "too large"),
+        ("<domain><name>a</name><uuid>u</uuid><memory>5</memory>"
+         "<numatune><memory nodeset='0,^0'/></numatune></domain>", "selects nothing"),
+        ("<domain><name>a</name><uuid>u</uuid><memory>4096</memory><memoryBacking><hugepages>"
+         "<page size='16384'/></hugepages></memoryBacking></domain>",
+         "hugepage size 16384 KiB has no resource name"),
+    ],
+)
+def test_domains_the_parser_cannot_understand_are_refused_with_a_message(
+    xml: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        parse_domain(xml)
+
+
+def test_entity_is_not_expanded_even_when_only_referenced() -> None:
+    # No DOCTYPE: an undeclared entity reference is a syntax error, not an expansion.
+    with pytest.raises(InvalidInput, match="malformed XML"):
+        parse_domain("<domain><name>&xxe;</name><uuid>u</uuid><memory>1</memory></domain>")
+
+
+# -- hypothesis --------------------------------------------------------------------------
+
+UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "b": 1, "": 2**10}
+PAGES = {2048: "hugepages-2Mi", 1048576: "hugepages-1Gi"}
+
+
+@st.composite
+def domain_specs(draw: st.DrawFn) -> dict[str, object]:
+    vcpus = draw(st.integers(1, 24))
+    unit = draw(st.sampled_from(sorted(UNITS)))
+    amount = draw(st.integers(0, 64 * 1024))
+    page = draw(st.sampled_from([None, 2048, 1048576]))
+    nodeset = draw(st.sampled_from([None, "0", "1", "0-1", "0,7"]))
+    pins = draw(
+        st.dictionaries(
+            st.integers(0, vcpus - 1),
+            st.sets(st.integers(0, 7), min_size=1, max_size=4),
+            max_size=vcpus,
+        )
+    )
+    return {"vcpus": vcpus, "unit": unit, "amount": amount, "page": page,
+            "nodeset": nodeset, "pins": pins}
+
+
+def render(spec: dict[str, object]) -> str:
+    unit_attr = f" unit='{spec['unit']}'" if spec["unit"] else ""
+    parts = ["<domain type='kvm'><name>gen</name>",
+             "<uuid>00000000-0000-0000-0000-000000000001</uuid>",
+             f"<memory{unit_attr}>{spec['amount']}</memory>", f"<vcpu>{spec['vcpus']}</vcpu>"]
+    if spec["page"] is not None:
+        parts.append(f"<memoryBacking><hugepages><page size='{spec['page']}' unit='KiB'/>"
+                     "</hugepages></memoryBacking>")
+    pins = spec["pins"]
+    assert isinstance(pins, dict)
+    if pins:
+        parts.append("<cputune>" + "".join(
+            f"<vcpupin vcpu='{v}' cpuset='{','.join(map(str, sorted(c)))}'/>"
+            for v, c in sorted(pins.items())) + "</cputune>")
+    if spec["nodeset"] is not None:
+        parts.append(f"<numatune><memory mode='strict' nodeset='{spec['nodeset']}'/></numatune>")
+    parts.append("</domain>")
+    return "".join(parts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(spec=domain_specs())
+def test_generated_domains_count_exactly_and_cells_add_up(
+    two_cells_topology: HostTopology, spec: dict[str, object]
+) -> None:
+    d = parse_domain(render(spec))
+    vcpus, unit, amount, page = spec["vcpus"], spec["unit"], spec["amount"], spec["page"]
+    pins, nodeset = spec["pins"], spec["nodeset"]
+    assert isinstance(vcpus, int) and isinstance(unit, str) and isinstance(amount, int)
+    assert isinstance(pins, dict)
+    total = amount * UNITS[unit]
+    memory_resource = "memory" if page is None else PAGES[page]  # type: ignore[index]
+
+    # hand-computable expectation: vCPUs, and all memory under one resource
+    expected = {"cpu": Quantity(vcpus), "memory": Quantity(0)}
+    expected[memory_resource] = Quantity(total)
+    assert d.resources() == expected
+
+    cells = attribute_to_cells(d, two_cells_topology)
+    assert set(cells) <= {0, 1}
+    summed = add(cells.values())
+    for r, want in expected.items():
+        assert summed.get(r, Quantity(0)) == want, r
+    for values in cells.values():
+        for r, part in values.items():
+            assert part.value > 0
+            # cpu in whole millicpus, memory in whole bytes: exact decimal forms
+            assert (part.value * (1000 if r == "cpu" else 1)).denominator == 1
+    # every vCPU pinned only into cell 0's CPUs (0-3) → all cpu on cell 0
+    if len(pins) == vcpus and all(max(c) <= 3 for c in pins.values()):
+        assert cells[0]["cpu"] == vcpus
+    # memory bound to node 1 (or to 1 and a node the host lacks) → all on cell 1
+    if nodeset in ("1",) and total:
+        assert cells[1][memory_resource] == total

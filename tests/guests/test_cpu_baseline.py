@@ -1,0 +1,137 @@
+"""The CPU baseline against libvirt's own baselineCPU, on many host groups."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import libvirt
+import pytest
+from lxml import etree
+
+from hvfleet.discovery.xmlsafe import read_xml_file
+from hvfleet.guests.cpu import baseline_cpu, cpu_element, cpus_from_document, expand_cpu
+from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hostcaps import HostCPU
+
+from .conftest import HOSTS
+
+CPU_FILES = sorted((HOSTS / "cpus").glob("*.xml"))
+
+
+def _hosts() -> list[tuple[str, str, HostCPU]]:
+    """(name, xml, cpu) for every synthesized realistic host and every bare model."""
+    cmap = load_cpu_map()
+    out = []
+    for path in CPU_FILES:
+        cpu = cpus_from_document(read_xml_file(str(path)), path.name)[0]
+        out.append((path.stem, path.read_text(), cpu))
+        bare = HostCPU(vendor=cpu.vendor, model=cpu.model)
+        xml = (
+            f"<cpu><arch>x86_64</arch><model>{cpu.model}</model>"
+            f"<vendor>{cpu.vendor}</vendor></cpu>"
+        )
+        out.append((f"bare-{path.stem}", xml, bare))
+    assert len(out) > 60 and all(c.vendor in ("Intel", "AMD") for _, _, c in out)
+    assert cmap.models
+    return out
+
+
+def _groups(n: int, seed: int) -> list[list[tuple[str, str, HostCPU]]]:
+    rng = random.Random(seed)
+    hosts = _hosts()
+    by_vendor: dict[str, list[tuple[str, str, HostCPU]]] = {}
+    for h in hosts:
+        by_vendor.setdefault(h[2].vendor, []).append(h)
+    groups = [[h] for h in hosts]  # every host alone
+    for _ in range(n):
+        pool = by_vendor[rng.choice(sorted(by_vendor))]
+        groups.append(rng.sample(pool, rng.randint(2, min(6, len(pool)))))
+    return groups
+
+
+def _libvirt_features(conn: libvirt.virConnect, xmls: list[str]) -> set[str]:
+    out = conn.baselineCPU(xmls, libvirt.VIR_CONNECT_BASELINE_CPU_EXPAND_FEATURES)
+    root = etree.fromstring(out.encode())
+    return {
+        f.get("name", "")
+        for f in root.findall("feature")
+        if f.get("policy") in (None, "require", "force")
+    }
+
+
+def test_baseline_is_within_every_host_and_covers_libvirts(test_conn: libvirt.virConnect) -> None:
+    cmap = load_cpu_map()
+    groups = _groups(150, seed=7)
+    richer = 0
+    for group in groups:
+        ours = baseline_cpu([(n, c) for n, _, c in group]).value
+        for name, _, cpu in group:
+            missing = ours.features - expand_cpu(cpu, cmap, name)
+            assert not missing, f"{name} lacks {sorted(missing)}"
+        theirs = _libvirt_features(test_conn, [x for _, x, _ in group])
+        assert len(theirs) > 10
+        # libvirt's test driver cannot drop non-migratable features (no
+        # VIR_CONNECT_BASELINE_CPU_MIGRATABLE there); we never require them.
+        lacking = theirs - ours.features - cmap.non_migratable
+        assert not lacking, f"{[n for n, _, _ in group]}: libvirt has {sorted(lacking)}"
+        richer += len(ours.features) > len(theirs - cmap.non_migratable)
+    assert len(groups) > 200
+    # Strictly richer than libvirt for some groups (libvirt leaves out some
+    # shared features, e.g. ones its chosen model's signature does not carry).
+    assert richer > 0
+
+
+def test_expanded_output_lists_exactly_the_guest_features() -> None:
+    group = _groups(0, seed=1)[:1] + _groups(3, seed=3)[-3:]
+    for g in group:
+        d = baseline_cpu([(n, c) for n, _, c in g]).value
+        el = cpu_element(d, expand=True)
+        required = {f.get("name") for f in el.findall("feature") if f.get("policy") == "require"}
+        assert required == set(d.features)
+        assert el.get("check") == "full" and el.find("model").get("fallback") == "forbid"
+
+
+def test_non_migratable_features_are_never_required() -> None:
+    cpu = HostCPU(vendor="Intel", model="Haswell", features=["invtsc", "xsaves", "vmx"])
+    d = baseline_cpu([("h", cpu)]).value
+    assert "invtsc" not in d.require and "xsaves" not in d.require
+    assert "vmx" in d.require
+
+
+def test_mixed_vendors_are_refused_with_both_named() -> None:
+    a = HostCPU(vendor="Intel", model="Haswell")
+    b = HostCPU(vendor="AMD", model="EPYC")
+    with pytest.raises(InvalidInput, match=r"different CPU vendors.*AMD: b.*Intel: a"):
+        baseline_cpu([("a", a), ("b", b)])
+
+
+def test_unknown_model_is_an_error_naming_it() -> None:
+    with pytest.raises(InvalidInput, match="'Pentium9000'"):
+        baseline_cpu([("h", HostCPU(vendor="Intel", model="Pentium9000"))])
+
+
+def test_intersection_keeps_what_all_share_and_drops_what_one_lacks() -> None:
+    a = HostCPU(vendor="Intel", model="Cascadelake-Server", features=["vmx", "ss"])
+    b = HostCPU(vendor="Intel", model="Skylake-Server", features=["vmx"])
+    d = baseline_cpu([("a", a), ("b", b)]).value
+    assert "vmx" in d.features and "ss" not in d.features
+    assert "avx512vnni" not in d.features  # Cascadelake only
+    assert d.model == "Skylake-Server"
+
+
+def test_document_kinds_are_all_read(tmp_path: Path) -> None:
+    real = HOSTS / "real"
+    caps = cpus_from_document(read_xml_file(str(real / "embed-tcg.caps.xml")), "caps")
+    dom = cpus_from_document(read_xml_file(str(real / "embed-tcg.domcaps.xml")), "dom")
+    assert caps[0].model == "kvm64" and dom[0].model == "EPYC"
+    multi = tmp_path / "m.xml"
+    multi.write_text(
+        "<cpus><cpu><model>Haswell</model><vendor>Intel</vendor></cpu>"
+        "<cpu><model>Broadwell</model><vendor>Intel</vendor>"
+        "<feature policy='disable' name='rtm'/></cpu></cpus>"
+    )
+    two = cpus_from_document(read_xml_file(str(multi)), "m")
+    assert [c.model for c in two] == ["Haswell", "Broadwell"]
+    assert two[1].disabled_features == ["rtm"]

@@ -1,0 +1,130 @@
+"""Capacity arithmetic, with every expected value computed by hand."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hvfleet.model import Hypervisor, Quantity, Reservation, ResourceName
+from hvfleet.model import capacity as cap
+
+GI = 2**30
+R = ResourceName.parse
+
+
+def q(values: dict[str, Any]) -> dict[ResourceName, Quantity]:
+    return {R(k): Quantity.parse(v) for k, v in values.items()}
+
+
+# (capacity, extra, reserved, overcommit, expected effective), all by hand.
+TABLE = [
+    # Seed: no reserve, no ratio → capacity itself.
+    ({"cpu": 16}, {}, {}, {}, {"cpu": 16}),
+    # cpu: (16 − 2) × 4 = 56; memory: (64 − 8) Gi × 1.5 = 84 Gi.
+    ({"cpu": 16, "memory": "64Gi"}, {}, {"cpu": 2, "memory": "8Gi"}, {"cpu": 4, "memory": 1.5},
+     {"cpu": 56, "memory": "84Gi"}),
+    # Fractional ratio with floor: (10 − 0) × 1.1 = 11 exactly (not 11.000000000000002 → 11).
+    ({"cpu": 10}, {}, {}, {"cpu": 1.1}, {"cpu": 11}),
+    # 7 × 1.3 = 9.1 → 9.
+    ({"cpu": 7}, {}, {}, {"cpu": 1.3}, {"cpu": 9}),
+    # The float 0.29 × 100 is 28.999999999999996; taken at its decimal it is 29.
+    ({"cpu": 100}, {}, {}, {"cpu": 0.29}, {"cpu": 29}),
+    # Ratio below 1 keeps part free: (32 − 0) × 0.5 = 16; (9) × 0.7 = 6.3 → 6.
+    ({"cpu": 32, "disk": 9}, {}, {}, {"cpu": 0.5, "disk": 0.7}, {"cpu": 16, "disk": 6}),
+    # Reserve larger than capacity: 0, never negative.
+    ({"cpu": 4, "memory": "2Gi"}, {}, {"cpu": 8, "memory": "4Gi"}, {"cpu": 16}, {"cpu": 0, "memory": 0}),
+    # Extra capacity for what libvirt cannot see: (0 + 4 − 1) × 2 = 6 VGPUs.
+    ({"cpu": 8}, {"VGPU": 4}, {"VGPU": 1}, {"VGPU": 2}, {"cpu": 8, "VGPU": 6}),
+    # A ratio or reserve for a resource the host does not have adds nothing.
+    ({"cpu": 8}, {}, {"pcpu": 2}, {"memory": 2}, {"cpu": 8}),
+    # Memory in bytes with a fractional ratio: 1000 B × 1.5 = 1500 B; 1001 × 1.5 = 1501.5 → 1501.
+    ({"memory": 1000, "disk": 1001}, {}, {}, {"memory": 1.5, "disk": 1.5}, {"memory": 1500, "disk": 1501}),
+]
+
+
+@pytest.mark.parametrize(("capacity", "extra", "reserved", "ratios", "expected"), TABLE)
+def test_effective_capacity_by_hand(
+    capacity: dict[str, Any], extra: dict[str, Any], reserved: dict[str, Any],
+    ratios: dict[str, float], expected: dict[str, Any],
+) -> None:
+    got = cap.effective_capacity(q(capacity), {R(k): v for k, v in ratios.items()}, q(reserved), q(extra))
+    assert got == q(expected)
+
+
+def hv(**spec: Any) -> Hypervisor:
+    status = spec.pop("status", {})
+    return Hypervisor.model_validate({"metadata": {"name": "hv1"}, "spec": spec, "status": status})
+
+
+def test_max_unit_ignores_overcommit() -> None:
+    h = hv(overcommit={"cpu": 8}, reserved={"cpu": 2}, status={"capacity": {"cpu": 16}})
+    assert cap.max_unit(h) == q({"cpu": 14})
+    assert cap.hypervisor_effective_capacity(h) == q({"cpu": 112})
+
+
+def reservation(name: str, cpu: int, consumer: str, **extra: Any) -> Reservation:
+    status = extra.pop("status", {})
+    return Reservation.model_validate({
+        "metadata": {"name": name},
+        "spec": {"hypervisor": "hv1", "resources": {"cpu": cpu}, "consumer": consumer, **extra},
+        "status": status,
+    })
+
+
+def test_free_subtracts_allocation_and_only_holding_reservations() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    h = hv(
+        overcommit={"cpu": 2},
+        status={"capacity": {"cpu": 16}, "allocation": {"cpu": 10},
+                "instances": [{"uuid": "vm-running", "name": "vm", "state": "running",
+                               "resources": {"cpu": 2}}]},
+    )
+    rs = [
+        reservation("pending", 3, "vm-a"),                                          # holds 3
+        reservation("active", 4, "vm-b", status={"phase": "Active"}),              # holds 4
+        reservation("confirmed", 2, "vm-running"),                                  # now allocated
+        reservation("expired", 5, "vm-c", expiresAt=(now - timedelta(seconds=1)).isoformat()),
+        reservation("released", 6, "vm-d", status={"phase": "Released"}),
+    ]
+    # 32 effective − 10 allocated − (3 + 4) held = 15
+    assert cap.free_capacity(h, rs, now) == q({"cpu": 15})
+    phases = [cap.reservation_phase(r, h, now) for r in rs]
+    assert phases == ["Pending", "Active", "Confirmed", "Expired", "Released"]
+
+
+def test_free_goes_negative_when_overcommitted() -> None:
+    h = hv(status={"capacity": {"cpu": 4}, "allocation": {"cpu": 6}})
+    assert cap.free_capacity(h) == q({"cpu": -2})
+
+
+def test_cells_get_a_proportional_share_of_the_host_reserve() -> None:
+    h = hv(
+        overcommit={"cpu": 2}, reserved={"cpu": 4, "memory": "4Gi"},
+        status={"capacity": {"cpu": 16, "memory": "64Gi"},
+                "cells": [{"id": 0, "capacity": {"cpu": 8, "memory": "48Gi"}},
+                          {"id": 1, "capacity": {"cpu": 8, "memory": "16Gi"}}]},
+    )
+    out = cap.with_effective_capacity(h)
+    # cell 0: cpu (8 − 2) × 2 = 12; memory 48Gi − 3Gi (¾ of the reserve) = 45Gi
+    # cell 1: cpu (8 − 2) × 2 = 12; memory 16Gi − 1Gi = 15Gi
+    assert out.status.cells[0].effective_capacity == q({"cpu": 12, "memory": "45Gi"})
+    assert out.status.cells[1].effective_capacity == q({"cpu": 12, "memory": "15Gi"})
+    assert out.status.effective_capacity == q({"cpu": 24, "memory": "60Gi"})
+
+
+@given(
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=0, max_value=10**6),
+    st.decimals(min_value="0.01", max_value="64", places=2),
+)
+def test_effective_is_floor_of_exact_product_and_never_negative(
+    capacity: int, reserved: int, ratio: Any
+) -> None:
+    got = cap.effective_capacity(q({"cpu": capacity}), {R("cpu"): float(ratio)}, q({"cpu": reserved}))
+    exact = max(capacity - reserved, 0) * ratio
+    assert got[R("cpu")].value == int(exact)  # floor of a non-negative exact decimal
+    assert got[R("cpu")] >= 0

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hvfleet.model import Hypervisor, InvalidInput, ResourceName
+
+
+@pytest.mark.parametrize(("name", "cls", "unit"), [
+    ("cpu", "VCPU", "vCPU"), ("memory", "MEMORY_MB", "MiB"), ("disk", "DISK_GB", "GiB"),
+    ("pcpu", "PCPU", "pCPU"), ("VGPU", "VGPU", "unit"), ("CUSTOM_NIC_VF", "CUSTOM_NIC_VF", "unit"),
+])
+def test_placement_mapping(name: str, cls: str, unit: str) -> None:
+    r = ResourceName.parse(name)
+    assert r.placement.resource_class == cls
+    assert r.placement.unit == unit
+
+
+def test_memory_converts_to_whole_mebibytes_rounding_down() -> None:
+    mem = ResourceName.parse("memory")
+    assert mem.to_placement_units(3 * 2**20 + 5) == 3
+    assert mem.from_placement_units(3) == 3 * 2**20
+
+
+@pytest.mark.parametrize("bad", ["Memory", "gpu", "cpus", "custom_x", "1VGPU", "hugepages-4Mi", "", "VG PU"])
+def test_unknown_names_are_refused_listing_the_valid_forms(bad: str) -> None:
+    with pytest.raises(InvalidInput, match=r"unknown resource .*cpu, memory.*\^\[A-Z\]"):
+        ResourceName.parse(bad)
+
+
+def test_unknown_resource_in_a_spec_is_a_validation_error() -> None:
+    with pytest.raises(ValueError, match="unknown resource 'gpu'"):
+        Hypervisor.model_validate({"metadata": {"name": "h"}, "spec": {"overcommit": {"gpu": 2}}})
+
+
+@given(st.from_regex(r"\A[A-Z][A-Z0-9_]{0,40}\Z"))
+def test_every_placement_style_class_is_accepted(name: str) -> None:
+    assert ResourceName.parse(name).placement.resource_class == name

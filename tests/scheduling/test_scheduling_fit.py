@@ -1,0 +1,244 @@
+"""The fit rules (pure reference) and the numpy fleet index agree and are right."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sched_fleet import NOW, host, reservation
+
+from hvfleet.model import Quantity, ResourceName, parse_selector
+from hvfleet.model.capacity import free_capacity
+from hvfleet.model.errors import InvalidInput
+from hvfleet.scheduling.fit import (
+    fitting_hosts,
+    rejections,
+    reservations_by_host,
+    resource_rejections,
+)
+from hvfleet.scheduling.index import FleetIndex
+from hvfleet.scheduling.request import Request, parse_request
+
+CPU = ResourceName("cpu")
+MEM = ResourceName("memory")
+
+
+def req(cpu: str | None = None, memory: str | None = None, count: int = 1, **res: str) -> Request:
+    return parse_request(cpu, memory, [f"{k}={v}" for k, v in res.items()], count)
+
+
+def test_fits_when_used_plus_request_equals_effective_capacity() -> None:
+    h = host("a", {"cpu": 10, "memory": "10Gi"}, allocation={"cpu": 14}, overcommit={"cpu": 1.5})
+    # effective cpu = floor(10 × 1.5) = 15; 14 used
+    assert rejections(h, [], req("1"), NOW) == []
+    [r] = rejections(h, [], req("2"), NOW)
+    assert (r.reason, r.resource, r.requested, r.available) == ("insufficient", CPU, 2, 1)
+    assert r.to_dict()["shortBy"] == "1"
+
+
+def test_overcommit_adds_room_for_more_guests_not_bigger_ones() -> None:
+    h = host("a", {"cpu": 8}, reserved={"cpu": 2}, overcommit={"cpu": 4.0})
+    # effective = (8-2)*4 = 24 free, but one instance may not exceed 6
+    assert rejections(h, [], req("6"), NOW) == []
+    reasons = [r.reason for r in rejections(h, [], req("7"), NOW)]
+    assert reasons == ["max-unit"]
+    assert rejections(h, [], req("6", count=4), NOW) == []
+    assert [r.reason for r in rejections(h, [], req("6", count=5), NOW)] == ["insufficient"]
+
+
+def test_reservations_hold_space_until_confirmed_expired_or_released() -> None:
+    h = host("a", {"cpu": 4}, instances=["vm-confirmed"])
+    held = [
+        reservation("r1", "a", {"cpu": 1}),
+        reservation("r2", "a", {"cpu": 1}, phase="Pending", expires_in=timedelta(minutes=5)),
+        reservation("r3", "a", {"cpu": 1}, consumer="vm-confirmed"),
+        reservation("r4", "a", {"cpu": 1}, expires_in=timedelta(0)),
+        reservation("r5", "a", {"cpu": 1}, phase="Released"),
+        reservation("r6", "b", {"cpu": 1}),
+    ]
+    assert free_capacity(h, held, NOW)[CPU] == 2
+    assert rejections(h, held, req("2"), NOW) == []
+    assert [r.reason for r in rejections(h, held, req("3"), NOW)] == ["insufficient"]
+    # Five minutes later r2 has expired too.
+    assert resource_rejections(h, held, req("3"), NOW + timedelta(minutes=5)) == []
+
+
+def test_hosts_in_maintenance_not_ready_or_stale_are_not_candidates() -> None:
+    fleet = [
+        host("ok", {"cpu": 4}),
+        host("maint", {"cpu": 4}, maintenance="manual"),
+        host("notready", {"cpu": 4}, ready="False"),
+        host("stale", {"cpu": 4}, beat=NOW - timedelta(minutes=3, seconds=1)),
+        host("fresh-enough", {"cpu": 4}, beat=NOW - timedelta(minutes=3)),
+        host("nobeat", {"cpu": 4}, beat=None),
+    ]
+    assert fitting_hosts(fleet, {}, req("1"), NOW) == ["fresh-enough", "ok"]
+    why = {h.name: rejections(h, [], req("1"), NOW) for h in fleet}
+    assert [r.reason for r in why["maint"]] == ["maintenance"]
+    assert [r.reason for r in why["notready"]] == ["not-ready"]
+    assert [r.reason for r in why["stale"]] == ["stale"]
+    assert [r.reason for r in why["nobeat"]] == ["stale"]
+    # A configurable staleness
+    assert "stale" in fitting_hosts(fleet, {}, req("1"), NOW, staleness=timedelta(minutes=10))
+
+
+def test_min_unit_and_step_size_hold_where_declared() -> None:
+    h = host(
+        "a",
+        {"cpu": 64, "memory": "64Gi"},
+        annotations={
+            "scheduling.hvfleet.io/min-unit.cpu": "2",
+            "scheduling.hvfleet.io/step-size.memory": "1Gi",
+        },
+    )
+    assert rejections(h, [], req("2", "2Gi"), NOW) == []
+    assert [r.reason for r in rejections(h, [], req("1", "2Gi"), NOW)] == ["min-unit"]
+    assert [r.reason for r in rejections(h, [], req("2", "1536Mi"), NOW)] == ["step-size"]
+
+
+def test_a_resource_the_host_lacks_does_not_fit() -> None:
+    h = host("a", {"cpu": 4})
+    reasons = {r.reason for r in rejections(h, [], req("1", VGPU="1"), NOW)}
+    assert reasons == {"insufficient", "max-unit"}
+
+
+def test_bad_requests_are_invalid_input() -> None:
+    with pytest.raises(InvalidInput, match="--resource"):
+        parse_request("1", None, ["VGPU"])
+    with pytest.raises(InvalidInput, match="unknown resource"):
+        parse_request("1", None, ["gpu=1"])
+    with pytest.raises(InvalidInput, match="greater than 0"):
+        parse_request("0", None)
+    with pytest.raises(InvalidInput, match="at least one resource"):
+        parse_request(None, None)
+    with pytest.raises(InvalidInput, match="count"):
+        parse_request("1", None, count=0)
+
+
+def test_index_ranks_binpack_fullest_first_and_spread_emptiest_first_ties_by_name() -> None:
+    fleet = [
+        host("c", {"cpu": 10, "memory": "10Gi"}, allocation={"cpu": 5, "memory": "5Gi"}),
+        host("b", {"cpu": 10, "memory": "10Gi"}, allocation={"cpu": 8, "memory": "8Gi"}),
+        host("a", {"cpu": 10, "memory": "10Gi"}, allocation={"cpu": 5, "memory": "5Gi"}),
+        host("d", {"cpu": 10, "memory": "10Gi"}, allocation={"cpu": 9, "memory": "9Gi"}),
+    ]
+    index = FleetIndex()
+    index.load(fleet, [], now=NOW)
+    r = req("2", "2Gi")
+    assert [c.name for c in index.fit(r, now=NOW).candidates] == ["b", "a", "c"]
+    assert [c.name for c in index.fit(r, now=NOW, weigher="spread").candidates] == ["a", "c", "b"]
+    assert [c.name for c in index.fit(r, now=NOW, weigher="spread", limit=1).candidates] == ["a"]
+    assert [c.name for c in index.fit(r, now=NOW, limit=2).candidates] == ["b", "a"]
+    result = index.fit(r, now=NOW, why=True)
+    assert result.fitting == 3 and list(result.rejected) == ["d"]
+    assert {x.resource for x in result.rejected["d"]} == {CPU, MEM}
+
+
+def test_index_selector_limits_the_fleet() -> None:
+    fleet = [
+        host("a", {"cpu": 4}, labels={"zone": "x"}),
+        host("b", {"cpu": 4}, labels={"zone": "y"}),
+    ]
+    index = FleetIndex()
+    index.load(fleet, [], now=NOW)
+    result = index.fit(req("1"), now=NOW, selector=parse_selector("zone=y"), why=True)
+    assert [c.name for c in result.candidates] == ["b"]
+    assert result.considered == 1 and result.rejected == {}
+
+
+def test_index_recomputes_a_host_when_its_reservation_expires() -> None:
+    index = FleetIndex()
+    index.load(
+        [host("a", {"cpu": 4})],
+        [reservation("r", "a", {"cpu": 4}, expires_in=timedelta(seconds=30))],
+        now=NOW,
+    )
+    assert index.fit(req("1"), now=NOW).candidates == []
+    assert [c.name for c in index.fit(req("1"), now=NOW + timedelta(seconds=30)).candidates] == ["a"]
+
+
+def test_index_keeps_fractional_and_huge_quantities_exact() -> None:
+    fleet = [
+        host("frac", {"cpu": 4, "memory": "1Gi"}, allocation={"cpu": "1500m"}),
+        host("huge", {"cpu": 4, "memory": "8Ei"}, allocation={"memory": "8Ei"}),
+    ]
+    index = FleetIndex()
+    index.load(fleet, [], now=NOW)
+
+    def names(r: Request) -> set[str]:
+        return {c.name for c in index.fit(r, now=NOW).candidates}
+
+    assert names(req("2500m")) == {"frac", "huge"}
+    assert names(req("2501m")) == {"huge"}
+    assert names(req("1250m", count=2)) == {"frac", "huge"}
+    assert names(req("1251m", count=2)) == {"huge"}
+    assert names(req("1", "1")) == {"frac"}
+    assert names(req("1", "1Gi")) == {"frac"}
+    assert names(req("1", "1025Mi")) == set()
+
+
+ratios = st.sampled_from([0.1, 0.5, 0.75, 0.9, 1.0, 1.1, 1.3, 1.5, 2.0, 3.0, 4.0, 16.0, 2.37])
+amount = st.integers(min_value=0, max_value=64)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list, list, Request]:  # type: ignore[type-arg]
+    n = draw(st.integers(1, 12))
+    hosts, res = [], []
+    for i in range(n):
+        cap = {"cpu": draw(st.integers(0, 64)), "memory": f"{draw(st.integers(0, 64))}Gi"}
+        alloc = {"cpu": draw(amount), "memory": f"{draw(amount)}Gi"}
+        reserved = {"cpu": draw(st.integers(0, 8))}
+        ann = {}
+        if draw(st.booleans()):
+            ann["scheduling.hvfleet.io/step-size.cpu"] = str(draw(st.integers(1, 4)))
+        if draw(st.booleans()):
+            ann["scheduling.hvfleet.io/min-unit.memory"] = f"{draw(st.integers(1, 4))}Gi"
+        hosts.append(
+            host(
+                f"h{i:02d}",
+                cap,
+                allocation=alloc,
+                reserved=reserved,
+                overcommit={"cpu": draw(ratios), "memory": draw(ratios)},
+                annotations=ann,
+                ready=draw(st.sampled_from(["True", "True", "True", "False"])),
+                maintenance=draw(st.sampled_from(["", "", "", "drain"])),
+            )
+        )
+        for j in range(draw(st.integers(0, 3))):
+            res.append(
+                reservation(
+                    f"r{i}-{j}",
+                    f"h{i:02d}",
+                    {"cpu": draw(st.integers(1, 8))},
+                    phase=draw(st.sampled_from(["Active", "Pending", "Released"])),
+                    expires_in=draw(st.sampled_from([None, timedelta(0), timedelta(hours=1)])),
+                )
+            )
+    cpu = draw(st.sampled_from(["1", "2", "3", "4", "8", "500m", "1500m"]))
+    mem = draw(st.sampled_from([None, "1Gi", "2Gi", "3Gi", "1536Mi"]))
+    return hosts, res, req(cpu, mem, count=draw(st.integers(1, 3)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_vectorised_index_equals_model_functions(case: tuple[list, list, Request]) -> None:  # type: ignore[type-arg]
+    hosts, res, request = case
+    index = FleetIndex()
+    index.load(hosts, res, now=NOW)
+    expected = fitting_hosts(hosts, reservations_by_host(res), request, NOW)
+    result = index.fit(request, now=NOW, why=True)
+    assert sorted(c.name for c in result.candidates) == expected
+    assert set(result.rejected) == {h.name for h in hosts} - set(expected)
+    for h in hosts:
+        mine = [r for r in res if r.spec.hypervisor == h.name]
+        model = free_capacity(h, mine, NOW)
+        assert index.free(h.name) == {r: v.value for r, v in model.items()}
+
+
+def test_fractions_in_the_index_compare_exactly() -> None:
+    assert Fraction(Quantity.parse("1500m").value) == Fraction(3, 2)
