@@ -68,6 +68,9 @@ DEFAULT_PREFIX = "/hvfleet"
 # Objects per range request when listing: keeps each response far below etcd's
 # and the gateway's message limits even for large Hypervisor objects.
 LIST_PAGE = 500
+# A watch with a timeout waits at least this long for etcd to send the history
+# it asked for (etcd syncs lagging watchers every 100 ms).
+CATCH_UP_GRACE_S = 0.5
 # Objects whose last-seen value is kept to save a read before an update.
 SEEN_CACHE = 4096
 # How long a claim keeps retrying while its host or the host's reservations
@@ -702,9 +705,15 @@ class EtcdStore(Store):
         stop: threading.Event | None = None,
         timeout: float | None = None,
     ) -> Iterator[WatchEvent]:
+        """Events with revision > since, resuming on another endpoint (from the
+        last revision delivered) when a stream breaks. With a `timeout`, history
+        up to the revision the watch was created at is delivered first: until it
+        has been, the idle timer is at least CATCH_UP_GRACE_S, as etcd sends the
+        history asynchronously."""
         start = self._kind_prefix(kind_of(kind) if kind else None)
         last = since
-        idle_deadline = None if timeout is None else time.monotonic() + timeout
+        idle_base = time.monotonic()
+        created_at: int | None = None  # store revision when the current stream began
         down_since: float | None = None
         last_error = ""
         tried = 0
@@ -712,12 +721,17 @@ class EtcdStore(Store):
         def stopped() -> bool:
             return stop is not None and stop.is_set()
 
-        def current_deadline() -> float | None:
-            return idle_deadline
+        def idle_deadline() -> float | None:
+            if timeout is None:
+                return None
+            caught_up = created_at is not None and last >= created_at
+            return idle_base + (timeout if caught_up else max(timeout, CATCH_UP_GRACE_S))
 
-        while not stopped():
-            if idle_deadline is not None and time.monotonic() >= idle_deadline:
-                return
+        def idle() -> bool:
+            deadline = idle_deadline()
+            return deadline is not None and time.monotonic() >= deadline
+
+        while not stopped() and not idle():
             index = self._current
             endpoint = self.endpoints[index]
             try:
@@ -729,9 +743,12 @@ class EtcdStore(Store):
                 last_error = f"{endpoint}: {exc}"
             if stream is not None:
                 try:
-                    for msg in stream.messages(stopped, current_deadline):
+                    for msg in stream.messages(stopped, idle_deadline):
                         down_since = None
                         tried = 0
+                        if msg.get("created"):
+                            created_at = int(msg.get("header", {}).get("revision", 0))
+                            continue
                         if msg.get("canceled"):
                             compacted = int(msg.get("compact_revision", 0))
                             if compacted:
@@ -746,8 +763,7 @@ class EtcdStore(Store):
                             if event.revision <= last:
                                 continue  # already delivered before a reconnect
                             last = event.revision
-                            if idle_deadline is not None:
-                                idle_deadline = time.monotonic() + (timeout or 0)
+                            idle_base = time.monotonic()
                             yield event
                     else:
                         if stream.error is None:
@@ -760,7 +776,7 @@ class EtcdStore(Store):
             # The stream broke: another endpoint, from the last revision delivered.
             if down_since is None:
                 down_since = time.monotonic()
-            elif idle_deadline is None and time.monotonic() - down_since > self.unavailable_after:
+            elif timeout is None and time.monotonic() - down_since > self.unavailable_after:
                 raise self._unavailable(f"watch from revision {last}", last_error)
             if self._current == index:
                 self._current = (index + 1) % len(self.endpoints)
