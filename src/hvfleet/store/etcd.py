@@ -68,6 +68,8 @@ DEFAULT_PREFIX = "/hvfleet"
 # Objects per range request when listing: keeps each response far below etcd's
 # and the gateway's message limits even for large Hypervisor objects.
 LIST_PAGE = 500
+# Rounds over all endpoints, each refusing the connection, before giving up early.
+REFUSED_ROUNDS = 3
 # A watch with a timeout waits at least this long for etcd to send the history
 # it asked for (etcd syncs lagging watchers every 100 ms).
 CATCH_UP_GRACE_S = 0.5
@@ -256,6 +258,9 @@ class EtcdStore(Store):
     def _lease_key(self, name: str) -> str:
         return f"{self.prefix}/leases/{name}"
 
+    def _holder_key(self, name: str) -> str:
+        return f"{self.prefix}/lease-holders/{name}"
+
     # -- transport -----------------------------------------------------------------------
 
     def _client(self, index: int) -> etcd3gw.Etcd3Client:
@@ -287,6 +292,7 @@ class EtcdStore(Store):
         deadline = time.monotonic() + self.unavailable_after
         ambiguous = False
         tried = 0
+        refused = 0  # consecutive "connection refused" answers
         while True:
             index = self._current
             client = self._client(index)
@@ -298,15 +304,34 @@ class EtcdStore(Store):
                 text = exc.detail_text or ""
                 if "compacted" in text:
                     raise Gone(f"store {self.url}: {what}: revision was compacted") from None
+                if "request is too large" in text:
+                    raise InvalidInput(
+                        f"store {self.url}: {what}: {len(json.dumps(body))} bytes is more than "
+                        "etcd accepts in one request (--max-request-bytes, 1.5 MiB by default)"
+                    ) from None
+                if "database space exceeded" in text:
+                    raise Unavailable(
+                        f"store {self.url}: {what}: etcd's database quota is full (compact and "
+                        "defragment, or raise --quota-backend-bytes)"
+                    ) from None
                 if not _retryable(exc):
                     raise Unavailable(
                         f"store {self.url}: {what}: etcd {self.endpoints[index]} refused the "
                         f"request: {_reason(exc)}"
                     ) from None
                 ambiguous = True
-                last = f"{self.endpoints[index]}: {_reason(exc)}"
+                reason = _reason(exc)
+                last = f"{self.endpoints[index]}: {reason}"
+                refused = refused + 1 if reason == "connection refused" else 0
             if time.monotonic() >= deadline:
                 raise self._unavailable(what, last)
+            if refused >= REFUSED_ROUNDS * len(self.endpoints):
+                # Nothing listens on any endpoint (a wrong address, or the whole
+                # cluster is down): say so now rather than after the full wait.
+                raise Unavailable(
+                    f"store {self.url}: {what}: every etcd endpoint refused the connection "
+                    f"(last: {last})"
+                )
             # Next endpoint; after a full round, back off a little (an election
             # takes about one election timeout).
             if self._current == index:
@@ -804,12 +829,15 @@ class EtcdStore(Store):
 
     # -- agent liveness (etcd leases) ----------------------------------------------------
 
-    def keepalive(self, name: str, ttl: int) -> int:
+    def keepalive(self, name: str, ttl: int) -> None:
+        self.refresh_lease(name, ttl)
+
+    def refresh_lease(self, name: str, ttl: int) -> int:
         """Keep hypervisor `name`'s liveness lease alive: grant it (TTL `ttl` s) and
         attach `{prefix}/leases/{name}` on the first call or after it expired,
-        refresh it otherwise. Returns the seconds the lease now has left. While
+        refresh it otherwise. Returns the seconds the lease now has left. When
         the agent stops calling this, the key vanishes `ttl` s later and
-        `live_leases()` no longer lists the host."""
+        `agent_liveness()` reports the host as not live."""
         if ttl < 1:
             raise InvalidInput(f"keepalive {name}: ttl {ttl} must be at least 1 second")
         what = f"keepalive {name}"
@@ -830,7 +858,14 @@ class EtcdStore(Store):
                 return left
         granted, _ = self._post("lease/grant", {"TTL": ttl, "ID": 0}, what)
         lease_id = int(granted["ID"])
-        self._txn([], [self._op_put(key, self._lease_record(name, ttl), lease_id)], what=what)
+        record = self._lease_record(name, ttl)
+        # The lease key expires with the lease; the holder key stays, so readers
+        # can tell "lease expired" (NotReady) from "never had a lease".
+        self._txn(
+            [],
+            [self._op_put(key, record, lease_id), self._op_put(self._holder_key(name), record)],
+            what=what,
+        )
         self._leases[name] = lease_id
         return int(granted.get("TTL", ttl))
 
@@ -847,9 +882,21 @@ class EtcdStore(Store):
 
     def live_leases(self) -> set[str]:
         """Names whose liveness lease has not expired."""
-        start = self._lease_key("")
-        kvs, _, _ = self._range(start, _prefix_end(start), keys_only=True, what="read leases")
-        return {kv.key.removeprefix(start) for kv in kvs}
+        return {name for name, live in self.agent_liveness().items() if live}
+
+    def agent_liveness(self) -> dict[str, bool]:
+        leases, holders = self._lease_key(""), self._holder_key("")
+        snap = self._txn(
+            [],
+            [
+                self._op_get(leases, _prefix_end(leases), keys_only=True),
+                self._op_get(holders, _prefix_end(holders), keys_only=True),
+            ],
+            what="read agent leases",
+        )
+        live = {kv.key.removeprefix(leases) for kv in snap.ranges[0]}
+        held = {kv.key.removeprefix(holders) for kv in snap.ranges[1]}
+        return {name: name in live for name in sorted(held | live)}
 
     def close(self) -> None:
         self._closed = True
