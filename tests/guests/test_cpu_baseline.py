@@ -7,6 +7,8 @@ from pathlib import Path
 
 import libvirt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lxml import etree
 
 from hvfleet.discovery.xmlsafe import read_xml_file
@@ -33,8 +35,19 @@ def _hosts() -> list[tuple[str, str, HostCPU]]:
             f"<vendor>{cpu.vendor}</vendor></cpu>"
         )
         out.append((f"bare-{path.stem}", xml, bare))
-    assert len(out) > 60 and all(c.vendor in ("Intel", "AMD") for _, _, c in out)
-    assert cmap.models
+    # Every other x86 model of cpu_map (vendor-neutral and 32-bit ones too),
+    # bare, once per vendor.
+    done = {c.model for _, _, c in out}
+    for m in cmap.models.values():
+        if m.name in done:
+            continue
+        for vendor in [m.vendor] if m.vendor else ["Intel", "AMD"]:
+            xml = (
+                f"<cpu><arch>x86_64</arch><model>{m.name}</model>"
+                f"<vendor>{vendor}</vendor></cpu>"
+            )
+            out.append((f"bare-{m.name}-{vendor}", xml, HostCPU(vendor=vendor, model=m.name)))
+    assert {c.model for _, _, c in out} == set(cmap.models)
     return out
 
 
@@ -46,7 +59,7 @@ def _groups(n: int, seed: int) -> list[list[tuple[str, str, HostCPU]]]:
         by_vendor.setdefault(h[2].vendor, []).append(h)
     groups = [[h] for h in hosts]  # every host alone
     for _ in range(n):
-        pool = by_vendor[rng.choice(sorted(by_vendor))]
+        pool = by_vendor[rng.choice(sorted(v for v in by_vendor if len(by_vendor[v]) > 1))]
         groups.append(rng.sample(pool, rng.randint(2, min(6, len(pool)))))
     return groups
 
@@ -71,13 +84,13 @@ def test_baseline_is_within_every_host_and_covers_libvirts(test_conn: libvirt.vi
             missing = ours.features - expand_cpu(cpu, cmap, name)
             assert not missing, f"{name} lacks {sorted(missing)}"
         theirs = _libvirt_features(test_conn, [x for _, x, _ in group])
-        assert len(theirs) > 10
+        assert theirs
         # libvirt's test driver cannot drop non-migratable features (no
         # VIR_CONNECT_BASELINE_CPU_MIGRATABLE there); we never require them.
         lacking = theirs - ours.features - cmap.non_migratable
         assert not lacking, f"{[n for n, _, _ in group]}: libvirt has {sorted(lacking)}"
         richer += len(ours.features) > len(theirs - cmap.non_migratable)
-    assert len(groups) > 200
+    assert len(groups) > 250
     # Strictly richer than libvirt for some groups (libvirt leaves out some
     # shared features, e.g. ones its chosen model's signature does not carry).
     assert richer > 0
@@ -135,3 +148,52 @@ def test_document_kinds_are_all_read(tmp_path: Path) -> None:
     two = cpus_from_document(read_xml_file(str(multi)), "m")
     assert [c.model for c in two] == ["Haswell", "Broadwell"]
     assert two[1].disabled_features == ["rtm"]
+
+
+_CMAP = load_cpu_map()
+_VENDOR_MODELS = sorted(m.name for m in _CMAP.models.values() if m.vendor == "Intel")
+_FEATURES = sorted(_CMAP.features)
+
+
+@st.composite
+def intel_host(draw: st.DrawFn) -> HostCPU:
+    model = draw(st.sampled_from(_VENDOR_MODELS))
+    extra = draw(st.lists(st.sampled_from(_FEATURES), max_size=12, unique=True))
+    own = sorted(_CMAP.models[model].features)
+    missing = draw(st.just([]) | st.lists(st.sampled_from(own), max_size=4, unique=True))
+    return HostCPU(
+        vendor="Intel",
+        model=model,
+        features=[f for f in extra if f not in missing],
+        disabled_features=missing,
+    )
+
+
+def _as_xml(cpu: HostCPU) -> str:
+    feats = "".join(f"<feature policy='require' name='{f}'/>" for f in cpu.features)
+    feats += "".join(f"<feature policy='disable' name='{f}'/>" for f in cpu.disabled_features)
+    return (
+        f"<cpu><arch>x86_64</arch><model>{cpu.model}</model>"
+        f"<vendor>{cpu.vendor}</vendor>{feats}</cpu>"
+    )
+
+
+@settings(max_examples=120, deadline=None)
+@given(hosts=st.lists(intel_host(), min_size=1, max_size=4))
+def test_random_hosts_baseline_is_sound_and_at_least_libvirts(hosts: list[HostCPU]) -> None:
+    conn = libvirt.open("test:///default")
+    try:
+        ours = baseline_cpu([(f"h{i}", c) for i, c in enumerate(hosts)]).value
+        sets = [expand_cpu(c, _CMAP, "h") for c in hosts]
+        common = frozenset.intersection(*sets)
+        assert ours.features <= common
+        # Every shared feature is kept, except non-migratable ones not in the model.
+        assert common - ours.features <= _CMAP.non_migratable
+        if any(c.disabled_features for c in hosts):
+            # libvirt's baseline treats every feature of a host CPU as present,
+            # policy='disable' included, so it is no reference for those.
+            return
+        theirs = _libvirt_features(conn, [_as_xml(c) for c in hosts])
+        assert not (theirs - ours.features - _CMAP.non_migratable)
+    finally:
+        conn.close()

@@ -252,3 +252,21 @@ def test_bad_requests_are_invalid_input(kw: dict[str, object], message: str) -> 
 def test_bad_disk_specs_are_refused(spec: str) -> None:
     with pytest.raises(InvalidInput, match="--disk"):
         DiskSpec.parse(spec)
+
+
+def test_output_is_identical_across_processes_with_different_hash_seeds() -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from tests.guests import golden; "
+        "sys.stdout.write(golden.render('win11', 'intel-mixed', '2026.1'))"
+    )
+    outs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        outs.append(subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                                   capture_output=True, text=True,
+                                   cwd=str(HOSTS.parents[1])).stdout)
+    assert outs[0] == outs[1] and "<domain" in outs[0]

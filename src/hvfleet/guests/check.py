@@ -87,6 +87,9 @@ def _check_host(dom: etree._Element, name: str, caps: HostCapabilities) -> HostV
         v.problems.append(
             "firmware EFI missing" if caps.firmware.efi is False else "firmware EFI unknown"
         )
+    loader = dom.findtext("os/loader")
+    if loader and caps.firmware.loaders and loader.strip() not in caps.firmware.loaders:
+        v.problems.append(f"firmware {loader.strip()} missing (a host-specific loader path)")
     sb = dom.find("os/firmware/feature[@name='secure-boot']")
     if sb is not None and sb.get("enabled") == "yes" and caps.firmware.secure_boot is not True:
         v.problems.append("secure boot firmware missing")

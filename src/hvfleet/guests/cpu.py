@@ -5,8 +5,8 @@ Each host CPU is expanded to its full feature set with libvirt's cpu_map
 intersection; the named model closest to it (fewest features to add plus
 remove, so it covers most of the intersection with little outside it)
 becomes `<model>`, the rest `require`, and the model's features missing from
-the intersection `disable`. Non-migratable features (invtsc, xsaves) are
-never required on top of a model. `check='full'` makes QEMU refuse to start a
+the intersection `disable`. Features libvirt marks non-migratable (invtsc,
+xsaves) are left out of the intersection first. `check='full'` makes QEMU refuse to start a
 guest whose CPU would differ from what is written.
 """
 
@@ -82,32 +82,40 @@ def baseline_cpu(
             f"cpu baseline: hosts have different CPU vendors ({split}); "
             "use --mode software or --mode none"
         )
-    sets = [expand_cpu(cpu, cmap, name) for name, cpu in hosts]
+    # Hosts of the same hardware share one CPU definition: expand each
+    # distinct definition once (a 1000-host fleet has a few dozen).
+    expanded: dict[tuple[str, tuple[str, ...], tuple[str, ...]], frozenset[str]] = {}
+    for name, cpu in hosts:
+        key = (cpu.model, tuple(cpu.features), tuple(cpu.disabled_features))
+        if key not in expanded:
+            expanded[key] = expand_cpu(cpu, cmap, name)
+    sets = list(expanded.values())
     common = frozenset.intersection(*sets)
     known = frozenset(cmap.features)
     unknown = sorted(common - known)
     common &= known
+    # Features libvirt marks non-migratable (invtsc, xsaves) would pin the
+    # guest to its host: they are left out, and disabled where the model has them.
+    dropped = sorted(common & cmap.non_migratable)
+    common -= cmap.non_migratable
     model = _best_model(cmap, common, vendor)
-    dropped = sorted((common - model.features) & cmap.non_migratable)
-    require = tuple(sorted(common - model.features - cmap.non_migratable))
+    require = tuple(sorted(common - model.features))
     # QEMU's own model may carry features libvirt's cpu_map does not list (its
     # EPYC has topoext); a host-model CPU says so by disabling them. Disable
     # every such feature too, so check='full' compares like with like.
-    host_disabled = {
-        cmap.canonical_feature(f) for _, cpu in hosts for f in cpu.disabled_features
-    }
+    host_disabled = {cmap.canonical_feature(f) for key in expanded for f in key[2]}
     disable = tuple(sorted((model.features | (host_disabled & known)) - common))
     features = frozenset((model.features | set(require)) - set(disable))
     assert features <= common
     evidence = [
         f"{len(hosts)} host(s), vendor {vendor}: {hosts_list([n for n, _ in hosts])}",
-        f"{len(common)} features common to all hosts "
-        f"(smallest host set {min(len(s) for s in sets)})",
+        f"{len(common)} migratable features common to all hosts "
+        f"({len(sets)} distinct host CPU definitions, smallest has {min(len(s) for s in sets)})",
         f"model {model.name}: {len(model.features)} features, "
         f"{len(model.features & common)} of them common",
     ]
     if dropped:
-        evidence.append(f"non-migratable, not required: {', '.join(dropped)}")
+        evidence.append(f"non-migratable, left out: {', '.join(dropped)}")
     if unknown:
         evidence.append(f"unknown to this libvirt's cpu_map, left out: {', '.join(unknown)}")
     return Decision(
@@ -156,7 +164,10 @@ def software_cpu(
         reason = "the most conservative 64-bit model every host runs (no host-specific features)"
     else:
         model = max(models, key=lambda m: (len(m.features), bool(m.vendor), m.position))
-        reason = "the richest named model every host marks usable, with no extra features"
+        reason = (
+            "the richest named model every host marks usable, with no extra features"
+            + ("" if vendor else " (vendor-neutral models only: the hosts' vendors differ)")
+        )
     return Decision(
         "cpu",
         GuestCPU(mode, model.name, vendor if model.vendor else "", (), (), model.features),
@@ -208,6 +219,23 @@ def cpu_element(cpu: GuestCPU, expand: bool = False) -> etree._Element:
     for f in cpu.disable:
         etree.SubElement(el, "feature", policy="disable", name=f)
     return el
+
+
+def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
+    """(name, HostCPU) for (name, XML text) pairs; identical texts are parsed once."""
+    from hvfleet.discovery.xmlsafe import parse_xml
+
+    parsed: dict[str, list[HostCPU]] = {}
+    out: list[tuple[str, HostCPU]] = []
+    for name, text in docs:
+        if text not in parsed:
+            parsed[text] = cpus_from_document(parse_xml(text, name), name)
+        found = parsed[text]
+        if len(found) == 1:
+            out.append((name, found[0]))
+        else:
+            out += [(f"{name}#{i + 1}", c) for i, c in enumerate(found)]
+    return out
 
 
 def cpus_from_document(root: etree._Element, where: str) -> list[HostCPU]:

@@ -1,0 +1,170 @@
+"""`hvfleet cpu baseline` and `hvfleet guest ...` end to end (files and store)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from lxml import etree
+from typer.testing import CliRunner, Result
+
+import hvfleet.cli.guest  # noqa: F401  (registers the commands)
+from hvfleet.cli.main import app
+from hvfleet.discovery.capabilities import parse_host_capabilities
+from hvfleet.model import Hypervisor
+from hvfleet.model.errors import InvalidInput
+from hvfleet.store import open_store
+from hvfleet.store.ownership import agent_manager
+
+from .conftest import HOSTS
+
+GROUPS = HOSTS / "groups"
+runner = CliRunner()
+
+
+def run(*args: str) -> Result:
+    return runner.invoke(app, list(args))
+
+
+def test_cpu_baseline_from_mixed_document_kinds() -> None:
+    files = [
+        str(HOSTS / "cpus" / "Skylake-Server.xml"),
+        str(GROUPS / "intel-same" / "intel-a1.caps.xml"),
+        str(GROUPS / "intel-mixed" / "icx-1.domcaps.xml"),
+    ]
+    r = run("cpu", "baseline", *files)
+    assert r.exit_code == 0, r.output
+    cpu = etree.fromstring(r.stdout.encode())
+    assert cpu.get("mode") == "custom" and cpu.get("check") == "full"
+    assert cpu.find("model").get("fallback") == "forbid"
+    assert cpu.findtext("vendor") == "Intel"
+    r = run("cpu", "baseline", "--expand", "-o", "json", *files)
+    doc = json.loads(r.stdout)
+    assert doc["hosts"] == 3 and "avx512f" in doc["features"] and "lm" in doc["features"]
+
+
+def test_cpu_baseline_refuses_mixed_vendors_and_hostile_files(tmp_path: Path) -> None:
+    r = run("cpu", "baseline", str(HOSTS / "cpus" / "EPYC.xml"), str(HOSTS / "cpus" / "Haswell.xml"))
+    assert isinstance(r.exception, InvalidInput) and "different CPU vendors" in str(r.exception)
+    evil = tmp_path / "evil.xml"
+    evil.write_text('<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/shadow">]><cpu>&e;</cpu>')
+    r = run("cpu", "baseline", str(evil))
+    assert isinstance(r.exception, InvalidInput) and "DOCTYPE" in str(r.exception)
+
+
+def test_generate_writes_xml_and_explains(tmp_path: Path) -> None:
+    out = tmp_path / "g.xml"
+    r = run(
+        "guest", "generate", "--os", "win11", "--name", "w", "--vcpus", "2", "--memory", "4Gi",
+        "--disk", "kind=qcow2,source=/i/w.qcow2", "--nic", "network=default", "--secure-boot",
+        "--caps-dir", str(GROUPS / "intel-mixed"), "--explain", "-o", str(out),
+    )
+    assert r.exit_code == 0, r.output
+    dom = etree.fromstring(out.read_bytes())
+    assert dom.find("os/type").get("machine") == "pc-q35-6.2"
+    assert "hyperv" in r.stdout and "why:" in r.stdout
+
+
+def test_explain_prints_the_table_without_xml() -> None:
+    r = run("guest", "explain", "--policy", "2026.1", "--os", "rhel9.1",
+            "--caps-dir", str(GROUPS / "amd-mixed"))
+    assert r.exit_code == 0, r.output
+    assert "<domain" not in r.stdout and "machine" in r.stdout and "osinfo rhel9.1" in r.stdout
+
+
+def test_policies_lists_versions_with_changelog() -> None:
+    r = run("guest", "policies")
+    assert r.exit_code == 0 and r.stdout.startswith("2026.1 (latest): first release")
+
+
+def test_check_exit_0_on_own_group_and_3_with_reasons_elsewhere(tmp_path: Path) -> None:
+    xml = tmp_path / "g.xml"
+    r = run("guest", "generate", "--os", "win2k22", "--name", "w", "--vcpus", "2",
+            "--memory", "4Gi", "--firmware", "efi", "--caps-dir", str(GROUPS / "intel-same"),
+            "-o", str(xml))
+    assert r.exit_code == 0, r.output
+    r = run("guest", "check", str(xml), "--caps-dir", str(GROUPS / "intel-same"))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count(": ok") == 3
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for f in (GROUPS / "intel-mixed").glob("skl-1.*"):
+        shutil.copy(f, mixed)
+    for f in (GROUPS / "amd-mixed").glob("rome-1.*"):
+        shutil.copy(f, mixed)
+    (mixed / "blind.caps.xml").write_text((HOSTS / "real" / "embed-kvm.caps.xml").read_text())
+    r = run("guest", "check", str(xml), "--caps-dir", str(mixed))
+    assert r.exit_code == 3, r.output
+    out = r.stdout
+    assert "skl-1: NO" in out and "machine type pc-q35-7.2 absent" in out
+    assert "rome-1: NO" in out and "CPU features missing:" in out and "CPU vendor Intel" in out
+    assert "blind: NO" in out and "firmware EFI unknown" in out
+
+
+def test_hosts_selector_reads_capabilities_from_the_store(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'hv.db'}"
+    with open_store(url) as store:
+        for f in sorted((GROUPS / "intel-mixed").glob("*.caps.xml")):
+            name = f.name.removesuffix(".caps.xml")
+            caps = parse_host_capabilities(
+                f.read_text(), (f.parent / f"{name}.domcaps.xml").read_text()
+            )
+            hv = Hypervisor.model_validate(
+                {"metadata": {"name": name, "labels": {"group": "mixed"}},
+                 "status": {"hostCapabilities": caps.to_dict()}}
+            )
+            store.create(hv, agent_manager(name))
+    from_store = run("guest", "generate", "--os", "rhel9.1", "--name", "s", "--vcpus", "2",
+                     "--memory", "2Gi", "--hosts", "group=mixed", "--store", url)
+    assert from_store.exit_code == 0, from_store.output
+    from_files = run("guest", "generate", "--os", "rhel9.1", "--name", "s", "--vcpus", "2",
+                     "--memory", "2Gi", "--caps-dir", str(GROUPS / "intel-mixed"))
+    assert from_store.stdout == from_files.stdout  # same inputs, same bytes
+    r = run("cpu", "baseline", "--hosts", "group=mixed", "--store", url)
+    assert r.exit_code == 0 and "Skylake-Server-IBRS" in r.stdout
+    r = run("guest", "explain", "--os", "rhel9.1", "--hosts", "group=nothing", "--store", url)
+    assert isinstance(r.exception, InvalidInput) and "no hypervisor matches" in str(r.exception)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["guest", "generate", "--os", "win11", "--name", "x", "--vcpus", "1", "--memory", "1Gi"],
+        ["guest", "generate", "--os", "nosuchos", "--name", "x", "--vcpus", "1",
+         "--memory", "1Gi", "--caps-dir", str(GROUPS / "single")],
+        ["guest", "generate", "--os", "rhel9.1", "--name", "x", "--vcpus", "1",
+         "--memory", "lots", "--caps-dir", str(GROUPS / "single")],
+        ["guest", "check", "/nonexistent.xml", "--caps-dir", str(GROUPS / "single")],
+    ],
+    ids=["no-hosts", "unknown-os", "bad-memory", "missing-file"],
+)
+def test_bad_input_is_invalid_input_with_one_line(args: list[str]) -> None:
+    r = run(*args)
+    assert isinstance(r.exception, InvalidInput), r.output
+    assert "\n" not in str(r.exception) and r.exception.exit_code == 2
+
+
+def test_hostile_capabilities_in_a_caps_dir_are_refused_naming_the_host(tmp_path: Path) -> None:
+    shutil.copy(GROUPS / "single" / "icx-solo.caps.xml", tmp_path / "good.caps.xml")
+    (tmp_path / "evil.caps.xml").write_text(
+        '<?xml version="1.0"?><!DOCTYPE c [<!ENTITY a "aaaaaaaaaa">'
+        '<!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]><capabilities>&b;</capabilities>'
+    )
+    r = run("guest", "explain", "--os", "rhel9.1", "--caps-dir", str(tmp_path))
+    assert isinstance(r.exception, InvalidInput)
+    assert "host evil" in str(r.exception) and "DOCTYPE or ENTITY" in str(r.exception)
+
+
+def test_check_names_a_loader_path_the_host_lacks(tmp_path: Path) -> None:
+    dom = tmp_path / "d.xml"
+    dom.write_text(
+        "<domain type='kvm'><name>x</name><memory>1048576</memory>"
+        "<os><type arch='x86_64' machine='pc-q35-7.2'>hvm</type>"
+        "<loader readonly='yes' type='pflash'>/opt/edk2/CODE.fd</loader></os></domain>"
+    )
+    r = run("guest", "check", str(dom), "--caps-dir", str(GROUPS / "single"))
+    assert r.exit_code == 3
+    assert "firmware /opt/edk2/CODE.fd missing" in r.stdout
