@@ -39,6 +39,7 @@ import json
 import multiprocessing
 import os
 import random
+import resource
 import sys
 import tempfile
 import threading
@@ -247,6 +248,19 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return now, peak
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a running process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """CPU seconds of this bench's finished (joined) child processes: the writers,
+    the watcher and the seeders."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def du_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -327,10 +341,19 @@ def main() -> None:
                 print(f"\netcd 3.4, 3 members on 127.0.0.1 ({url})")
                 took = seed(url, args.agents, args.procs)
                 print(f"  seeded {args.agents} objects in {took:.1f} s ({args.agents / took:.0f} creates/s)")
+                pids = [m.process.pid for m in cluster.members if m.process is not None]
+                etcd0, gen0 = sum(cpu_seconds(p) for p in pids), children_cpu()
                 paced = run_phase(url, args.agents, args.procs, args.threads, args.duration, args.interval)
+                etcd1, gen1 = sum(cpu_seconds(p) for p in pids), children_cpu()
                 sat = run_phase(url, args.agents, args.procs, args.threads, args.saturate, None)
+                etcd2, gen2 = sum(cpu_seconds(p) for p in pids), children_cpu()
                 results["etcd"] = (paced, sat)
                 report("etcd", paced, sat, target)
+                # Per second of the phase's load (start-up and drain add little CPU).
+                for phase, e, g, w in (("paced", etcd1 - etcd0, gen1 - gen0, args.duration),
+                                       ("saturation", etcd2 - etcd1, gen2 - gen1, args.saturate)):
+                    print(f"  CPU in the {phase} phase: 3 etcd members {e / w:.2f} cores, "
+                          f"hvfleet writers+scheduler {g / w:.2f} cores (of {os.cpu_count()})")
                 kps, kp99 = keepalive_rate(url, args.agents, args.saturate, args.threads)
                 print(f"  lease keepalive (+ ownership check txn): {kps:.0f}/s at saturation, "
                       f"p99 {kp99:.1f} ms")
@@ -348,10 +371,17 @@ def main() -> None:
             print(f"\nSQLite (WAL) at {path}")
             took = seed(url, args.agents, args.procs)
             print(f"  seeded {args.agents} objects in {took:.1f} s ({args.agents / took:.0f} creates/s)")
+            gen0 = children_cpu()
             paced = run_phase(url, args.agents, args.procs, args.threads, args.duration, args.interval)
+            gen1 = children_cpu()
             sat = run_phase(url, args.agents, args.procs, args.threads, args.saturate, None)
+            gen2 = children_cpu()
             results["sqlite"] = (paced, sat)
             report("sqlite", paced, sat, target)
+            phases = (("paced", gen1 - gen0, args.duration), ("saturation", gen2 - gen1, args.saturate))
+            for phase, g, w in phases:
+                print(f"  CPU in the {phase} phase: hvfleet writers+scheduler (SQLite in-process) "
+                      f"{g / w:.2f} cores (of {os.cpu_count()})")
             files = {p.name: p.stat().st_size for p in path.parent.iterdir()}
             print("  files: " + ", ".join(f"{n} {mib(s)}" for n, s in sorted(files.items())))
     if len(results) == 2:
