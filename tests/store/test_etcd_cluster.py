@@ -199,3 +199,38 @@ def test_leader_killed_mid_way_loses_none_and_restart_keeps_versions(
     updated = after.update(first.model_copy(update={"metadata": meta}), "loader")
     assert int(updated.metadata.resource_version or 0) > max(int(v) for v in rvs.values())
     after.close()
+
+
+@pytest.mark.timeout(60)
+def test_watch_on_a_member_that_lost_its_leader_fails_instead_of_going_silent(
+    cluster: EtcdCluster,
+) -> None:
+    """Without the require-leader flag, a watch on a member cut off from the rest
+    would just see no more events; it must end and say why."""
+    lonely = cluster.members[0]
+    store = EtcdStore([lonely.endpoint], "/lonely", unavailable_after=3)
+    errors: list[BaseException] = []
+    ended = threading.Event()
+
+    def watch() -> None:
+        try:
+            for _ in store.watch("Hypervisor", since=store.revision()):
+                pass
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            ended.set()
+
+    t = threading.Thread(target=watch)
+    t.start()
+    time.sleep(0.5)
+    for m in cluster.members[1:]:
+        m.kill()
+    killed_at = time.monotonic()
+    assert ended.wait(20), "the watch went silent"
+    t.join(5)
+    # etcd cancels it after its election timeout; the watch then retries for 3 s.
+    assert time.monotonic() - killed_at < 12
+    assert len(errors) == 1 and isinstance(errors[0], Unavailable), errors
+    assert "no leader" in str(errors[0]) and lonely.endpoint in str(errors[0])
+    store.close()

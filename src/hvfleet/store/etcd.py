@@ -767,10 +767,9 @@ class EtcdStore(Store):
                 stream = None
                 last_error = f"{endpoint}: {exc}"
             if stream is not None:
+                opened_at = time.monotonic()
                 try:
                     for msg in stream.messages(stopped, idle_deadline):
-                        down_since = None
-                        tried = 0
                         if msg.get("created"):
                             created_at = int(msg.get("header", {}).get("revision", 0))
                             continue
@@ -789,6 +788,7 @@ class EtcdStore(Store):
                                 continue  # already delivered before a reconnect
                             last = event.revision
                             idle_base = time.monotonic()
+                            down_since, tried = None, 0
                             yield event
                     else:
                         if stream.error is None:
@@ -799,8 +799,13 @@ class EtcdStore(Store):
             if stopped():
                 return
             # The stream broke: another endpoint, from the last revision delivered.
+            # A stream that was up for a while starts a new outage; one that breaks
+            # right after it was created (e.g. "no leader") continues the old one.
+            now = time.monotonic()
+            if stream is not None and now - opened_at > self.unavailable_after:
+                down_since, tried = None, 0
             if down_since is None:
-                down_since = time.monotonic()
+                down_since = now
             elif timeout is None and time.monotonic() - down_since > self.unavailable_after:
                 raise self._unavailable(f"watch from revision {last}", last_error)
             if self._current == index:
@@ -942,7 +947,11 @@ class _WatchStream:
             )
             self._response = self._conn.getresponse()
             if self._response.status != 200:
-                raise OSError(f"watch answered HTTP {self._response.status}")
+                detail = self._response.read(2000).decode(errors="replace")
+                with contextlib.suppress(ValueError, AttributeError):
+                    body = json.loads(detail)
+                    detail = str(body.get("message") or body.get("error") or detail)
+                raise OSError(f"watch answered HTTP {self._response.status}: {detail.strip()[:200]}")
             sock = self._conn.sock
             if sock is not None:
                 sock.settimeout(None)  # the reader blocks; close() unblocks it
