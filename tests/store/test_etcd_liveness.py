@@ -19,6 +19,7 @@ import pytest
 
 from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.cli.main import main
+from hvfleet.model import Hypervisor
 from hvfleet.model.meta import find_condition
 from hvfleet.store.etcd import EtcdStore
 from hvfleet.store.etcd_local import EtcdCluster, free_port
@@ -109,3 +110,18 @@ def test_cli_against_an_unreachable_etcd_fails_with_one_line_naming_it(cli: obje
     lines = got.err.strip().splitlines()
     assert len(lines) == 1, got.err
     assert f"127.0.0.1:{port}" in lines[0] and "connection refused" in lines[0]
+
+
+def test_store_prefix_option_selects_the_fleet(
+    etcd_session: EtcdCluster, cli: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HVFLEET_STORE_PREFIX", raising=False)  # restored after the test
+    fleet = f"/fleet-{uuid.uuid4().hex[:8]}"
+    store = EtcdStore(etcd_session.endpoints, fleet)
+    store.create(Hypervisor.model_validate({"metadata": {"name": "hv-a"}}), "operator")
+    url = etcd_session.url()
+    got = cli("--store-prefix", fleet, "get", "hypervisors", "--store", url)
+    assert got.code == 0 and "hv-a" in got.out, got
+    got = cli("--store-prefix", fleet + "-other", "get", "hypervisors", "--store", url)
+    assert got.code == 0 and "hv-a" not in got.out and "No hypervisors found" in got.err, got
+    store.close()
