@@ -31,6 +31,17 @@ def etcd(etcd_session: EtcdCluster) -> Iterator[EtcdStore]:
     store.close()
 
 
+def test_prefix_comes_from_argument_then_url_then_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HVFLEET_STORE_PREFIX", "/from-env")
+    assert getattr(open_store("etcd://127.0.0.1:1"), "prefix", None) == "/from-env"
+    assert getattr(open_store("etcd://127.0.0.1:1?prefix=/u"), "prefix", None) == "/u"
+    assert getattr(open_store("etcd://127.0.0.1:1?prefix=/u", prefix="/arg"), "prefix", None) == "/arg"
+    monkeypatch.delenv("HVFLEET_STORE_PREFIX")
+    assert getattr(open_store("etcd://127.0.0.1:1"), "prefix", None) == "/hvfleet"
+
+
 def test_urls_name_endpoints_prefix_and_timeout() -> None:
     assert parse_etcd_url("etcd://127.0.0.1:2379,10.0.0.2:2379?prefix=/fleet-a&timeout=3") == (
         ["127.0.0.1:2379", "10.0.0.2:2379"],

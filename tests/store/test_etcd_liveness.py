@@ -115,7 +115,8 @@ def test_cli_against_an_unreachable_etcd_fails_with_one_line_naming_it(cli: obje
 def test_store_prefix_option_selects_the_fleet(
     etcd_session: EtcdCluster, cli: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("HVFLEET_STORE_PREFIX", raising=False)  # restored after the test
+    # The option sets the variable for the process; the test restores it after.
+    monkeypatch.setenv("HVFLEET_STORE_PREFIX", "")
     fleet = f"/fleet-{uuid.uuid4().hex[:8]}"
     store = EtcdStore(etcd_session.endpoints, fleet)
     store.create(Hypervisor.model_validate({"metadata": {"name": "hv-a"}}), "operator")

@@ -394,7 +394,9 @@ class Agent:
                 if since is None:
                     since = self.store.revision()
                     self._spec_changed()  # anything between our write and `since`
-                for ev in self.store.watch("Hypervisor", since=since, stop=stop, timeout=1.0):
+                for ev in self.store.watch(
+                    "Hypervisor", since=since, name=self.name, stop=stop, timeout=1.0
+                ):
                     since = ev.revision
                     obj = ev.object
                     if not isinstance(obj, Hypervisor) or obj.metadata.name != self.name:

@@ -121,11 +121,14 @@ class Store(ABC):
         kind: str | None = None,
         since: int = 0,
         *,
+        name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
     ) -> Iterator[WatchEvent]:
         """Events with revision > since, in revision order, until `stop` is set or
-        `timeout` seconds pass without an event. Gone if `since` was compacted."""
+        `timeout` seconds pass without an event. Gone if `since` was compacted.
+        With `name` (and `kind`), only that object's events: an agent watching
+        its own Hypervisor must not receive every other host's writes."""
 
     @abstractmethod
     def revision(self) -> int:

@@ -227,7 +227,10 @@ class EtcdStore(Store):
         return self.endpoints[self._current]
 
     @classmethod
-    def from_url(cls, url: str, prefix: str | None = None) -> EtcdStore:
+    def from_url(
+        cls, url: str, prefix: str | None = None, *, default_prefix: str | None = None
+    ) -> EtcdStore:
+        """`prefix`, else the URL's `?prefix=`, else `default_prefix`, else /hvfleet."""
         endpoints, options = parse_etcd_url(url)
         timeout = options.get("timeout")
         kwargs: dict[str, float] = {}
@@ -239,7 +242,8 @@ class EtcdStore(Store):
                     f"store: timeout={timeout!r} in {url!r} is not a number of seconds"
                 ) from None
             kwargs["request_timeout"] = min(5.0, kwargs["unavailable_after"])
-        return cls(endpoints, prefix or options.get("prefix") or DEFAULT_PREFIX, **kwargs)
+        chosen = prefix or options.get("prefix") or default_prefix or DEFAULT_PREFIX
+        return cls(endpoints, chosen, **kwargs)
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -727,6 +731,7 @@ class EtcdStore(Store):
         kind: str | None = None,
         since: int = 0,
         *,
+        name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
     ) -> Iterator[WatchEvent]:
@@ -735,7 +740,13 @@ class EtcdStore(Store):
         up to the revision the watch was created at is delivered first: until it
         has been, the idle timer is at least CATCH_UP_GRACE_S, as etcd sends the
         history asynchronously."""
+        if name is not None and not kind:
+            raise InvalidInput("watch: a name needs a kind")
         start = self._kind_prefix(kind_of(kind) if kind else None)
+        # One key is the range [key, key + NUL): etcd then watches just that key.
+        end = _prefix_end(start) if name is None else self._key(kind_of(kind or ""), name) + "\0"
+        if name is not None:
+            start = self._key(kind_of(kind or ""), name)
         last = since
         idle_base = time.monotonic()
         created_at: int | None = None  # store revision when the current stream began
@@ -760,9 +771,7 @@ class EtcdStore(Store):
             index = self._current
             endpoint = self.endpoints[index]
             try:
-                stream = _WatchStream(
-                    endpoint, start, _prefix_end(start), last + 1, self.request_timeout
-                )
+                stream = _WatchStream(endpoint, start, end, last + 1, self.request_timeout)
             except OSError as exc:
                 stream = None
                 last_error = f"{endpoint}: {exc}"
