@@ -261,3 +261,13 @@ def test_lease_survives_a_new_store_object_of_the_same_agent(etcd: EtcdStore) ->
     etcd.keepalive("hv1", 5)
     assert etcd.live_leases() == {"hv1"}
     other.close()
+
+
+def test_object_over_etcds_request_limit_is_invalid_input_naming_it(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    huge = make_hypervisor("hv-huge", metadata={"annotations": {"blob": "x" * (2 * 2**20)}})
+    with pytest.raises(InvalidInput, match=r"create Hypervisor hv-huge: \d+ bytes is more than etcd"):
+        etcd.create(huge, "operator")
+    with pytest.raises(NotFound):
+        etcd.get("Hypervisor", "hv-huge")

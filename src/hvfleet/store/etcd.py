@@ -10,7 +10,7 @@ and all of its reservations and write a new one in one transaction without a
 lock. Field ownership (`prepare_create`/`prepare_update`) is computed on the
 object read at the revision the transaction then compares, so the check and
 the write cannot be split by another writer. Agent liveness is an etcd lease
-per hypervisor (`keepalive`/`live_leases`). The key layout is in docs/etcd.md.
+per hypervisor (`keepalive`/`agent_liveness`). The key layout is in docs/etcd.md.
 
 Several endpoints are tried in turn; a request that fails because its member
 is down, has no leader or timed out moves to the next one until
