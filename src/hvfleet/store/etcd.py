@@ -308,7 +308,7 @@ class EtcdStore(Store):
                 text = exc.detail_text or ""
                 if "compacted" in text:
                     raise Gone(f"store {self.url}: {what}: revision was compacted") from None
-                if "request is too large" in text:
+                if "request is too large" in text or "larger than max" in text:
                     raise InvalidInput(
                         f"store {self.url}: {what}: {len(json.dumps(body))} bytes is more than "
                         "etcd accepts in one request (--max-request-bytes, 1.5 MiB by default)"
