@@ -1,5 +1,5 @@
-"""Claims on the real SQLite store: re-checked and written atomically, never
-double-booked, also under concurrency from several processes."""
+"""Claims on the real stores (SQLite and etcd): re-checked and written
+atomically, never double-booked, also under concurrency from several processes."""
 
 from __future__ import annotations
 
@@ -27,8 +27,11 @@ MEM = ResourceName("memory")
 ONE = parse_request("2", "4Gi")
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "etcd"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "etcd":
+        etcd = request.getfixturevalue("etcd_session")
+        return str(etcd.url(prefix=f"/sched-{uuid.uuid4().hex[:12]}"))
     return f"sqlite:///{tmp_path}/hvfleet.db"
 
 

@@ -84,6 +84,10 @@ class AgentConfig:
     max_delay: float = 0.25
     backoff_initial: float = 0.25
     backoff_cap: float = 10.0
+    # Liveness lease (etcd; a no-op on SQLite): renewed every lease_ttl/3 seconds,
+    # so readers see the host NotReady at most lease_ttl seconds after the agent
+    # stops.
+    lease_ttl: int = 30
 
 
 class Agent:
@@ -264,6 +268,10 @@ class Agent:
                             daemon=True,
                         )
                         watcher.start()
+                        threading.Thread(
+                            target=self._keep_lease, args=(stop,), name="agent-lease",
+                            daemon=True,
+                        ).start()
                     if self.metrics is not None:
                         self.metrics.connected.labels(self.name).set(1)
 
@@ -387,6 +395,20 @@ class Agent:
                 return
             stop.wait(until - now)
 
+    # -- liveness lease --------------------------------------------------------------------
+
+    def _keep_lease(self, stop: threading.Event) -> None:
+        """Renew the liveness lease on its own thread, so neither a slow libvirt nor
+        a status-write backoff can let it lapse while the agent is alive."""
+        assert self.name is not None
+        every = max(self.config.lease_ttl / 3, 0.2)
+        while not stop.is_set():
+            try:
+                self.store.keepalive(self.name, self.config.lease_ttl)
+            except Exception as exc:
+                log.warning("renewing the liveness lease of %s failed, will retry: %s", self.name, exc)
+            stop.wait(every)
+
     # -- spec watch ------------------------------------------------------------------------
 
     def _watch_spec(self, stop: threading.Event) -> None:
@@ -397,7 +419,9 @@ class Agent:
                 if since is None:
                     since = self.store.revision()
                     self._spec_changed()  # anything between our write and `since`
-                for ev in self.store.watch("Hypervisor", since=since, stop=stop, timeout=1.0):
+                for ev in self.store.watch(
+                    "Hypervisor", since=since, name=self.name, stop=stop, timeout=1.0
+                ):
                     since = ev.revision
                     obj = ev.object
                     if not isinstance(obj, Hypervisor) or obj.metadata.name != self.name:

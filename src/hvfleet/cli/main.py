@@ -7,8 +7,10 @@ line on stderr and the error's exit code (2 for bad input, 1 for failures).
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
+from typing import Annotated
 
 import typer
 
@@ -21,6 +23,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+@app.callback()
+def _global_options(
+    store_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--store-prefix", envvar="HVFLEET_STORE_PREFIX",
+            help="Key prefix of this fleet in a shared etcd (default /hvfleet); ignored by SQLite.",
+        ),
+    ] = None,
+) -> None:
+    """A live, trustworthy picture of a libvirt/KVM fleet."""
+    if store_prefix:
+        # open_store() reads it, wherever a command opens the store.
+        os.environ["HVFLEET_STORE_PREFIX"] = store_prefix
 
 
 # Modules of this package that hold no commands.
