@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from hvfleet.discovery.host import HostTopology, NodeInfo, parse_host_topology
+from hvfleet.model import Hypervisor
+from hvfleet.model.errors import NotFound
+from hvfleet.model.quantity import Quantity
+from hvfleet.store.base import Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -37,3 +48,61 @@ def two_cells() -> HostTopology:
 def two_cells_topology() -> HostTopology:
     """The same host as `two_cells`, shared by hypothesis examples."""
     return two_cell_host()
+
+
+def hvfleet(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the real `hvfleet` command of this checkout."""
+    script = Path(sys.executable).parent / "hvfleet"
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "hvfleet.cli.main"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def fleet_uri(host: str) -> str:
+    return f"test://{FLEET / (host + '.xml')}"
+
+
+def quantities(values: dict[str, str]) -> dict[str, Quantity]:
+    return {k: Quantity.parse(v) for k, v in values.items()}
+
+
+def wait_for(
+    store: Store, name: str, pred: Callable[[Hypervisor], bool], timeout: float
+) -> tuple[float, Hypervisor]:
+    """Seconds until `pred` holds for the stored Hypervisor (AssertionError on timeout)."""
+    start = time.monotonic()
+    last: Hypervisor | None = None
+    while time.monotonic() - start < timeout:
+        try:
+            last = store.get_hypervisor(name)
+        except NotFound:
+            last = None
+        if last is not None and pred(last):
+            return time.monotonic() - start, last
+        time.sleep(0.01)
+    seen = last.status.to_dict() if last else {}
+    brief = {k: seen.get(k) for k in ("allocation", "effectiveCapacity", "instances", "conditions")}
+    raise AssertionError(f"not within {timeout}s; last status: {brief}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus samples at 127.0.0.1:PORT/metrics: (name, labels) → value."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def start_agent(*args: str) -> subprocess.Popen[str]:
+    script = Path(sys.executable).parent / "hvfleet"
+    return subprocess.Popen(
+        [str(script), "agent", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )

@@ -3,6 +3,8 @@ hostile input, and on hypothesis-generated domains."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -234,3 +236,125 @@ def test_generated_domains_count_exactly_and_cells_add_up(
     # memory bound to node 1 (or to 1 and a node the host lacks) → all on cell 1
     if nodeset in ("1",) and total:
         assert cells[1][memory_resource] == total
+
+
+@st.composite
+def numa_guest_specs(draw: st.DrawFn) -> dict[str, object]:
+    """Two guest NUMA cells, each with its vCPUs, GiB of memory, optional memnode
+    binding to a host node, and (if hugepage-backed) its own page size."""
+    cells = []
+    for _ in range(2):
+        cells.append({
+            "vcpus": draw(st.integers(1, 8)),
+            "gib": draw(st.integers(1, 8)),
+            "node": draw(st.sampled_from([None, 0, 1])),
+            "page": draw(st.sampled_from([2048, 1048576])),
+        })
+    return {"cells": cells, "hugepages": draw(st.booleans())}
+
+
+def render_numa(spec: dict[str, object]) -> str:
+    cells = spec["cells"]
+    assert isinstance(cells, list)
+    total_vcpus = sum(c["vcpus"] for c in cells)
+    total_gib = sum(c["gib"] for c in cells)
+    numa, memnodes, pages, first = [], [], [], 0
+    for i, c in enumerate(cells):
+        last = first + c["vcpus"] - 1
+        numa.append(f"<cell id='{i}' cpus='{first}-{last}' memory='{c['gib']}' unit='GiB'/>")
+        first = last + 1
+        if c["node"] is not None:
+            memnodes.append(f"<memnode cellid='{i}' mode='strict' nodeset='{c['node']}'/>")
+        pages.append(f"<page size='{c['page']}' unit='KiB' nodeset='{i}'/>")
+    backing = (f"<memoryBacking><hugepages>{''.join(pages)}</hugepages></memoryBacking>"
+               if spec["hugepages"] else "")
+    tune = f"<numatune>{''.join(memnodes)}</numatune>" if memnodes else ""
+    return (f"<domain type='kvm'><name>numa</name><uuid>u-numa</uuid>"
+            f"<memory unit='GiB'>{total_gib}</memory>{backing}<vcpu>{total_vcpus}</vcpu>{tune}"
+            f"<cpu><numa>{''.join(numa)}</numa></cpu></domain>")
+
+
+@settings(max_examples=200, deadline=None)
+@given(spec=numa_guest_specs())
+def test_generated_numa_guests_land_on_their_memnode_cells(
+    two_cells_topology: HostTopology, spec: dict[str, object]
+) -> None:
+    cells = spec["cells"]
+    assert isinstance(cells, list)
+    # Hand computation: a bound guest cell puts its vCPUs and memory on its host
+    # node; an unbound one splits both evenly (an odd number of 1 GiB pages puts
+    # the extra page on host cell 0, the lower id).
+    want: dict[int, dict[str, Fraction]] = {0: {}, 1: {}}
+
+    def put(cell: int, r: str, amount: Fraction) -> None:
+        want[cell][r] = want[cell].get(r, Fraction(0)) + amount
+
+    for c in cells:
+        r = PAGES[c["page"]] if spec["hugepages"] else "memory"
+        size = c["gib"] * GI
+        if c["node"] is not None:
+            put(c["node"], "cpu", Fraction(c["vcpus"]))
+            put(c["node"], r, Fraction(size))
+        else:
+            put(0, "cpu", Fraction(c["vcpus"], 2))
+            put(1, "cpu", Fraction(c["vcpus"], 2))
+            unit = c["page"] * 1024 if spec["hugepages"] else 1
+            units = size // unit
+            put(0, r, Fraction((units + 1) // 2 * unit))
+            put(1, r, Fraction(units // 2 * unit))
+    got = attribute_to_cells(parse_domain(render_numa(spec)), two_cells_topology)
+    expected = {
+        cell: {r: Quantity(v) for r, v in values.items() if v}
+        for cell, values in want.items()
+        if any(values.values())
+    }
+    assert got == expected
+
+
+# Values libvirt would refuse, or accept in odd spellings, planted where the parser
+# reads numbers, units and sets.
+ODD_VALUES = ["", " ", "-1", "0", "abc", "1.5", "99999999999999999999", "0-", "^", "^0", "3-1",
+              "0-65536", "1,,2", "KiB", "GiB", "furlong", "1e9", "07", "0x10", "2048"]
+TARGETS = [
+    ("memory", None), ("memory", "unit"), ("vcpu", None), ("vcpu", "cpuset"),
+    ("cputune/vcpupin", "vcpu"), ("cputune/vcpupin", "cpuset"),
+    ("numatune/memory", "nodeset"), ("numatune/memnode", "cellid"),
+    ("numatune/memnode", "nodeset"), ("memoryBacking/hugepages/page", "size"),
+    ("memoryBacking/hugepages/page", "unit"), ("memoryBacking/hugepages/page", "nodeset"),
+    ("cpu/numa/cell", "id"), ("cpu/numa/cell", "cpus"), ("cpu/numa/cell", "memory"),
+    ("cpu/numa/cell", "unit"),
+]
+FUZZ_BASES = ["nova-pinned-hugepages.xml", "crossed-guest-cells-mixed-pages.xml",
+              "vcpu-cpuset-across-cells.xml", "unpinned-decimal-units.xml"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    base=st.sampled_from(FUZZ_BASES),
+    edits=st.lists(st.tuples(st.sampled_from(TARGETS), st.sampled_from(ODD_VALUES)),
+                   min_size=1, max_size=4),
+)
+def test_mangled_domains_parse_or_are_refused_never_crash(
+    two_cells_topology: HostTopology,
+    base: str,
+    edits: list[tuple[tuple[str, str | None], str]],
+) -> None:
+    from lxml import etree
+
+    root = etree.fromstring(fixture_text(base).encode())
+    for (path, attr), value in edits:
+        for el in root.iterfind(path):
+            if attr is None:
+                el.text = value
+            else:
+                el.set(attr, value)
+    xml = etree.tostring(root)
+    try:
+        d = parse_domain(xml)
+    except InvalidInput as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    cells = attribute_to_cells(d, two_cells_topology)
+    summed = add(cells.values())
+    for r, q in d.resources().items():
+        assert summed.get(r, Quantity(0)) == q

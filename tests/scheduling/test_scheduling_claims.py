@@ -1,12 +1,11 @@
-"""Claims on the real SQLite store: re-checked and written atomically, never
-double-booked, also under concurrency from several processes."""
+"""Claims on the real stores (SQLite and etcd): re-checked and written
+atomically, never double-booked, also under concurrency from several processes."""
 
 from __future__ import annotations
 
 import multiprocessing
 import random
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,26 +21,17 @@ from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 
 CPU = ResourceName("cpu")
 MEM = ResourceName("memory")
 ONE = parse_request("2", "4Gi")
 
 
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    with EtcdCluster(tmp_path_factory.mktemp("etcd-claims"), size=1) as cluster:
-        yield cluster
-
-
 @pytest.fixture(params=["sqlite", "etcd"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """Every claim test on SQLite (the issue's), and on a real etcd: the check
-    runs inside each backend's own atomic write."""
     if request.param == "etcd":
-        cluster: EtcdCluster = request.getfixturevalue("etcd")
-        return cluster.url(prefix=f"/claims-{uuid.uuid4().hex[:12]}")
+        etcd = request.getfixturevalue("etcd_session")
+        return str(etcd.url(prefix=f"/sched-{uuid.uuid4().hex[:12]}"))
     return f"sqlite:///{tmp_path}/hvfleet.db"
 
 

@@ -2,9 +2,10 @@
 
 Backends are listed in STORE_BACKENDS; each entry is a factory that starts
 what the backend needs (a file, a real etcd) and yields a URL. The etcd backend
-shares one real single-member etcd per test session (started on first use on
-127.0.0.1 free ports, data in a temp dir, stopped at the end); each test gets
-its own key prefix, so tests never see each other's objects.
+shares one real single-member etcd per test session (tests/conftest.py
+etcd_session: started on first use on 127.0.0.1 free ports, data in a temp dir,
+stopped at the end); each test gets its own key prefix, so tests never see
+each other's objects.
 """
 
 from __future__ import annotations
@@ -35,13 +36,6 @@ STORE_BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], AbstractContex
     "sqlite": sqlite_backend,
     "etcd": etcd_backend,
 }
-
-
-@pytest.fixture(scope="session")
-def etcd_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
-    """One real etcd member for the whole session, stopped at its end."""
-    with EtcdCluster(tmp_path_factory.mktemp("etcd-session"), size=1) as cluster:
-        yield cluster
 
 
 @pytest.fixture(params=sorted(STORE_BACKENDS))

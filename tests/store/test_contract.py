@@ -189,6 +189,18 @@ def test_watch_delivers_every_event_in_order(store: Store, make_hypervisor: Make
     assert [e.object.kind for e in all_kinds][-1] == "Reservation"
 
 
+def test_watch_by_name_sees_only_that_object(store: Store, make_hypervisor: MakeHv) -> None:
+    start = store.revision()
+    for name in ("hv1", "hv10", "hv2"):  # hv10 shares hv1's prefix
+        store.create(make_hypervisor(name), "operator")
+    store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator")
+    store.delete("Hypervisor", "hv10")
+    events = list(store.watch("Hypervisor", since=start, name="hv1", timeout=0.5))
+    assert [(e.type, e.object.metadata.name) for e in events] == [("ADDED", "hv1"), ("MODIFIED", "hv1")]
+    with pytest.raises(InvalidInput, match="needs a kind"):
+        list(store.watch(None, since=start, name="hv1", timeout=0.1))
+
+
 def test_watch_from_list_revision_sees_later_writes(store: Store, make_hypervisor: MakeHv) -> None:
     store.create(make_hypervisor("hv1"), "operator")
     listed = store.list("Hypervisor")

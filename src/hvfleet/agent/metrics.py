@@ -66,6 +66,12 @@ class AgentMetrics:
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
+    def bind(self, hypervisor: str) -> None:
+        """Name the hypervisor once it is known; counters show 0 from then on."""
+        self.hypervisor = hypervisor
+        for metric in (self.reconnects, self.store_errors, self.connected, self.skipped_domains):
+            metric.labels(hypervisor)
+
     def _set(self, gauge: Gauge, values: ResourceList) -> None:
         for r, q in values.items():
             gauge.labels(self.hypervisor, str(r)).set(float(q.value))

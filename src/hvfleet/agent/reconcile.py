@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
 from hvfleet.discovery.domains import (
+    CellUnits,
     DomainDemand,
-    attribute_to_cells,
+    cell_units,
     parse_domain,
     state_name,
+    units_to_resources,
 )
 from hvfleet.discovery.host import HostTopology, NodeInfo, host_capacity, parse_host_topology
 from hvfleet.discovery.libvirt_conn import DomainRecord
@@ -34,6 +37,7 @@ from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.hypervisor import Cell, Hypervisor, Instance, ResourceList
 from hvfleet.model.meta import Condition, set_condition
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import ResourceName
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,8 @@ class Observation:
 class ParsedDomain:
     record: DomainRecord
     demand: DomainDemand
+    # host cell → its share in whole units (millicpu, bytes); see cell_units
+    cells: CellUnits = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
@@ -89,22 +95,30 @@ class Facts:
     now: datetime
 
 
+Parsed = tuple[DomainDemand, CellUnits] | InvalidInput
+
+
 class DomainParseCache:
-    """Parsed domains by the digest of their XML, so a resync of an unchanged
-    host parses nothing. Only the domains of the latest pass are kept."""
+    """Parsed domains and their cell shares by the digest of their XML, so an
+    event or resync re-parses only what changed. Only the domains of the latest
+    pass are kept; a different host topology drops everything."""
 
     def __init__(self) -> None:
-        self._entries: dict[bytes, DomainDemand | InvalidInput] = {}
+        self._entries: dict[bytes, Parsed] = {}
+        self._topology: HostTopology | None = None
 
-    def parse(self, records: tuple[DomainRecord, ...]) -> list[DomainDemand | InvalidInput]:
-        fresh: dict[bytes, DomainDemand | InvalidInput] = {}
-        out: list[DomainDemand | InvalidInput] = []
+    def parse(self, records: tuple[DomainRecord, ...], topology: HostTopology) -> list[Parsed]:
+        if topology != self._topology:
+            self._entries, self._topology = {}, topology
+        fresh: dict[bytes, Parsed] = {}
+        out: list[Parsed] = []
         for r in records:
             key = hashlib.blake2b(r.xml.encode(), digest_size=16).digest()
             hit = fresh.get(key) or self._entries.get(key)
             if hit is None:
                 try:
-                    hit = parse_domain(r.xml)
+                    demand = parse_domain(r.xml)
+                    hit = (demand, cell_units(demand, topology))
                 except InvalidInput as exc:
                     hit = exc
             fresh[key] = hit
@@ -122,14 +136,14 @@ def digest(
     """Parse an observation. Host XML that cannot be parsed raises InvalidInput
     (the whole status would be wrong); a bad domain is skipped and reported."""
     topology = parse_host_topology(obs.caps_xml, obs.node_info)
-    results = (cache or DomainParseCache()).parse(obs.domains)
+    results = (cache or DomainParseCache()).parse(obs.domains, topology)
     parsed: list[ParsedDomain] = []
     skipped: list[tuple[str, str]] = []
     for record, result in zip(obs.domains, results, strict=True):
         if isinstance(result, InvalidInput):
             skipped.append((record.name, str(result)))
         else:
-            parsed.append(ParsedDomain(record, result))
+            parsed.append(ParsedDomain(record, *result))
     host_caps = None
     if capabilities_parser is not None:
         try:
@@ -192,14 +206,20 @@ def counted(facts: Facts) -> list[ParsedDomain]:
 def add_allocation(h: Hypervisor, facts: Facts) -> Hypervisor:
     """Σ of the counted domains, per host and per cell; every resource the host
     has appears, at 0 if nothing uses it."""
-    domains = counted(facts)
-    allocation = add([_zeros(h.status.capacity), *(d.demand.resources() for d in domains)])
-    per_cell = [attribute_to_cells(d.demand, facts.topology) for d in domains]
+    # Summed in whole units (ints), turned into quantities once: a 500-domain
+    # host would otherwise do thousands of exact-fraction additions per pass.
+    host: dict[ResourceName, int] = defaultdict(int)
+    per_cell: dict[int, dict[ResourceName, int]] = defaultdict(lambda: defaultdict(int))
+    for d in counted(facts):
+        for cell_id, units in d.cells.items():
+            for r, amount in units.items():
+                host[r] += amount
+                per_cell[cell_id][r] += amount
+    allocation = add([_zeros(h.status.capacity), units_to_resources(host)])
     cells: list[Cell] = []
     for cell in h.status.cells:
-        parts = [p[cell.id] for p in per_cell if cell.id in p]
-        alloc = _sorted(add([_zeros(cell.capacity), *parts]))
-        cells.append(cell.model_copy(update={"allocation": alloc}))
+        alloc = add([_zeros(cell.capacity), units_to_resources(per_cell.get(cell.id, {}))])
+        cells.append(cell.model_copy(update={"allocation": _sorted(alloc)}))
     return _status(h, allocation=_sorted(allocation), cells=cells)
 
 
@@ -207,10 +227,14 @@ def add_host_capabilities(h: Hypervisor, facts: Facts) -> Hypervisor:
     caps = facts.host_capabilities
     if caps is None:
         return _status(h, host_capabilities=None)
+    # The connection knows the exact versions; the XML parser can only infer the
+    # hypervisor's from machine type names, so its guess and note give way.
+    notes = [n for n in caps.notes if not (n.startswith("QEMU version ") and "inferred" in n)]
     caps = caps.model_copy(
         update={
             "libvirt_version": facts.libvirt_version,
-            "hypervisor_version": caps.hypervisor_version or facts.hypervisor_version,
+            "hypervisor_version": facts.hypervisor_version or caps.hypervisor_version,
+            "notes": notes,
         }
     )
     return _status(h, host_capabilities=caps)
@@ -295,6 +319,19 @@ def mark_disconnected(h: Hypervisor, uri: str, message: str, now: datetime) -> H
             reason="LibvirtDisconnected",
             message=f"status is the last one observed before {uri} went away",
         ),
+        now,
+    )
+    h = with_effective_capacity(h)
+    return _status(
+        h, conditions=conditions, observed_generation=h.metadata.generation, last_heartbeat_time=now
+    )
+
+
+def mark_unreadable_host(h: Hypervisor, message: str, now: datetime) -> Hypervisor:
+    """libvirt answers, but its description of the host cannot be parsed."""
+    conditions = set_condition(
+        h.status.conditions,
+        Condition(type=READY, status="False", reason="UnreadableHost", message=message),
         now,
     )
     h = with_effective_capacity(h)

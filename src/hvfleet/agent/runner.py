@@ -1,7 +1,8 @@
 """The long-running node agent: keeps one Hypervisor's status true.
 
 Three sources wake the reconcile loop:
-- libvirt lifecycle events (define, undefine, start, stop, ...): a burst is
+- libvirt lifecycle events (define, undefine, start, stop, ...), and tunable
+  (pinning, numatune) and device added/removed events: a burst is
   debounced (`debounce` seconds of quiet, at most `max_delay` after the first
   event), then domains are re-read and status rewritten;
 - the store watch on its own object: a spec change (overcommit, reserve)
@@ -18,15 +19,14 @@ observation, so nothing older ever lands.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import cast
 
 from hvfleet.agent.backoff import Backoff
 from hvfleet.agent.metrics import AgentMetrics
@@ -38,9 +38,11 @@ from hvfleet.agent.reconcile import (
     Facts,
     digest,
     mark_disconnected,
+    mark_unreadable_host,
     reconcile,
 )
 from hvfleet.agent.status_writer import StatusWriter, WriteResult
+from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_uri
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
 from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec
@@ -50,14 +52,11 @@ from hvfleet.store.base import Store
 log = logging.getLogger(__name__)
 
 
-def default_capabilities_parser() -> CapabilitiesParser | None:
-    """hvfleet.discovery.capabilities.parse_host_capabilities, if this build has it."""
+def checked_name(name: str) -> str:
     try:
-        module = importlib.import_module("hvfleet.discovery.capabilities")
-    except ImportError:
-        return None
-    parser = getattr(module, "parse_host_capabilities", None)
-    return cast(CapabilitiesParser, parser) if parser is not None else None
+        return validate_name(name, "--name")
+    except ValueError as exc:
+        raise InvalidInput(f"--name: {exc}") from None
 
 
 def default_name(uri: str, libvirt_hostname: str) -> str:
@@ -85,6 +84,10 @@ class AgentConfig:
     max_delay: float = 0.25
     backoff_initial: float = 0.25
     backoff_cap: float = 10.0
+    # Liveness lease (etcd; a no-op on SQLite): renewed every lease_ttl/3 seconds,
+    # so readers see the host NotReady at most lease_ttl seconds after the agent
+    # stops.
+    lease_ttl: int = 30
 
 
 class Agent:
@@ -100,11 +103,9 @@ class Agent:
         self.config = config
         self.store = store
         self.metrics = metrics
-        self.capabilities_parser = capabilities_parser or default_capabilities_parser()
+        self.capabilities_parser = capabilities_parser or parse_host_capabilities
         self.conn = LibvirtConnection(config.uri)
-        self.name: str | None = (
-            validate_name(config.name, "--name") if config.name is not None else None
-        )
+        self.name: str | None = checked_name(config.name) if config.name is not None else None
         self.writer: StatusWriter | None = None
         self.facts: Facts | None = None
         self.last: Hypervisor | None = None
@@ -119,8 +120,12 @@ class Agent:
         self._first_event_at: float | None = None
         self._last_event_at = 0.0
         self._last_spec: HypervisorSpec | None = None
+        self._last_skipped: tuple[tuple[str, str], ...] = ()
         self.reconnects = 0
+        # libvirt passes and status writes, for tests and benchmarks
+        self.observations = 0
         self.reconciles = 0
+        self._ensure_writer()
 
     # -- connection ------------------------------------------------------------------------
 
@@ -130,6 +135,7 @@ class Agent:
         self.conn.open()
         try:
             self.conn.on_lifecycle(self._on_lifecycle)
+            self.conn.on_resource_change(lambda uuid: self._on_lifecycle(uuid, -1, -1))
             self.conn.on_close(self._on_close)
             if self.name is None:
                 self.name = default_name(self.config.uri, self.conn.hostname())
@@ -139,10 +145,15 @@ class Agent:
         with self._lock:
             self._closed = False
             self._host = None  # host facts are re-read after every (re)connect
-        if self.writer is None:
+        self._ensure_writer()
+
+    def _ensure_writer(self) -> None:
+        """The status writer, once the Hypervisor's name is known (from --name at
+        once, else from libvirt's answer): an outage at start is recorded too."""
+        if self.writer is None and self.name is not None:
             self.writer = StatusWriter(self.store, self.name, self.config.resync)
             if self.metrics is not None:
-                self.metrics.hypervisor = self.name
+                self.metrics.bind(self.name)
 
     def _on_lifecycle(self, _uuid: str, _event: int, _detail: int) -> None:
         now = time.monotonic()
@@ -168,18 +179,23 @@ class Agent:
             self._libvirt_dirty = False
             self._first_event_at = None
             host = None if full else self._host
+            self.observations += 1
         obs, host = observe(self.conn, host)
         facts = digest(obs, self.config.count, self.capabilities_parser, self._cache)
-        for name, reason in facts.skipped:
-            log.warning("skipping domain %s: %s", name, reason)
+        if facts.skipped != self._last_skipped:  # warn on change, not on every pass
+            for name, reason in facts.skipped:
+                log.warning("skipping domain %s: %s", name, reason)
+            self._last_skipped = facts.skipped
         with self._lock:
             self._host = host
             self.facts = facts
         return facts
 
-    def write(self, build: Callable[[Hypervisor], Hypervisor]) -> WriteResult:
+    def write(
+        self, build: Callable[[Hypervisor], Hypervisor], heartbeat: bool = False
+    ) -> WriteResult:
         assert self.writer is not None
-        result = self.writer.write(build)
+        result = self.writer.write(build, heartbeat=heartbeat)
         self.last = result.hypervisor
         self._last_spec = result.hypervisor.spec
         if self.metrics is not None:
@@ -188,10 +204,10 @@ class Agent:
             )
         return result
 
-    def write_facts(self) -> WriteResult:
+    def write_facts(self, heartbeat: bool = False) -> WriteResult:
         facts = self.facts
         assert facts is not None
-        return self.write(lambda h: reconcile(h, facts, datetime.now(UTC)))
+        return self.write(lambda h: reconcile(h, facts, datetime.now(UTC)), heartbeat)
 
     def write_disconnected(self, message: str) -> WriteResult | None:
         if self.writer is None:
@@ -205,7 +221,7 @@ class Agent:
             self.connect()
             started = time.monotonic()
             self.observe(full=True)
-            result = self.write_facts()
+            result = self.write_facts(heartbeat=True)
             if self.metrics is not None:
                 self.metrics.reconcile_seconds.labels(self.name).observe(
                     time.monotonic() - started
@@ -224,6 +240,7 @@ class Agent:
         connected_once = False
         next_resync = 0.0
         retry_write_at: float | None = None
+        heartbeat_pending = False
         # Wakes the loop when stop is set, whatever it is waiting for.
         def wake_on_stop() -> None:
             stop.wait()
@@ -251,6 +268,10 @@ class Agent:
                             daemon=True,
                         )
                         watcher.start()
+                        threading.Thread(
+                            target=self._keep_lease, args=(stop,), name="agent-lease",
+                            daemon=True,
+                        ).start()
                     if self.metrics is not None:
                         self.metrics.connected.labels(self.name).set(1)
 
@@ -278,21 +299,27 @@ class Agent:
                     if full or libvirt_dirty or self.facts is None:
                         self.observe(full=full or self.facts is None)
                         self._write_pending = True
+                        # the resync pass carries the heartbeat, changed or not
+                        heartbeat_pending = heartbeat_pending or full
                     elif spec_dirty:
                         self._write_pending = True
                 except Unavailable as exc:
                     self._lost(str(exc))
                     continue
                 except InvalidInput as exc:
-                    # The host's capabilities are unreadable: nothing trustworthy to write.
+                    # The host's own XML is unreadable: nothing trustworthy to write
+                    # but the fact itself. Try again at the next resync.
                     log.error("%s", exc)
-                    self._lost(str(exc))
+                    self._safe_write(partial(mark_unreadable_host, message=str(exc),
+                                             now=datetime.now(UTC)))
+                    next_resync = now + self.config.resync
                     continue
                 if full:
                     next_resync = now + self.config.resync
                 if self._write_pending and (retry_write_at is None or now >= retry_write_at):
-                    if self._try_write(store_backoff):
+                    if self._try_write(store_backoff, heartbeat_pending):
                         retry_write_at = None
+                        heartbeat_pending = False
                         if self.metrics is not None:
                             self.metrics.reconcile_seconds.labels(self.name).observe(
                                 time.monotonic() - started
@@ -304,9 +331,9 @@ class Agent:
             if self.metrics is not None and self.name is not None:
                 self.metrics.connected.labels(self.name).set(0)
 
-    def _try_write(self, store_backoff: Backoff) -> bool:
+    def _try_write(self, store_backoff: Backoff, heartbeat: bool) -> bool:
         try:
-            self.write_facts()
+            self.write_facts(heartbeat)
         except HvfleetError as exc:
             log.warning("status write for %s failed, will retry: %s", self.name, exc)
             if self.metrics is not None and self.name is not None:
@@ -335,6 +362,12 @@ class Agent:
         except Exception as exc:
             log.warning("cannot record the libvirt outage in the store: %s", exc)
 
+    def _safe_write(self, build: Callable[[Hypervisor], Hypervisor]) -> None:
+        try:
+            self.write(build)
+        except Exception as exc:
+            log.warning("status write for %s failed: %s", self.name, exc)
+
     def _reconnect(self, stop: threading.Event, backoff: Backoff) -> bool:
         try:
             self.connect()
@@ -362,6 +395,20 @@ class Agent:
                 return
             stop.wait(until - now)
 
+    # -- liveness lease --------------------------------------------------------------------
+
+    def _keep_lease(self, stop: threading.Event) -> None:
+        """Renew the liveness lease on its own thread, so neither a slow libvirt nor
+        a status-write backoff can let it lapse while the agent is alive."""
+        assert self.name is not None
+        every = max(self.config.lease_ttl / 3, 0.2)
+        while not stop.is_set():
+            try:
+                self.store.keepalive(self.name, self.config.lease_ttl)
+            except Exception as exc:
+                log.warning("renewing the liveness lease of %s failed, will retry: %s", self.name, exc)
+            stop.wait(every)
+
     # -- spec watch ------------------------------------------------------------------------
 
     def _watch_spec(self, stop: threading.Event) -> None:
@@ -372,7 +419,9 @@ class Agent:
                 if since is None:
                     since = self.store.revision()
                     self._spec_changed()  # anything between our write and `since`
-                for ev in self.store.watch("Hypervisor", since=since, stop=stop, timeout=1.0):
+                for ev in self.store.watch(
+                    "Hypervisor", since=since, name=self.name, stop=stop, timeout=1.0
+                ):
                     since = ev.revision
                     obj = ev.object
                     if not isinstance(obj, Hypervisor) or obj.metadata.name != self.name:

@@ -1,13 +1,14 @@
 """Writing the agent's status through the Store, safely.
 
 - Only `status` is written, as manager `agent/<name>`; `spec` is whatever the
-  store holds (the Hypervisor is created with an empty spec if missing).
+  store holds (a missing Hypervisor is first created bare, with an empty spec).
 - Every write is compare-and-swap on resourceVersion: the new status is built
   from the object just read, so a spec change that lands in between makes the
   write stale, and it is rebuilt against the new spec. An older status can
   never overwrite a newer one, because every attempt re-reads first.
-- When nothing but the heartbeat would change, the write is skipped unless the
-  stored heartbeat is older than `heartbeat_every` seconds.
+- When nothing but the heartbeat would change, the write is skipped, except on
+  the agent's periodic resync (one heartbeat per resync period) or when the
+  stored heartbeat is older than `heartbeat_every` seconds (during an outage).
 """
 
 from __future__ import annotations
@@ -21,12 +22,9 @@ from hvfleet.model.errors import AlreadyExists, NotFound
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.store.base import StaleVersion, Store
+from hvfleet.store.ownership import agent_manager
 
 Build = Callable[[Hypervisor], Hypervisor]
-
-
-def agent_manager(name: str) -> str:
-    return f"agent/{name}"
 
 
 @dataclass(frozen=True)
@@ -47,29 +45,33 @@ class StatusWriter:
         last = current.status.last_heartbeat_time
         return last is None or (now - last).total_seconds() >= self.heartbeat_every
 
-    def write(self, build: Build) -> WriteResult:
-        """Apply `build` (stored object → object with new status) with CAS."""
-        last_error: StaleVersion | AlreadyExists | None = None
+    def write(self, build: Build, *, heartbeat: bool = False) -> WriteResult:
+        """Apply `build` (stored object → object with new status) with CAS. An
+        unchanged status is written only with `heartbeat` (the agent's resync
+        pass) or when the stored heartbeat is older than `heartbeat_every`."""
+        last_error: StaleVersion | AlreadyExists | NotFound | None = None
         for _ in range(self.attempts):
             try:
                 current = self.store.get_hypervisor(self.name)
             except NotFound:
-                fresh = build(Hypervisor(metadata=ObjectMeta(name=self.name)))
+                # Create it bare, then write status like any update: status is built
+                # against the stored object (generation, spec), never an imagined one.
                 try:
-                    created = self.store.create(fresh, self.manager)
+                    self.store.create(Hypervisor(metadata=ObjectMeta(name=self.name)), self.manager)
                 except AlreadyExists as exc:
                     last_error = exc
-                    continue
-                assert isinstance(created, Hypervisor)
-                return WriteResult(created, True)
+                continue
             new = build(current)
-            if same_status(current, new) and not self._heartbeat_due(
-                current, datetime.now(UTC)
+            if (
+                not heartbeat
+                and same_status(current, new)
+                and not self._heartbeat_due(current, datetime.now(UTC))
             ):
                 return WriteResult(current, False)
             try:
                 updated = self.store.update(new, self.manager)
-            except StaleVersion as exc:
+            except (StaleVersion, NotFound) as exc:
+                # Changed or deleted since we read it: rebuild against what is there now.
                 last_error = exc
                 continue
             assert isinstance(updated, Hypervisor)

@@ -53,14 +53,20 @@ app.add_typer(extra_app, name="extra-capacity")
 
 # -- readiness ----------------------------------------------------------------------------
 
-def ready(h: Hypervisor) -> str:
+def ready(h: Hypervisor, liveness: Mapping[str, bool] | None = None) -> str:
+    """The Ready condition's status, or NotReady when the store says the host's
+    agent let its liveness lease expire (etcd), whatever the last status says."""
+    if liveness is not None and liveness.get(h.name) is False:
+        return "NotReady"
     c = find_condition(h.status.conditions, "Ready")
     return c.status if c is not None else "Unknown"
 
 
 # -- get ------------------------------------------------------------------------------------
 
-def _hypervisor_rows(hvs: list[Hypervisor], wide: bool) -> tuple[list[str], list[list[str]]]:
+def _hypervisor_rows(
+    hvs: list[Hypervisor], wide: bool, liveness: Mapping[str, bool] | None = None
+) -> tuple[list[str], list[list[str]]]:
     cols = ["NAME", "READY", "CPU", "MEMORY", "INSTANCES", "MAINTENANCE", "AGE"]
     if wide:
         cols += ["OVERCOMMIT", "RESERVED", "LABELS"]
@@ -70,7 +76,7 @@ def _hypervisor_rows(hvs: list[Hypervisor], wide: bool) -> tuple[list[str], list
         alloc = h.status.allocation
         row = [
             h.name,
-            ready(h),
+            ready(h, liveness),
             f"{human(CPU, alloc.get(CPU, Quantity(0)))}/{human(CPU, eff.get(CPU))}",
             f"{human(MEMORY, alloc.get(MEMORY, Quantity(0)))}/{human(MEMORY, eff.get(MEMORY))}",
             str(len(h.status.instances)),
@@ -114,12 +120,13 @@ def get(
     k = kind_of(kind)
     with connect(store) as s:
         objs: list[Resource] = [s.get(k, name)] if name else s.list(k, selector).items
+        liveness = s.agent_liveness() if k == "Hypervisor" else {}
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(objs[0] if name else objs, output.value)
         return
     if k == "Hypervisor":
         cols, rows = _hypervisor_rows([o for o in objs if isinstance(o, Hypervisor)],
-                                      output == OutputFormat.wide)
+                                      output == OutputFormat.wide, liveness)
     else:
         cols, rows = _reservation_rows([o for o in objs if isinstance(o, Reservation)])
     if not rows:

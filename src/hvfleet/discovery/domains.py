@@ -297,8 +297,24 @@ def _vcpu_weights(d: DomainDemand, vcpu: int, t: HostTopology) -> dict[int, int]
     return dict.fromkeys(sorted(home if home is not None else t.cell_ids), 1)
 
 
+CellUnits = dict[int, dict[ResourceName, int]]
+
+
+def units_to_resources(units: dict[ResourceName, int]) -> ResourceList:
+    """Whole units (millicpu for cpu, bytes for the rest) → quantities."""
+    out: ResourceList = {}
+    for r, amount in units.items():
+        out[r] = Quantity(Fraction(amount, MILLI)) if r == CPU else Quantity(amount, "binary")
+    return out
+
+
 def attribute_to_cells(d: DomainDemand, t: HostTopology) -> dict[int, ResourceList]:
     """host cell id → the part of `d` it carries; parts add up to `d.resources()`."""
+    return {cell: units_to_resources(units) for cell, units in cell_units(d, t).items()}
+
+
+def cell_units(d: DomainDemand, t: HostTopology) -> CellUnits:
+    """`attribute_to_cells` in whole units (millicpu, bytes), for summing many domains."""
     # Exact shares of all vCPUs first, then one split into millicpus: rounding
     # each vCPU on its own would pile the rounding up on the lowest cell.
     share: dict[int, Fraction] = defaultdict(Fraction)
@@ -318,14 +334,14 @@ def attribute_to_cells(d: DomainDemand, t: HostTopology) -> dict[int, ResourceLi
         unit = page if part.bytes % page == 0 else 1
         for cell, units in split_evenly(part.bytes // unit, nodes).items():
             amounts[cell][resource] += units * unit
-    out: dict[int, ResourceList] = {}
+    out: CellUnits = {}
     for cell in t.cell_ids:
-        values: ResourceList = {}
+        values: dict[ResourceName, int] = {}
         if milli.get(cell):
-            values[CPU] = Quantity(Fraction(milli[cell], MILLI))
+            values[CPU] = milli[cell]
         for resource, amount in amounts.get(cell, {}).items():
             if amount:
-                values[resource] = Quantity(amount, "binary")
+                values[resource] = amount
         if values:
             out[cell] = values
     return out

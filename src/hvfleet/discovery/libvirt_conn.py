@@ -173,6 +173,35 @@ class LibvirtConnection:
         )
         self._callback_ids.append(int(cid))
 
+    def on_resource_change(self, callback: Callable[[str], None]) -> None:
+        """Call `callback(uuid)` when a domain's resources or placement change
+        without a lifecycle event: vCPU/emulator pinning or numatune changed
+        (tunable), a device (e.g. a memory DIMM) added or removed."""
+
+        def uuid_of(dom: Any) -> str:
+            try:
+                return str(dom.UUIDString())
+            except libvirt.libvirtError:
+                return ""
+
+        def tunable(_conn: Any, dom: Any, _params: Any, _opaque: Any) -> None:
+            callback(uuid_of(dom))
+
+        def device(_conn: Any, dom: Any, _alias: Any, _opaque: Any) -> None:
+            callback(uuid_of(dom))
+
+        relays: list[tuple[int, Callable[[Any, Any, Any, Any], None], str]] = [
+            (libvirt.VIR_DOMAIN_EVENT_ID_TUNABLE, tunable, "tunable"),
+            (libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED, device, "device-added"),
+            (libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED, device, "device-removed"),
+        ]
+        for event_id, relay, what in relays:
+            try:
+                cid = self._c().domainEventRegisterAny(None, event_id, relay, None)
+            except libvirt.libvirtError as exc:
+                raise Unavailable(f"libvirt {self.uri}: register {what} events: {_message(exc)}") from None
+            self._callback_ids.append(int(cid))
+
     def on_close(self, callback: CloseCallback) -> bool:
         """Call `callback(reason)` when the connection closes (remote drivers only).
         Returns False where the driver has no such notion (test, embed)."""

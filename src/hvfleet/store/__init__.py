@@ -22,14 +22,15 @@ def store_url(explicit: str | None = None) -> str:
 
 
 def open_store(url: str | None = None, prefix: str | None = None) -> Store:
-    """The store at `url` (else $HVFLEET_STORE, else ./hvfleet.db). `prefix` (else
-    $HVFLEET_STORE_PREFIX, else `?prefix=` in the URL) puts an etcd store under its
-    own key prefix, so several fleets can share one etcd cluster."""
+    """The store at `url` (else $HVFLEET_STORE, else ./hvfleet.db). An etcd store
+    lives under a key prefix, so several fleets can share one cluster: `prefix`,
+    else `?prefix=` in the URL, else $HVFLEET_STORE_PREFIX (`--store-prefix`),
+    else /hvfleet."""
     url = store_url(url)
     if url.startswith("etcd://"):
         from hvfleet.store.etcd import EtcdStore
 
-        return EtcdStore.from_url(url, prefix or os.environ.get("HVFLEET_STORE_PREFIX") or None)
+        return EtcdStore.from_url(url, prefix, default_prefix=os.environ.get("HVFLEET_STORE_PREFIX"))
     if url.startswith("sqlite:///"):
         from hvfleet.store.sqlite import SqliteStore
 

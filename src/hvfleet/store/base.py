@@ -121,11 +121,14 @@ class Store(ABC):
         kind: str | None = None,
         since: int = 0,
         *,
+        name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
     ) -> Iterator[WatchEvent]:
         """Events with revision > since, in revision order, until `stop` is set or
-        `timeout` seconds pass without an event. Gone if `since` was compacted."""
+        `timeout` seconds pass without an event. Gone if `since` was compacted.
+        With `name` (and `kind`), only that object's events: an agent watching
+        its own Hypervisor must not receive every other host's writes."""
 
     @abstractmethod
     def revision(self) -> int:
@@ -138,6 +141,21 @@ class Store(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional for backends
         """Release connections."""
+
+    # -- agent liveness (optional: backends with leases, i.e. etcd) -----------------------
+
+    def keepalive(self, name: str, ttl: int) -> None:  # noqa: B027 - optional for backends
+        """The agent of hypervisor `name` is alive; if it stops calling this, readers
+        see it not live `ttl` seconds later. A no-op where the backend has no
+        leases (SQLite): there, liveness is status.lastHeartbeatTime."""
+
+    def release(self, name: str) -> None:  # noqa: B027 - optional for backends
+        """The agent of `name` stops cleanly: not live from now on."""
+
+    def agent_liveness(self) -> dict[str, bool]:
+        """For each hypervisor whose agent has held a liveness lease: whether the
+        lease is still live. Hosts not listed have no lease information."""
+        return {}
 
     def __enter__(self) -> Store:
         return self

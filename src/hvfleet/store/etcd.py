@@ -10,7 +10,7 @@ and all of its reservations and write a new one in one transaction without a
 lock. Field ownership (`prepare_create`/`prepare_update`) is computed on the
 object read at the revision the transaction then compares, so the check and
 the write cannot be split by another writer. Agent liveness is an etcd lease
-per hypervisor (`keepalive`/`live_leases`). The key layout is in docs/etcd.md.
+per hypervisor (`keepalive`/`agent_liveness`). The key layout is in docs/etcd.md.
 
 Several endpoints are tried in turn; a request that fails because its member
 is down, has no leader or timed out moves to the next one until
@@ -68,6 +68,11 @@ DEFAULT_PREFIX = "/hvfleet"
 # Objects per range request when listing: keeps each response far below etcd's
 # and the gateway's message limits even for large Hypervisor objects.
 LIST_PAGE = 500
+# Rounds over all endpoints, each refusing the connection, before giving up early.
+REFUSED_ROUNDS = 3
+# A watch with a timeout waits at least this long for etcd to send the history
+# it asked for (etcd syncs lagging watchers every 100 ms).
+CATCH_UP_GRACE_S = 0.5
 # Objects whose last-seen value is kept to save a read before an update.
 SEEN_CACHE = 4096
 # How long a claim keeps retrying while its host or the host's reservations
@@ -162,6 +167,8 @@ def _reason(exc: Exception) -> str:
         return str(body.get("message") or body.get("error") or text)[:200]
     if "Connection refused" in text:
         return "connection refused"
+    if any(s in text for s in ("Connection reset", "RemoteDisconnected", "Connection aborted")):
+        return "connection lost before an answer"
     if isinstance(exc, etcd_errors.ConnectionTimeoutError) or "timed out" in text.lower():
         return "no answer (timed out)"
     return text.splitlines()[0][:200] if text else type(exc).__name__
@@ -214,8 +221,16 @@ class EtcdStore(Store):
         self._seen: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self._seen_lock = threading.Lock()
 
+    @property
+    def endpoint(self) -> str:
+        """The endpoint requests go to now (the next one is tried when it fails)."""
+        return self.endpoints[self._current]
+
     @classmethod
-    def from_url(cls, url: str, prefix: str | None = None) -> EtcdStore:
+    def from_url(
+        cls, url: str, prefix: str | None = None, *, default_prefix: str | None = None
+    ) -> EtcdStore:
+        """`prefix`, else the URL's `?prefix=`, else `default_prefix`, else /hvfleet."""
         endpoints, options = parse_etcd_url(url)
         timeout = options.get("timeout")
         kwargs: dict[str, float] = {}
@@ -227,7 +242,8 @@ class EtcdStore(Store):
                     f"store: timeout={timeout!r} in {url!r} is not a number of seconds"
                 ) from None
             kwargs["request_timeout"] = min(5.0, kwargs["unavailable_after"])
-        return cls(endpoints, prefix or options.get("prefix") or DEFAULT_PREFIX, **kwargs)
+        chosen = prefix or options.get("prefix") or default_prefix or DEFAULT_PREFIX
+        return cls(endpoints, chosen, **kwargs)
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -245,6 +261,9 @@ class EtcdStore(Store):
 
     def _lease_key(self, name: str) -> str:
         return f"{self.prefix}/leases/{name}"
+
+    def _holder_key(self, name: str) -> str:
+        return f"{self.prefix}/lease-holders/{name}"
 
     # -- transport -----------------------------------------------------------------------
 
@@ -277,6 +296,7 @@ class EtcdStore(Store):
         deadline = time.monotonic() + self.unavailable_after
         ambiguous = False
         tried = 0
+        refused = 0  # consecutive "connection refused" answers
         while True:
             index = self._current
             client = self._client(index)
@@ -288,15 +308,34 @@ class EtcdStore(Store):
                 text = exc.detail_text or ""
                 if "compacted" in text:
                     raise Gone(f"store {self.url}: {what}: revision was compacted") from None
+                if "request is too large" in text or "larger than max" in text:
+                    raise InvalidInput(
+                        f"store {self.url}: {what}: {len(json.dumps(body))} bytes is more than "
+                        "etcd accepts in one request (--max-request-bytes, 1.5 MiB by default)"
+                    ) from None
+                if "database space exceeded" in text:
+                    raise Unavailable(
+                        f"store {self.url}: {what}: etcd's database quota is full (compact and "
+                        "defragment, or raise --quota-backend-bytes)"
+                    ) from None
                 if not _retryable(exc):
                     raise Unavailable(
                         f"store {self.url}: {what}: etcd {self.endpoints[index]} refused the "
                         f"request: {_reason(exc)}"
                     ) from None
                 ambiguous = True
-                last = f"{self.endpoints[index]}: {_reason(exc)}"
+                reason = _reason(exc)
+                last = f"{self.endpoints[index]}: {reason}"
+                refused = refused + 1 if reason == "connection refused" else 0
             if time.monotonic() >= deadline:
                 raise self._unavailable(what, last)
+            if refused >= REFUSED_ROUNDS * len(self.endpoints):
+                # Nothing listens on any endpoint (a wrong address, or the whole
+                # cluster is down): say so now rather than after the full wait.
+                raise Unavailable(
+                    f"store {self.url}: {what}: every etcd endpoint refused the connection "
+                    f"(last: {last})"
+                )
             # Next endpoint; after a full round, back off a little (an election
             # takes about one election timeout).
             if self._current == index:
@@ -692,12 +731,25 @@ class EtcdStore(Store):
         kind: str | None = None,
         since: int = 0,
         *,
+        name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
     ) -> Iterator[WatchEvent]:
+        """Events with revision > since, resuming on another endpoint (from the
+        last revision delivered) when a stream breaks. With a `timeout`, history
+        up to the revision the watch was created at is delivered first: until it
+        has been, the idle timer is at least CATCH_UP_GRACE_S, as etcd sends the
+        history asynchronously."""
+        if name is not None and not kind:
+            raise InvalidInput("watch: a name needs a kind")
         start = self._kind_prefix(kind_of(kind) if kind else None)
+        # One key is the range [key, key + NUL): etcd then watches just that key.
+        end = _prefix_end(start) if name is None else self._key(kind_of(kind or ""), name) + "\0"
+        if name is not None:
+            start = self._key(kind_of(kind or ""), name)
         last = since
-        idle_deadline = None if timeout is None else time.monotonic() + timeout
+        idle_base = time.monotonic()
+        created_at: int | None = None  # store revision when the current stream began
         down_since: float | None = None
         last_error = ""
         tried = 0
@@ -705,26 +757,31 @@ class EtcdStore(Store):
         def stopped() -> bool:
             return stop is not None and stop.is_set()
 
-        def current_deadline() -> float | None:
-            return idle_deadline
+        def idle_deadline() -> float | None:
+            if timeout is None:
+                return None
+            caught_up = created_at is not None and last >= created_at
+            return idle_base + (timeout if caught_up else max(timeout, CATCH_UP_GRACE_S))
 
-        while not stopped():
-            if idle_deadline is not None and time.monotonic() >= idle_deadline:
-                return
+        def idle() -> bool:
+            deadline = idle_deadline()
+            return deadline is not None and time.monotonic() >= deadline
+
+        while not stopped() and not idle():
             index = self._current
             endpoint = self.endpoints[index]
             try:
-                stream = _WatchStream(
-                    endpoint, start, _prefix_end(start), last + 1, self.request_timeout
-                )
+                stream = _WatchStream(endpoint, start, end, last + 1, self.request_timeout)
             except OSError as exc:
                 stream = None
                 last_error = f"{endpoint}: {exc}"
             if stream is not None:
+                opened_at = time.monotonic()
                 try:
-                    for msg in stream.messages(stopped, current_deadline):
-                        down_since = None
-                        tried = 0
+                    for msg in stream.messages(stopped, idle_deadline):
+                        if msg.get("created"):
+                            created_at = int(msg.get("header", {}).get("revision", 0))
+                            continue
                         if msg.get("canceled"):
                             compacted = int(msg.get("compact_revision", 0))
                             if compacted:
@@ -739,8 +796,8 @@ class EtcdStore(Store):
                             if event.revision <= last:
                                 continue  # already delivered before a reconnect
                             last = event.revision
-                            if idle_deadline is not None:
-                                idle_deadline = time.monotonic() + (timeout or 0)
+                            idle_base = time.monotonic()
+                            down_since, tried = None, 0
                             yield event
                     else:
                         if stream.error is None:
@@ -751,9 +808,14 @@ class EtcdStore(Store):
             if stopped():
                 return
             # The stream broke: another endpoint, from the last revision delivered.
+            # A stream that was up for a while starts a new outage; one that breaks
+            # right after it was created (e.g. "no leader") continues the old one.
+            now = time.monotonic()
+            if stream is not None and now - opened_at > self.unavailable_after:
+                down_since, tried = None, 0
             if down_since is None:
-                down_since = time.monotonic()
-            elif idle_deadline is None and time.monotonic() - down_since > self.unavailable_after:
+                down_since = now
+            elif timeout is None and time.monotonic() - down_since > self.unavailable_after:
                 raise self._unavailable(f"watch from revision {last}", last_error)
             if self._current == index:
                 self._current = (index + 1) % len(self.endpoints)
@@ -781,30 +843,50 @@ class EtcdStore(Store):
 
     # -- agent liveness (etcd leases) ----------------------------------------------------
 
-    def keepalive(self, name: str, ttl: int) -> int:
+    def keepalive(self, name: str, ttl: int) -> None:
+        self.refresh_lease(name, ttl)
+
+    def refresh_lease(self, name: str, ttl: int) -> int:
         """Keep hypervisor `name`'s liveness lease alive: grant it (TTL `ttl` s) and
         attach `{prefix}/leases/{name}` on the first call or after it expired,
-        refresh it otherwise. Returns the seconds the lease now has left. While
+        refresh it otherwise. Returns the seconds the lease now has left. When
         the agent stops calling this, the key vanishes `ttl` s later and
-        `live_leases()` no longer lists the host."""
+        `agent_liveness()` reports the host as not live."""
         if ttl < 1:
             raise InvalidInput(f"keepalive {name}: ttl {ttl} must be at least 1 second")
+        what = f"keepalive {name}"
+        key = self._lease_key(name)
         lease_id = self._leases.get(name)
         if lease_id is not None:
-            out, _ = self._post("lease/keepalive", {"ID": lease_id}, f"keepalive {name}")
+            out, _ = self._post("lease/keepalive", {"ID": lease_id}, what)
             left = int(out.get("result", {}).get("TTL", -1))
             if left > 0:
+                # Still ours? (Another store of the same agent may have taken the
+                # key over and then released it.) Put it back if not.
+                self._txn(
+                    [{"key": _b64(key), "target": "LEASE", "result": "EQUAL", "lease": lease_id}],
+                    [],
+                    [self._op_put(key, self._lease_record(name, ttl), lease_id)],
+                    what=what,
+                )
                 return left
-        granted, _ = self._post("lease/grant", {"TTL": ttl, "ID": 0}, f"keepalive {name}")
+        granted, _ = self._post("lease/grant", {"TTL": ttl, "ID": 0}, what)
         lease_id = int(granted["ID"])
-        record = json.dumps(
-            {"holder": name, "ttlSeconds": ttl, "acquireTime": _now().isoformat()},
-            separators=(",", ":"),
-        ).encode()
-        put = self._op_put(self._lease_key(name), record, lease_id)
-        self._txn([], [put], what=f"keepalive {name}")
+        record = self._lease_record(name, ttl)
+        # The lease key expires with the lease; the holder key stays, so readers
+        # can tell "lease expired" (NotReady) from "never had a lease".
+        self._txn(
+            [],
+            [self._op_put(key, record, lease_id), self._op_put(self._holder_key(name), record)],
+            what=what,
+        )
         self._leases[name] = lease_id
         return int(granted.get("TTL", ttl))
+
+    @staticmethod
+    def _lease_record(name: str, ttl: int) -> bytes:
+        record = {"holder": name, "ttlSeconds": ttl, "acquireTime": _now().isoformat()}
+        return json.dumps(record, separators=(",", ":")).encode()
 
     def release(self, name: str) -> None:
         """Revoke `name`'s lease now (a clean agent shutdown): it is not live anymore."""
@@ -814,9 +896,21 @@ class EtcdStore(Store):
 
     def live_leases(self) -> set[str]:
         """Names whose liveness lease has not expired."""
-        start = self._lease_key("")
-        kvs, _, _ = self._range(start, _prefix_end(start), keys_only=True, what="read leases")
-        return {kv.key.removeprefix(start) for kv in kvs}
+        return {name for name, live in self.agent_liveness().items() if live}
+
+    def agent_liveness(self) -> dict[str, bool]:
+        leases, holders = self._lease_key(""), self._holder_key("")
+        snap = self._txn(
+            [],
+            [
+                self._op_get(leases, _prefix_end(leases), keys_only=True),
+                self._op_get(holders, _prefix_end(holders), keys_only=True),
+            ],
+            what="read agent leases",
+        )
+        live = {kv.key.removeprefix(leases) for kv in snap.ranges[0]}
+        held = {kv.key.removeprefix(holders) for kv in snap.ranges[1]}
+        return {name: name in live for name in sorted(held | live)}
 
     def close(self) -> None:
         self._closed = True
@@ -862,7 +956,11 @@ class _WatchStream:
             )
             self._response = self._conn.getresponse()
             if self._response.status != 200:
-                raise OSError(f"watch answered HTTP {self._response.status}")
+                detail = self._response.read(2000).decode(errors="replace")
+                with contextlib.suppress(ValueError, AttributeError):
+                    body = json.loads(detail)
+                    detail = str(body.get("message") or body.get("error") or detail)
+                raise OSError(f"watch answered HTTP {self._response.status}: {detail.strip()[:200]}")
             sock = self._conn.sock
             if sock is not None:
                 sock.settimeout(None)  # the reader blocks; close() unblocks it

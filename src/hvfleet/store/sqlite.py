@@ -270,11 +270,16 @@ class SqliteStore(Store):
         kind: str | None = None,
         since: int = 0,
         *,
+        name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
     ) -> Iterator[WatchEvent]:
+        if name is not None and not kind:
+            raise InvalidInput("watch: a name needs a kind")
         kinds = [kind_of(kind)] if kind else list(KINDS)
         placeholders = ",".join("?" * len(kinds))
+        by_name = "" if name is None else "AND name = ? "
+        names = () if name is None else (name,)
         last = since
         idle_since = time.monotonic()
         pause = 0.005
@@ -285,8 +290,8 @@ class SqliteStore(Store):
                 ).fetchone()[0]
                 rows = db.execute(
                     f"SELECT rev, kind, type, body FROM events WHERE rev > ? "
-                    f"AND kind IN ({placeholders}) ORDER BY rev LIMIT 1000",
-                    (after, *kinds),
+                    f"AND kind IN ({placeholders}) {by_name}ORDER BY rev LIMIT 1000",
+                    (after, *kinds, *names),
                 ).fetchall()
                 return int(compacted), rows
 

@@ -1,0 +1,123 @@
+"""`hvfleet agent`: run the node agent for one libvirt host.
+
+    hvfleet agent --connect URI [--name NAME] [--store URL] [--once]
+                  [--resync 60s] [--count defined|running] [--metrics-addr HOST:PORT]
+
+`--once` reconciles one time and exits (1 if libvirt cannot be reached);
+otherwise the agent runs until SIGTERM or SIGINT and then exits cleanly.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import sys
+import threading
+from types import FrameType
+
+import typer
+
+from hvfleet.agent.metrics import AgentMetrics
+from hvfleet.agent.reconcile import COUNT_MODES, CountMode
+from hvfleet.agent.runner import Agent, AgentConfig
+from hvfleet.cli.main import app
+from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hypervisor import Hypervisor
+from hvfleet.store import open_store, store_url
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(text: str, option: str) -> float:
+    """'60s', '2m', '500ms', '1h' or a plain number of seconds."""
+    m = _DURATION_RE.match(text)
+    if m is None or float(m[1]) <= 0:
+        raise InvalidInput(f"{option}: {text!r} is not a positive duration (e.g. 60s, 2m, 500ms)")
+    return float(m[1]) * _SECONDS[m[2]]
+
+
+def parse_count(text: str) -> CountMode:
+    for mode in COUNT_MODES:
+        if text == mode:
+            return mode
+    raise InvalidInput(f"--count: {text!r} is not one of {', '.join(COUNT_MODES)}")
+
+
+def summary(h: Hypervisor, url: str) -> str:
+    s = h.status
+
+    def fraction(r: str) -> str:
+        alloc = next((q for k, q in s.allocation.items() if k == r), None)
+        cap = next((q for k, q in s.capacity.items() if k == r), None)
+        return f"{r} {alloc}/{cap}"
+
+    ready = next((c for c in s.conditions if c.type == "Ready"), None)
+    state = f"Ready={ready.status}" if ready else "Ready=Unknown"
+    return (
+        f"{h.name}: {fraction('cpu')}, {fraction('memory')}, {len(s.instances)} instance(s), "
+        f"{len(s.cells)} cell(s), {state} → {url}"
+    )
+
+
+@app.command("agent")
+def agent(
+    connect: str = typer.Option(
+        ..., "--connect", metavar="URI",
+        help="libvirt URI: test:///default, test:///abs/node.xml, qemu:///embed?root=DIR, "
+        "qemu:///system",
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="Hypervisor name (default: libvirt's host name; the file name "
+        "for a test-driver node file)",
+    ),
+    store: str | None = typer.Option(
+        None, "--store", metavar="URL", help="store URL (default: $HVFLEET_STORE or "
+        "sqlite:///hvfleet.db)",
+    ),
+    once: bool = typer.Option(False, "--once", help="reconcile once, write status, exit"),
+    resync: str = typer.Option("60s", "--resync", help="full resync period, e.g. 60s, 5m"),
+    count: str = typer.Option(
+        "defined", "--count", help="count defined domains (shut-off ones hold their place) "
+        "or only running ones",
+    ),
+    metrics_addr: str | None = typer.Option(
+        None, "--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here",
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="log every reconcile"),
+) -> None:
+    """Keep one hypervisor's status (capacity, allocation, instances, host
+    capabilities, effective capacity) true, from libvirt."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="hvfleet agent: %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    config = AgentConfig(
+        uri=connect,
+        name=name,
+        count=parse_count(count),
+        resync=parse_duration(resync, "--resync"),
+    )
+    url = store_url(store)
+    metrics = AgentMetrics(name or "")
+    if metrics_addr is not None:
+        host, port = metrics.serve(metrics_addr)
+        logging.getLogger(__name__).info("metrics on http://%s:%d/metrics", host, port)
+    try:
+        with open_store(url) as backend:
+            runner = Agent(config, backend, metrics)
+            if once:
+                print(summary(runner.run_once(), url))
+                return
+            stop = threading.Event()
+
+            def request_stop(_signum: int, _frame: FrameType | None) -> None:
+                stop.set()
+
+            signal.signal(signal.SIGTERM, request_stop)
+            signal.signal(signal.SIGINT, request_stop)
+            runner.run(stop)
+    finally:
+        metrics.close()

@@ -1,0 +1,221 @@
+"""Scenarios against real QEMU (qemu:///embed, TCG), each run in a fresh Python
+process by test_agent_qemu.py.
+
+Why a separate process: libvirt lets a process open exactly one embedded QEMU
+root, for its whole life, and once the embedded driver is loaded a plain
+`qemu:///system` no longer reaches libvirtd from that process. Other test
+packages use their own embed roots, so sharing the pytest process would make
+the suite depend on test order.
+
+    python -m tests.agent.embed_scenarios SCENARIO EMBED_ROOT STORE_DB
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import libvirt
+
+from hvfleet.agent.reconcile import CountMode
+from hvfleet.agent.runner import Agent, AgentConfig
+from hvfleet.discovery.libvirt_conn import ensure_event_loop
+from hvfleet.model import Hypervisor
+from hvfleet.store import open_store
+from hvfleet.store.base import Store
+
+MI = 2**20
+
+QEMU_CONF = """stdio_handler = "file"
+user = "root"
+group = "root"
+security_driver = "none"
+cgroup_controllers = [ ]
+"""
+
+TINY = """<domain type='qemu'>
+  <name>{name}</name>
+  <memory unit='MiB'>64</memory>
+  <vcpu>{vcpus}</vcpu>
+  <os><type arch='x86_64' machine='pc'>hvm</type></os>
+  <devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices>
+</domain>"""
+
+
+def wait_for(
+    store: Store, name: str, pred: Callable[[Hypervisor], bool], timeout: float
+) -> tuple[float, Hypervisor]:
+    """Seconds until `pred` holds for the stored object (AssertionError on timeout)."""
+    start = time.monotonic()
+    last: Hypervisor | None = None
+    while time.monotonic() - start < timeout:
+        try:
+            last = store.get_hypervisor(name)
+        except Exception:
+            last = None
+        if last is not None and pred(last):
+            return time.monotonic() - start, last
+        time.sleep(0.01)
+    seen = last.status.to_dict() if last else {}
+    brief = {k: seen.get(k) for k in ("allocation", "effectiveCapacity", "instances", "conditions")}
+    raise AssertionError(f"not within {timeout}s; last status: {brief}")
+
+
+def start_agent(embed_uri: str, store: Store, name: str, count: CountMode) -> tuple[
+    Agent, threading.Event, threading.Thread
+]:
+    agent = Agent(AgentConfig(uri=embed_uri, name=name, count=count), store)
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    return agent, stop, thread
+
+
+def events_and_spec(embed_uri: str, conn: libvirt.virConnect, store: Store) -> None:
+    """A 64 MiB TCG guest defined, started, destroyed, undefined: allocation
+    follows within 2 s each time, for an agent counting defined domains and one
+    counting running ones; overcommit cpu=4 → effectiveCapacity within 2 s;
+    stop → run() returns within 2 s."""
+    defined = start_agent(embed_uri, store, "embed-defined", "defined")
+    running = start_agent(embed_uri, store, "embed-running", "running")
+    try:
+        _, h = wait_for(store, "embed-defined", lambda h: bool(h.status.capacity), 60)
+        wait_for(store, "embed-running", lambda h: bool(h.status.capacity), 60)
+        capacity_cpu = h.status.capacity["cpu"]
+        caps = h.status.host_capabilities
+        assert caps is not None and caps.domcapabilities_available
+        assert caps.arch == "x86_64" and "qemu" in caps.domain_types
+        assert caps.libvirt_version == "9.0.0"
+        # the exact QEMU version from the connection, e.g. 7.2.22, not one inferred
+        assert caps.hypervisor_version.count(".") == 2
+        assert caps.hypervisor_version.startswith("7.2.")
+        base_cpu, base_mem = h.status.allocation["cpu"], h.status.allocation["memory"]
+
+        def allocation_is(name: str, cpu: int, mem: int) -> Hypervisor:
+            _, got = wait_for(
+                store, name,
+                lambda h: h.status.allocation["cpu"] == cpu
+                and h.status.allocation["memory"] == mem,
+                2.0,
+            )
+            return got
+
+        dom = conn.defineXML(TINY.format(name="tiny-1", vcpus=2))
+        h = allocation_is("embed-defined", base_cpu + 2, base_mem + 64 * MI)
+        (inst,) = [i for i in h.status.instances if i.name == "tiny-1"]
+        assert (inst.uuid, inst.state) == (dom.UUIDString(), "shutoff")
+        assert inst.resources == {"cpu": 2, "memory": 64 * MI}
+        # one host cell here: the whole guest lands on it
+        assert h.status.cells[0].allocation["cpu"] == base_cpu + 2
+        # a shut-off guest is listed, but holds nothing for the agent counting running ones
+        _, h = wait_for(store, "embed-running", lambda h: any(
+            i.name == "tiny-1" and i.state == "shutoff" for i in h.status.instances), 2.0)
+        assert (h.status.allocation["cpu"], h.status.allocation["memory"]) == (base_cpu, base_mem)
+
+        dom.create()
+        h = allocation_is("embed-running", base_cpu + 2, base_mem + 64 * MI)
+        assert h.status.cells[0].allocation["memory"] == base_mem + 64 * MI
+        wait_for(store, "embed-defined", lambda h: any(
+            i.name == "tiny-1" and i.state == "running" for i in h.status.instances), 2.0)
+
+        # Pinning a vCPU emits no lifecycle event, only a tunable one; the agent
+        # re-reads libvirt for it (cells follow pinning).
+        agent = defined[0]
+        seen = agent.observations
+        dom.pinVcpu(0, (True,) + (False,) * (capacity_cpu.floor() - 1))
+        deadline = time.monotonic() + 2.0
+        while agent.observations == seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert agent.observations > seen, "no re-read after a vCPU pinning change"
+
+        dom.destroy()
+        allocation_is("embed-running", base_cpu, base_mem)
+        allocation_is("embed-defined", base_cpu + 2, base_mem + 64 * MI)
+        dom.undefine()
+        h = allocation_is("embed-defined", base_cpu, base_mem)
+        assert all(i.name != "tiny-1" for i in h.status.instances)
+
+        # An operator runs the real command against the same store.
+        hvfleet = Path(sys.executable).parent / "hvfleet"
+        out = subprocess.run(
+            [str(hvfleet), "overcommit", "set", "embed-defined", "cpu=4", "--store", store.url],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        _, h = wait_for(
+            store, "embed-defined",
+            lambda h: h.status.effective_capacity["cpu"] == 4 * capacity_cpu,
+            2.0,
+        )
+        assert h.status.cells[0].effective_capacity["cpu"] == 4 * capacity_cpu
+        assert h.status.observed_generation == h.metadata.generation
+        assert h.spec.overcommit == {"cpu": 4.0}
+        # the other host's spec is untouched, and so is its effective capacity
+        assert store.get_hypervisor("embed-running").status.effective_capacity["cpu"] == (
+            capacity_cpu)
+    finally:
+        started = time.monotonic()
+        for _, stop, _ in (defined, running):
+            stop.set()
+        for _, _, thread in (defined, running):
+            thread.join(5)
+            assert not thread.is_alive()
+    assert time.monotonic() - started < 2.0
+
+
+def burst(embed_uri: str, conn: libvirt.virConnect, store: Store) -> None:
+    """20 defines in a quick burst → far fewer status writes."""
+    agent = Agent(AgentConfig(uri=embed_uri, name="burst-host"), store)
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        wait_for(store, "burst-host", lambda h: bool(h.status.capacity), 60)
+        rv_before = int(store.get_hypervisor("burst-host").metadata.resource_version or 0)
+        writes_before = agent.reconciles
+        for i in range(20):
+            conn.defineXML(TINY.format(name=f"burst-{i}", vcpus=1))
+        wait_for(
+            store, "burst-host",
+            lambda h: sum(1 for i in h.status.instances if i.name.startswith("burst-")) == 20,
+            2.0,
+        )
+        # 20 define events in a quick burst: far fewer than 20 status writes
+        assert agent.reconciles - writes_before <= 10
+        assert int(store.get_hypervisor("burst-host").metadata.resource_version or 0) > rv_before
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+SCENARIOS: dict[str, Callable[[str, libvirt.virConnect, Store], None]] = {
+    "events_and_spec": events_and_spec,
+    "burst": burst,
+}
+
+
+def main() -> None:
+    scenario, root, db = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / "etc" / "qemu.conf").write_text(QEMU_CONF)
+    uri = f"qemu:///embed?root={root}"
+    ensure_event_loop()
+    conn = libvirt.open(uri)
+    try:
+        with open_store(f"sqlite:///{db}") as store:
+            SCENARIOS[scenario](uri, conn, store)
+    finally:
+        for dom in conn.listAllDomains(0):
+            if dom.isActive():
+                dom.destroy()
+            dom.undefine()
+        conn.close()
+    print(f"scenario {scenario}: ok")
+
+
+if __name__ == "__main__":
+    main()

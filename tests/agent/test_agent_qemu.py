@@ -1,0 +1,42 @@
+"""The long-running agent against real QEMU (qemu:///embed, TCG): lifecycle
+events move allocation, a spec change moves effectiveCapacity, both within
+the 2 s the issue allows, with a real SQLite store in between. Each scenario
+runs in its own Python process (see embed_scenarios.py for why)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+
+@pytest.fixture(scope="session")
+def embed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shared by the scenarios one after another, so QEMU's capabilities are
+    probed once (a few seconds) and cached in the root."""
+    return tmp_path_factory.mktemp("agent-embed")
+
+
+def run_scenario(name: str, root: Path, db: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.agent.embed_scenarios", name, str(root), str(db)],
+        cwd=REPO, capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode == 0, f"{out.stdout}\n{out.stderr}"
+    assert f"scenario {name}: ok" in out.stdout
+
+
+def test_qemu_events_move_allocation_and_spec_moves_effective_capacity_within_2s(
+    embed_root: Path, tmp_path: Path
+) -> None:
+    run_scenario("events_and_spec", embed_root, tmp_path / "hv.db")
+
+
+def test_a_burst_of_qemu_events_is_debounced_into_few_writes(
+    embed_root: Path, tmp_path: Path
+) -> None:
+    run_scenario("burst", embed_root, tmp_path / "hv.db")

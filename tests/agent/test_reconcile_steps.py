@@ -1,0 +1,124 @@
+"""Each reconcile step alone, on facts built by hand (no libvirt, no store)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hvfleet.agent.reconcile import (
+    Facts,
+    ParsedDomain,
+    add_allocation,
+    add_capacity,
+    add_conditions,
+    add_effective_capacity,
+    add_instances,
+    mark_disconnected,
+    mark_unreadable_host,
+    reconcile,
+    same_status,
+)
+from hvfleet.discovery.domains import cell_units, parse_domain
+from hvfleet.discovery.libvirt_conn import DomainRecord
+from hvfleet.model import Hypervisor, ObjectMeta
+from hvfleet.model.meta import find_condition
+
+from .conftest import GI, fixture_text, quantities, two_cell_host
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def domain(xml: str, state: int) -> ParsedDomain:
+    d = parse_domain(xml)
+    return ParsedDomain(DomainRecord(d.name, d.uuid, xml, state), d, cell_units(d, two_cell_host()))
+
+
+RUNNING = domain(fixture_text("nova-pinned-hugepages.xml"), 1)
+SHUTOFF = domain(fixture_text("vcpu-cpuset-across-cells.xml"), 5)
+
+
+def facts(count: str = "defined", skipped: tuple[tuple[str, str], ...] = ()) -> Facts:
+    return Facts(
+        uri="test:///x", topology=two_cell_host(), domains=(RUNNING, SHUTOFF), skipped=skipped,
+        count=count,  # type: ignore[arg-type]
+        host_capabilities=None, libvirt_version="9.0.0", hypervisor_version="7.2.0", now=T0,
+    )
+
+
+def fresh() -> Hypervisor:
+    return Hypervisor(metadata=ObjectMeta(name="h", generation=4))
+
+
+def test_add_allocation_counts_defined_or_running_per_host_and_cell() -> None:
+    h = add_capacity(fresh(), facts())
+    defined = add_allocation(h, facts()).status
+    # nova guest 4 CPUs + 4Gi of 2 MiB pages on cell 0; straddle 2 CPUs, 1Gi memory split
+    assert defined.allocation == quantities(
+        {"cpu": "6", "memory": "1Gi", "hugepages-2Mi": "4Gi", "hugepages-1Gi": "0"})
+    assert [c.allocation for c in defined.cells] == [
+        quantities({"cpu": "5", "memory": "512Mi", "hugepages-2Mi": "4Gi", "hugepages-1Gi": "0"}),
+        quantities({"cpu": "1", "memory": "512Mi", "hugepages-2Mi": "0", "hugepages-1Gi": "0"}),
+    ]
+    running = add_allocation(h, facts("running")).status
+    assert running.allocation["cpu"] == 4
+    assert running.allocation["memory"] == 0
+    assert [c.allocation["cpu"] for c in running.cells] == [4, 0]
+
+
+def test_add_instances_lists_every_domain_with_state_and_resources() -> None:
+    s = add_instances(fresh(), facts("running")).status
+    assert [(i.name, i.state) for i in s.instances] == [
+        ("instance-0000002a", "running"), ("straddle", "shutoff")]
+    assert s.instances[1].resources == quantities({"cpu": "2", "memory": "1Gi"})
+
+
+def test_add_effective_capacity_uses_spec_through_the_model() -> None:
+    h = add_capacity(fresh(), facts())
+    h = h.model_copy(update={"spec": h.spec.model_copy(update={"overcommit": {"cpu": 2.5}})})
+    s = add_effective_capacity(h, facts()).status
+    assert s.effective_capacity["cpu"] == 20  # 8 x 2.5
+    assert s.effective_capacity["memory"] == 27 * GI
+    assert [c.effective_capacity["cpu"] for c in s.cells] == [10, 10]
+
+
+def test_conditions_keep_transition_time_until_status_changes() -> None:
+    h = add_conditions(fresh(), facts())
+    later = add_conditions(h, Facts(**{**facts().__dict__, "now": T0 + timedelta(minutes=5)}))
+    ready = find_condition(later.status.conditions, "Ready")
+    assert ready is not None and ready.last_transition_time == T0
+    broken = add_conditions(later, Facts(**{
+        **facts().__dict__, "now": T0 + timedelta(minutes=9),
+        "skipped": (("odd", "domain 'odd': no <memory>"),)}))
+    ready = find_condition(broken.status.conditions, "Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason) == ("False", "UnparsableDomains")
+    assert ready.last_transition_time == T0 + timedelta(minutes=9)
+    assert "odd" in ready.message and "no <memory>" in ready.message
+
+
+def test_disconnected_keeps_the_last_observation_and_still_honours_spec() -> None:
+    h = reconcile(fresh(), facts(), T0)
+    h = h.model_copy(update={"spec": h.spec.model_copy(update={"overcommit": {"cpu": 2.0}})})
+    down = mark_disconnected(h, "qemu:///system", "libvirt qemu:///system: gone", T0)
+    assert down.status.allocation == h.status.allocation
+    assert down.status.instances == h.status.instances
+    assert down.status.effective_capacity["cpu"] == 16
+    conn = find_condition(down.status.conditions, "LibvirtConnected")
+    assert conn is not None and (conn.status, conn.reason) == ("False", "Disconnected")
+
+
+def test_same_status_ignores_only_the_heartbeat() -> None:
+    a = reconcile(fresh(), facts(), T0)
+    b = reconcile(a, facts(), T0 + timedelta(seconds=30))
+    assert same_status(a, b)
+    c = reconcile(a, facts("running"), T0 + timedelta(seconds=30))
+    assert not same_status(a, c)
+
+
+def test_unreadable_host_is_not_ready_and_keeps_the_last_observation() -> None:
+    h = reconcile(fresh(), facts(), T0)
+    bad = mark_unreadable_host(h, "capabilities: cell 0: no <memory>", T0 + timedelta(seconds=1))
+    ready = find_condition(bad.status.conditions, "Ready")
+    assert ready is not None
+    assert (ready.status, ready.reason, ready.message) == (
+        "False", "UnreadableHost", "capabilities: cell 0: no <memory>")
+    assert bad.status.allocation == h.status.allocation

@@ -1,0 +1,273 @@
+"""What only the etcd backend has: URLs and prefixes, unreachable endpoints,
+compaction, watch resumption across a restart, liveness leases.
+
+Uses the session's real etcd (conftest.etcd_session) unless a test needs its
+own member to stop and start.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hvfleet.model import Gone, Hypervisor, InvalidInput, NotFound, Unavailable
+from hvfleet.store import open_store
+from hvfleet.store.etcd import EtcdStore, parse_etcd_url
+from hvfleet.store.etcd_local import EtcdCluster, free_port
+
+MakeHv = Callable[..., Hypervisor]
+
+
+@pytest.fixture
+def etcd(etcd_session: EtcdCluster) -> Iterator[EtcdStore]:
+    store = EtcdStore(etcd_session.endpoints, f"/t-{uuid.uuid4().hex[:12]}")
+    yield store
+    store.close()
+
+
+def test_prefix_comes_from_argument_then_url_then_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HVFLEET_STORE_PREFIX", "/from-env")
+    assert getattr(open_store("etcd://127.0.0.1:1"), "prefix", None) == "/from-env"
+    assert getattr(open_store("etcd://127.0.0.1:1?prefix=/u"), "prefix", None) == "/u"
+    assert getattr(open_store("etcd://127.0.0.1:1?prefix=/u", prefix="/arg"), "prefix", None) == "/arg"
+    monkeypatch.delenv("HVFLEET_STORE_PREFIX")
+    assert getattr(open_store("etcd://127.0.0.1:1"), "prefix", None) == "/hvfleet"
+
+
+def test_urls_name_endpoints_prefix_and_timeout() -> None:
+    assert parse_etcd_url("etcd://127.0.0.1:2379,10.0.0.2:2379?prefix=/fleet-a&timeout=3") == (
+        ["127.0.0.1:2379", "10.0.0.2:2379"],
+        {"prefix": "/fleet-a", "timeout": "3"},
+    )
+    for bad, what in [
+        ("etcd://", "not an etcd URL"),
+        ("etcd://host", "'host' in 'etcd://host' is not HOST:PORT"),
+        ("etcd://h:99999", "not HOST:PORT"),
+        ("etcd://h:1?colour=red", "unknown option 'colour'"),
+        ("etcd://h:1?timeout=soon", "not a number of seconds"),
+        ("etcd://h:1?prefix=/a/../b", "store prefix"),
+    ]:
+        with pytest.raises(InvalidInput, match=what):
+            open_store(bad)
+    store = open_store("etcd://127.0.0.1:1", prefix="fleet-b/")
+    assert isinstance(store, EtcdStore) and store.prefix == "/fleet-b"
+    assert store.url == "etcd://127.0.0.1:1?prefix=/fleet-b"
+
+
+def test_prefixes_keep_fleets_apart(etcd_session: EtcdCluster, make_hypervisor: MakeHv) -> None:
+    a = open_store(etcd_session.url(), prefix=f"/a-{uuid.uuid4().hex[:8]}")
+    b = open_store(etcd_session.url(f"/b-{uuid.uuid4().hex[:8]}"))
+    a.create(make_hypervisor("hv1"), "operator")
+    assert [h.name for h in a.list_hypervisors()] == ["hv1"]
+    assert b.list_hypervisors() == []
+    with pytest.raises(NotFound):
+        b.get("Hypervisor", "hv1")
+    b.create(make_hypervisor("hv1"), "operator")  # the same name in another fleet
+    a.close()
+    b.close()
+
+
+def test_resource_version_is_the_etcd_mod_revision(etcd: EtcdStore, make_hypervisor: MakeHv) -> None:
+    h = etcd.create(make_hypervisor("hv1"), "operator")
+    kvs, revision, _ = etcd._range(f"{etcd.prefix}/objects/Hypervisor/hv1")
+    assert h.metadata.resource_version == str(kvs[0].mod_revision) == str(revision)
+    assert b"resourceVersion" not in kvs[0].value  # stored once, by etcd itself
+    assert etcd.revision() == revision
+
+
+def test_list_pages_through_many_objects_at_one_revision(
+    etcd: EtcdStore, make_hypervisor: MakeHv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hvfleet.store import etcd as etcd_module
+
+    monkeypatch.setattr(etcd_module, "LIST_PAGE", 7)
+    for i in range(30):
+        etcd.create(make_hypervisor(f"hv{i:02d}", metadata={"labels": {"odd": str(i % 2)}}), "op")
+    listed = etcd.list("Hypervisor")
+    assert [h.name for h in listed.items] == [f"hv{i:02d}" for i in range(30)]
+    assert listed.revision == etcd.revision()
+    assert len(etcd.list("Hypervisor", "odd=1").items) == 15
+
+
+def _refused_port() -> int:
+    return free_port()  # nothing listens there
+
+
+@pytest.mark.timeout(60)
+def test_unreachable_endpoint_is_unavailable_naming_it_in_bounded_time() -> None:
+    port = _refused_port()
+    store = open_store(f"etcd://127.0.0.1:{port}?timeout=2")
+    t0 = time.monotonic()
+    with pytest.raises(Unavailable, match=f"127.0.0.1:{port}.*connection refused"):
+        store.list("Hypervisor")
+    assert time.monotonic() - t0 < 4
+
+
+@pytest.mark.timeout(60)
+def test_endpoint_that_never_answers_is_unavailable_not_a_hang() -> None:
+    # A socket that accepts connections (the kernel completes the handshake) but
+    # never answers: the worst case, a wedged or half-dead member.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        store = open_store(f"etcd://127.0.0.1:{port}?timeout=2")
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable, match=f"127.0.0.1:{port}.*no answer"):
+            store.get("Hypervisor", "hv1")
+        assert time.monotonic() - t0 < 4
+        t0 = time.monotonic()
+        with pytest.raises(Unavailable, match=f"127.0.0.1:{port}"):
+            list(store.watch("Hypervisor"))
+        assert time.monotonic() - t0 < 10
+
+
+def test_default_bound_is_finite() -> None:
+    store = open_store("etcd://127.0.0.1:1")
+    assert isinstance(store, EtcdStore)
+    assert 0 < store.unavailable_after <= 30 and 0 < store.request_timeout <= 10
+
+
+def test_one_dead_endpoint_among_live_ones_is_skipped(
+    etcd_session: EtcdCluster, make_hypervisor: MakeHv
+) -> None:
+    dead = f"127.0.0.1:{_refused_port()}"
+    store = EtcdStore([dead, *etcd_session.endpoints], f"/t-{uuid.uuid4().hex[:8]}")
+    store.create(make_hypervisor("hv1"), "operator")
+    assert store.endpoint != dead
+    store.close()
+
+
+def test_watch_from_compacted_revision_is_gone(tmp_path: Path, make_hypervisor: MakeHv) -> None:
+    # Its own member: compaction is cluster-wide and would take history from other tests.
+    with EtcdCluster(tmp_path / "compact", size=1) as cluster:
+        etcd = EtcdStore(cluster.endpoints, "/compact")
+        _check_compaction_is_gone(etcd, make_hypervisor)
+        etcd.close()
+
+
+def _check_compaction_is_gone(etcd: EtcdStore, make_hypervisor: MakeHv) -> None:
+    start = etcd.revision()
+    for i in range(5):
+        etcd.create(make_hypervisor(f"hv{i}"), "operator")
+    etcd.compact(etcd.revision())
+    with pytest.raises(Gone, match=f"revision {start} was compacted"):
+        list(etcd.watch("Hypervisor", since=start, timeout=2))
+    # Listing still works and its revision is a valid place to watch from.
+    listed = etcd.list("Hypervisor")
+    assert len(listed.items) == 5
+    etcd.create(make_hypervisor("hv9"), "operator")
+    assert [e.object.name for e in etcd.watch("Hypervisor", since=listed.revision, timeout=0.5)] == [
+        "hv9"
+    ]
+
+
+def test_watch_stops_promptly_when_asked(etcd: EtcdStore) -> None:
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    t0 = time.monotonic()
+    assert list(etcd.watch("Hypervisor", since=etcd.revision(), stop=stop)) == []
+    assert time.monotonic() - t0 < 2
+
+
+@pytest.mark.timeout(90)
+def test_watch_resumes_across_a_restart_without_loss_or_repeat(
+    tmp_path: Path, make_hypervisor: MakeHv
+) -> None:
+    with EtcdCluster(tmp_path / "one", size=1) as cluster:
+        store = EtcdStore(cluster.endpoints, "/resume", unavailable_after=30)
+        writer = EtcdStore(cluster.endpoints, "/resume", unavailable_after=30)
+        since = store.revision()
+        seen: list[tuple[str, int]] = []
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def watch() -> None:
+            try:
+                for e in store.watch("Hypervisor", since=since, stop=stop):
+                    seen.append((e.object.name, e.revision))
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=watch)
+        t.start()
+        for i in range(20):
+            writer.create(make_hypervisor(f"before{i}"), "op")
+        time.sleep(0.3)
+        cluster.members[0].kill()  # the watch connection drops mid-stream
+        cluster.start()
+        for i in range(20):
+            writer.create(make_hypervisor(f"after{i}"), "op")
+        deadline = time.monotonic() + 20
+        while len(seen) < 40 and time.monotonic() < deadline and not errors:
+            time.sleep(0.05)
+        stop.set()
+        t.join(10)
+        assert not errors, errors
+        names = [n for n, _ in seen]
+        assert names == [f"before{i}" for i in range(20)] + [f"after{i}" for i in range(20)]
+        revs = [r for _, r in seen]
+        assert revs == sorted(set(revs))
+        store.close()
+        writer.close()
+
+
+@pytest.mark.timeout(60)
+def test_lease_keeps_a_host_live_and_expiry_drops_it_within_the_ttl(etcd: EtcdStore) -> None:
+    ttl = 2
+    assert etcd.refresh_lease("hv1", ttl) >= 1
+    etcd.keepalive("hv2", ttl)
+    assert etcd.live_leases() == {"hv1", "hv2"}
+    # Refreshing keeps hv1 live well past its TTL; hv2 stops refreshing.
+    t_last_hv2 = time.monotonic()
+    for _ in range(8):
+        time.sleep(0.5)
+        assert etcd.refresh_lease("hv1", ttl) >= 1
+    assert "hv1" in etcd.live_leases()
+    deadline = t_last_hv2 + ttl + 2.0  # etcd checks expiry every 500 ms
+    while "hv2" in etcd.live_leases():
+        assert time.monotonic() < deadline, "an expired lease still shows live"
+        time.sleep(0.1)
+    assert etcd.live_leases() == {"hv1"}
+    assert etcd.agent_liveness() == {"hv1": True, "hv2": False}
+    etcd.keepalive("hv2", ttl)  # the agent is back
+    assert etcd.agent_liveness() == {"hv1": True, "hv2": True}
+    etcd.release("hv2")
+    # After expiry the agent's next keepalive makes it live again.
+    etcd.release("hv1")
+    assert etcd.live_leases() == set()
+    etcd.keepalive("hv1", ttl)
+    assert etcd.live_leases() == {"hv1"}
+
+
+def test_lease_survives_a_new_store_object_of_the_same_agent(etcd: EtcdStore) -> None:
+    """A restarted agent (new process, new store) takes over its host's lease key."""
+    etcd.keepalive("hv1", 5)
+    other = EtcdStore(etcd.endpoints, etcd.prefix)
+    other.keepalive("hv1", 5)
+    assert etcd.live_leases() == {"hv1"}
+    other.release("hv1")
+    assert etcd.live_leases() == set()
+    # The first store's lease is still alive, but its key went with the other
+    # lease: the next keepalive notices and puts it back.
+    etcd.keepalive("hv1", 5)
+    assert etcd.live_leases() == {"hv1"}
+    other.close()
+
+
+def test_object_over_etcds_request_limit_is_invalid_input_naming_it(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    huge = make_hypervisor("hv-huge", metadata={"annotations": {"blob": "x" * (2 * 2**20)}})
+    with pytest.raises(InvalidInput, match=r"create Hypervisor hv-huge: \d+ bytes is more than etcd"):
+        etcd.create(huge, "operator")
+    with pytest.raises(NotFound):
+        etcd.get("Hypervisor", "hv-huge")
