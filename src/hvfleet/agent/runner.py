@@ -419,9 +419,10 @@ class Agent:
                 if since is None:
                     since = self.store.revision()
                     self._spec_changed()  # anything between our write and `since`
-                for ev in self.store.watch(
-                    "Hypervisor", since=since, name=self.name, stop=stop, timeout=1.0
-                ):
+                # One long-lived stream: no idle timeout, so an idle agent does not
+                # open a new etcd watch every second (2,000 agents would make that
+                # 2,000 watch creations per second).
+                for ev in self.store.watch("Hypervisor", since=since, name=self.name, stop=stop):
                     since = ev.revision
                     obj = ev.object
                     if not isinstance(obj, Hypervisor) or obj.metadata.name != self.name:
