@@ -16,10 +16,10 @@ import typer
 
 from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
-from hvfleet.cli.output import dump
+from hvfleet.cli.output import console, dump, human, table
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import MEMORY, ResourceName
+from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import (
     derive_phases,
@@ -75,11 +75,9 @@ def _print_doc(data: Any, output: Output = Output.json) -> None:
 
 
 def _table(rows: list[list[str]]) -> None:
-    if not rows:
-        return
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    """rows[0] is the header, as everywhere else in the CLI (hvfleet.cli.output)."""
+    if rows:
+        console.print(table(rows[0], rows[1:]))
 
 
 def _request_dict(request: Request) -> dict[str, Any]:
@@ -89,9 +87,12 @@ def _request_dict(request: Request) -> dict[str, Any]:
     }
 
 
+def _quantity(r: ResourceName, v: Any) -> Quantity:
+    return Quantity(v, "binary" if r == MEMORY else "decimal")
+
+
 def _fmt(r: ResourceName, v: Any) -> str:
-    q = Quantity(v, "binary" if r == MEMORY else "decimal")
-    return str(q)
+    return str(_quantity(r, v))
 
 
 def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool) -> None:
@@ -112,8 +113,8 @@ def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool)
         return
     rows = [["HOST", "SCORE", "FREE CPU", "FREE MEMORY"]]
     for c in result.candidates:
-        free = _free(index, c.name)
-        rows.append([c.name, f"{c.score:.4f}", free.get("cpu", "-"), free.get("memory", "-")])
+        free = index.free(c.name)
+        rows.append([c.name, f"{c.score:.4f}", _human_free(free, CPU), _human_free(free, MEMORY)])
     if result.candidates:
         _table(rows)
     else:
@@ -121,6 +122,10 @@ def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool)
     if why:
         for name, found in result.rejected.items():
             print(f"{name}: " + "; ".join(r.message for r in found))
+
+
+def _human_free(free: dict[ResourceName, Any], r: ResourceName) -> str:
+    return human(r, _quantity(r, free[r])) if r in free else "-"
 
 
 def _free(index: FleetIndex, name: str) -> dict[str, str]:
