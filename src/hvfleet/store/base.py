@@ -189,14 +189,19 @@ class Store(ABC):
         """Read, apply `mutate`, write with CAS; on a stale version re-read and retry.
         Ownership conflicts are not retried: they need a person's decision."""
         last: StaleVersion | None = None
-        for _ in range(attempts):
+        for attempt in range(attempts):
             new = mutate(self.get(kind, name))
             try:
                 return self.update(new, manager, force=force)
             except StaleVersion as exc:
                 last = exc
+            self.pause_after_conflict(attempt)
         assert last is not None
         raise last
+
+    def pause_after_conflict(self, attempt: int) -> None:  # noqa: B027 - optional hook
+        """Called after the `attempt`-th stale write of a retry loop. SQLite
+        serialises writers on its lock, so retrying at once is right there."""
 
     def update_hypervisor(
         self,

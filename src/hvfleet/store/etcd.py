@@ -572,29 +572,10 @@ class EtcdStore(Store):
             f"(current is {current.mod_revision}); re-read and retry"
         )
 
-    def update_with_retry(
-        self,
-        kind: str,
-        name: str,
-        mutate: Callable[[Resource], Resource],
-        manager: str,
-        *,
-        force: bool = False,
-        attempts: int = 50,
-    ) -> Resource:
-        """As the contract's, with a short jittered pause after each conflict: with
-        optimistic writes from many processes on one object, retrying at once
-        makes the same writers collide again."""
-        last: StaleVersion | None = None
-        for attempt in range(attempts):
-            new = mutate(self.get(kind, name))
-            try:
-                return self.update(new, manager, force=force)
-            except StaleVersion as exc:
-                last = exc
-            time.sleep(random.random() * min(0.001 * 2**attempt, 0.1))
-        assert last is not None
-        raise last
+    def pause_after_conflict(self, attempt: int) -> None:
+        """A short jittered pause: with optimistic writes from many processes on
+        one object, retrying at once makes the same writers collide again."""
+        time.sleep(random.random() * min(0.001 * 2**attempt, 0.1))
 
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
         kind = kind_of(kind)
