@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from fractions import Fraction
 
@@ -11,16 +12,18 @@ from hypothesis import strategies as st
 from sched_fleet import NOW, host, reservation
 
 from hvfleet.model import Quantity, ResourceName, parse_selector
-from hvfleet.model.capacity import free_capacity
+from hvfleet.model.capacity import free_capacity, hypervisor_effective_capacity
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.scheduling.fit import (
     fitting_hosts,
     rejections,
     reservations_by_host,
     resource_rejections,
 )
-from hvfleet.scheduling.index import FleetIndex
+from hvfleet.scheduling.index import WEIGHERS, FleetIndex, Weigher
 from hvfleet.scheduling.request import Request, parse_request
+from hvfleet.store.base import WatchEvent
 
 CPU = ResourceName("cpu")
 MEM = ResourceName("memory")
@@ -253,6 +256,68 @@ def test_vectorised_index_equals_model_functions(case: tuple[list, list, Request
         mine = [r for r in res if r.spec.hypervisor == h.name]
         model = free_capacity(h, mine, NOW)
         assert index.free(h.name) == {r: v.value for r, v in model.items()}
+    by_name = {h.name: h for h in hosts}
+    for weigher in WEIGHERS:
+        full = index.fit(request, now=NOW, weigher=weigher)
+        assert full.names == ranked(by_name, res, request, weigher)
+        assert full.scores == [score(by_name[n], res, request) for n in full.names]
+        for limit in (1, 2, 5):
+            assert index.fit(request, now=NOW, weigher=weigher, limit=limit).names == full.names[:limit]
+
+
+def score(h: Hypervisor, res: list[Reservation], request: Request) -> float:
+    """The weigher's utilisation after placement, from the model's numbers in
+    plain Python floats (the same operations the index vectorises)."""
+    free = free_capacity(h, [r for r in res if r.spec.hypervisor == h.name], NOW)
+    effective = hypervisor_effective_capacity(h)
+    total = 0.0
+    for r in (CPU, MEM):
+        eff = float(effective[r].value) if r in effective else 0.0
+        left = float(free[r].value) if r in free else 0.0
+        need = float(request.total(r).value) if r in request.resources else 0.0
+        total += (eff - left + need) / eff if eff > 0 else 1.0
+    return total / 2
+
+
+def ranked(
+    hosts: dict[str, Hypervisor], res: list[Reservation], request: Request, weigher: Weigher
+) -> list[str]:
+    """Fitting hosts best first, ties by name: the reference order."""
+    sign = -1 if weigher == "binpack" else 1
+    fitting = fitting_hosts(hosts.values(), reservations_by_host(res), request, NOW)
+    return sorted(fitting, key=lambda n: (sign * score(hosts[n], res, request), n))
+
+
+def test_ranking_on_a_large_fleet_with_many_ties_is_by_score_then_name() -> None:
+    # 1500 hosts of a few shapes, inserted in shuffled name order (and some added
+    # after the load, through the watch), so most scores are shared by many hosts.
+    rng = random.Random(5)
+    shapes = [
+        ({"cpu": c, "memory": f"{m}Gi"}, {"cpu": a, "memory": f"{b}Gi"})
+        for c in (16, 32)
+        for m in (64, 128)
+        for a in (0, 4, 8)
+        for b in (0, 16)
+    ]
+    names = [f"hv-{i:05d}" for i in range(1500)]
+    rng.shuffle(names)
+    hosts = {}
+    for n in names:
+        cap, alloc = rng.choice(shapes)
+        hosts[n] = host(n, cap, allocation=alloc, overcommit={"cpu": rng.choice([1.0, 2.0])})
+    index = FleetIndex()
+    index.load([hosts[n] for n in names[:1200]], [], now=NOW)
+    for i, n in enumerate(names[1200:]):
+        h = hosts[n].model_copy(
+            update={"metadata": hosts[n].metadata.model_copy(update={"resource_version": "1"})}
+        )
+        index.apply(WatchEvent(type="ADDED", object=h, revision=i + 1), now=NOW)
+    for request in (req("2", "8Gi"), req("8", "32Gi"), req("500m"), req("4", "4Gi", count=3)):
+        for weigher in WEIGHERS:
+            full = index.fit(request, now=NOW, weigher=weigher)
+            assert len(set(full.scores)) < len(full.scores) / 10  # ties are the rule here
+            assert full.names == ranked(hosts, [], request, weigher)
+            assert index.fit(request, now=NOW, weigher=weigher, limit=7).names == full.names[:7]
 
 
 def test_fractions_in_the_index_compare_exactly() -> None:
