@@ -88,6 +88,23 @@ def test_hosts_in_maintenance_not_ready_or_stale_are_not_candidates() -> None:
     assert "stale" in fitting_hosts(fleet, {}, req("1"), NOW, staleness=timedelta(minutes=10))
 
 
+def test_a_host_whose_agent_lease_expired_is_no_candidate_whatever_its_status_says() -> None:
+    h = host("hv", {"cpu": 4}, beat=NOW)  # Ready=True, heartbeat just now
+    assert rejections(h, [], req("1"), NOW, live=True) == []
+    assert rejections(h, [], req("1"), NOW, live=None) == []  # no lease information
+    [why] = rejections(h, [], req("1"), NOW, live=False)
+    assert why.reason == "agent-lease-expired" and "lease expired" in why.message
+    assert fitting_hosts([h], {}, req("1"), NOW, liveness={"hv": False}) == []
+    assert fitting_hosts([h], {}, req("1"), NOW, liveness={"other": False}) == ["hv"]
+    index = FleetIndex()
+    index.load([h, host("hv2", {"cpu": 4}, beat=NOW)], [], now=NOW)
+    index.set_liveness({"hv": False, "hv2": True})
+    result = index.fit(req("1"), now=NOW, why=True)
+    assert result.names == ["hv2"] and [r.reason for r in result.rejected["hv"]] == ["agent-lease-expired"]
+    index.set_liveness({"hv": True, "hv2": True})  # the agent is back
+    assert sorted(index.fit(req("1"), now=NOW).names) == ["hv", "hv2"]
+
+
 def test_min_unit_and_step_size_hold_where_declared() -> None:
     h = host(
         "a",
@@ -203,9 +220,10 @@ amount = st.integers(min_value=0, max_value=64)
 
 
 @st.composite
-def fleets(draw: st.DrawFn) -> tuple[list, list, Request]:  # type: ignore[type-arg]
+def fleets(draw: st.DrawFn) -> tuple[list, list, Request, dict[str, bool]]:  # type: ignore[type-arg]
     n = draw(st.integers(1, 12))
     hosts, res = [], []
+    liveness: dict[str, bool] = {}
     for i in range(n):
         cap = {"cpu": draw(st.integers(0, 64)), "memory": f"{draw(st.integers(0, 64))}Gi"}
         alloc = {"cpu": draw(amount), "memory": f"{draw(amount)}Gi"}
@@ -227,6 +245,9 @@ def fleets(draw: st.DrawFn) -> tuple[list, list, Request]:  # type: ignore[type-
                 maintenance=draw(st.sampled_from(["", "", "", "drain"])),
             )
         )
+        lease = draw(st.sampled_from([None, None, True, False]))  # None: no lease information
+        if lease is not None:
+            liveness[f"h{i:02d}"] = lease
         for j in range(draw(st.integers(0, 3))):
             res.append(
                 reservation(
@@ -239,16 +260,20 @@ def fleets(draw: st.DrawFn) -> tuple[list, list, Request]:  # type: ignore[type-
             )
     cpu = draw(st.sampled_from(["1", "2", "3", "4", "8", "500m", "1500m"]))
     mem = draw(st.sampled_from([None, "1Gi", "2Gi", "3Gi", "1536Mi"]))
-    return hosts, res, req(cpu, mem, count=draw(st.integers(1, 3)))
+    return hosts, res, req(cpu, mem, count=draw(st.integers(1, 3))), liveness
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
-def test_vectorised_index_equals_model_functions(case: tuple[list, list, Request]) -> None:  # type: ignore[type-arg]
-    hosts, res, request = case
+def test_vectorised_index_equals_model_functions(
+    case: tuple[list, list, Request, dict[str, bool]],  # type: ignore[type-arg]
+) -> None:
+    hosts, res, request, liveness = case
     index = FleetIndex()
+    index.set_liveness({n: not live for n, live in liveness.items()})  # stale: the later map must win
     index.load(hosts, res, now=NOW)
-    expected = fitting_hosts(hosts, reservations_by_host(res), request, NOW)
+    index.set_liveness(liveness)
+    expected = fitting_hosts(hosts, reservations_by_host(res), request, NOW, liveness=liveness)
     result = index.fit(request, now=NOW, why=True)
     assert sorted(c.name for c in result.candidates) == expected
     assert set(result.rejected) == {h.name for h in hosts} - set(expected)
@@ -259,7 +284,7 @@ def test_vectorised_index_equals_model_functions(case: tuple[list, list, Request
     by_name = {h.name: h for h in hosts}
     for weigher in WEIGHERS:
         full = index.fit(request, now=NOW, weigher=weigher)
-        assert full.names == ranked(by_name, res, request, weigher)
+        assert full.names == ranked(by_name, res, request, weigher, liveness)
         assert full.scores == [score(by_name[n], res, request) for n in full.names]
         for limit in (1, 2, 5):
             assert index.fit(request, now=NOW, weigher=weigher, limit=limit).names == full.names[:limit]
@@ -280,11 +305,15 @@ def score(h: Hypervisor, res: list[Reservation], request: Request) -> float:
 
 
 def ranked(
-    hosts: dict[str, Hypervisor], res: list[Reservation], request: Request, weigher: Weigher
+    hosts: dict[str, Hypervisor],
+    res: list[Reservation],
+    request: Request,
+    weigher: Weigher,
+    liveness: dict[str, bool] | None = None,
 ) -> list[str]:
     """Fitting hosts best first, ties by name: the reference order."""
     sign = -1 if weigher == "binpack" else 1
-    fitting = fitting_hosts(hosts.values(), reservations_by_host(res), request, NOW)
+    fitting = fitting_hosts(hosts.values(), reservations_by_host(res), request, NOW, liveness=liveness)
     return sorted(fitting, key=lambda n: (sign * score(hosts[n], res, request), n))
 
 

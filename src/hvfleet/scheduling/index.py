@@ -10,13 +10,17 @@ and as Python ints otherwise, and compares them to the request scaled the same
 way (rounded up: `q <= F/D` iff `ceil(q·D) <= F`). Rows are refreshed from the
 store's watch; a row whose reservations expire is recomputed at the first
 query after the expiry, so phases are derived the same way as everywhere else.
+Agent liveness (etcd leases, `Store.agent_liveness`) is read when the index
+loads and refreshes, never per query: a host whose lease expired is no
+candidate.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -174,6 +178,9 @@ class FleetIndex:
     def __init__(self, staleness: timedelta = DEFAULT_STALENESS) -> None:
         self.staleness = staleness
         self._lock = threading.RLock()
+        # Per host, what the store last said of its agent's liveness lease (absent:
+        # no information, e.g. SQLite). Kept across loads: it is not in the lists.
+        self._liveness: dict[str, bool] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -193,6 +200,8 @@ class FleetIndex:
         self._ready = np.zeros(0, dtype=bool)
         self._beat = np.zeros(0, dtype=np.int64)
         self._next_expiry = np.zeros(0, dtype=np.int64)
+        # Per row, False where the host's agent lease expired (from _liveness).
+        self._lease_ok = np.zeros(0, dtype=bool)
         # Name order, the tie-breaker of every ranking: each row's rank, and the
         # names by rank (what a query's result list is taken from).
         self._rank = np.zeros(0, dtype=np.int64)
@@ -208,6 +217,19 @@ class FleetIndex:
         index.load_from(store)
         return index
 
+    def set_liveness(self, liveness: Mapping[str, bool]) -> None:
+        """What the store says of each agent's liveness lease
+        (`Store.agent_liveness()`): hosts listed as False are no candidates
+        until a later map says otherwise; unlisted hosts have no information."""
+        with self._lock:
+            names = set(self._liveness) | set(liveness)
+            changed = {n for n in names if self._liveness.get(n) != liveness.get(n)}
+            self._liveness = dict(liveness)
+            for name in changed:
+                row = self._row.get(name)
+                if row is not None:
+                    self._lease_ok[row] = self._liveness.get(name) is not False
+
     def load_from(self, store: Store) -> None:
         hv = store.list("Hypervisor")
         res = store.list("Reservation")
@@ -216,6 +238,7 @@ class FleetIndex:
         # Watching from the older of the two revisions replays what changed in
         # between; replays are recognised by resourceVersion and skipped.
         self.load(hosts, reservations, min(hv.revision, res.revision))
+        self.set_liveness(store.agent_liveness())
 
     def load(
         self,
@@ -246,6 +269,7 @@ class FleetIndex:
         self._ready = np.concatenate([self._ready, np.zeros(extra, dtype=bool)])
         self._beat = np.concatenate([self._beat, np.full(extra, _NO_BEAT, dtype=np.int64)])
         self._next_expiry = np.concatenate([self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)])
+        self._lease_ok = np.concatenate([self._lease_ok, np.ones(extra, dtype=bool)])
         self._rank = np.concatenate([self._rank, np.zeros(extra, dtype=np.int64)])
         self._rows.extend([None] * extra)
         for col in self._columns.values():
@@ -270,6 +294,7 @@ class FleetIndex:
             self._grow(self._size)
             self._row[h.name] = row
             self._names.append(h.name)
+            self._lease_ok[row] = self._liveness.get(h.name) is not False
             if rank:
                 self._rerank()
             self._labels_version += 1
@@ -350,7 +375,9 @@ class FleetIndex:
         (SQLite has every event at hand; an etcd watch streams them), waiting at
         most `settle` seconds for revisions that are not ours (etcd counts writes
         under every prefix). A watch that lost its history (Gone) rebuilds from
-        a fresh list."""
+        a fresh list. Agent liveness is re-read too (one read on etcd, none on
+        SQLite)."""
+        self.set_liveness(store.agent_liveness())
         target = store.revision()
         if target <= max(self.revision, self._caught_up):
             return 0
@@ -366,16 +393,24 @@ class FleetIndex:
         self._caught_up = target
         return n
 
-    def follow(self, store: Store, stop: threading.Event) -> threading.Thread:
-        """Keep the index current in a background thread until `stop` is set."""
+    def follow(
+        self, store: Store, stop: threading.Event, liveness_every: float = 1.0
+    ) -> threading.Thread:
+        """Keep the index current in a background thread until `stop` is set;
+        agent liveness is re-read every `liveness_every` seconds."""
 
         def run() -> None:
+            read_at = time.monotonic()
             while not stop.is_set():
                 try:
-                    for event in store.watch(None, since=self.revision, stop=stop, timeout=1.0):
+                    for event in store.watch(None, since=self.revision, stop=stop, timeout=liveness_every):
                         self.apply(event)
+                        if time.monotonic() - read_at >= liveness_every:
+                            break
                 except Gone:
                     self.load_from(store)
+                self.set_liveness(store.agent_liveness())
+                read_at = time.monotonic()
 
         t = threading.Thread(target=run, name="fleet-index-watch", daemon=True)
         t.start()
@@ -427,6 +462,7 @@ class FleetIndex:
         n = self._size
         oldest = micros(now - self.staleness)
         mask = self._present[:n] & self._ready[:n] & (self._beat[:n] >= oldest)
+        mask &= self._lease_ok[:n]
         sel = self._selector_mask(selector)
         return mask if sel is None else mask & sel
 
@@ -549,7 +585,12 @@ class FleetIndex:
                 for row in np.nonzero(~ok & self._in_scope(selector))[0]:
                     name = self._names[int(row)]
                     found = rejections(
-                        self._hosts[name], self.reservations_of(name), request, now, self.staleness
+                        self._hosts[name],
+                        self.reservations_of(name),
+                        request,
+                        now,
+                        self.staleness,
+                        self._liveness.get(name),
                     )
                     result.rejected[name] = found
             return result
