@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from fractions import Fraction
 
@@ -11,16 +12,18 @@ from hypothesis import strategies as st
 from sched_fleet import NOW, host, reservation
 
 from hvfleet.model import Quantity, ResourceName, parse_selector
-from hvfleet.model.capacity import free_capacity
+from hvfleet.model.capacity import free_capacity, hypervisor_effective_capacity
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.scheduling.fit import (
     fitting_hosts,
     rejections,
     reservations_by_host,
     resource_rejections,
 )
-from hvfleet.scheduling.index import FleetIndex
+from hvfleet.scheduling.index import WEIGHERS, FleetIndex, Weigher
 from hvfleet.scheduling.request import Request, parse_request
+from hvfleet.store.base import WatchEvent
 
 CPU = ResourceName("cpu")
 MEM = ResourceName("memory")
@@ -83,6 +86,23 @@ def test_hosts_in_maintenance_not_ready_or_stale_are_not_candidates() -> None:
     assert [r.reason for r in why["nobeat"]] == ["stale"]
     # A configurable staleness
     assert "stale" in fitting_hosts(fleet, {}, req("1"), NOW, staleness=timedelta(minutes=10))
+
+
+def test_a_host_whose_agent_lease_expired_is_no_candidate_whatever_its_status_says() -> None:
+    h = host("hv", {"cpu": 4}, beat=NOW)  # Ready=True, heartbeat just now
+    assert rejections(h, [], req("1"), NOW, live=True) == []
+    assert rejections(h, [], req("1"), NOW, live=None) == []  # no lease information
+    [why] = rejections(h, [], req("1"), NOW, live=False)
+    assert why.reason == "agent-lease-expired" and "lease expired" in why.message
+    assert fitting_hosts([h], {}, req("1"), NOW, liveness={"hv": False}) == []
+    assert fitting_hosts([h], {}, req("1"), NOW, liveness={"other": False}) == ["hv"]
+    index = FleetIndex()
+    index.load([h, host("hv2", {"cpu": 4}, beat=NOW)], [], now=NOW)
+    index.set_liveness({"hv": False, "hv2": True})
+    result = index.fit(req("1"), now=NOW, why=True)
+    assert result.names == ["hv2"] and [r.reason for r in result.rejected["hv"]] == ["agent-lease-expired"]
+    index.set_liveness({"hv": True, "hv2": True})  # the agent is back
+    assert sorted(index.fit(req("1"), now=NOW).names) == ["hv", "hv2"]
 
 
 def test_min_unit_and_step_size_hold_where_declared() -> None:
@@ -200,9 +220,10 @@ amount = st.integers(min_value=0, max_value=64)
 
 
 @st.composite
-def fleets(draw: st.DrawFn) -> tuple[list, list, Request]:  # type: ignore[type-arg]
+def fleets(draw: st.DrawFn) -> tuple[list, list, Request, dict[str, bool]]:  # type: ignore[type-arg]
     n = draw(st.integers(1, 12))
     hosts, res = [], []
+    liveness: dict[str, bool] = {}
     for i in range(n):
         cap = {"cpu": draw(st.integers(0, 64)), "memory": f"{draw(st.integers(0, 64))}Gi"}
         alloc = {"cpu": draw(amount), "memory": f"{draw(amount)}Gi"}
@@ -224,6 +245,9 @@ def fleets(draw: st.DrawFn) -> tuple[list, list, Request]:  # type: ignore[type-
                 maintenance=draw(st.sampled_from(["", "", "", "drain"])),
             )
         )
+        lease = draw(st.sampled_from([None, None, True, False]))  # None: no lease information
+        if lease is not None:
+            liveness[f"h{i:02d}"] = lease
         for j in range(draw(st.integers(0, 3))):
             res.append(
                 reservation(
@@ -236,16 +260,20 @@ def fleets(draw: st.DrawFn) -> tuple[list, list, Request]:  # type: ignore[type-
             )
     cpu = draw(st.sampled_from(["1", "2", "3", "4", "8", "500m", "1500m"]))
     mem = draw(st.sampled_from([None, "1Gi", "2Gi", "3Gi", "1536Mi"]))
-    return hosts, res, req(cpu, mem, count=draw(st.integers(1, 3)))
+    return hosts, res, req(cpu, mem, count=draw(st.integers(1, 3))), liveness
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets())
-def test_vectorised_index_equals_model_functions(case: tuple[list, list, Request]) -> None:  # type: ignore[type-arg]
-    hosts, res, request = case
+def test_vectorised_index_equals_model_functions(
+    case: tuple[list, list, Request, dict[str, bool]],  # type: ignore[type-arg]
+) -> None:
+    hosts, res, request, liveness = case
     index = FleetIndex()
+    index.set_liveness({n: not live for n, live in liveness.items()})  # stale: the later map must win
     index.load(hosts, res, now=NOW)
-    expected = fitting_hosts(hosts, reservations_by_host(res), request, NOW)
+    index.set_liveness(liveness)
+    expected = fitting_hosts(hosts, reservations_by_host(res), request, NOW, liveness=liveness)
     result = index.fit(request, now=NOW, why=True)
     assert sorted(c.name for c in result.candidates) == expected
     assert set(result.rejected) == {h.name for h in hosts} - set(expected)
@@ -253,6 +281,72 @@ def test_vectorised_index_equals_model_functions(case: tuple[list, list, Request
         mine = [r for r in res if r.spec.hypervisor == h.name]
         model = free_capacity(h, mine, NOW)
         assert index.free(h.name) == {r: v.value for r, v in model.items()}
+    by_name = {h.name: h for h in hosts}
+    for weigher in WEIGHERS:
+        full = index.fit(request, now=NOW, weigher=weigher)
+        assert full.names == ranked(by_name, res, request, weigher, liveness)
+        assert full.scores == [score(by_name[n], res, request) for n in full.names]
+        for limit in (1, 2, 5):
+            assert index.fit(request, now=NOW, weigher=weigher, limit=limit).names == full.names[:limit]
+
+
+def score(h: Hypervisor, res: list[Reservation], request: Request) -> float:
+    """The weigher's utilisation after placement, from the model's numbers in
+    plain Python floats (the same operations the index vectorises)."""
+    free = free_capacity(h, [r for r in res if r.spec.hypervisor == h.name], NOW)
+    effective = hypervisor_effective_capacity(h)
+    total = 0.0
+    for r in (CPU, MEM):
+        eff = float(effective[r].value) if r in effective else 0.0
+        left = float(free[r].value) if r in free else 0.0
+        need = float(request.total(r).value) if r in request.resources else 0.0
+        total += (eff - left + need) / eff if eff > 0 else 1.0
+    return total / 2
+
+
+def ranked(
+    hosts: dict[str, Hypervisor],
+    res: list[Reservation],
+    request: Request,
+    weigher: Weigher,
+    liveness: dict[str, bool] | None = None,
+) -> list[str]:
+    """Fitting hosts best first, ties by name: the reference order."""
+    sign = -1 if weigher == "binpack" else 1
+    fitting = fitting_hosts(hosts.values(), reservations_by_host(res), request, NOW, liveness=liveness)
+    return sorted(fitting, key=lambda n: (sign * score(hosts[n], res, request), n))
+
+
+def test_ranking_on_a_large_fleet_with_many_ties_is_by_score_then_name() -> None:
+    # 1500 hosts of a few shapes, inserted in shuffled name order (and some added
+    # after the load, through the watch), so most scores are shared by many hosts.
+    rng = random.Random(5)
+    shapes = [
+        ({"cpu": c, "memory": f"{m}Gi"}, {"cpu": a, "memory": f"{b}Gi"})
+        for c in (16, 32)
+        for m in (64, 128)
+        for a in (0, 4, 8)
+        for b in (0, 16)
+    ]
+    names = [f"hv-{i:05d}" for i in range(1500)]
+    rng.shuffle(names)
+    hosts = {}
+    for n in names:
+        cap, alloc = rng.choice(shapes)
+        hosts[n] = host(n, cap, allocation=alloc, overcommit={"cpu": rng.choice([1.0, 2.0])})
+    index = FleetIndex()
+    index.load([hosts[n] for n in names[:1200]], [], now=NOW)
+    for i, n in enumerate(names[1200:]):
+        h = hosts[n].model_copy(
+            update={"metadata": hosts[n].metadata.model_copy(update={"resource_version": "1"})}
+        )
+        index.apply(WatchEvent(type="ADDED", object=h, revision=i + 1), now=NOW)
+    for request in (req("2", "8Gi"), req("8", "32Gi"), req("500m"), req("4", "4Gi", count=3)):
+        for weigher in WEIGHERS:
+            full = index.fit(request, now=NOW, weigher=weigher)
+            assert len(set(full.scores)) < len(full.scores) / 10  # ties are the rule here
+            assert full.names == ranked(hosts, [], request, weigher)
+            assert index.fit(request, now=NOW, weigher=weigher, limit=7).names == full.names[:7]
 
 
 def test_fractions_in_the_index_compare_exactly() -> None:

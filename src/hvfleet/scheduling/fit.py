@@ -1,7 +1,8 @@
 """Whether a request fits on a host, and if not, why: the pure reference.
 
-A host is a candidate when it is not in maintenance, its `Ready` condition is
-True and its last heartbeat is fresh. A candidate fits when, for every
+A host is a candidate when it is not in maintenance, its agent's liveness
+lease has not expired (where the store has leases: etcd), its `Ready`
+condition is True and its last heartbeat is fresh. A candidate fits when, for every
 requested resource, `count × request <= free` (free from
 `hvfleet.model.capacity.free_capacity`: effective − allocation − space held
 by reservations), `request <= max_unit` (capacity + extra − reserved: overcommit
@@ -45,6 +46,7 @@ Reason = Literal[
     "not-ready",
     "stale",
     "invalid-annotation",
+    "agent-lease-expired",
     "insufficient",
     "max-unit",
     "min-unit",
@@ -95,8 +97,11 @@ def unit_constraints(h: Hypervisor) -> dict[ResourceName, UnitConstraint]:
     return {r: UnitConstraint(mins.get(r), steps.get(r)) for r in sorted(set(mins) | set(steps), key=str)}
 
 
-def candidacy(h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS) -> Rejection | None:
-    """Why the host is not a scheduling candidate at all, or None."""
+def candidacy(
+    h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS, live: bool | None = None
+) -> Rejection | None:
+    """Why the host is not a scheduling candidate at all, or None. `live` is
+    what the store says of the agent's liveness lease (None: no information)."""
     if h.spec.maintenance:
         why = f" ({h.spec.maintenance_reason})" if h.spec.maintenance_reason else ""
         return Rejection("maintenance", f"in maintenance ({h.spec.maintenance}){why}")
@@ -105,10 +110,18 @@ def candidacy(h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALE
     except InvalidInput as exc:
         # One host's typo must not break every fit query: that host is out.
         return Rejection("invalid-annotation", str(exc))
-    return health(h, now, staleness)
+    return health(h, now, staleness, live)
 
 
-def health(h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS) -> Rejection | None:
+def health(
+    h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS, live: bool | None = None
+) -> Rejection | None:
+    if live is False:
+        # Checked first: the stored status is the dead agent's last word, so a
+        # Ready=True and a heartbeat younger than the staleness prove nothing.
+        return Rejection(
+            "agent-lease-expired", "the agent's liveness lease expired (its last status may be stale)"
+        )
     ready = find_condition(h.status.conditions, "Ready")
     if ready is None or ready.status != "True":
         state = "missing" if ready is None else ready.status
@@ -187,9 +200,10 @@ def rejections(
     request: Request,
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
+    live: bool | None = None,
 ) -> list[Rejection]:
     """Everything that keeps `request` off `h`; empty when it fits."""
-    not_candidate = candidacy(h, now, staleness)
+    not_candidate = candidacy(h, now, staleness, live)
     if not_candidate is not None:
         return [not_candidate]
     return resource_rejections(h, reservations, request, now)
@@ -221,8 +235,13 @@ def fitting_hosts(
     request: Request,
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
+    liveness: Mapping[str, bool] | None = None,
 ) -> list[str]:
-    """Names of hosts `request` fits on, sorted (the unvectorised reference)."""
+    """Names of hosts `request` fits on, sorted (the unvectorised reference).
+    `liveness` is `Store.agent_liveness()`: hosts it lists as False are out."""
+    live = liveness or {}
     return sorted(
-        h.name for h in hosts if not rejections(h, reservations.get(h.name, []), request, now, staleness)
+        h.name
+        for h in hosts
+        if not rejections(h, reservations.get(h.name, []), request, now, staleness, live.get(h.name))
     )
