@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["agent"]:
         # The long-running node agent loads only its own command, not every
-        # family's dependencies: 69 instead of 84 MiB RSS (docs/benchmarks-agent.md).
+        # family's dependencies: 69 instead of 84 MiB RSS (docs/benchmarks.md).
         from hvfleet.agent.__main__ import main as agent_main
 
         agent_main(args[1:], prog_name="hvfleet agent")
