@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from hvfleet.cli.main import main
 from hvfleet.model import Hypervisor
 from hvfleet.store.etcd_local import EtcdCluster
 
@@ -27,3 +29,27 @@ def make_hypervisor() -> Callable[..., Hypervisor]:
         return Hypervisor.model_validate(data)
 
     return make
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run the real `hvfleet` entry point in-process and capture what a user sees."""
+
+    def invoke(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return invoke

@@ -1,24 +1,17 @@
-"""Run the real `hvfleet` entry point in-process and capture what a user sees."""
+"""The CLI tests' store: a fresh SQLite file named by HVFLEET_STORE.
+
+`run` (tests/conftest.py) runs the real entry point; depending on `db_url`
+here makes every CLI test use this test's own store."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from hvfleet.cli.main import main
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-Run = Callable[..., Result]
+Run = Callable[..., Any]
 
 
 @pytest.fixture
@@ -29,15 +22,5 @@ def db_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def run(capsys: pytest.CaptureFixture[str], db_url: str) -> Run:
-    def invoke(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    return invoke
+def run(run: Run, db_url: str) -> Run:
+    return run

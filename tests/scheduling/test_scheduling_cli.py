@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ import yaml
 from real_placement import RealPlacement
 from sched_fleet import host, now, put_host
 
-from hvfleet.cli.main import main
 from hvfleet.model import ResourceName
 from hvfleet.model.capacity import free_capacity
 from hvfleet.model.hypervisor import Instance
@@ -26,11 +24,6 @@ from hvfleet.store.ownership import agent_manager
 CPU = ResourceName("cpu")
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
 
 
 @pytest.fixture
@@ -56,19 +49,6 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
     s.close()
 
 
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Any:
-    def invoke(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    return invoke
 
 
 def test_fit_ranks_candidates_and_explains_rejections(store: Store, run: Any) -> None:

@@ -13,41 +13,17 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from sched_fleet import host, now, put_host
 
-from hvfleet.cli.main import main
 from hvfleet.model import Reservation
 from hvfleet.model.meta import find_condition
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import parse_request
 from hvfleet.store.etcd import EtcdStore
 from hvfleet.store.etcd_local import EtcdCluster
-
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture
-def run(capsys: pytest.CaptureFixture[str]) -> Any:
-    def invoke(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    return invoke
 
 
 @pytest.fixture

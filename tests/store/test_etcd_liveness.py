@@ -11,14 +11,12 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hvfleet.agent.runner import Agent, AgentConfig
-from hvfleet.cli.main import main
 from hvfleet.model import Hypervisor
 from hvfleet.model.meta import find_condition
 from hvfleet.store.etcd import EtcdStore
@@ -28,26 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 NODE = REPO / "examples" / "fleet" / "compute-01.xml"
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
 
 
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Iterator[object]:
-    def invoke(*args: str) -> Result:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0) if not isinstance(exc.code, str) else 1
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
-    yield invoke
 
 
 def _ready_column(out: str, name: str) -> str:
@@ -60,7 +40,7 @@ def _ready_column(out: str, name: str) -> str:
 
 @pytest.mark.timeout(90)
 def test_get_shows_a_host_notready_within_the_lease_ttl_after_its_agent_stops(
-    etcd_session: EtcdCluster, cli: object
+    etcd_session: EtcdCluster, run: Any
 ) -> None:
     url = etcd_session.url(prefix=f"/live-{uuid.uuid4().hex[:10]}")
     store = EtcdStore.from_url(url)
@@ -75,20 +55,20 @@ def test_get_shows_a_host_notready_within_the_lease_ttl_after_its_agent_stops(
             assert time.monotonic() < deadline, "the agent never took its lease"
             time.sleep(0.1)
         while True:
-            got = cli("get", "hypervisors", "--store", url)
+            got = run("get", "hypervisors", "--store", url)
             if got.code == 0 and "compute-01" in got.out and _ready_column(got.out, "compute-01") == "True":
                 break
             assert time.monotonic() < deadline, f"agent never reported Ready: {got}"
             time.sleep(0.2)
         # Alive past several TTLs: the agent renews its lease.
         time.sleep(ttl * 2)
-        assert _ready_column(cli("get", "hypervisors", "--store", url).out, "compute-01") == "True"
+        assert _ready_column(run("get", "hypervisors", "--store", url).out, "compute-01") == "True"
     finally:
         stop.set()
         runner.join(10)
     stopped_at = time.monotonic()
     while True:
-        state = _ready_column(cli("get", "hypervisors", "--store", url).out, "compute-01")
+        state = _ready_column(run("get", "hypervisors", "--store", url).out, "compute-01")
         if state == "NotReady":
             break
         # Lease TTL, plus etcd's expiry check period (500 ms) and the CLI's own run.
@@ -101,10 +81,10 @@ def test_get_shows_a_host_notready_within_the_lease_ttl_after_its_agent_stops(
 
 
 @pytest.mark.timeout(60)
-def test_cli_against_an_unreachable_etcd_fails_with_one_line_naming_it(cli: object) -> None:
+def test_cli_against_an_unreachable_etcd_fails_with_one_line_naming_it(run: Any) -> None:
     port = free_port()
     t0 = time.monotonic()
-    got = cli("get", "hypervisors", "--store", f"etcd://127.0.0.1:{port}?timeout=2")
+    got = run("get", "hypervisors", "--store", f"etcd://127.0.0.1:{port}?timeout=2")
     assert time.monotonic() - t0 < 5
     assert got.code == 1
     lines = got.err.strip().splitlines()
@@ -113,7 +93,7 @@ def test_cli_against_an_unreachable_etcd_fails_with_one_line_naming_it(cli: obje
 
 
 def test_store_prefix_option_selects_the_fleet(
-    etcd_session: EtcdCluster, cli: object, monkeypatch: pytest.MonkeyPatch
+    etcd_session: EtcdCluster, run: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The option sets the variable for the process; the test restores it after.
     monkeypatch.setenv("HVFLEET_STORE_PREFIX", "")
@@ -121,8 +101,8 @@ def test_store_prefix_option_selects_the_fleet(
     store = EtcdStore(etcd_session.endpoints, fleet)
     store.create(Hypervisor.model_validate({"metadata": {"name": "hv-a"}}), "operator")
     url = etcd_session.url()
-    got = cli("--store-prefix", fleet, "get", "hypervisors", "--store", url)
+    got = run("--store-prefix", fleet, "get", "hypervisors", "--store", url)
     assert got.code == 0 and "hv-a" in got.out, got
-    got = cli("--store-prefix", fleet + "-other", "get", "hypervisors", "--store", url)
+    got = run("--store-prefix", fleet + "-other", "get", "hypervisors", "--store", url)
     assert got.code == 0 and "hv-a" not in got.out and "No hypervisors found" in got.err, got
     store.close()
