@@ -223,3 +223,15 @@ def test_crd_is_structural(run: Run) -> None:
         version = d["spec"]["versions"][0]
         assert version["subresources"] == {"status": {}}
         check(version["schema"]["openAPIV3Schema"], d["spec"]["names"]["kind"])
+
+
+def test_apply_cannot_create_a_reservation_around_the_capacity_check(
+    run: Run, fleet: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text("apiVersion: hvfleet.io/v1\nkind: Reservation\nmetadata: {name: r1}\n"
+                    "spec: {hypervisor: node-a1, consumer: c1, resources: {cpu: 1000}}\n")
+    r = run("apply", "-f", str(path))
+    assert r.code == 2
+    assert "hvfleet reserve" in r.err
+    assert run("get", "reservations", "-o", "json").out.count('"name"') == 0

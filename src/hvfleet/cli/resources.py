@@ -419,6 +419,13 @@ def plan_apply(s: Store, manifests: list[Resource], manager: str) -> list[tuple[
         try:
             current = s.get(m.kind, m.metadata.name)
         except NotFound:
+            if isinstance(m, Reservation):
+                # A new reservation must be claimed: only the claim re-checks free
+                # capacity in the same atomic write, so apply must not bypass it.
+                raise InvalidInput(
+                    f"Reservation {m.metadata.name}: new reservations are claimed with "
+                    "`hvfleet reserve`, which checks free capacity atomically"
+                ) from None
             plan.append(("create", m))
             continue
         rv = m.metadata.resource_version or current.metadata.resource_version
