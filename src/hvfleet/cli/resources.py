@@ -30,13 +30,12 @@ from hvfleet.model import capacity as cap
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput, NotFound
 from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
-from hvfleet.model.meta import API_VERSION, find_condition
+from hvfleet.model.meta import API_VERSION, find_condition, validation_message
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.store import Store
 from hvfleet.store.base import kind_of
 from hvfleet.store.ownership import apply_spec
-from hvfleet.store.sqlite import validation_message
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 LOW_FREE = 0.10  # highlight free capacity below 10% of effective

@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 API_VERSION: Final = "hvfleet.io/v1"
@@ -33,6 +33,16 @@ class Model(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def validation_message(exc: ValidationError, what: str) -> str:
+    """A pydantic error as the one line a user sees: `what: loc: message`."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{what}: {loc}: {msg}{more}" if loc else f"{what}: {msg}{more}"
 
 
 def validate_name(name: str, where: str = "metadata.name") -> str:

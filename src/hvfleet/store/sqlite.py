@@ -22,8 +22,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
 from hvfleet.model.errors import (
     AlreadyExists,
     Gone,
@@ -31,7 +29,7 @@ from hvfleet.model.errors import (
     NotFound,
     Unavailable,
 )
-from hvfleet.model.hypervisor import KINDS, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
@@ -318,8 +316,6 @@ class SqliteStore(Store):
             pause = min(pause * 2, 0.05)
 
     def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
-        from hvfleet.model.hypervisor import Hypervisor
-
         with self._write() as db:
             host = self._load(db, "Hypervisor", reservation.spec.hypervisor)
             if not isinstance(host, Hypervisor):
@@ -339,17 +335,3 @@ class SqliteStore(Store):
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-
-def validation_message(exc: ValidationError, what: str) -> str:
-    """A pydantic error as one line: `what: loc: message`."""
-    errors = exc.errors()
-    first = errors[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    msg = first["msg"].removeprefix("Value error, ")
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{what}: {loc}: {msg}{more}" if loc else f"{what}: {msg}{more}"
-
-
-def raise_invalid(exc: ValidationError, what: str) -> None:
-    raise InvalidInput(validation_message(exc, what)) from None
