@@ -74,6 +74,8 @@ def test_get_shows_a_host_notready_within_the_lease_ttl_after_its_agent_stops(
         # Lease TTL, plus etcd's expiry check period (500 ms) and the CLI's own run.
         assert time.monotonic() - stopped_at < ttl + 1.5, "still shown live after the TTL"
         time.sleep(0.1)
+    # `capacity` tells the same as `get`.
+    assert _ready_column(run("capacity", "--store", url).out, "compute-01") == "NotReady"
     # The stored status still says Ready: only the lease tells the truth.
     ready = find_condition(store.get_hypervisor("compute-01").status.conditions, "Ready")
     assert ready is not None and ready.status == "True"

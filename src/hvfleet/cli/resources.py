@@ -238,12 +238,13 @@ def capacity(
     with connect(store) as s:
         hvs = s.list_hypervisors(selector)
         reservations = s.list_reservations()
+        liveness = s.agent_liveness()
     now = datetime.now(UTC)
     summary: list[dict[str, Any]] = []
     for h in hvs:
         eff = cap.hypervisor_effective_capacity(h)
         free = cap.free_capacity(h, reservations, now)
-        summary.append({"name": h.name, "ready": ready(h), "effective": eff,
+        summary.append({"name": h.name, "ready": ready(h, liveness), "effective": eff,
                         "allocation": dict(h.status.allocation), "free": free})
     total_eff = cap.add(x["effective"] for x in summary)
     total_alloc = cap.add(x["allocation"] for x in summary)
