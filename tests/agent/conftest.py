@@ -5,19 +5,16 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hvfleet.discovery.host import HostTopology, NodeInfo, parse_host_topology
-from hvfleet.model import Hypervisor
-from hvfleet.model.errors import NotFound
 from hvfleet.model.quantity import Quantity
-from hvfleet.store.base import Store
+
+from .waiting import wait_for  # noqa: F401 - the tests import it from here
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
@@ -63,25 +60,6 @@ def fleet_uri(host: str) -> str:
 
 def quantities(values: dict[str, str]) -> dict[str, Quantity]:
     return {k: Quantity.parse(v) for k, v in values.items()}
-
-
-def wait_for(
-    store: Store, name: str, pred: Callable[[Hypervisor], bool], timeout: float
-) -> tuple[float, Hypervisor]:
-    """Seconds until `pred` holds for the stored Hypervisor (AssertionError on timeout)."""
-    start = time.monotonic()
-    last: Hypervisor | None = None
-    while time.monotonic() - start < timeout:
-        try:
-            last = store.get_hypervisor(name)
-        except NotFound:
-            last = None
-        if last is not None and pred(last):
-            return time.monotonic() - start, last
-        time.sleep(0.01)
-    seen = last.status.to_dict() if last else {}
-    brief = {k: seen.get(k) for k in ("allocation", "effectiveCapacity", "instances", "conditions")}
-    raise AssertionError(f"not within {timeout}s; last status: {brief}")
 
 
 def free_port() -> int:

@@ -28,7 +28,18 @@ from hvfleet.model import Hypervisor
 from hvfleet.store import open_store
 from hvfleet.store.base import Store
 
+from .waiting import wait_for as wait_until
+
 MI = 2**20
+
+
+def wait_for(
+    store: Store, name: str, pred: Callable[[Hypervisor], bool], timeout: float
+) -> tuple[float, Hypervisor]:
+    # In the child process any store error is "not there yet": the agent and
+    # its embedded QEMU start up beside the polling.
+    return wait_until(store, name, pred, timeout, tolerate=(Exception,))
+
 
 QEMU_CONF = """stdio_handler = "file"
 user = "root"
@@ -44,25 +55,6 @@ TINY = """<domain type='qemu'>
   <os><type arch='x86_64' machine='pc'>hvm</type></os>
   <devices><emulator>/usr/bin/qemu-system-x86_64</emulator></devices>
 </domain>"""
-
-
-def wait_for(
-    store: Store, name: str, pred: Callable[[Hypervisor], bool], timeout: float
-) -> tuple[float, Hypervisor]:
-    """Seconds until `pred` holds for the stored object (AssertionError on timeout)."""
-    start = time.monotonic()
-    last: Hypervisor | None = None
-    while time.monotonic() - start < timeout:
-        try:
-            last = store.get_hypervisor(name)
-        except Exception:
-            last = None
-        if last is not None and pred(last):
-            return time.monotonic() - start, last
-        time.sleep(0.01)
-    seen = last.status.to_dict() if last else {}
-    brief = {k: seen.get(k) for k in ("allocation", "effectiveCapacity", "instances", "conditions")}
-    raise AssertionError(f"not within {timeout}s; last status: {brief}")
 
 
 def start_agent(embed_uri: str, store: Store, name: str, count: CountMode) -> tuple[
