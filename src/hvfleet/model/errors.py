@@ -45,6 +45,13 @@ class Forbidden(HvfleetError):
     http_status = 403
 
 
+class Unauthorized(HvfleetError):
+    """No credentials, or credentials that are unknown, expired or revoked."""
+
+    exit_code = 1
+    http_status = 401
+
+
 class Gone(HvfleetError):
     """A watch asked for history the store no longer keeps (compacted)."""
 
@@ -57,3 +64,15 @@ class Unavailable(HvfleetError):
 
     exit_code = 1
     http_status = 503
+
+
+class TooLarge(InvalidInput):
+    """A request body or document larger than the limit. Nothing was written."""
+
+    http_status = 413
+
+
+class UnsupportedMediaType(InvalidInput):
+    """A body in a content type the endpoint does not take."""
+
+    http_status = 415
