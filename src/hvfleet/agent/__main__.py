@@ -10,6 +10,7 @@ import sys
 import typer
 
 from hvfleet.cli.agent import agent
+from hvfleet.cli.main import error_line
 from hvfleet.model.errors import HvfleetError
 
 
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None, prog_name: str = "python -m hvfleet.agen
     try:
         standalone(args=argv, prog_name=prog_name)
     except HvfleetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         sys.exit(exc.exit_code)
 
 

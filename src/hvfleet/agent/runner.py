@@ -99,7 +99,7 @@ class Agent:
         capabilities_parser: CapabilitiesParser | None = None,
     ) -> None:
         if config.resync <= 0:
-            raise InvalidInput(f"--resync: {config.resync} must be greater than 0")
+            raise InvalidInput(f"{config.resync} must be greater than 0", field="resync")
         self.config = config
         self.store = store
         self.metrics = metrics

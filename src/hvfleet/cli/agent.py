@@ -10,7 +10,6 @@ otherwise the agent runs until SIGTERM or SIGINT and then exits cleanly.
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import sys
 import threading
@@ -22,20 +21,10 @@ from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.reconcile import COUNT_MODES, CountMode
 from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.cli.main import app
+from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.store import open_store, store_url
-
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str, option: str) -> float:
-    """'60s', '2m', '500ms', '1h' or a plain number of seconds."""
-    m = _DURATION_RE.match(text)
-    if m is None or float(m[1]) <= 0:
-        raise InvalidInput(f"{option}: {text!r} is not a positive duration (e.g. 60s, 2m, 500ms)")
-    return float(m[1]) * _SECONDS[m[2]]
 
 
 def parse_count(text: str) -> CountMode:
@@ -98,7 +87,7 @@ def agent(
         uri=connect,
         name=name,
         count=parse_count(count),
-        resync=parse_duration(resync, "--resync"),
+        resync=parse_duration(resync, field="resync", positive=True).total_seconds(),
     )
     url = store_url(store)
     metrics = AgentMetrics(name or "")

@@ -41,24 +41,6 @@ HYPERVISOR_LABEL = "hvfleet.io/hypervisor"
 SOURCE_LABEL = "hvfleet.io/source"
 DEFAULT_TTL = timedelta(minutes=10)
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str, where: str = "--ttl") -> timedelta | None:
-    """`10m`, `90s`, `1h30m`; `0` or `never` for no expiry."""
-    s = text.strip()
-    if s in ("0", "never"):
-        return None
-    pos, seconds = 0, 0.0
-    for m in _DURATION.finditer(s):
-        if m.start() != pos:
-            break
-        seconds += int(m[1]) * _UNITS[m[2]]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise InvalidInput(f"{where}: {text!r} is not a duration (e.g. 30s, 10m, 1h30m, or 0)")
-    return timedelta(seconds=seconds)
 
 
 def reservation_labels(host: str, source: str) -> dict[str, str]:
