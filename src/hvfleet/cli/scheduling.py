@@ -85,7 +85,7 @@ def _request_dict(request: Request) -> dict[str, Any]:
 
 
 def _quantity(r: ResourceName, v: Any) -> Quantity:
-    return Quantity(v, "binary" if r == MEMORY else "decimal")
+    return r.quantity(v)
 
 
 def _fmt(r: ResourceName, v: Any) -> str:

@@ -89,8 +89,8 @@ class DomainDemand:
     def resources(self) -> ResourceList:
         out: ResourceList = {CPU: Quantity(self.vcpus)}
         for name, amount in _memory_by_resource(self.memory_parts).items():
-            out[name] = Quantity(amount, "binary")
-        out.setdefault(MEMORY, Quantity(0, "binary"))
+            out[name] = name.quantity(amount)
+        out.setdefault(MEMORY, MEMORY.quantity(0))
         return dict(sorted(out.items(), key=lambda kv: str(kv[0])))
 
 
@@ -304,7 +304,7 @@ def units_to_resources(units: dict[ResourceName, int]) -> ResourceList:
     """Whole units (millicpu for cpu, bytes for the rest) → quantities."""
     out: ResourceList = {}
     for r, amount in units.items():
-        out[r] = Quantity(Fraction(amount, MILLI)) if r == CPU else Quantity(amount, "binary")
+        out[r] = r.quantity(Fraction(amount, MILLI) if r == CPU else amount)
     return out
 
 

@@ -18,6 +18,7 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.quantity import Quantity
 
 _CLASS_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAX_LEN = 255  # Placement's limit for a resource class name
@@ -41,6 +42,11 @@ WELL_KNOWN: dict[str, PlacementClass] = {
     "hugepages-2Mi": PlacementClass("CUSTOM_HUGEPAGES_2MI", "pages of 2MiB", 2 * 2**20),
     "hugepages-1Gi": PlacementClass("CUSTOM_HUGEPAGES_1GI", "pages of 1GiB", 2**30),
 }
+
+# The resources counted in bytes (written in binary suffixes, shown as Gi/Mi,
+# converted to MiB/GiB for Placement). Everything else, the custom Placement
+# classes included, counts whole or decimal units.
+_IN_BYTES = frozenset({"memory", "disk", "hugepages-2Mi", "hugepages-1Gi"})
 
 VALID_FORMS = (
     "one of " + ", ".join(WELL_KNOWN)
@@ -71,6 +77,15 @@ class ResourceName(str):
     @property
     def is_custom(self) -> bool:
         return str(self) not in WELL_KNOWN
+
+    @property
+    def counts_bytes(self) -> bool:
+        """Whether amounts of this resource are bytes (memory, disk, hugepage pools)."""
+        return str(self) in _IN_BYTES
+
+    def quantity(self, value: int | Fraction | Quantity) -> Quantity:
+        """`value` as a Quantity of this resource: binary suffixes for bytes."""
+        return Quantity(value, "binary" if self.counts_bytes else "decimal")
 
     def to_placement_units(self, amount: Fraction | int) -> int:
         """An amount in hvfleet's base unit → whole Placement units (rounded down:
