@@ -65,14 +65,14 @@ class Quantity:
         if isinstance(text, Quantity):
             return text
         if isinstance(text, bool):
-            raise InvalidInput(f"{where}: expected a quantity, got a boolean")
+            raise InvalidInput("expected a quantity, got a boolean", field=where)
         if isinstance(text, int):
             return cls(text)
         if not isinstance(text, str):
-            raise InvalidInput(f"{where}: expected a quantity string, got {type(text).__name__}")
+            raise InvalidInput(f"expected a quantity string, got {type(text).__name__}", field=where)
         parsed = _parse_text(text.strip())
         if isinstance(parsed, str):
-            raise InvalidInput(f"{where}: {text!r} {parsed}")
+            raise InvalidInput(f"{text!r} {parsed}", field=where)
         return parsed
 
     def __str__(self) -> str:

@@ -64,10 +64,10 @@ class ResourceName(str):
         if isinstance(text, ResourceName):
             return text
         if not isinstance(text, str):
-            raise InvalidInput(f"{where}: resource name must be a string")
+            raise InvalidInput("resource name must be a string", field=where)
         if text in WELL_KNOWN or (len(text) <= _MAX_LEN and _CLASS_RE.match(text)):
             return cls(text)
-        raise InvalidInput(f"{where}: unknown resource {text!r}: expected {VALID_FORMS}")
+        raise InvalidInput(f"unknown resource {text!r}: expected {VALID_FORMS}", field=where)
 
     @property
     def placement(self) -> PlacementClass:
@@ -103,7 +103,7 @@ class ResourceName(str):
             try:
                 return cls.parse(v)
             except InvalidInput as exc:
-                raise ValueError(str(exc).removeprefix("resource: ")) from None
+                raise ValueError(exc.detail) from None
 
         return core_schema.no_info_plain_validator_function(
             validate,
