@@ -202,7 +202,7 @@ class Quantity:
             try:
                 return cls.parse(v)
             except InvalidInput as exc:
-                raise ValueError(str(exc).removeprefix("quantity: ")) from None
+                raise ValueError(exc.detail) from None
 
         return core_schema.no_info_plain_validator_function(
             validate,

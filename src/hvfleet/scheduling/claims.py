@@ -30,7 +30,7 @@ from hvfleet.model.hypervisor import (
 )
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.selectors import Selector
-from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
+from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
 from hvfleet.scheduling.fit import DEFAULT_STALENESS, check_claim
 from hvfleet.scheduling.index import FleetIndex, Weigher
 from hvfleet.scheduling.request import Request
@@ -92,7 +92,7 @@ def reserve(
         now = datetime.now(UTC)
         for other in others:
             if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
-                raise Conflict(f"consumer {consumer} already holds reservation {other.name} on {h.name}")
+                raise ConsumerAlreadyHolds(consumer, other.name, h.name)
         check_claim(h, others, request, now, staleness)
 
     return store.claim(reservation, manager, check)
@@ -135,12 +135,9 @@ def reserve_auto(
                 reserve(store, host, request, consumer, ttl, staleness=staleness, manager=manager),
                 attempt,
             )
-        except (DoesNotFit, Unavailable) as exc:
-            last = exc
-            failed_at[host] = index.revision
-        except Conflict as exc:
-            if "already holds" in str(exc):
-                raise
+        except ConsumerAlreadyHolds:
+            raise
+        except (DoesNotFit, Unavailable, Conflict) as exc:
             last = exc
             failed_at[host] = index.revision
     raise NoHostFits(f"no claim for {describe(request)} succeeded in {attempts} attempts: {last}")
