@@ -5,6 +5,9 @@
 
 `--once` reconciles one time and exits (1 if libvirt cannot be reached);
 otherwise the agent runs until SIGTERM or SIGINT and then exits cleanly.
+`hvfleet agent ...` runs through `standalone()`, which loads this command
+only, not the other families' dependencies (numpy, rich, the guest
+generator), so a long-running agent on every host stays small in memory.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import typer
 from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.reconcile import COUNT_MODES, CountMode
 from hvfleet.agent.runner import Agent, AgentConfig
-from hvfleet.cli.main import app
+from hvfleet.cli.main import app, error_line
 from hvfleet.model.durations import parse_duration
-from hvfleet.model.errors import InvalidInput
+from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.store import open_store, store_url
 
@@ -110,3 +113,14 @@ def agent(
             runner.run(stop)
     finally:
         metrics.close()
+
+
+def standalone(argv: list[str], prog_name: str = "hvfleet agent") -> None:
+    """`hvfleet agent ARGS` with only this command loaded."""
+    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    one.command()(agent)
+    try:
+        one(args=argv, prog_name=prog_name)
+    except HvfleetError as exc:
+        print(error_line(exc), file=sys.stderr)
+        sys.exit(exc.exit_code)

@@ -99,9 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["agent"]:
         # The long-running node agent loads only its own command, not every
         # family's dependencies: 69 instead of 84 MiB RSS (docs/benchmarks.md).
-        from hvfleet.agent.__main__ import main as agent_main
+        from hvfleet.cli.agent import standalone
 
-        agent_main(args[1:], prog_name="hvfleet agent")
+        standalone(args[1:])
         return
     _register()
     try:

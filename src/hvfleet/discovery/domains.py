@@ -58,6 +58,18 @@ def state_name(state: int) -> str:
 
 
 @dataclass(frozen=True)
+class DomainRecord:
+    """One domain as libvirt showed it: its XML and its virDomainState. Read by
+    `hvfleet.discovery.libvirt_conn`, parsed here; defined here so the pure
+    side (parsers, the agent's reconcile) needs no libvirt binding."""
+
+    name: str
+    uuid: str
+    xml: str
+    state: int
+
+
+@dataclass(frozen=True)
 class MemoryPart:
     """A piece of guest memory: a guest NUMA cell's, or all of it for a guest
     without NUMA cells (cell None), and the page size backing it."""

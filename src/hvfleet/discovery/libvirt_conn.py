@@ -16,12 +16,12 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import libvirt
 
+from hvfleet.discovery.domains import DomainRecord
 from hvfleet.discovery.host import NodeInfo
 from hvfleet.model.errors import Unavailable
 
@@ -67,16 +67,6 @@ def node_file_of_test_uri(uri: str) -> str | None:
     if parts.scheme != "test" or parts.path in ("", "/", "/default"):
         return None
     return unquote(parts.path)
-
-
-@dataclass(frozen=True)
-class DomainRecord:
-    """One domain as libvirt showed it: its XML and its virDomainState."""
-
-    name: str
-    uuid: str
-    xml: str
-    state: int
 
 
 def _message(exc: libvirt.libvirtError) -> str:
