@@ -50,7 +50,6 @@ DOMAIN_STATES: dict[int, str] = {
     0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown",
     5: "shutoff", 6: "crashed", 7: "pmsuspended",
 }
-SHUTOFF = 5
 
 
 def state_name(state: int) -> str:

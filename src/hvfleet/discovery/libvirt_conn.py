@@ -107,14 +107,6 @@ class LibvirtConnection:
     def is_open(self) -> bool:
         return self._conn is not None
 
-    def is_alive(self) -> bool:
-        if self._conn is None:
-            return False
-        try:
-            return bool(self._conn.isAlive())
-        except libvirt.libvirtError:
-            return False
-
     def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is None:
@@ -234,9 +226,6 @@ class LibvirtConnection:
 
     def hypervisor_version(self) -> str:
         return version_string(int(self._call("hypervisor version", lambda: self._c().getVersion())))
-
-    def driver_type(self) -> str:
-        return str(self._call("driver type", lambda: self._c().getType()))
 
     def domains(self) -> list[DomainRecord]:
         """Every domain libvirt knows (defined and transient), XML and state. A

@@ -18,7 +18,7 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.quantity import Quantity
+from hvfleet.model.quantity import Quantity, text_schema
 
 _CLASS_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAX_LEN = 255  # Placement's limit for a resource class name
@@ -99,17 +99,7 @@ class ResourceName(str):
     def __get_pydantic_core_schema__(
         cls, source: type[Any], handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        def validate(v: Any) -> ResourceName:
-            try:
-                return cls.parse(v)
-            except InvalidInput as exc:
-                raise ValueError(exc.detail) from None
-
-        return core_schema.no_info_plain_validator_function(
-            validate,
-            serialization=core_schema.plain_serializer_function_ser_schema(str),
-            json_schema_input_schema=core_schema.str_schema(),
-        )
+        return text_schema(cls.parse, core_schema.str_schema())
 
     @classmethod
     def __get_pydantic_json_schema__(cls, _schema: Any, _handler: Any) -> dict[str, Any]:

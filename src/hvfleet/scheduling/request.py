@@ -29,9 +29,6 @@ class Request:
         """What `count` instances take together."""
         return self.resources[name] * self.count
 
-    def per_instance_list(self) -> dict[ResourceName, Quantity]:
-        return dict(self.resources)
-
     def total_list(self) -> dict[ResourceName, Quantity]:
         return {r: self.total(r) for r in self.resources}
 
