@@ -23,7 +23,7 @@ import typer
 from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.reconcile import COUNT_MODES, CountMode
 from hvfleet.agent.runner import Agent, AgentConfig
-from hvfleet.cli.main import app, error_line
+from hvfleet.cli.main import PLAIN, app, error_line
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
@@ -117,7 +117,7 @@ def agent(
 
 def standalone(argv: list[str], prog_name: str = "hvfleet agent") -> None:
     """`hvfleet agent ARGS` with only this command loaded."""
-    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    one = typer.Typer(**PLAIN)  # type: ignore[arg-type]
     one.command()(agent)
     try:
         one(args=argv, prog_name=prog_name)
