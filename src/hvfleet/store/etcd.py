@@ -36,7 +36,9 @@ from hvfleet.store.base import (
     StaleVersion,
     Store,
     WatchEvent,
+    Write,
     as_selector,
+    check_batch,
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
@@ -284,6 +286,65 @@ class EtcdStore(Store):
             f"{kind} {name}: resourceVersion {obj.metadata.resource_version} is stale "
             f"(current is {current.mod_revision}); re-read and retry"
         )
+
+    def write_all(
+        self, writes: Sequence[Write], manager: str, *, force: bool = False
+    ) -> builtins.list[Resource]:
+        """One read transaction (every object at one revision), the ownership and
+        version checks on what it read, then one write transaction that compares
+        every key's revision as read (create_revision == 0 for a create): if any
+        object changed in between, nothing is written and the first changed
+        one's error is raised. etcd writes the whole batch at one revision."""
+        check_batch(writes)
+        if not writes:
+            return []
+        keys = [self._key(w.object.kind, w.object.metadata.name) for w in writes]
+        what = f"write {len(writes)} objects"
+        snap = self.transport.txn([], [op_get(k) for k in keys], what=what)
+        now = _now()
+        compares: builtins.list[dict[str, Any]] = []
+        ops: builtins.list[dict[str, Any]] = []
+        stored: builtins.list[Resource] = []
+        values: builtins.list[bytes] = []
+        for i, (w, key) in enumerate(zip(writes, keys, strict=True)):
+            obj, kv = w.object, snap.first(i)
+            old: Resource | None = None
+            if w.action == "create":
+                if kv is not None:
+                    raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
+                new = prepare_create(obj, manager, now)
+                compares.append(cmp_absent(key))
+            else:
+                if kv is None:
+                    raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+                old = decode(obj.kind, kv.value, kv.mod_revision)
+                new = prepare_update(old, obj, manager, force=force, now=now)
+                compares.append(cmp_mod(key, kv.mod_revision))
+            value = encode(new)
+            ops += [op_put(key, value), *self._reservation_ops(old, new)]
+            stored.append(new)
+            values.append(value)
+        result = self.transport.txn(compares, ops, [op_get(k) for k in keys], what=what)
+        revision = result.revision if result.succeeded else landed(result, values)
+        if revision is not None:
+            for key, value in zip(keys, values, strict=True):
+                self._remember(key, revision, value)
+            return [with_version(obj, revision) for obj in stored]
+        # Changed since the read: name the first object that did.
+        for i, w in enumerate(writes):
+            before, now_kv = snap.first(i), result.first(i)
+            if (before.mod_revision if before else 0) == (now_kv.mod_revision if now_kv else 0):
+                continue
+            obj = w.object
+            if now_kv is None:
+                raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found (deleted concurrently)")
+            if w.action == "create":
+                raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
+            raise StaleVersion(
+                f"{obj.kind} {obj.metadata.name}: resourceVersion {obj.metadata.resource_version} "
+                f"is stale (current is {now_kv.mod_revision}); re-read and retry"
+            )
+        raise StaleVersion(f"{what}: the objects changed while they were written; re-read and retry")
 
     def pause_after_conflict(self, attempt: int) -> None:
         """A short jittered pause: with optimistic writes from many processes on

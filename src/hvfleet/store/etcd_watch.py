@@ -77,6 +77,9 @@ def watch_range(
             last_error = f"{endpoint}: {exc}"
         if stream is not None:
             opened_at = time.monotonic()
+            # This stream starts after `floor`: nothing at or below it is new. (Not
+            # `last`: one atomic write's events share a revision.)
+            floor = last
             try:
                 for msg in stream.messages(stopped, idle_deadline):
                     if msg.get("created"):
@@ -91,9 +94,12 @@ def watch_range(
                             )
                         last_error = f"{endpoint}: {msg.get('cancel_reason', 'watch canceled')}"
                         break
-                    for ev in msg.get("events", []):
-                        event = _event(ev, decode)
-                        if event.revision <= last:
+                    # etcd never splits one revision's events over two messages.
+                    raw = msg.get("events", [])
+                    for i, ev in enumerate(raw):
+                        following = raw[i + 1]["kv"] if i + 1 < len(raw) else None
+                        event = _event(ev, decode, following)
+                        if event.revision <= floor:
                             continue  # already delivered before a reconnect
                         last = event.revision
                         idle_base = time.monotonic()
@@ -127,8 +133,11 @@ def watch_range(
                 time.sleep(pause)
 
 
-def _event(ev: dict[str, Any], decode: DecodeKv) -> WatchEvent:
+def _event(ev: dict[str, Any], decode: DecodeKv, following: dict[str, Any] | None) -> WatchEvent:
     kv = KeyValue.from_json(ev["kv"])
+    last_of_revision = (
+        following is None or int(following.get("mod_revision", 0)) != kv.mod_revision
+    )
     etype: EventType
     if ev.get("type") == "DELETE":
         # A delete carries no value: the object is the last one stored (prev_kv).
@@ -138,7 +147,9 @@ def _event(ev: dict[str, Any], decode: DecodeKv) -> WatchEvent:
     else:
         etype = "ADDED" if kv.version == 1 else "MODIFIED"
         obj = decode(kv)
-    return WatchEvent(type=etype, object=obj, revision=kv.mod_revision)
+    return WatchEvent(
+        type=etype, object=obj, revision=kv.mod_revision, last_of_revision=last_of_revision
+    )
 
 
 class _WatchStream:

@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -39,7 +39,9 @@ from hvfleet.store.base import (
     StaleVersion,
     Store,
     WatchEvent,
+    Write,
     as_selector,
+    check_batch,
     gc_paused,
     kind_of,
 )
@@ -230,6 +232,29 @@ class SqliteStore(Store):
                 raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
             new = prepare_update(old, obj, manager, force=force, now=_now())
             return self._put(db, new, "MODIFIED")
+
+    def write_all(
+        self, writes: Sequence[Write], manager: str, *, force: bool = False
+    ) -> builtins.list[Resource]:
+        check_batch(writes)
+        out: builtins.list[Resource] = []
+        # One IMMEDIATE transaction: every check sees the state every write lands
+        # on, and a failure rolls back the writes already made inside it.
+        with self._write() as db:
+            now = _now()
+            for w in writes:
+                obj = w.object
+                old = self._load(db, obj.kind, obj.metadata.name)
+                if w.action == "create":
+                    if old is not None:
+                        raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
+                    out.append(self._put(db, prepare_create(obj, manager, now), "ADDED"))
+                else:
+                    if old is None:
+                        raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+                    new = prepare_update(old, obj, manager, force=force, now=now)
+                    out.append(self._put(db, new, "MODIFIED"))
+        return out
 
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
         kind = kind_of(kind)
