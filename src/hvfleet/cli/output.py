@@ -21,8 +21,6 @@ from hvfleet.model.resources import ResourceName
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
 err_console = Console(stderr=True, highlight=False)
 
-_BYTE_RESOURCES = {"memory", "disk", "hugepages-2Mi", "hugepages-1Gi"}
-
 
 class OutputFormat(StrEnum):
     table = "table"
@@ -35,7 +33,7 @@ def human(resource: ResourceName | str, q: Quantity | None) -> str:
     """A quantity as a person reads it: bytes as Gi/Mi with one decimal."""
     if q is None:
         return "-"
-    if str(resource) in _BYTE_RESOURCES:
+    if ResourceName(resource).counts_bytes:
         v = float(q.value)
         for suffix, mult in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
             if abs(v) >= mult:
