@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 import threading
+from datetime import UTC, datetime
 from types import FrameType
 
 import typer
@@ -24,6 +25,7 @@ from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.cli.main import app
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
+from hvfleet.model.readiness import readiness
 from hvfleet.store import open_store, store_url
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -53,8 +55,8 @@ def summary(h: Hypervisor, url: str) -> str:
         cap = next((q for k, q in s.capacity.items() if k == r), None)
         return f"{r} {alloc}/{cap}"
 
-    ready = next((c for c in s.conditions if c.type == "Ready"), None)
-    state = f"Ready={ready.status}" if ready else "Ready=Unknown"
+    # The agent's own view: no lease to consult (it holds it), judged now.
+    state = readiness(h, datetime.now(UTC)).state
     return (
         f"{h.name}: {fraction('cpu')}, {fraction('memory')}, {len(s.instances)} instance(s), "
         f"{len(s.cells)} cell(s), {state} → {url}"
