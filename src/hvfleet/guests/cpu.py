@@ -1,13 +1,15 @@
 """The guest CPU: one definition every host of a group can run and migrate to.
 
 Each host CPU is expanded to its full feature set with libvirt's cpu_map
-(model features + required − disabled). The group's CPU is their
-intersection; the named model closest to it (fewest features to add plus
-remove, so it covers most of the intersection with little outside it)
-becomes `<model>`, the rest `require`, and the model's features missing from
-the intersection `disable`. Features libvirt marks non-migratable (invtsc,
-xsaves) are left out of the intersection first. `check='full'` makes QEMU refuse to start a
-guest whose CPU would differ from what is written.
+(model features + required − disabled; features cpu_map marks removed from a
+model are not the model's). The group's CPU is their intersection; the named
+model closest to it (fewest features to add plus remove, so it covers most of
+the intersection with little outside it) becomes `<model>`, the rest
+`require`, and the model's features missing from the intersection `disable`,
+with the features cpu_map marks removed from it. Features libvirt marks
+non-migratable (invtsc, xsaves) are left out of the intersection first.
+`check='full'` makes QEMU refuse to start a guest whose CPU would differ from
+what is written.
 """
 
 from __future__ import annotations
@@ -104,7 +106,9 @@ def baseline_cpu(
     # EPYC has topoext); a host-model CPU says so by disabling them. Disable
     # every such feature too, so check='full' compares like with like.
     host_disabled = {cmap.canonical_feature(f) for key in expanded for f in key[2]}
-    disable = tuple(sorted((model.features | (host_disabled & known)) - common))
+    # Features cpu_map marks removed from the model are disabled explicitly,
+    # as libvirt's baseline does: the model name alone once carried them.
+    disable = tuple(sorted((model.features | model.removed | (host_disabled & known)) - common))
     features = frozenset((model.features | set(require)) - set(disable))
     assert features <= common
     evidence = [
@@ -170,7 +174,9 @@ def software_cpu(
         )
     return Decision(
         "cpu",
-        GuestCPU(mode, model.name, vendor if model.vendor else "", (), (), model.features),
+        # Only the features cpu_map marks removed from the model are disabled.
+        GuestCPU(mode, model.name, vendor if model.vendor else "", (),
+                 tuple(sorted(model.removed)), model.features),
         model.name,
         reason,
         (f"{len(models)} models usable on all {len(hosts)} hosts", *evidence[:6]),
