@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from hvfleet.discovery.capabilities import parse_cpu_element
-from hvfleet.guests.cpu import expand_cpu
+from hvfleet.guests.cpu import expand_cpu, is_unknown_cpu
 from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.request import HostGroup
 from hvfleet.model.errors import InvalidInput
@@ -69,10 +69,13 @@ def _check_host(dom: etree._Element, name: str, caps: HostCapabilities) -> HostV
             cmap.canonical_feature(f)
             for m in caps.cpu_models or () if m.usable is False for f in m.blockers or ()
         }
-        have = expand_cpu(caps.cpu, cmap, name) - blocked
-        missing = sorted(guest - have)
-        if missing:
-            v.problems.append(f"CPU features missing: {', '.join(missing)}")
+        if is_unknown_cpu(caps.cpu):
+            v.warnings.append("CPU features unknown (libvirt reported no host CPU model)")
+        else:
+            have = expand_cpu(caps.cpu, cmap, name) - blocked
+            missing = sorted(guest - have)
+            if missing:
+                v.problems.append(f"CPU features missing: {', '.join(missing)}")
         if want.vendor and caps.cpu.vendor and want.vendor != caps.cpu.vendor:
             v.problems.append(f"CPU vendor {want.vendor}, host is {caps.cpu.vendor}")
         if caps.cpu_models is not None:

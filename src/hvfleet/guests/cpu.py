@@ -39,6 +39,34 @@ class GuestCPU:
     require: tuple[str, ...]
     disable: tuple[str, ...]
     features: frozenset[str]  # every feature the guest sees
+    # Hosts left out because their CPU is unknown (baseline with skip_unknown).
+    skipped: tuple[str, ...] = ()
+
+
+class UnknownHostCPU(InvalidInput):
+    """Hosts whose CPU libvirt did not identify (no model, as on its test
+    driver): any CPU computed over them would fit no real host (model 486
+    with fpu, pse and vme disabled), so it is refused."""
+
+    def __init__(self, hosts: Sequence[str], skippable: bool) -> None:
+        self.hosts = tuple(hosts)
+        self.skippable = skippable
+        # The message without the hint, for an edge that names its own option.
+        self.reason = (
+            f"hosts: the CPU of {hosts_list(list(hosts))} is unknown (libvirt reported no "
+            "CPU model, as its test driver does)"
+        )
+        how = (
+            "leave them out (skip_unknown) or choose hosts whose CPU is known"
+            if skippable
+            else "a guest must run on every host of its group: choose hosts whose CPU is known"
+        )
+        super().__init__(f"{self.reason}; {how}")
+
+
+def is_unknown_cpu(cpu: HostCPU) -> bool:
+    """True when libvirt gave no CPU model: nothing can be said of its features."""
+    return not cpu.model
 
 
 def expand_cpu(cpu: HostCPU, cmap: CPUMap, where: str) -> frozenset[str]:
@@ -130,15 +158,28 @@ def baseline_cpu(
     hosts: Sequence[tuple[str, HostCPU]],
     cmap: CPUMap | None = None,
     qemu_models: QEMUModels | None = None,
+    skip_unknown: bool = False,
+    skippable: bool = True,
 ) -> Decision[GuestCPU]:
     """The intersection CPU of `hosts` (name, host CPU); InvalidInput on mixed vendors.
 
     With `qemu_models` (what each host's QEMU offers, from domcapabilities),
     the model is one every such host knows and can run with the guest's
     features, and the features a host's QEMU lists as blockers are taken as
-    missing on that host."""
+    missing on that host.
+
+    Hosts whose CPU is unknown (`is_unknown_cpu`) raise UnknownHostCPU, or are
+    left out when `skip_unknown` (listed in the result's `skipped`);
+    `skippable` False says the caller cannot leave hosts out (a guest)."""
     if not hosts:
         raise InvalidInput("cpu baseline: no host CPUs given")
+    unknown_hosts = [n for n, c in hosts if is_unknown_cpu(c)]
+    if unknown_hosts and not (skip_unknown and skippable):
+        raise UnknownHostCPU(unknown_hosts, skippable)
+    if unknown_hosts:
+        hosts = [(n, c) for n, c in hosts if not is_unknown_cpu(c)]
+        if not hosts:
+            raise UnknownHostCPU(unknown_hosts, skippable=False)
     cmap = cmap or load_cpu_map()
     vendor, by_vendor = _group_vendor(hosts)
     if not vendor:
@@ -191,13 +232,16 @@ def baseline_cpu(
             "(domcapabilities)"
         )
     evidence += left_out
+    if unknown_hosts:
+        evidence.append(f"left out, CPU unknown: {hosts_list(unknown_hosts)}")
     if dropped:
         evidence.append(f"non-migratable, left out: {', '.join(dropped)}")
     if unknown:
         evidence.append(f"unknown to this libvirt's cpu_map, left out: {', '.join(unknown)}")
     return Decision(
         "cpu",
-        GuestCPU("intersection", model.name, vendor, require, disable, features),
+        GuestCPU("intersection", model.name, vendor, require, disable, features,
+                 tuple(unknown_hosts)),
         f"{model.name} +{len(require)} -{len(disable)} features",
         "the named model closest to the features every host shares; the rest "
         "required, the model's features some host lacks disabled",
@@ -229,6 +273,9 @@ def software_cpu(
     """A named model with no host-specific extras (software), or the most
     conservative 64-bit model every host runs (none)."""
     cmap = load_cpu_map()
+    blind = [n for n, c in hosts if c.cpu_models is None and is_unknown_cpu(c.cpu)]
+    if blind:
+        raise UnknownHostCPU(blind, skippable=False)
     vendor, _ = _group_vendor([(n, c.cpu) for n, c in hosts])
     models, evidence = _usable_everywhere(hosts, cmap)
     models = [m for m in models if "lm" in m.features and (not m.vendor or m.vendor == vendor)]
@@ -262,7 +309,7 @@ def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU
         raise InvalidInput(f"cpu: --mode host needs exactly one host, got {len(hosts)}")
     name, caps = hosts[0]
     cmap = load_cpu_map()
-    d = baseline_cpu([(name, caps.cpu)], cmap, qemu_models_of(hosts))
+    d = baseline_cpu([(name, caps.cpu)], cmap, qemu_models_of(hosts), skippable=False)
     return Decision(
         "cpu",
         GuestCPU("host", *(getattr(d.value, f) for f in ("model", "vendor", "require",
@@ -275,7 +322,9 @@ def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU
 
 def decide_cpu(mode: str, hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
     if mode == "intersection":
-        return baseline_cpu([(n, c.cpu) for n, c in hosts], qemu_models=qemu_models_of(hosts))
+        return baseline_cpu(
+            [(n, c.cpu) for n, c in hosts], qemu_models=qemu_models_of(hosts), skippable=False
+        )
     if mode == "host":
         return host_cpu(hosts)
     if mode in ("software", "none"):
