@@ -47,6 +47,7 @@ from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
 from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec
 from hvfleet.model.meta import validate_name
+from hvfleet.model.readiness import DEFAULT_RESYNC
 from hvfleet.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ class AgentConfig:
     uri: str
     name: str | None = None
     count: CountMode = "defined"
-    resync: float = 60.0
+    # Readers judge staleness in these periods (model.readiness.DEFAULT_STALENESS).
+    resync: float = DEFAULT_RESYNC.total_seconds()
     debounce: float = 0.05
     max_delay: float = 0.25
     backoff_initial: float = 0.25

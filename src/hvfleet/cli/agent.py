@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 import threading
+from datetime import UTC, datetime
 from types import FrameType
 
 import typer
@@ -27,6 +28,7 @@ from hvfleet.cli.main import PLAIN, app, error_line
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
+from hvfleet.model.readiness import readiness
 from hvfleet.store import open_store, store_url
 
 
@@ -45,8 +47,8 @@ def summary(h: Hypervisor, url: str) -> str:
         cap = next((q for k, q in s.capacity.items() if k == r), None)
         return f"{r} {alloc}/{cap}"
 
-    ready = next((c for c in s.conditions if c.type == "Ready"), None)
-    state = f"Ready={ready.status}" if ready else "Ready=Unknown"
+    # The agent's own view: no lease to consult (it holds it), judged now.
+    state = readiness(h, datetime.now(UTC)).state
     return (
         f"{h.name}: {fraction('cpu')}, {fraction('memory')}, {len(s.instances)} instance(s), "
         f"{len(s.cells)} cell(s), {state} → {url}"

@@ -20,6 +20,7 @@ from hvfleet.cli.output import console, dump, human, table
 from hvfleet.model.durations import parse_duration, parse_expiry
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import (
@@ -30,7 +31,7 @@ from hvfleet.scheduling.claims import (
     reserve,
     reserve_auto,
 )
-from hvfleet.scheduling.fit import DEFAULT_STALENESS, reservations_by_host
+from hvfleet.scheduling.fit import reservations_by_host
 from hvfleet.scheduling.index import FitResult, FleetIndex
 from hvfleet.scheduling.placement import export, sync
 from hvfleet.scheduling.placement_client import PlacementClient

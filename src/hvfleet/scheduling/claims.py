@@ -29,9 +29,10 @@ from hvfleet.model.hypervisor import (
     ReservationStatus,
 )
 from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
-from hvfleet.scheduling.fit import DEFAULT_STALENESS, check_claim
+from hvfleet.scheduling.fit import check_claim
 from hvfleet.scheduling.index import FleetIndex, Weigher
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store
