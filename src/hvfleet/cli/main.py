@@ -95,7 +95,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("agent", "Keep one hypervisor's status (capacity, allocation, instances, host "
                        "capabilities, effective capacity) true, from libvirt."),
     "apply": ("resources", "Create or update objects from Kubernetes-style manifests (server-side "
-                           "apply)."),
+                           "apply), all or nothing."),
     "capacity": ("resources", "Effective, allocated and free capacity per host, with a total row."),
     "cpu": ("guest", "CPU definitions for host groups."),
     "crd": ("resources", "Print CustomResourceDefinitions for Hypervisor and Reservation."),
