@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point. Usage errors are Typer's (exit 2); hvfleet's own errors
     become one line on stderr with their exit code."""
     args = sys.argv[1:] if argv is None else argv
+    # The fleet index compares numpy vectors and never multiplies matrices, yet
+    # OpenBLAS starts a thread per core when numpy loads: ~50 ms of every `fit`.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if args[:1] == ["agent"]:
         # The long-running node agent loads only its own command, not every
         # family's dependencies: 69 instead of 84 MiB RSS (docs/benchmarks.md).

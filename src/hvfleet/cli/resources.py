@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from pydantic import ValidationError
-from rich.text import Text
 
 from hvfleet.cli.common import (
     DEFAULT_MANAGER,
@@ -169,6 +167,8 @@ def capacity(
     if not summary.hosts:
         print("No hypervisors found.", file=sys.stderr)
         return
+    from rich.text import Text
+
     t = table([c.name for c in views.capacity_columns(summary)], [])
     for row in views.capacity_rows(summary):
         cells = [Text(text, style=_LEVEL_STYLE[level])
@@ -318,10 +318,14 @@ def export(
     """Print manifests (YAML) that `apply -f` turns back into the same objects."""
     with connect(store) as s:
         objs = s.list(kind_of(kind), selector).items
+    import yaml
+
     sys.stdout.write(yaml.safe_dump_all([manifest_of(o) for o in objs], sort_keys=False))
 
 
 @app.command("crd")
 def crd() -> None:
     """Print CustomResourceDefinitions for Hypervisor and Reservation."""
+    import yaml
+
     sys.stdout.write(yaml.safe_dump_all(crds(), sort_keys=False))

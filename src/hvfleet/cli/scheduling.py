@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,11 +32,13 @@ from hvfleet.scheduling.claims import (
     reserve_auto,
 )
 from hvfleet.scheduling.fit import reservations_by_host
-from hvfleet.scheduling.index import FitResult, FleetIndex
-from hvfleet.scheduling.placement import export, sync
-from hvfleet.scheduling.placement_client import PlacementClient
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import open_store
+
+if TYPE_CHECKING:
+    # Imported by the commands that use them: numpy comes with the index,
+    # an HTTP client with Placement; `reservations` and `release` need neither.
+    from hvfleet.scheduling.index import FitResult, FleetIndex
 
 
 class Weigher(StrEnum):
@@ -149,6 +151,8 @@ def fit_command(
     if limit is not None and limit < 1:
         raise InvalidInput("--limit: must be at least 1")
     sel = parse_selector(selector)
+    from hvfleet.scheduling.index import FleetIndex
+
     with open_store(store) as st:
         index = FleetIndex.from_store(st, _staleness(staleness))
     result = index.fit(request, selector=sel, weigher=weigher.value, limit=limit, why=why)
@@ -271,6 +275,8 @@ def placement_export_command(
     expects them, and current usages."""
     if output != "json":
         raise InvalidInput(f"-o: {output!r} is not supported here (json)")
+    from hvfleet.scheduling.placement import export
+
     with open_store(store) as st:
         hosts = st.list_hypervisors(parse_selector(selector))
         by_host = reservations_by_host(st.list_reservations())
@@ -285,6 +291,9 @@ def placement_sync_command(
     store: StoreOpt = None,
 ) -> None:
     """Keep one Reservation per Placement consumer per host until libvirt shows it."""
+    from hvfleet.scheduling.placement import sync
+    from hvfleet.scheduling.placement_client import PlacementClient
+
     with open_store(store) as st, PlacementClient(url, token) as client:
         report = sync(st, client)
     if output is not Output.table:

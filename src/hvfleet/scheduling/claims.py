@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from hvfleet.model.capacity import reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
@@ -33,9 +34,12 @@ from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
 from hvfleet.scheduling.fit import check_claim
-from hvfleet.scheduling.index import FleetIndex, Weigher
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store
+
+if TYPE_CHECKING:
+    # numpy comes with the index: only `reserve_auto` needs it, not claiming on a host.
+    from hvfleet.scheduling.index import FleetIndex, Weigher
 
 MANAGER = "hvfleet-scheduler"
 HYPERVISOR_LABEL = "hvfleet.io/hypervisor"
@@ -120,6 +124,8 @@ def reserve_auto(
 ) -> AutoClaim:
     """Claim the best host for `request`; on a lost race, refresh and retry."""
     if index is None:
+        from hvfleet.scheduling.index import FleetIndex
+
         index = FleetIndex.from_store(store, staleness)
     failed_at: dict[str, int] = {}
     last: Exception | None = None
