@@ -82,6 +82,12 @@ def test_vgpu_and_vfs_stay_held_while_the_instance_runs_and_free_when_it_is_gone
     assert vgpu.split()[7] == "6"  # FREE
     doc = json.loads(run("reservations", "-o", "json").out)
     assert doc["items"][0]["status"]["phase"] == "Confirmed"
+    listed = run("reservations").out.splitlines()
+    header, row = listed[0].split(), listed[1].split()
+    assert row[header.index("PHASE")] == "Confirmed"
+    assert row[header.index("HOLDS")] == "CUSTOM_NIC_VF=1,VGPU=2"
+    got = run("get", "reservations").out.splitlines()[1].split()
+    assert got[4:6] == ["Confirmed", "CUSTOM_NIC_VF=1,VGPU=2"]
 
     fit = json.loads(run("fit", "--cpu", "1", "--resource", "VGPU=7", "-o", "json").out)
     assert fit["candidates"] == []

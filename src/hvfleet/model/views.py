@@ -146,8 +146,10 @@ _RESERVATION_COLUMNS = (
     Column("CONSUMER", description="spec.consumer"),
     Column("RESOURCES", description="spec.resources"),
     Column("PHASE", description="phase derived now (Confirmed once the instance runs, Expired, ...)"),
+    Column("HOLDS", description="what it holds now (a running instance's VGPU, VFs, ...)"),
     Column("EXPIRES", description="spec.expiresAt"),
     Column("AGE", description="since metadata.creationTimestamp"),
+    Column("SOURCE", description="spec.source: hvfleet, or a mirrored Placement allocation", priority=1),
 )
 
 
@@ -157,16 +159,20 @@ def reservation_columns(wide: bool = False) -> list[Column]:
 
 def reservation_row(r: Reservation, h: Hypervisor | None, now: datetime, wide: bool = False) -> list[str]:
     """The cells of `reservation_columns(wide)`; `h` is the reservation's host
-    (None when it is not known), from which the phase is derived."""
-    return [
+    (None when it is not known), from which phase and holdings are derived."""
+    row = [
         r.name,
         r.spec.hypervisor,
         r.spec.consumer,
         _pairs(r.spec.resources, human),
         cap.reservation_phase(r, h, now),
+        _pairs(cap.held_resources(r, h, now), human),
         r.spec.expires_at.isoformat() if r.spec.expires_at else "-",
         age(r.metadata.creation_timestamp, now),
     ]
+    if wide:
+        row.append(r.spec.source)
+    return row
 
 
 # -- one host's capacity (`describe hypervisor`) ------------------------------------------------
