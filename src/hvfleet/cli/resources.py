@@ -29,17 +29,14 @@ from hvfleet.cli.output import OutputFormat, console, dump, emit, human, table
 from hvfleet.model import capacity as cap
 from hvfleet.model import views
 from hvfleet.model.crd import crds
-from hvfleet.model.errors import InvalidInput, NotFound
-from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
-from hvfleet.model.meta import API_VERSION, validation_message
+from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.meta import validation_message
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
-from hvfleet.store import Store
+from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
 from hvfleet.store.base import kind_of
-from hvfleet.store.ownership import apply_spec
-
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 
 OutputOpt = Annotated[OutputFormat, typer.Option("-o", "--output", help="table|wide|json|yaml")]
 
@@ -272,74 +269,6 @@ _quantity_commands(extra_app, "extra_capacity", "extraCapacity")
 
 # -- apply / export / crd -------------------------------------------------------------------------
 
-def load_manifests(text: str, source: str) -> list[Resource]:
-    """Parse and validate every document before anything is written."""
-    if len(text.encode()) > MAX_MANIFEST_BYTES:
-        raise InvalidInput(f"{source}: larger than {MAX_MANIFEST_BYTES} bytes")
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InvalidInput(f"{source}: malformed YAML{where}: {problem}") from None
-    out: list[Resource] = []
-    for i, doc in enumerate(docs, 1):
-        what = f"{source}: document {i}"
-        if not isinstance(doc, dict):
-            raise InvalidInput(f"{what}: expected a mapping with apiVersion and kind")
-        items = doc.get("items") if doc.get("kind") == "List" else [doc]
-        for item in items or []:
-            if not isinstance(item, dict):
-                raise InvalidInput(f"{what}: list item is not a mapping")
-            if item.get("apiVersion") != API_VERSION:
-                raise InvalidInput(f"{what}: apiVersion: expected {API_VERSION!r}, "
-                                   f"got {item.get('apiVersion')!r}")
-            kind = item.get("kind")
-            if kind not in KINDS:
-                raise InvalidInput(f"{what}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-            name = (item.get("metadata") or {}).get("name", "?")
-            try:
-                out.append(KINDS[kind].model_validate(item))
-            except ValidationError as exc:
-                raise InvalidInput(validation_message(exc, f"{what} ({kind} {name})")) from None
-    names = [(o.kind, o.metadata.name) for o in out]
-    dupes = {n for n in names if names.count(n) > 1}
-    if dupes:
-        kind, name = sorted(dupes)[0]
-        raise InvalidInput(f"{source}: {kind} {name} appears more than once")
-    return out
-
-
-def plan_apply(s: Store, manifests: list[Resource], manager: str) -> list[tuple[str, Resource]]:
-    """What apply will write, checked against the current state before any write."""
-    plan: list[tuple[str, Resource]] = []
-    for m in manifests:
-        try:
-            current = s.get(m.kind, m.metadata.name)
-        except NotFound:
-            if isinstance(m, Reservation):
-                # A new reservation must be claimed: only the claim re-checks free
-                # capacity in the same atomic write, so apply must not bypass it.
-                raise InvalidInput(
-                    f"Reservation {m.metadata.name}: new reservations are claimed with "
-                    "`hvfleet reserve`, which checks free capacity atomically"
-                ) from None
-            plan.append(("create", m))
-            continue
-        rv = m.metadata.resource_version or current.metadata.resource_version
-        merged = apply_spec(current, m, manager)
-        meta = merged.metadata.model_copy(update={
-            "labels": m.metadata.labels, "annotations": m.metadata.annotations,
-            "resource_version": rv,
-        })
-        merged = merged.model_copy(update={"metadata": meta})
-        if isinstance(merged, Reservation) and isinstance(m, Reservation):
-            merged = merged.model_copy(update={"status": m.status})
-        plan.append(("update", merged))
-    return plan
-
-
 @app.command("apply")
 def apply(
     filename: Annotated[str, typer.Option("-f", "--filename", help="YAML manifest file, or - for stdin.")],
@@ -347,7 +276,8 @@ def apply(
     force: ForceOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Create or update objects from Kubernetes-style manifests (server-side apply)."""
+    """Create or update objects from Kubernetes-style manifests (server-side apply),
+    all or nothing."""
     if filename == "-":
         text = sys.stdin.read(MAX_MANIFEST_BYTES + 1)
     else:
@@ -357,22 +287,12 @@ def apply(
             raise InvalidInput(f"{filename}: cannot read: {exc}") from None
     manifests = load_manifests(text, filename)
     with connect(store) as s:
-        plan = plan_apply(s, manifests, manager)
-        # Dry-run every update's ownership and version checks first, so one bad
-        # document leaves the store untouched.
-        from hvfleet.store.ownership import prepare_update
-
-        for action, obj in plan:
-            if action == "update":
-                prepare_update(s.get(obj.kind, obj.metadata.name), obj, manager,
-                               force=force, now=datetime.now(UTC))
-        for action, obj in plan:
-            if action == "create":
-                s.create(obj, manager)
-            else:
-                s.update(obj, manager, force=force)
-            console.print(f"{obj.kind.lower()}/{obj.metadata.name} "
-                          f"{'created' if action == 'create' else 'configured'}")
+        try:
+            applied = apply_manifests(s, manifests, manager, force=force)
+        except ClaimRequired as exc:
+            raise InvalidInput(f"{exc} (use `hvfleet reserve`)") from None
+    for a in applied:
+        console.print(f"{a.object.kind.lower()}/{a.object.metadata.name} {a.action}")
 
 
 def manifest_of(obj: Resource) -> dict[str, Any]:

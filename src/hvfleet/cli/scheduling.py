@@ -18,6 +18,7 @@ from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
 from hvfleet.cli.output import console, dump, human, table
 from hvfleet.model import views as model_views
+from hvfleet.model.durations import parse_duration, parse_expiry
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.quantity import Quantity
@@ -28,7 +29,6 @@ from hvfleet.scheduling.claims import (
     derive_phases,
     describe,
     gc,
-    parse_duration,
     release,
     reserve,
     reserve_auto,
@@ -67,10 +67,7 @@ StalenessOpt = Annotated[
 
 
 def _staleness(text: str) -> timedelta:
-    value = parse_duration(text, "--staleness")
-    if value is None:
-        raise InvalidInput("--staleness: must be a positive duration such as 180s")
-    return value
+    return parse_duration(text, field="staleness", positive=True)
 
 
 def _print_doc(data: Any, output: Output = Output.json) -> None:
@@ -91,7 +88,7 @@ def _request_dict(request: Request) -> dict[str, Any]:
 
 
 def _quantity(r: ResourceName, v: Any) -> Quantity:
-    return Quantity(v, "binary" if r == MEMORY else "decimal")
+    return r.quantity(v)
 
 
 def _fmt(r: ResourceName, v: Any) -> str:
@@ -184,7 +181,7 @@ def reserve_command(
     if selector is not None and not auto:
         raise InvalidInput("-l/--selector: only with --auto")
     request = parse_request(cpu, memory, resource or [], count)
-    life = parse_duration(ttl)
+    life = parse_expiry(ttl, field="ttl")
     stale = _staleness(staleness)
     with open_store(store) as st:
         if host is not None:

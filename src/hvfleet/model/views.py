@@ -23,8 +23,6 @@ from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, Readiness, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 
-# Resources counted in bytes, shown as Gi/Mi.
-_BYTE_RESOURCES = {"memory", "disk", "hugepages-2Mi", "hugepages-1Gi"}
 # Free capacity below this share of effective is "low" (the CLI shows it yellow).
 LOW_FREE = Fraction(1, 10)
 
@@ -36,7 +34,7 @@ def human(resource: ResourceName | str, q: Quantity | None) -> str:
     """A quantity as a person reads it: bytes as Gi/Mi with one decimal."""
     if q is None:
         return "-"
-    if str(resource) in _BYTE_RESOURCES:
+    if ResourceName(resource).counts_bytes:
         v = float(q.value)
         for suffix, mult in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
             if abs(v) >= mult:

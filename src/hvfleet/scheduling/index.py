@@ -394,8 +394,8 @@ class FleetIndex:
             for event in store.watch(None, since=self.revision, timeout=settle):
                 self.apply(event)
                 n += 1
-                if event.revision >= target:
-                    break
+                if event.revision >= target and event.last_of_revision:
+                    break  # not before: one atomic write's events share a revision
         except Gone:
             self.load_from(store)
         self._caught_up = target
