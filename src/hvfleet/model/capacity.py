@@ -69,14 +69,26 @@ def effective_capacity(
     return out
 
 
+def overcommit_ratios(h: Hypervisor) -> dict[ResourceName, float]:
+    """The overcommit ratios in effect on `h` (1 for a resource not listed): the
+    one place they come from, for effective capacity, its cells and the
+    Placement export's allocation_ratio."""
+    return dict(h.spec.overcommit)
+
+
 def max_unit(h: Hypervisor) -> ResourceList:
     """The largest single request the host accepts per resource."""
     return usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
 
 
 def hypervisor_effective_capacity(h: Hypervisor) -> ResourceList:
+    """THE effective capacity of a host, for every reader: computed from its
+    current spec (ratios, reserve, extra capacity) and the capacity its agent
+    observed. `status.effectiveCapacity` is the agent's copy of this same value
+    (`with_effective_capacity`) for readers of the raw object; it lags while
+    metadata.generation > status.observedGeneration (views say so)."""
     return effective_capacity(
-        h.status.capacity, h.spec.overcommit, h.spec.reserved, h.spec.extra_capacity
+        h.status.capacity, overcommit_ratios(h), h.spec.reserved, h.spec.extra_capacity
     )
 
 
@@ -92,7 +104,7 @@ def cell_effective_capacity(
         cell_total = cell.capacity.get(r)
         if host_total and cell_total is not None:
             reserved[r] = Quantity(q.value * cell_total.value / host_total.value, q.format)
-    return effective_capacity(cell.capacity, h.spec.overcommit, reserved)
+    return effective_capacity(cell.capacity, overcommit_ratios(h), reserved)
 
 
 def with_effective_capacity(h: Hypervisor) -> Hypervisor:

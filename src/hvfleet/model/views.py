@@ -67,6 +67,46 @@ def _strs(values: Mapping[ResourceName, Quantity]) -> dict[str, str]:
     return {str(k): str(v) for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
 
 
+SyncState = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True)
+class SpecSync:
+    """Whether the agent has observed the host's current spec: `True` when
+    status.observedGeneration >= metadata.generation, `False` when the spec is
+    newer (status.effectiveCapacity then lags; every view shows the effective
+    capacity computed from the current spec), `Unknown` before any agent ran."""
+
+    state: SyncState
+    generation: int
+    observed_generation: int | None
+    message: str
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "False"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state, "generation": self.generation,
+            "observedGeneration": self.observed_generation, "message": self.message,
+        }
+
+
+def spec_sync(h: Hypervisor) -> SpecSync:
+    gen, seen = h.metadata.generation, h.status.observed_generation
+    if seen is None:
+        return SpecSync("Unknown", gen, None, "no agent has observed this host's spec yet")
+    if seen >= gen:
+        return SpecSync("True", gen, seen, f"the agent observed generation {gen}")
+    lag = _pairs(h.status.effective_capacity, human)
+    return SpecSync(
+        "False", gen, seen,
+        f"spec generation {gen} not yet observed by the agent (it saw {seen}): "
+        f"status.effectiveCapacity ({lag}) is from then; shown is the capacity under the current spec",
+    )
+
+
 @dataclass(frozen=True)
 class Column:
     """One column of a table, as a Kubernetes Table's columnDefinitions entry."""
@@ -97,8 +137,9 @@ _HYPERVISOR_COLUMNS = (
     Column("MEMORY", description="memory allocated / effective"),
     Column("INSTANCES", "integer", "domains the agent sees"),
     Column("MAINTENANCE", description="spec.maintenance"),
+    Column("SYNCED", description="the agent observed the current spec (False: effectiveCapacity lags)"),
     Column("AGE", description="since metadata.creationTimestamp"),
-    Column("OVERCOMMIT", description="spec.overcommit", priority=1),
+    Column("OVERCOMMIT", description="overcommit ratios in effect", priority=1),
     Column("RESERVED", description="spec.reserved", priority=1),
     Column("LABELS", description="metadata.labels", priority=1),
 )
@@ -125,11 +166,12 @@ def hypervisor_row(
         _used_of(MEMORY, alloc.get(MEMORY), eff.get(MEMORY)),
         str(len(h.status.instances)),
         h.spec.maintenance or "-",
+        spec_sync(h).state,
         age(h.metadata.creation_timestamp, now),
     ]
     if wide:
         row += [
-            _pairs(h.spec.overcommit, lambda _r, v: f"{v:g}"),
+            _pairs(cap.overcommit_ratios(h), lambda _r, v: f"{v:g}"),
             _pairs(h.spec.reserved, lambda _r, q: str(q)),
             _pairs(h.metadata.labels, lambda _k, v: v),
         ]
@@ -201,8 +243,9 @@ def capacity_detail_rows(
     mx = cap.max_unit(h)
     names = sorted(set(h.status.capacity) | set(h.spec.extra_capacity) | set(eff), key=str)
     rows = []
+    ratios = cap.overcommit_ratios(h)
     for r in names:
-        ratio = h.spec.overcommit.get(r)
+        ratio = ratios.get(r)
         rows.append([
             str(r),
             human(r, h.status.capacity.get(r)),
@@ -241,12 +284,15 @@ class HostCapacity:
     effective: ResourceList
     allocation: ResourceList
     free: ResourceList
+    synced: SpecSync | None = None  # None for the total
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
         if self.readiness is not None:
             out["ready"] = self.readiness.ready
             out["readiness"] = self.readiness.to_dict()
+        if self.synced is not None:
+            out["synced"] = self.synced.to_dict()
         out.update(effective=_strs(self.effective), allocation=_strs(self.allocation), free=_strs(self.free))
         return out
 
@@ -281,6 +327,7 @@ def host_capacity(
         effective=cap.hypervisor_effective_capacity(h),
         allocation=dict(h.status.allocation),
         free=cap.free_capacity(h, reservations, now),
+        synced=spec_sync(h),
     )
 
 
@@ -333,7 +380,8 @@ class CapacityRow:
 def capacity_columns(summary: FleetCapacity) -> list[Column]:
     rs = summary.resources
     return (
-        [Column("HOST", format="name"), Column("READY", description="readiness")]
+        [Column("HOST", format="name"), Column("READY", description="readiness"),
+         Column("SYNCED", description="the agent observed the current spec")]
         + [Column(f"{str(r).upper()} USED/EFFECTIVE") for r in rs]
         + [Column(f"{str(r).upper()} FREE") for r in rs]
     )
@@ -344,8 +392,12 @@ def capacity_rows(summary: FleetCapacity) -> list[CapacityRow]:
     rs = summary.resources
     out = []
     for x in [*summary.hosts, summary.total]:
-        cells = [x.name, x.readiness.state if x.readiness is not None else ""]
-        levels: list[FreeLevel] = ["ok", "ok"]
+        cells = [
+            x.name,
+            x.readiness.state if x.readiness is not None else "",
+            x.synced.state if x.synced is not None else "",
+        ]
+        levels: list[FreeLevel] = ["ok", "ok", "ok"]
         for r in rs:
             cells.append(_used_of(r, x.allocation.get(r), x.effective.get(r)))
             levels.append("ok")

@@ -28,7 +28,13 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from hvfleet.model.capacity import add, discovered_resources, held_resources, usable_capacity
+from hvfleet.model.capacity import (
+    add,
+    discovered_resources,
+    held_resources,
+    overcommit_ratios,
+    usable_capacity,
+)
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import Hypervisor, Reservation, ReservationSpec, ReservationStatus
 from hvfleet.model.meta import ObjectMeta
@@ -67,6 +73,7 @@ def provider_uuid(h: Hypervisor) -> str:
 def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
     """Placement inventories for `h`, keyed by resource class."""
     units = unit_constraints(h)
+    ratios = overcommit_ratios(h)
     physical = add([h.status.capacity, h.spec.extra_capacity])
     usable = usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
     out: dict[str, dict[str, Any]] = {}
@@ -83,7 +90,7 @@ def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
             # Placement wants max_unit >= 1; with nothing usable the capacity is 0.
             "max_unit": max(1, min(total - reserved, _units_down(r, usable.get(r, Quantity(0))))),
             "step_size": _units_down(r, c.step_size) if c and c.step_size else 1,
-            "allocation_ratio": float(h.spec.overcommit.get(r, 1.0)),
+            "allocation_ratio": float(ratios.get(r, 1.0)),
         }
     return out
 
