@@ -10,9 +10,12 @@ and as Python ints otherwise, and compares them to the request scaled the same
 way (rounded up: `q <= F/D` iff `ceil(q·D) <= F`). Rows are refreshed from the
 store's watch; a row whose reservations expire is recomputed at the first
 query after the expiry, so phases are derived the same way as everywhere else.
-Agent liveness (etcd leases, `Store.agent_liveness`) is read when the index
-loads and refreshes, never per query: a host whose lease expired is no
-candidate.
+Candidacy is `model.readiness.readiness`, split so a query stays vectorised:
+per row what needs no clock (Ready condition, maintenance), per query the
+heartbeat's `fresh_until` against the time and the agent's lease. Agent
+liveness (`Store.agent_liveness`) is read when the index loads and refreshes,
+never per query: a host whose lease expired is no candidate, a live lease
+stands for a fresh heartbeat.
 """
 
 from __future__ import annotations
