@@ -32,7 +32,6 @@ from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
 from hvfleet.model.meta import validation_message
-from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
@@ -124,15 +123,8 @@ def describe(
         title="Capacity",
     ))
     if h.status.cells:
-        rows = []
-        for c in h.status.cells:
-            for r in sorted(c.capacity, key=str):
-                rows.append([str(c.id), str(r), human(r, c.capacity.get(r)),
-                             human(r, c.effective_capacity.get(r)),
-                             human(r, c.allocation.get(r, Quantity(0)))])
         console.print()
-        console.print(table(["CELL", "RESOURCE", "CAPACITY", "EFFECTIVE", "ALLOCATED"], rows,
-                            title="NUMA cells"))
+        console.print(table([c.name for c in views.cell_columns()], views.cell_rows(h), title="NUMA cells"))
     if h.status.conditions:
         console.print()
         console.print(table(

@@ -260,6 +260,32 @@ def capacity_detail_rows(
     return rows
 
 
+_CELL_COLUMNS = (
+    Column("CELL", "integer", "NUMA cell id"),
+    Column("RESOURCE"),
+    Column("CAPACITY", description="the cell's status.capacity"),
+    Column("EFFECTIVE", description="under the current spec (the cell's share of the reserve)"),
+    Column("ALLOCATED", description="the cell's status.allocation"),
+)
+
+
+def cell_columns() -> list[Column]:
+    return list(_CELL_COLUMNS)
+
+
+def cell_rows(h: Hypervisor) -> list[list[str]]:
+    """Per NUMA cell and resource, the cells of `cell_columns()`. Effective
+    capacity is computed from the current spec, as for the host, not read
+    from the agent's (possibly lagging) copy in status."""
+    rows = []
+    for c in h.status.cells:
+        eff = cap.cell_effective_capacity(c, h.status.capacity, h)
+        for r in sorted(c.capacity, key=str):
+            rows.append([str(c.id), str(r), human(r, c.capacity.get(r)), human(r, eff.get(r)),
+                         human(r, c.allocation.get(r, Quantity(0)))])
+    return rows
+
+
 # -- the fleet's capacity (`capacity`) ----------------------------------------------------------
 
 FreeLevel = Literal["ok", "low", "overcommitted"]
