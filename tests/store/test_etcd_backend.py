@@ -220,49 +220,6 @@ def test_watch_resumes_across_a_restart_without_loss_or_repeat(
         writer.close()
 
 
-@pytest.mark.timeout(60)
-def test_lease_keeps_a_host_live_and_expiry_drops_it_within_the_ttl(etcd: EtcdStore) -> None:
-    ttl = 2
-    assert etcd.refresh_lease("hv1", ttl) >= 1
-    etcd.keepalive("hv2", ttl)
-    assert etcd.live_leases() == {"hv1", "hv2"}
-    # Refreshing keeps hv1 live well past its TTL; hv2 stops refreshing.
-    t_last_hv2 = time.monotonic()
-    for _ in range(8):
-        time.sleep(0.5)
-        assert etcd.refresh_lease("hv1", ttl) >= 1
-    assert "hv1" in etcd.live_leases()
-    deadline = t_last_hv2 + ttl + 2.0  # etcd checks expiry every 500 ms
-    while "hv2" in etcd.live_leases():
-        assert time.monotonic() < deadline, "an expired lease still shows live"
-        time.sleep(0.1)
-    assert etcd.live_leases() == {"hv1"}
-    assert etcd.agent_liveness() == {"hv1": True, "hv2": False}
-    etcd.keepalive("hv2", ttl)  # the agent is back
-    assert etcd.agent_liveness() == {"hv1": True, "hv2": True}
-    etcd.release("hv2")
-    # After expiry the agent's next keepalive makes it live again.
-    etcd.release("hv1")
-    assert etcd.live_leases() == set()
-    etcd.keepalive("hv1", ttl)
-    assert etcd.live_leases() == {"hv1"}
-
-
-def test_lease_survives_a_new_store_object_of_the_same_agent(etcd: EtcdStore) -> None:
-    """A restarted agent (new process, new store) takes over its host's lease key."""
-    etcd.keepalive("hv1", 5)
-    other = EtcdStore(etcd.endpoints, etcd.prefix)
-    other.keepalive("hv1", 5)
-    assert etcd.live_leases() == {"hv1"}
-    other.release("hv1")
-    assert etcd.live_leases() == set()
-    # The first store's lease is still alive, but its key went with the other
-    # lease: the next keepalive notices and puts it back.
-    etcd.keepalive("hv1", 5)
-    assert etcd.live_leases() == {"hv1"}
-    other.close()
-
-
 def test_object_over_etcds_request_limit_is_invalid_input_naming_it(
     etcd: EtcdStore, make_hypervisor: MakeHv
 ) -> None:

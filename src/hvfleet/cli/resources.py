@@ -52,7 +52,7 @@ app.add_typer(extra_app, name="extra-capacity")
 
 def ready(h: Hypervisor, liveness: Mapping[str, bool] | None = None) -> str:
     """The Ready condition's status, or NotReady when the store says the host's
-    agent let its liveness lease expire (etcd), whatever the last status says."""
+    agent let its liveness Lease expire, whatever the last status says."""
     if liveness is not None and liveness.get(h.name) is False:
         return "NotReady"
     c = find_condition(h.status.conditions, "Ready")

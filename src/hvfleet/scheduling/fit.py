@@ -127,6 +127,10 @@ def health(
         state = "missing" if ready is None else ready.status
         detail = f": {ready.reason}" if ready is not None and ready.reason else ""
         return Rejection("not-ready", f"Ready condition is {state}{detail}")
+    if live is True:
+        # A live Lease is the agent's heartbeat: status is rewritten only when it
+        # changes (and on a slow resync), so its lastHeartbeatTime may be old.
+        return None
     beat = h.status.last_heartbeat_time
     if beat is None:
         return Rejection("stale", "no heartbeat recorded")

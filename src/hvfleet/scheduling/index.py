@@ -10,9 +10,9 @@ and as Python ints otherwise, and compares them to the request scaled the same
 way (rounded up: `q <= F/D` iff `ceil(q·D) <= F`). Rows are refreshed from the
 store's watch; a row whose reservations expire is recomputed at the first
 query after the expiry, so phases are derived the same way as everywhere else.
-Agent liveness (etcd leases, `Store.agent_liveness`) is read when the index
-loads and refreshes, never per query: a host whose lease expired is no
-candidate.
+Agent liveness (Lease objects, `Store.agent_liveness`) is read when the index
+loads and refreshes, never per query: a host whose Lease expired is no
+candidate, and a live Lease stands for a fresh heartbeat.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ class FleetIndex:
         self.staleness = staleness
         self._lock = threading.RLock()
         # Per host, what the store last said of its agent's liveness lease (absent:
-        # no information, e.g. SQLite). Kept across loads: it is not in the lists.
+        # no information, e.g. only `--once` runs). Kept across loads: not in the lists.
         self._liveness: dict[str, bool] = {}
         self._reset()
 
@@ -202,6 +202,9 @@ class FleetIndex:
         self._next_expiry = np.zeros(0, dtype=np.int64)
         # Per row, False where the host's agent lease expired (from _liveness).
         self._lease_ok = np.zeros(0, dtype=bool)
+        # Per row, True where the agent's Lease is live: that is its heartbeat
+        # (status is rewritten only on change), whatever lastHeartbeatTime says.
+        self._lease_live = np.zeros(0, dtype=bool)
         # Name order, the tie-breaker of every ranking: each row's rank, and the
         # names by rank (what a query's result list is taken from).
         self._rank = np.zeros(0, dtype=np.int64)
@@ -229,6 +232,7 @@ class FleetIndex:
                 row = self._row.get(name)
                 if row is not None:
                     self._lease_ok[row] = self._liveness.get(name) is not False
+                    self._lease_live[row] = self._liveness.get(name) is True
 
     def load_from(self, store: Store) -> None:
         hv = store.list("Hypervisor")
@@ -270,6 +274,7 @@ class FleetIndex:
         self._beat = np.concatenate([self._beat, np.full(extra, _NO_BEAT, dtype=np.int64)])
         self._next_expiry = np.concatenate([self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)])
         self._lease_ok = np.concatenate([self._lease_ok, np.ones(extra, dtype=bool)])
+        self._lease_live = np.concatenate([self._lease_live, np.zeros(extra, dtype=bool)])
         self._rank = np.concatenate([self._rank, np.zeros(extra, dtype=np.int64)])
         self._rows.extend([None] * extra)
         for col in self._columns.values():
@@ -295,6 +300,7 @@ class FleetIndex:
             self._row[h.name] = row
             self._names.append(h.name)
             self._lease_ok[row] = self._liveness.get(h.name) is not False
+            self._lease_live[row] = self._liveness.get(h.name) is True
             if rank:
                 self._rerank()
             self._labels_version += 1
@@ -348,8 +354,9 @@ class FleetIndex:
                     self._remove_host(obj.name)
                 elif current is None or _rv(current) < event.revision:
                     self._put_host(obj, now)
-            else:
+            elif isinstance(obj, Reservation):
                 self._apply_reservation(event.type, obj, event.revision, now)
+            # Leases reach the index through set_liveness (Store.agent_liveness).
             self.revision = max(self.revision, event.revision)
 
     def _apply_reservation(self, kind: str, r: Reservation, revision: int, now: datetime) -> None:
@@ -375,8 +382,7 @@ class FleetIndex:
         (SQLite has every event at hand; an etcd watch streams them), waiting at
         most `settle` seconds for revisions that are not ours (etcd counts writes
         under every prefix). A watch that lost its history (Gone) rebuilds from
-        a fresh list. Agent liveness is re-read too (one read on etcd, none on
-        SQLite)."""
+        a fresh list. Agent liveness is re-read too (one list of the Leases)."""
         self.set_liveness(store.agent_liveness())
         target = store.revision()
         if target <= max(self.revision, self._caught_up):
@@ -461,7 +467,8 @@ class FleetIndex:
     def candidates_mask(self, now: datetime, selector: Selector | None = None) -> npt.NDArray[np.bool_]:
         n = self._size
         oldest = micros(now - self.staleness)
-        mask = self._present[:n] & self._ready[:n] & (self._beat[:n] >= oldest)
+        fresh = (self._beat[:n] >= oldest) | self._lease_live[:n]
+        mask = self._present[:n] & self._ready[:n] & fresh
         mask &= self._lease_ok[:n]
         sel = self._selector_mask(selector)
         return mask if sel is None else mask & sel
