@@ -30,6 +30,7 @@ from hvfleet.model import capacity as cap
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.meta import find_condition, validation_message
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -105,9 +106,21 @@ def _reservation_rows(rs: list[Reservation]) -> tuple[list[str], list[list[str]]
     return cols, rows
 
 
+def _lease_rows(leases: list[Lease]) -> tuple[list[str], list[list[str]]]:
+    now = datetime.now(UTC)
+    cols = ["NAME", "HOLDER", "LIVE", "RENEWED", "DURATION", "AGE"]
+    rows = [
+        [lease.name, lease.spec.holder_identity or "-", str(lease_live(lease, now)),
+         age(lease.spec.renew_time), f"{lease.spec.lease_duration_seconds}s",
+         age(lease.metadata.creation_timestamp)]
+        for lease in leases
+    ]
+    return cols, rows
+
+
 @app.command("get")
 def get(
-    kind: Annotated[str, typer.Argument(help="hypervisors | reservations")],
+    kind: Annotated[str, typer.Argument(help="hypervisors | reservations | leases")],
     name: Annotated[str | None, typer.Argument(help="One object by name.")] = None,
     selector: SelectorOpt = None,
     output: OutputOpt = OutputFormat.table,
@@ -124,6 +137,8 @@ def get(
     if k == "Hypervisor":
         cols, rows = _hypervisor_rows([o for o in objs if isinstance(o, Hypervisor)],
                                       output == OutputFormat.wide, liveness)
+    elif k == "Lease":
+        cols, rows = _lease_rows([o for o in objs if isinstance(o, Lease)])
     else:
         cols, rows = _reservation_rows([o for o in objs if isinstance(o, Reservation)])
     if not rows:
