@@ -228,3 +228,30 @@ def test_object_over_etcds_request_limit_is_invalid_input_naming_it(
         etcd.create(huge, "operator")
     with pytest.raises(NotFound):
         etcd.get("Hypervisor", "hv-huge")
+
+
+def test_a_batch_over_etcds_transaction_limit_is_too_large_and_writes_nothing(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    from hvfleet.model.errors import TooLarge
+    from hvfleet.store.base import Write
+
+    # etcd's --max-txn-ops is 128 by default: 129 puts cannot be one transaction.
+    batch = [Write("create", make_hypervisor(f"hv{i:03d}")) for i in range(129)]
+    with pytest.raises(TooLarge, match="max-txn-ops"):
+        etcd.write_all(batch, "operator")
+    assert etcd.list_hypervisors() == []
+    assert len(etcd.write_all(batch[:128], "operator")) == 128
+
+
+def test_one_batch_is_one_revision_and_a_watch_delivers_all_of_it(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    from hvfleet.store.base import Write
+
+    start = etcd.revision()
+    out = etcd.write_all([Write("create", make_hypervisor(f"hv{i}")) for i in range(3)], "op")
+    assert len({o.metadata.resource_version for o in out}) == 1
+    events = list(etcd.watch("Hypervisor", since=start, timeout=0.5))
+    assert [e.object.metadata.name for e in events] == ["hv0", "hv1", "hv2"]
+    assert [e.last_of_revision for e in events] == [False, False, True]
