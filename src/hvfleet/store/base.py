@@ -81,7 +81,14 @@ class StaleVersion(Conflict):
 
 
 class OwnershipConflict(Conflict):
-    """A spec field is owned by another manager (pass force to take it over)."""
+    """A spec field is owned by another manager (force the write to take it over).
+
+    `conflicts` lists every (field path, owning manager), sorted: what a
+    server-side apply answers as FieldManagerConflict causes."""
+
+    def __init__(self, message: str, conflicts: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(message)
+        self.conflicts: list[tuple[str, str]] = list(conflicts)
 
 
 @contextmanager
