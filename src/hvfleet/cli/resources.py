@@ -25,19 +25,19 @@ from hvfleet.cli.common import (
     parse_ratio,
 )
 from hvfleet.cli.main import app
-from hvfleet.cli.output import OutputFormat, age, console, dump, emit, human, table
+from hvfleet.cli.output import OutputFormat, console, dump, emit, human, table
 from hvfleet.model import capacity as cap
+from hvfleet.model import views
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
-from hvfleet.model.lease import Lease, lease_live
-from hvfleet.model.meta import find_condition, validation_message
+from hvfleet.model.lease import Lease
+from hvfleet.model.meta import validation_message
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import CPU, MEMORY, ResourceName
+from hvfleet.model.readiness import readiness
+from hvfleet.model.resources import ResourceName
 from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
 from hvfleet.store.base import kind_of
-
-LOW_FREE = 0.10  # highlight free capacity below 10% of effective
 
 OutputOpt = Annotated[OutputFormat, typer.Option("-o", "--output", help="table|wide|json|yaml")]
 
@@ -49,74 +49,7 @@ app.add_typer(reserved_app, name="reserved")
 app.add_typer(extra_app, name="extra-capacity")
 
 
-# -- readiness ----------------------------------------------------------------------------
-
-def ready(h: Hypervisor, liveness: Mapping[str, bool] | None = None) -> str:
-    """The Ready condition's status, or NotReady when the store says the host's
-    agent let its liveness Lease expire, whatever the last status says."""
-    if liveness is not None and liveness.get(h.name) is False:
-        return "NotReady"
-    c = find_condition(h.status.conditions, "Ready")
-    return c.status if c is not None else "Unknown"
-
-
 # -- get ------------------------------------------------------------------------------------
-
-def _hypervisor_rows(
-    hvs: list[Hypervisor], wide: bool, liveness: Mapping[str, bool] | None = None
-) -> tuple[list[str], list[list[str]]]:
-    cols = ["NAME", "READY", "CPU", "MEMORY", "INSTANCES", "MAINTENANCE", "AGE"]
-    if wide:
-        cols += ["OVERCOMMIT", "RESERVED", "LABELS"]
-    rows = []
-    for h in hvs:
-        eff = cap.hypervisor_effective_capacity(h)
-        alloc = h.status.allocation
-        row = [
-            h.name,
-            ready(h, liveness),
-            f"{human(CPU, alloc.get(CPU, Quantity(0)))}/{human(CPU, eff.get(CPU))}",
-            f"{human(MEMORY, alloc.get(MEMORY, Quantity(0)))}/{human(MEMORY, eff.get(MEMORY))}",
-            str(len(h.status.instances)),
-            h.spec.maintenance or "-",
-            age(h.metadata.creation_timestamp),
-        ]
-        if wide:
-            row += [
-                ",".join(f"{r}={v:g}" for r, v in sorted(h.spec.overcommit.items())) or "-",
-                ",".join(f"{r}={q}" for r, q in sorted(h.spec.reserved.items())) or "-",
-                ",".join(f"{k}={v}" for k, v in sorted(h.metadata.labels.items())) or "-",
-            ]
-        rows.append(row)
-    return cols, rows
-
-
-def _reservation_rows(rs: list[Reservation]) -> tuple[list[str], list[list[str]]]:
-    cols = ["NAME", "HYPERVISOR", "CONSUMER", "RESOURCES", "PHASE", "EXPIRES", "AGE"]
-    rows = [
-        [
-            r.name, r.spec.hypervisor, r.spec.consumer,
-            ",".join(f"{k}={human(k, q)}" for k, q in sorted(r.spec.resources.items())),
-            r.status.phase,
-            r.spec.expires_at.isoformat() if r.spec.expires_at else "-",
-            age(r.metadata.creation_timestamp),
-        ]
-        for r in rs
-    ]
-    return cols, rows
-
-
-def _lease_rows(leases: list[Lease]) -> tuple[list[str], list[list[str]]]:
-    now = datetime.now(UTC)
-    cols = ["NAME", "HOLDER", "LIVE", "RENEWED", "DURATION", "AGE"]
-    rows = [
-        [lease.name, lease.spec.holder_identity or "-", str(lease_live(lease, now)),
-         age(lease.spec.renew_time), f"{lease.spec.lease_duration_seconds}s",
-         age(lease.metadata.creation_timestamp)]
-        for lease in leases
-    ]
-    return cols, rows
-
 
 @app.command("get")
 def get(
@@ -131,45 +64,30 @@ def get(
     with connect(store) as s:
         objs: list[Resource] = [s.get(k, name)] if name else s.list(k, selector).items
         liveness = s.agent_liveness() if k == "Hypervisor" else {}
+        hosts = {h.name: h for h in s.list_hypervisors()} if k == "Reservation" else {}
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(objs[0] if name else objs, output.value)
         return
+    now = datetime.now(UTC)
+    wide = output == OutputFormat.wide
     if k == "Hypervisor":
-        cols, rows = _hypervisor_rows([o for o in objs if isinstance(o, Hypervisor)],
-                                      output == OutputFormat.wide, liveness)
+        cols = views.hypervisor_columns(wide)
+        rows = [views.hypervisor_row(o, now, liveness.get(o.name), wide)
+                for o in objs if isinstance(o, Hypervisor)]
     elif k == "Lease":
-        cols, rows = _lease_rows([o for o in objs if isinstance(o, Lease)])
+        cols = views.lease_columns(wide)
+        rows = [views.lease_row(o, now, wide) for o in objs if isinstance(o, Lease)]
     else:
-        cols, rows = _reservation_rows([o for o in objs if isinstance(o, Reservation)])
+        cols = views.reservation_columns(wide)
+        rows = [views.reservation_row(o, hosts.get(o.spec.hypervisor), now, wide)
+                for o in objs if isinstance(o, Reservation)]
     if not rows:
         print(f"No {k.lower()}s found.", file=sys.stderr)
         return
-    console.print(table(cols, rows))
+    console.print(table([c.name for c in cols], rows))
 
 
 # -- describe --------------------------------------------------------------------------------
-
-def capacity_rows(h: Hypervisor, reservations: list[Reservation]) -> list[list[str]]:
-    eff = cap.hypervisor_effective_capacity(h)
-    free = cap.free_capacity(h, reservations, datetime.now(UTC))
-    mx = cap.max_unit(h)
-    names = sorted(set(h.status.capacity) | set(h.spec.extra_capacity) | set(eff), key=str)
-    rows = []
-    for r in names:
-        ratio = h.spec.overcommit.get(r)
-        rows.append([
-            str(r),
-            human(r, h.status.capacity.get(r)),
-            human(r, h.spec.extra_capacity.get(r)) if r in h.spec.extra_capacity else "-",
-            human(r, h.spec.reserved.get(r)) if r in h.spec.reserved else "-",
-            f"{ratio:g}" if ratio is not None else "1",
-            human(r, eff.get(r)),
-            human(r, h.status.allocation.get(r, Quantity(0))),
-            human(r, free.get(r)),
-            human(r, mx.get(r)),
-        ])
-    return rows
-
 
 @app.command("describe")
 def describe(
@@ -183,11 +101,15 @@ def describe(
     with connect(store) as s:
         h = s.get_hypervisor(name)
         reservations = s.list_reservations()
+        lease_live = s.agent_liveness().get(name)
+    now = datetime.now(UTC)
     m = h.metadata
+    state = readiness(h, now, lease_live)
     console.print(f"[bold]Name:[/bold]        {m.name}")
     console.print(f"[bold]Labels:[/bold]      {', '.join(f'{k}={v}' for k, v in m.labels.items()) or '-'}")
     console.print(f"[bold]Created:[/bold]     {m.creation_timestamp}  (generation {m.generation}, "
                   f"observed {h.status.observed_generation})")
+    console.print(f"[bold]Readiness:[/bold]   {state.state} ({state.reason}): {state.message}")
     console.print(f"[bold]Heartbeat:[/bold]   {h.status.last_heartbeat_time or '-'}")
     maint: str = h.spec.maintenance or "-"
     if h.spec.maintenance_reason:
@@ -199,9 +121,9 @@ def describe(
     console.print(f"[bold]Managers:[/bold]    {owners or '-'}")
     console.print()
     console.print(table(
-        ["RESOURCE", "CAPACITY", "EXTRA", "RESERVED", "OVERCOMMIT", "EFFECTIVE", "ALLOCATED",
-         "FREE", "MAX UNIT"],
-        capacity_rows(h, reservations), title="Capacity",
+        [c.name for c in views.capacity_detail_columns()],
+        views.capacity_detail_rows(h, [r for r in reservations if r.spec.hypervisor == h.name], now),
+        title="Capacity",
     ))
     if h.status.cells:
         rows = []
@@ -217,7 +139,7 @@ def describe(
         console.print()
         console.print(table(
             ["TYPE", "STATUS", "REASON", "MESSAGE", "SINCE"],
-            [[c.type, c.status, c.reason, c.message, age(c.last_transition_time)]
+            [[c.type, c.status, c.reason, c.message, views.age(c.last_transition_time, now)]
              for c in h.status.conditions],
             title="Conditions",
         ))
@@ -230,15 +152,7 @@ def describe(
 
 # -- capacity -------------------------------------------------------------------------------
 
-def _free_cell(r: ResourceName, free: Quantity | None, eff: Quantity | None) -> Text:
-    if free is None:
-        return Text("-")
-    text = human(r, free)
-    if free < 0:
-        return Text(f"{text} (overcommitted)", style="bold red")
-    if eff is not None and eff > 0 and free.value < eff.value * Quantity.parse("0.1").value:
-        return Text(text, style="yellow")
-    return Text(text)
+_LEVEL_STYLE = {"ok": "", "low": "yellow", "overcommitted": "bold red"}
 
 
 @app.command("capacity")
@@ -252,46 +166,19 @@ def capacity(
         hvs = s.list_hypervisors(selector)
         reservations = s.list_reservations()
         liveness = s.agent_liveness()
-    now = datetime.now(UTC)
-    summary: list[dict[str, Any]] = []
-    for h in hvs:
-        eff = cap.hypervisor_effective_capacity(h)
-        free = cap.free_capacity(h, reservations, now)
-        summary.append({"name": h.name, "ready": ready(h, liveness), "effective": eff,
-                        "allocation": dict(h.status.allocation), "free": free})
-    total_eff = cap.add(x["effective"] for x in summary)
-    total_alloc = cap.add(x["allocation"] for x in summary)
-    total_free = cap.add(x["free"] for x in summary)
+    summary = views.fleet_summary(hvs, reservations, liveness, datetime.now(UTC))
     if output in (OutputFormat.json, OutputFormat.yaml):
-        def strs(d: dict[ResourceName, Quantity]) -> dict[str, str]:
-            return {str(k): str(v) for k, v in sorted(d.items())}
-        doc = {
-            "hosts": [{"name": x["name"], "ready": x["ready"], "effective": strs(x["effective"]),
-                       "allocation": strs(x["allocation"]), "free": strs(x["free"])}
-                      for x in summary],
-            "total": {"effective": strs(total_eff), "allocation": strs(total_alloc),
-                      "free": strs(total_free)},
-        }
-        sys.stdout.write(dump(doc, output.value))
+        sys.stdout.write(dump(summary.to_dict(), output.value))
         return
-    if not summary:
+    if not summary.hosts:
         print("No hypervisors found.", file=sys.stderr)
         return
-    resources = sorted({r for x in summary for r in x["effective"]} | {CPU, MEMORY},
-                       key=lambda r: (r not in (CPU, MEMORY), str(r)))
-    t = table(["HOST", "READY"] + [f"{str(r).upper()} USED/EFFECTIVE" for r in resources]
-              + [f"{str(r).upper()} FREE" for r in resources], [])
-    rows = [*summary, {"name": "TOTAL", "ready": "", "effective": total_eff,
-                       "allocation": total_alloc, "free": total_free}]
-    for x in rows:
-        cells: list[Text | str] = [Text(x["name"], style="bold" if x["name"] == "TOTAL" else ""),
-                                   x["ready"]]
-        for r in resources:
-            cells.append(f"{human(r, x['allocation'].get(r, Quantity(0)))}/"
-                         f"{human(r, x['effective'].get(r))}")
-        for r in resources:
-            cells.append(_free_cell(r, x["free"].get(r), x["effective"].get(r)))
-        if x["name"] == "TOTAL":
+    t = table([c.name for c in views.capacity_columns(summary)], [])
+    for row in views.capacity_rows(summary):
+        cells = [Text(text, style=_LEVEL_STYLE[level])
+                 for text, level in zip(row.cells, row.levels, strict=True)]
+        if row.total:
+            cells[0].stylize("bold")
             t.add_section()
         t.add_row(*cells)
     console.print(t)

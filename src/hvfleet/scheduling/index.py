@@ -11,8 +11,8 @@ way (rounded up: `q <= F/D` iff `ceil(q·D) <= F`). Rows are refreshed from the
 store's watch; a row whose reservations expire is recomputed at the first
 query after the expiry, so phases are derived the same way as everywhere else.
 Agent liveness (Lease objects, `Store.agent_liveness`) is read when the index
-loads and refreshes, never per query: a host whose Lease expired is no
-candidate, and a live Lease stands for a fresh heartbeat.
+loads and refreshes, never per query: a host whose lease expired is no
+candidate.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from hvfleet.model.capacity import (
 )
 from hvfleet.model.errors import Gone, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation
-from hvfleet.model.meta import find_condition
+from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
-from hvfleet.scheduling.fit import DEFAULT_STALENESS, Rejection, rejections, unit_constraints
+from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent
 
@@ -68,29 +68,34 @@ class _Row:
     effective: dict[ResourceName, Fraction]
     min_unit: dict[ResourceName, Fraction]
     step: dict[ResourceName, Fraction]
+    # readiness() apart from the heartbeat and the lease, which change without
+    # an event and are compared per query (fresh_until, _lease_live, _lease_ok).
     ready: bool
-    beat: int
+    fresh_until: int
     next_expiry: int
 
 
-def _compute_row(h: Hypervisor, reservations: Iterable[Reservation], now: datetime) -> _Row:
+def _compute_row(
+    h: Hypervisor, reservations: Iterable[Reservation], now: datetime, staleness: timedelta
+) -> _Row:
     held = [r for r in reservations if holds_space(r, h, now)]
     expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
-    ready = find_condition(h.status.conditions, "Ready")
     try:
         units = unit_constraints(h)
         valid = True
     except InvalidInput:
         units, valid = {}, False  # not a candidate; `--why` says which annotation
-    beat = h.status.last_heartbeat_time
+    fresh = fresh_until(h, staleness)
     return _Row(
         free={r: q.value for r, q in free_capacity(h, held, now).items()},
         max_unit={r: q.value for r, q in max_unit(h).items()},
         effective={r: q.value for r, q in hypervisor_effective_capacity(h).items()},
         min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
         step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
-        ready=valid and not h.spec.maintenance and ready is not None and ready.status == "True",
-        beat=_NO_BEAT if beat is None else micros(beat),
+        # lease_live=True: everything but the heartbeat and the lease, which the
+        # query masks add (fresh_until, _lease_live, _lease_ok).
+        ready=valid and readiness(h, None, True, staleness).ready,
+        fresh_until=_NO_BEAT if fresh is None else micros(fresh),
         next_expiry=min(expiries, default=_NEVER),
     )
 
@@ -198,12 +203,11 @@ class FleetIndex:
         self._size = 0
         self._present = np.zeros(0, dtype=bool)
         self._ready = np.zeros(0, dtype=bool)
-        self._beat = np.zeros(0, dtype=np.int64)
+        self._fresh_until = np.zeros(0, dtype=np.int64)
         self._next_expiry = np.zeros(0, dtype=np.int64)
         # Per row, False where the host's agent lease expired (from _liveness).
         self._lease_ok = np.zeros(0, dtype=bool)
-        # Per row, True where the agent's Lease is live: that is its heartbeat
-        # (status is rewritten only on change), whatever lastHeartbeatTime says.
+        # Per row, True where the lease is live: that stands for a fresh heartbeat.
         self._lease_live = np.zeros(0, dtype=bool)
         # Name order, the tie-breaker of every ranking: each row's rank, and the
         # names by rank (what a query's result list is taken from).
@@ -271,7 +275,7 @@ class FleetIndex:
         extra = size - len(self._present)
         self._present = np.concatenate([self._present, np.zeros(extra, dtype=bool)])
         self._ready = np.concatenate([self._ready, np.zeros(extra, dtype=bool)])
-        self._beat = np.concatenate([self._beat, np.full(extra, _NO_BEAT, dtype=np.int64)])
+        self._fresh_until = np.concatenate([self._fresh_until, np.full(extra, _NO_BEAT, dtype=np.int64)])
         self._next_expiry = np.concatenate([self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)])
         self._lease_ok = np.concatenate([self._lease_ok, np.ones(extra, dtype=bool)])
         self._lease_live = np.concatenate([self._lease_live, np.zeros(extra, dtype=bool)])
@@ -313,10 +317,10 @@ class FleetIndex:
     def _compute(self, row: int, now: datetime) -> None:
         name = self._names[row]
         h = self._hosts[name]
-        data = _compute_row(h, self._reservations.get(name, {}).values(), now)
+        data = _compute_row(h, self._reservations.get(name, {}).values(), now, self.staleness)
         self._rows[row] = data
         self._ready[row] = data.ready
-        self._beat[row] = data.beat
+        self._fresh_until[row] = data.fresh_until
         self._next_expiry[row] = data.next_expiry
         previous = set(self._columns)
         for r in set(data.free) | set(data.max_unit) | previous:
@@ -466,8 +470,8 @@ class FleetIndex:
 
     def candidates_mask(self, now: datetime, selector: Selector | None = None) -> npt.NDArray[np.bool_]:
         n = self._size
-        oldest = micros(now - self.staleness)
-        fresh = (self._beat[:n] >= oldest) | self._lease_live[:n]
+        # Together: readiness(h, now, lease, staleness).ready, vectorised.
+        fresh = (self._fresh_until[:n] >= micros(now)) | self._lease_live[:n]
         mask = self._present[:n] & self._ready[:n] & fresh
         mask &= self._lease_ok[:n]
         sel = self._selector_mask(selector)
