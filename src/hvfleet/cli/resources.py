@@ -31,6 +31,7 @@ from hvfleet.model import views
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import validation_message
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
@@ -51,7 +52,7 @@ app.add_typer(extra_app, name="extra-capacity")
 
 @app.command("get")
 def get(
-    kind: Annotated[str, typer.Argument(help="hypervisors | reservations")],
+    kind: Annotated[str, typer.Argument(help="hypervisors | reservations | leases")],
     name: Annotated[str | None, typer.Argument(help="One object by name.")] = None,
     selector: SelectorOpt = None,
     output: OutputOpt = OutputFormat.table,
@@ -72,6 +73,9 @@ def get(
         cols = views.hypervisor_columns(wide)
         rows = [views.hypervisor_row(o, now, liveness.get(o.name), wide)
                 for o in objs if isinstance(o, Hypervisor)]
+    elif k == "Lease":
+        cols = views.lease_columns(wide)
+        rows = [views.lease_row(o, now, wide) for o in objs if isinstance(o, Lease)]
     else:
         cols = views.reservation_columns(wide)
         rows = [views.reservation_row(o, hosts.get(o.spec.hypervisor), now, wide)

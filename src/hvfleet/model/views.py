@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from hvfleet.model import capacity as cap
 from hvfleet.model.hypervisor import Hypervisor, Reservation, ResourceList
+from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, Readiness, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -213,6 +214,34 @@ def reservation_row(r: Reservation, h: Hypervisor | None, now: datetime, wide: b
     if wide:
         row.append(r.spec.source)
     return row
+
+
+# -- agent leases (`get leases`) ------------------------------------------------------------------
+
+_LEASE_COLUMNS = (
+    Column("NAME", description="metadata.name: the hypervisor", format="name"),
+    Column("HOLDER", description="spec.holderIdentity (- once released)"),
+    Column("LIVE", "boolean", "held, and renewed less than leaseDurationSeconds ago"),
+    Column("RENEWED", description="time since spec.renewTime"),
+    Column("DURATION", "integer", "spec.leaseDurationSeconds"),
+    Column("AGE", description="time since metadata.creationTimestamp"),
+)
+
+
+def lease_columns(wide: bool = False) -> list[Column]:
+    return _visible(_LEASE_COLUMNS, wide)
+
+
+def lease_row(lease: Lease, now: datetime, wide: bool = False) -> list[str]:
+    """The cells of `lease_columns(wide)`."""
+    return [
+        lease.name,
+        lease.spec.holder_identity or "-",
+        str(lease_live(lease, now)),
+        age(lease.spec.renew_time, now),
+        f"{lease.spec.lease_duration_seconds}s",
+        age(lease.metadata.creation_timestamp, now),
+    ]
 
 
 # -- one host's capacity (`describe hypervisor`) ------------------------------------------------
