@@ -41,6 +41,7 @@ BUDGET: list[tuple[list[str], set[str]]] = [
     (["get", "hypervisors", "-o", "json"], {"pydantic"}),
     (["get", "hypervisors", "-o", "yaml"], {"pydantic", "yaml"}),
     (["get", "reservations"], {"pydantic", "rich"}),
+    (["get", "leases"], {"pydantic", "rich"}),
     (["capacity"], {"pydantic", "rich"}),
     (["capacity", "-o", "json"], {"pydantic"}),
     (["describe", "hypervisor", "edge-01"], {"pydantic", "rich"}),
