@@ -81,14 +81,13 @@ class StaleVersion(Conflict):
 
 
 class OwnershipConflict(Conflict):
-    """A spec field is owned by another manager (force the write to take it over).
+    """A spec field is owned by another manager (pass force to take it over).
+    `conflicts` lists every (field path, owning manager), e.g. ("spec.overcommit.cpu",
+    "ops"): the API turns each into a FieldManagerConflict cause."""
 
-    `conflicts` lists every (field path, owning manager), sorted: what a
-    server-side apply answers as FieldManagerConflict causes."""
-
-    def __init__(self, message: str, conflicts: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(self, message: str, conflicts: builtins.list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
-        self.conflicts: list[tuple[str, str]] = list(conflicts)
+        self.conflicts = conflicts or []
 
 
 @contextmanager
