@@ -10,9 +10,13 @@ and as Python ints otherwise, and compares them to the request scaled the same
 way (rounded up: `q <= F/D` iff `ceil(q·D) <= F`). Rows are refreshed from the
 store's watch; a row whose reservations expire is recomputed at the first
 query after the expiry, so phases are derived the same way as everywhere else.
-Agent liveness (Lease objects) is read when the index loads, then follows the
+Candidacy is `model.readiness.readiness`, split so a query stays vectorised:
+per row what needs no clock (Ready condition, maintenance), per query the
+heartbeat's `fresh_until` against the time and the agent's lease. Agent
+liveness (Lease objects) is read when the index loads, then follows the
 Leases' watch events and is judged (`lease_live`) at each refresh, never per
-query: a host whose lease expired is no candidate.
+query: a host whose lease expired is no candidate, a live lease stands for a
+fresh heartbeat.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import numpy.typing as npt
 
 from hvfleet.model.capacity import (
     free_capacity,
+    held_resources,
     holds_space,
     hypervisor_effective_capacity,
     max_unit,
@@ -79,8 +84,12 @@ class _Row:
 def _compute_row(
     h: Hypervisor, reservations: Iterable[Reservation], now: datetime, staleness: timedelta
 ) -> _Row:
-    held = [r for r in reservations if holds_space(r, h, now)]
-    expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
+    # Confirmed reservations may hold what libvirt cannot see (held_resources);
+    # only Pending/Active ones expire, and a host event recomputes the rest.
+    held = [r for r in reservations if held_resources(r, h, now)]
+    expiries = [
+        micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None and holds_space(r, h, now)
+    ]
     try:
         units = unit_constraints(h)
         valid = True
