@@ -161,7 +161,7 @@ class Reservation(Model):
 
 
 Resource = Hypervisor | Reservation | Lease
-KINDS: dict[str, type[Hypervisor] | type[Reservation] | type[Lease]] = {
+KINDS: dict[str, type[Resource]] = {
     "Hypervisor": Hypervisor,
     "Reservation": Reservation,
     "Lease": Lease,
