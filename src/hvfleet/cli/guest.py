@@ -17,7 +17,7 @@ from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.generate import plan_guest
 from hvfleet.guests.hosts import group_from_store, load_caps_dir
-from hvfleet.guests.policy import LATEST, POLICIES
+from hvfleet.guests.policy import LATEST, changelog_text
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, parse_memory
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCPU
@@ -94,12 +94,13 @@ def cpu_baseline(
 
 def _request(os: str, name: str, vcpus: int, memory: str, disk: list[str] | None,
              nic: list[str] | None, firmware: str, secure_boot: bool, tpm: bool,
-             mode: str, policy: str) -> GuestRequest:
+             mode: str, policy: str, drivers: list[str] | None = None) -> GuestRequest:
     return GuestRequest(
         os=os, name=name, vcpus=vcpus, memory=parse_memory(memory),
         disks=tuple(DiskSpec.parse(s) for s in disk or []),
         nics=tuple(NicSpec.parse(s) for s in nic or []),
         firmware=firmware, secure_boot=secure_boot, tpm=tpm, mode=mode, policy=policy,
+        drivers=tuple(drivers or ()),
     )
 
 
@@ -114,6 +115,8 @@ SbOpt = Annotated[bool, typer.Option("--secure-boot")]
 TpmOpt = Annotated[bool, typer.Option("--tpm")]
 ModeOpt = Annotated[str, typer.Option("--mode", help="intersection, host, software or none")]
 PolicyOpt = Annotated[str, typer.Option("--policy")]
+DriversOpt = Annotated[list[str] | None, typer.Option(
+    "--drivers", help="extra drivers the guest's installer has (virtio-win)")]
 
 
 @guest_app.command("generate")
@@ -122,13 +125,14 @@ def guest_generate(
     disk: DiskOpt = None, nic: NicOpt = None, firmware: FwOpt = "auto",
     secure_boot: SbOpt = False, tpm: TpmOpt = False,
     hosts: HostsOpt = None, caps_dir: CapsDirOpt = None, store: StoreOpt = None,
-    policy: PolicyOpt = LATEST, mode: ModeOpt = "intersection",
+    policy: PolicyOpt = LATEST, mode: ModeOpt = "intersection", drivers: DriversOpt = None,
     explain: Annotated[bool, typer.Option("--explain", help="also print the decisions "
                                                           "(stderr when XML goes to stdout)")] = False,
     output: Annotated[str | None, typer.Option("-o", "--output", help="write XML here")] = None,
 ) -> None:
     """Domain XML that starts and live-migrates on every host of the group."""
-    req = _request(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy)
+    req = _request(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy,
+                   drivers)
     xml, plan = generate_guest(req, _group(hosts, caps_dir, store))
     if output:
         try:
@@ -150,18 +154,18 @@ def guest_explain(
     memory: MemOpt = "4Gi", disk: DiskOpt = None, nic: NicOpt = None,
     firmware: FwOpt = "auto", secure_boot: SbOpt = False, tpm: TpmOpt = False,
     hosts: HostsOpt = None, caps_dir: CapsDirOpt = None, store: StoreOpt = None,
-    mode: ModeOpt = "intersection",
+    mode: ModeOpt = "intersection", drivers: DriversOpt = None,
 ) -> None:
     """The decision table (value, reason, evidence), without XML."""
-    req = _request(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy)
+    req = _request(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy,
+                   drivers)
     sys.stdout.write(explain_plan(plan_guest(req, _group(hosts, caps_dir, store))))
 
 
 @guest_app.command("policies")
 def guest_policies() -> None:
-    """Policy versions, each with its one-line changelog."""
-    for v, p in POLICIES.items():
-        sys.stdout.write(f"{v}{' (latest)' if v == LATEST else ''}: {p.changelog}\n")
+    """Policy versions, each with what it changed relative to the one before."""
+    sys.stdout.write(changelog_text())
 
 
 @guest_app.command("check")

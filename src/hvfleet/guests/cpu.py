@@ -147,11 +147,12 @@ def _usable_everywhere(
 
 
 def software_cpu(
-    hosts: Sequence[tuple[str, HostCapabilities]], conservative: bool
+    hosts: Sequence[tuple[str, HostCapabilities]], conservative: bool,
+    cmap: CPUMap | None = None,
 ) -> Decision[GuestCPU]:
     """A named model with no host-specific extras (software), or the most
     conservative 64-bit model every host runs (none)."""
-    cmap = load_cpu_map()
+    cmap = cmap or load_cpu_map()
     vendor, _ = _group_vendor([(n, c.cpu) for n, c in hosts])
     models, evidence = _usable_everywhere(hosts, cmap)
     models = [m for m in models if "lm" in m.features and (not m.vendor or m.vendor == vendor)]
@@ -177,12 +178,14 @@ def software_cpu(
     )
 
 
-def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
+def host_cpu(
+    hosts: Sequence[tuple[str, HostCapabilities]], cmap: CPUMap | None = None
+) -> Decision[GuestCPU]:
     """host mode: the single host's host-model CPU, written out explicitly."""
     if len(hosts) != 1:
         raise InvalidInput(f"cpu: --mode host needs exactly one host, got {len(hosts)}")
     name, caps = hosts[0]
-    cmap = load_cpu_map()
+    cmap = cmap or load_cpu_map()
     d = baseline_cpu([(name, caps.cpu)], cmap)
     return Decision(
         "cpu",
@@ -194,13 +197,15 @@ def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU
     )
 
 
-def decide_cpu(mode: str, hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
+def decide_cpu(
+    mode: str, hosts: Sequence[tuple[str, HostCapabilities]], cmap: CPUMap | None = None
+) -> Decision[GuestCPU]:
     if mode == "intersection":
-        return baseline_cpu([(n, c.cpu) for n, c in hosts])
+        return baseline_cpu([(n, c.cpu) for n, c in hosts], cmap)
     if mode == "host":
-        return host_cpu(hosts)
+        return host_cpu(hosts, cmap)
     if mode in ("software", "none"):
-        return software_cpu(hosts, conservative=mode == "none")
+        return software_cpu(hosts, conservative=mode == "none", cmap=cmap)
     raise InvalidInput(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
 
 
