@@ -85,6 +85,10 @@ def agent(
     metrics_addr: str | None = typer.Option(
         None, "--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here",
     ),
+    dump_dir: str | None = typer.Option(
+        None, "--dump-dir", metavar="DIR", help="where libvirt writes guest core dumps on "
+        "this host (qemu.conf auto_dump_path); reported as hostCapabilities.dumpLocation",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log every reconcile"),
 ) -> None:
     """Keep one hypervisor's status (capacity, allocation, instances, host
@@ -99,6 +103,7 @@ def agent(
         name=name,
         count=parse_count(count),
         resync=parse_duration(resync, "--resync"),
+        dump_location=dump_dir,
     )
     url = store_url(store)
     metrics = AgentMetrics(name or "")
