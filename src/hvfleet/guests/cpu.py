@@ -264,3 +264,28 @@ def cpus_from_document(root: etree._Element, where: str) -> list[HostCPU]:
     if not found:
         raise InvalidInput(f"{where}: no <cpu> element")
     return [parse_cpu_element(c, f"{where} cpu #{i + 1}") for i, c in enumerate(found)]
+
+
+def floor_cpu(
+    hosts: Sequence[tuple[str, HostCapabilities]], model_name: str, require: tuple[str, ...],
+    policy_version: str, cmap: CPUMap | None = None,
+) -> Decision[GuestCPU]:
+    """mode none (policies with mode_scope "all"): the policy's fixed model,
+    chosen without looking at the hosts, then checked to be usable on each
+    host whose domcapabilities say."""
+    cmap = cmap or load_cpu_map()
+    model = cmap.model(model_name, f"policy {policy_version}")
+    lacking = [n for n, c in hosts if c.cpu_models is not None
+               and not any(m.name == model_name and m.usable is not False for m in c.cpu_models)]
+    if lacking:
+        raise InvalidInput(
+            f"cpu: mode none uses policy {policy_version}'s model {model_name}, which is not "
+            f"usable on {hosts_list(lacking)}"
+        )
+    return Decision(
+        "cpu",
+        GuestCPU("none", model.name, "", require, (), model.features | set(require)),
+        model.name + "".join(f" +{f}" for f in require),
+        f"mode none: policy {policy_version}'s fixed model, no host-specific features",
+        (f"{model_name} usable on every host that lists its models",),
+    )

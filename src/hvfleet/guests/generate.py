@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hvfleet.guests.clock import Clock, decide_clock
-from hvfleet.guests.cpu import GuestCPU, decide_cpu
+from hvfleet.guests.cpu import GuestCPU, decide_cpu, floor_cpu
 from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.datasets import DEFAULT_DATA, DataSources, changed_versions
 from hvfleet.guests.decision import Decision
@@ -115,7 +115,9 @@ def plan_guest(req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_
     cmap = load_cpu_map(data.cpu_map_dir)
     domain_type = decide_domain_type(group)
     machine = decide_machine(os, group, req.vcpus, scope)
-    cpu = decide_cpu(req.mode, group.hosts, cmap)
+    cpu = (decide_cpu(req.mode, group.hosts, cmap) if scope.software
+           else floor_cpu(group.hosts, policy.floor_cpu_model, policy.floor_cpu_require,
+                     policy.version, cmap))
     firmware = decide_firmware(req, os, group)
     tpm = decide_tpm(req, os, group, firmware.value, policy)
     hyperv = decide_hyperv(os, group, domain_type.value, scope)

@@ -64,17 +64,23 @@ def _wanted(policy: Policy) -> list[str]:
 
 
 def _floor_features(
-    wanted: list[str], group: HostGroup, scope: Scope
+    wanted: list[str], group: HostGroup, domain_type: str, scope: Scope
 ) -> tuple[set[str], list[str]]:
-    """Mode none: the features QEMU had at the floor, checked against each host."""
-    available = {f for f in wanted if KNOWN_SINCE.get(f, (99, 0)) <= scope.policy.floor_qemu}
-    available.discard("evmcs")  # Intel only: a hardware fact
+    """Mode none: the features QEMU had at the floor (under KVM; those of TCG
+    otherwise), checked against each host."""
+    if domain_type == "kvm":
+        available = {f for f in wanted if KNOWN_SINCE.get(f, (99, 0)) <= scope.policy.floor_qemu}
+        available.discard("evmcs")  # Intel only: a hardware fact
+        why = f"mode none: Hyper-V features of {scope.floor} under KVM (evmcs left out)"
+    else:
+        available = set(wanted) & set(scope.policy.hyperv_tcg)
+        why = "mode none, not every host has KVM: the Hyper-V features of TCG"
     for name, caps in group.hosts:
         if caps.hyperv_features is not None:
             missing = sorted(available - set(caps.hyperv_features))
             scope.refuse_lacking("hyperv", f"Hyper-V {', '.join(missing)}",
                                  [name] if missing else [])
-    return available, [f"mode none: Hyper-V features of {scope.floor} (evmcs left out)"]
+    return available, [why]
 
 
 def decide_hyperv(
@@ -85,7 +91,7 @@ def decide_hyperv(
         return Decision("hyperv", None, "none", f"{os.short_id} is not Windows")
     wanted = _wanted(policy)
     if not scope.software:
-        floor, why = _floor_features(wanted, group, scope)
+        floor, why = _floor_features(wanted, group, domain_type, scope)
         return _result(os, group, policy, wanted, floor, why)
     available = set(wanted)
     evidence: list[str] = []

@@ -31,6 +31,10 @@ class Policy:
     # mode none decides as if every host were this QEMU version (and checks
     # that every host of the group offers what that implies).
     floor_qemu: tuple[int, int] = (4, 2)
+    # mode none's CPU model (runs on Intel and AMD hosts alike), plus the
+    # features QEMU always shows a guest (check='full' refuses a CPU without them).
+    floor_cpu_model: str = "kvm64"
+    floor_cpu_require: tuple[str, ...] = ("hypervisor",)
 
     # machine: the chipset when osinfo lists it for the OS, else the fallback
     chipset: str = "q35"
@@ -100,6 +104,9 @@ class Policy:
     )
     # Hyper-V features that break live migration: never enabled.
     hyperv_never: tuple[str, ...] = ("reenlightenment",)
+    # The Hyper-V features QEMU offers without KVM (TCG), for mode none on a
+    # group where not every host has KVM.
+    hyperv_tcg: tuple[str, ...] = ("spinlocks", "vendor_id")
     # Hyper-V vendor signature (12 characters at most); "" leaves QEMU's default.
     hyperv_vendor_id: str = ""
 
