@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from functools import cache
+from pathlib import Path
 
+import libvirt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +16,7 @@ from typer.testing import CliRunner
 
 import hvfleet.cli.guest  # noqa: F401  (registers the commands)
 from hvfleet.cli.main import app
+from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.guests.generate import generate
 from hvfleet.guests.hosts import load_caps_dir
 from hvfleet.guests.policy import POLICIES
@@ -174,3 +178,37 @@ def test_docs_changelog_names_every_policy_change() -> None:
         assert f"### {v}" in text
         for change in p.changes:
             assert change in text, f"docs/guests.md lacks {v}: {change}"
+
+
+@pytest.mark.parametrize("os", ["rhel9.1", "win11"])
+def test_2026_2_guest_with_io_uring_topology_and_virtio_win_starts_on_real_qemu(
+    embed_conn: libvirt.virConnect, workdir: Path, os: str
+) -> None:
+    v = embed_conn.getLibVersion()
+    caps = parse_host_capabilities(
+        embed_conn.getCapabilities(),
+        embed_conn.getDomainCapabilities(None, "x86_64", "q35", "qemu", 0),
+    ).model_copy(update={"libvirt_version": f"{v // 1000000}.{v // 1000 % 1000}.{v % 1000}"})
+    disk = workdir / "root.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), "32M"], check=True)
+    xml, plan = generate(
+        GuestRequest(os=os, name=f"p2-{os.replace('.', '-')}", vcpus=4, memory=256 << 20,
+                     disks=(DiskSpec.parse(f"kind=qcow2,source={disk}"),),
+                     drivers=("virtio-win",) if os == "win11" else (), policy="2026.2"),
+        HostGroup((("this-host", caps),)),
+    )
+    assert plan.disks.value[0].io == "io_uring"
+    assert plan.topology.value is not None and plan.topology.value.sockets <= 2
+    assert plan.disk_bus.value == "virtio"
+    dom = embed_conn.defineXML(xml)
+    try:
+        dom.create()
+        live = etree.fromstring(dom.XMLDesc(0).encode())
+        assert live.find("devices/disk/driver").get("io") == "io_uring"
+        t = live.find("cpu/topology")
+        assert (int(t.get("sockets")) * int(t.get("cores"))) == 4
+        if os == "win11":  # TCG offers vendor_id among its few Hyper-V features
+            assert live.find("features/hyperv/vendor_id").get("value") == "hvfleet"
+        dom.destroy()
+    finally:
+        dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)

@@ -82,8 +82,6 @@ def usable_dump_location(path: str | None) -> str | None:
     """`path` if it is a directory this process can write into, else None."""
     if path and os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK):
         return os.path.abspath(path)
-    if path:
-        log.warning("dump location %s is not a writable directory: not reported", path)
     return None
 
 
@@ -140,6 +138,7 @@ class Agent:
         self._last_skipped: tuple[tuple[str, str], ...] = ()
         # Crash events not yet in a written status (guarded by _lock).
         self._crashes: list[CrashEvent] = []
+        self._dump_ok: bool | None = None  # last dump location check, to warn on change
         self.reconnects = 0
         # libvirt passes and status writes, for tests and benchmarks
         self.observations = 0
@@ -205,7 +204,12 @@ class Agent:
             self.observations += 1
         obs, host = observe(self.conn, host)
         facts = digest(obs, self.config.count, self.capabilities_parser, self._cache)
-        facts = replace(facts, dump_location=usable_dump_location(self.config.dump_location))
+        dump = usable_dump_location(self.config.dump_location)
+        if self.config.dump_location and dump is None and self._dump_ok is not False:
+            log.warning("dump location %s is not a writable directory: not reported",
+                        self.config.dump_location)
+        self._dump_ok = dump is not None
+        facts = replace(facts, dump_location=dump)
         if facts.skipped != self._last_skipped:  # warn on change, not on every pass
             for name, reason in facts.skipped:
                 log.warning("skipping domain %s: %s", name, reason)
