@@ -394,9 +394,9 @@ def regenerate(
                            + "; ".join(f"{h}: {p}" for h, p in sorted(final)[:4]))
     if changed and not allow_abi_change:
         raise Conflict(
-            f"guest {req.name}: the ABI must change to run on every host of the group: "
-            + "; ".join(c.line() for c in changed)
-            + " — allow_abi_change accepts these changes"
+            f"needed: guest {req.name}'s ABI must change to run on every host of the group: "
+            + "; ".join(c.line() for c in changed),
+            field="allow_abi_change",
         )
     return Regeneration(xml, plan, tuple(kept), tuple(changed), data_changes)
 

@@ -105,7 +105,7 @@ def decide_disks(
     policy = scope.policy
     prefix = {"virtio": "vd", "sata": "sd", "ide": "hd", "scsi": "sd"}[bus]
     if len(specs) > 26:
-        raise InvalidInput(f"--disk: at most 26 disks, got {len(specs)}")
+        raise InvalidInput(f"at most 26 disks, got {len(specs)}", field="disks")
     uring, uring_why = io_uring_offered(group, scope) if specs else (False, "")
     disks = []
     evidence = []

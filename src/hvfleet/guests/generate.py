@@ -135,7 +135,7 @@ def plan_guest(req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_
         notes.append(
             f"data sets differ from those policy {policy.version} was released with "
             f"({'; '.join(changed)}): decisions that read them may differ from the released "
-            "policy's; keep existing guests' ABI with generate --from"
+            "policy's; regenerating an existing guest from its definition keeps its ABI"
         )
     return Plan(
         request=req,
