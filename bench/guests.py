@@ -151,19 +151,35 @@ def bench_baseline(quick: bool) -> None:
     print("## CPU baseline (median)")
     print("input: 'same-hw' = hosts of one hardware type send identical <cpu> XML (the")
     print("domcapabilities host-model form); 'unique' = every host's XML differs (a")
-    print("<microcode> line per host, as in `virsh capabilities`); 'store' = host CPUs")
-    print("already parsed into status.hostCapabilities (the --hosts path), no XML.")
+    print("<microcode> line per host, as in `virsh capabilities`), the CPU definitions")
+    print("repeat; 'distinct' = no two hosts share a CPU definition (3 random extra")
+    print("features each); 'store' = host CPUs already parsed into")
+    print("status.hostCapabilities (the --hosts path), no XML.")
     print(
         f"{'hosts':>6} {'input':>8} {'hvfleet ms':>11} {'libvirt ms':>11} {'speedup':>8} "
         f"{'hvfleet feats':>13} {'libvirt feats':>13} superset+within"
     )
+    extra = sorted(cmap.features)
     for n in (10, 100, 1000):
         rng = random.Random(n)
         same = [rng.choice(recent) if rng.random() < 0.8 else rng.choice(intel) for _ in range(n)]
         unique = [x.replace("<arch>", f"<microcode version='{i}'/><arch>", 1) for i, x in enumerate(same)]
+        # Worst case: no two hosts share a CPU definition (3 random extra
+        # features each), so every document is parsed and expanded.
+        distinct = [
+            x.replace(
+                "</cpu>",
+                "".join(
+                    f"<feature name='{f}'/>"
+                    for f in rng.sample([f for f in extra if f'"{f}"' not in x and f"'{f}'" not in x], 3)
+                )
+                + "</cpu>",
+            )
+            for x in unique
+        ]
         reps = 3 if quick else 7
         parsed = cpus_from_texts([(f"h{i}", x) for i, x in enumerate(unique)])
-        for label, xmls in (("same-hw", same), ("unique", unique), ("store", None)):
+        for label, xmls in (("same-hw", same), ("unique", unique), ("distinct", distinct), ("store", None)):
             # libvirt always gets XML (it has no other input): same-hw texts
             # for the store row, the row's own texts otherwise.
             theirs_t: list[float] = []
@@ -182,8 +198,10 @@ def bench_baseline(quick: bool) -> None:
                 result = baseline_cpu(cpus, cmap).value
                 ours_t.append(time.perf_counter() - t)
             assert result is not None
+            named = [(f"h{i}", x) for i, x in enumerate(xmls or [])]
+            hosts_of_row = parsed if xmls is None else cpus_from_texts(named)
             ok = not (theirs - result.features) and all(
-                result.features <= expand_cpu(c, cmap, h) for h, c in parsed
+                result.features <= expand_cpu(c, cmap, h) for h, c in hosts_of_row
             )
             o = median_ms(ours_t)
             print(

@@ -18,6 +18,7 @@ features.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -74,9 +75,11 @@ def expand_cpu(cpu: HostCPU, cmap: CPUMap, where: str) -> frozenset[str]:
     base: frozenset[str] = frozenset()
     if cpu.model:
         base = cmap.model(cpu.model, where).features
-    added = {cmap.canonical_feature(f) for f in cpu.features}
-    removed = {cmap.canonical_feature(f) for f in cpu.disabled_features}
-    return frozenset((base | added) - removed)
+    canonical = cmap.aliases.get
+    out = base.union([canonical(f, f) for f in cpu.features])
+    if cpu.disabled_features:
+        out = out.difference([canonical(f, f) for f in cpu.disabled_features])
+    return out
 
 
 def _group_vendor(hosts: Sequence[tuple[str, HostCPU]]) -> tuple[str, dict[str, list[str]]]:
@@ -191,16 +194,28 @@ def baseline_cpu(
     # Hosts of the same hardware share one CPU definition: expand each
     # distinct definition once (a 1000-host fleet has a few dozen).
     qemu_models = qemu_models or {}
-    expanded: dict[
-        tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]], frozenset[str]
-    ] = {}
+    # Only the intersection and the smallest set are kept, not every set.
+    seen_cpus: set[int] = set()
+    seen: set[tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]]] = set()
+    disabled_seen: set[str] = set()
+    running: frozenset[str] | None = None
+    smallest = 0
+    nothing: frozenset[str] = frozenset()
     for name, cpu in hosts:
-        blocked = _blocked(cmap, qemu_models.get(name, ()))
+        blocked = _blocked(cmap, qemu_models[name]) if name in qemu_models else nothing
+        if not blocked and id(cpu) in seen_cpus:
+            continue  # the very same parsed definition (cpus_from_texts shares them)
         key = (cpu.model, tuple(cpu.features), tuple(cpu.disabled_features), blocked)
-        if key not in expanded:
-            expanded[key] = expand_cpu(cpu, cmap, name) - blocked
-    sets = list(expanded.values())
-    common = frozenset.intersection(*sets)
+        if key in seen:
+            continue
+        seen.add(key)
+        seen_cpus.add(id(cpu))
+        disabled_seen.update(cpu.disabled_features)
+        full = expand_cpu(cpu, cmap, name) - blocked
+        smallest = len(full) if running is None else min(smallest, len(full))
+        running = full if running is None else running & full
+    assert running is not None
+    common = running
     known = frozenset(cmap.features)
     unknown = sorted(common - known)
     common &= known
@@ -213,7 +228,7 @@ def baseline_cpu(
     # QEMU's own model may carry features libvirt's cpu_map does not list (its
     # EPYC has topoext); a host-model CPU says so by disabling them. Disable
     # every such feature too, so check='full' compares like with like.
-    host_disabled = {cmap.canonical_feature(f) for key in expanded for f in key[2]}
+    host_disabled = {cmap.canonical_feature(f) for f in disabled_seen}
     # Features cpu_map marks removed from the model are disabled explicitly,
     # as libvirt's baseline does: the model name alone once carried them.
     disable = tuple(sorted((model.features | model.removed | (host_disabled & known)) - common))
@@ -222,7 +237,7 @@ def baseline_cpu(
     evidence = [
         f"{len(hosts)} host(s), vendor {vendor}: {hosts_list([n for n, _ in hosts])}",
         f"{len(common)} migratable features common to all hosts "
-        f"({len(sets)} distinct host CPU definitions, smallest has {min(len(s) for s in sets)})",
+        f"({len(seen)} distinct host CPU definitions, smallest has {smallest})",
         f"model {model.name}: {len(model.features)} features, "
         f"{len(model.features & common)} of them common",
     ]
@@ -349,16 +364,116 @@ def cpu_element(cpu: GuestCPU, expand: bool = False) -> etree._Element:
     return el
 
 
+# Children of a host <cpu> that differ between hosts of the same hardware and
+# say nothing about its features (microcode revision, TSC frequency, topology,
+# ...). Only self-closing ones whose attributes are plainly well formed, with
+# nothing but whitespace between them and the tags around them, are matched:
+# removing those changes no element's text. Anything else is left for the XML
+# parser to judge.
+_VOLATILE_RE = re.compile(
+    r"(?<=>)\s*<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
+    # No attribute twice (that is malformed, for the parser to refuse).
+    r"(?![^<>]*?\s([\w.:-]+)\s*=[^<>]*\s\1\s*=)"
+    r"""(?:\s+[A-Za-z_][\w.:-]*\s*=\s*(?:"[^"<&]*"|'[^'<&]*'))*\s*/>(?=\s*<)"""
+)
+# Whitespace between tags: indentation differs between libvirt versions and
+# tools; values are read stripped, so it never carries meaning here.
+_BETWEEN_TAGS_RE = re.compile(r">\s+<")
+# The host CPU of a `virsh capabilities` document: the <cpu> right after
+# <host> (and its <uuid>), before the host's NUMA topology with its <cpu id=>s.
+_CAPS_HOST_CPU_RE = re.compile(
+    r"\s*(?:<\?xml[^>]*\?>\s*)?<capabilities>\s*<host>\s*(?:<uuid>[^<]*</uuid>\s*)?"
+    r"(<cpu>.*?</cpu>)",
+    re.S,
+)
+
+
+def _cpu_part(text: str) -> str:
+    """The part of a host XML document that the baseline needs: a
+    `<capabilities>` document's host `<cpu>` element, less the children that
+    differ between hosts of the same hardware. Documents in any other shape
+    (comments, CDATA, DOCTYPE, other roots) are returned whole, to be parsed
+    whole."""
+    if "<!" in text:
+        return text
+    m = _CAPS_HOST_CPU_RE.match(text)
+    if m:
+        cpu = m.group(1)
+        if cpu.count("<cpu") == 1:
+            text = cpu
+    # Only inside the <cpu> element(s): outside, a removal could turn a
+    # malformed document (two roots) into a well-formed one.
+    first = text.find("<cpu")
+    inside = text.find(">", first)
+    last = text.rfind("</cpu>")
+    if first >= 0 and 0 <= inside < last:
+        text = text[:inside] + _VOLATILE_RE.sub("", text[inside:last + 1]) + text[last + 1:]
+    return _BETWEEN_TAGS_RE.sub("><", text)
+
+
+# A bare host <cpu> document in its plainest form (after `_cpu_part`): child
+# elements arch, model, vendor with plain text, and features with plainly
+# quoted name (and policy) attributes, nothing else: no entity, no attribute
+# whose value an XML parser would normalise, no duplicate attribute. Such a
+# document means the same to any XML parser, so `_plain_cpu` reads it with
+# regular expressions; anything else goes to the XML parser.
+_PLAIN_VALUE = r"""(?:"([^"<&\t\n\r]*)"|'([^'<&\t\n\r]*)')"""
+_PLAIN_CHILD = (
+    r"<(arch|model|vendor)>([^<&]*)</\1>"
+    rf"|<feature name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
+    rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_VALUE}/>"
+)
+_PLAIN_CHILD_RE = re.compile(_PLAIN_CHILD)
+_PLAIN_CPU_RE = re.compile(rf"<cpu>(?:{_PLAIN_CHILD})*</cpu>\s*")
+
+
+def _plain_cpu(part: str, where: str) -> HostCPU | None:
+    """The HostCPU of `part` if it is a plain `<cpu>` document, else None."""
+    if _PLAIN_CPU_RE.fullmatch(part) is None:
+        return None
+    text: dict[str, str] = {}
+    features: list[str] = []
+    disabled: list[str] = []
+    for tag, value, n1, n2, p1, p2, p3, p4, n3, n4 in _PLAIN_CHILD_RE.findall(part):
+        if tag:
+            text.setdefault(tag, value.strip())  # the first one, as find() takes
+            continue
+        # findall gives "" for groups that did not take part.
+        name = n1 or n2 or n3 or n4
+        if not name:
+            return None  # let the parser's path refuse it, with its message
+        policy = p1 or p2 or p3 or p4
+        (disabled if policy in ("disable", "forbid") else features).append(name)
+    return HostCPU(vendor=text.get("vendor", ""), model=text.get("model", ""),
+                   features=features, disabled_features=disabled, source=where)
+
+
 def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
-    """(name, HostCPU) for (name, XML text) pairs; identical texts are parsed once."""
-    from hvfleet.discovery.xmlsafe import parse_xml
+    """(name, HostCPU) for (name, XML text) pairs.
+
+    Only the `<cpu>` element is read: each document is cut down to the part
+    that defines its CPU (`_cpu_part`), and documents whose CPU definitions
+    are the same are parsed once. A fleet's documents are all distinct (a
+    microcode line, a TSC frequency, a UUID per host) while its CPU
+    definitions are a few dozen."""
+    from hvfleet.discovery.xmlsafe import MAX_XML_BYTES, parse_xml
 
     parsed: dict[str, list[HostCPU]] = {}
+    by_text: dict[str, list[HostCPU]] = {}
     out: list[tuple[str, HostCPU]] = []
     for name, text in docs:
-        if text not in parsed:
-            parsed[text] = cpus_from_document(parse_xml(text, name), name)
-        found = parsed[text]
+        found = by_text.get(text)
+        if found is None:
+            if len(text) > MAX_XML_BYTES:
+                raise InvalidInput(f"{name}: document is larger than {MAX_XML_BYTES} bytes")
+            part = _cpu_part(text)
+            found = parsed.get(part)
+            if found is None:
+                plain = _plain_cpu(part, name)
+                found = [plain] if plain is not None else cpus_from_document(
+                    parse_xml(part, name), name)
+                parsed[part] = found
+            by_text[text] = found
         if len(found) == 1:
             out.append((name, found[0]))
         else:
