@@ -25,8 +25,9 @@ from pathlib import Path
 import libvirt
 from lxml import etree
 
-from hvfleet.guests.cpu import baseline_cpu, cpus_from_texts, expand_cpu
+from hvfleet.guests.cpu import baseline_cpu, expand_cpu
 from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.guests.cpuxml import cpus_from_texts
 from hvfleet.guests.generate import generate
 from hvfleet.guests.hosts import load_caps_dir
 from hvfleet.guests.osinfo import load_os_database

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from hvfleet.discovery.xmlsafe import read_xml_file
-from hvfleet.guests.cpu import baseline_cpu, cpu_element, cpus_from_document, expand_cpu
+from hvfleet.guests.cpu import baseline_cpu, cpu_element, expand_cpu
 from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.guests.cpuxml import cpus_from_document
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCPU
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hvfleet.discovery.xmlsafe import parse_xml
-from hvfleet.guests.cpu import cpus_from_document, cpus_from_texts
+from hvfleet.guests.cpuxml import cpus_from_document, cpus_from_texts
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCPU
 

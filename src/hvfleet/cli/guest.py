@@ -12,13 +12,8 @@ from lxml import etree
 from hvfleet.cli.main import app
 from hvfleet.discovery.xmlsafe import read_xml_file
 from hvfleet.guests.check import check_domain
-from hvfleet.guests.cpu import (
-    UnknownHostCPU,
-    baseline_cpu,
-    cpu_element,
-    cpus_from_document,
-    qemu_models_of,
-)
+from hvfleet.guests.cpu import UnknownHostCPU, baseline_cpu, cpu_element, qemu_models_of
+from hvfleet.guests.cpuxml import cpus_from_document
 from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.generate import plan_guest

@@ -12,7 +12,6 @@ because the installer would not see a disk on it.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import glob
 import os
@@ -202,6 +201,8 @@ class OSDatabase:
 
     def get(self, short_id: str) -> OSInfo:
         if short_id not in self._by_short:
+            import difflib  # only for the hint
+
             close = difflib.get_close_matches(short_id, self.short_ids, n=5, cutoff=0.6)
             hint = f"; closest: {', '.join(close)}" if close else ""
             raise InvalidInput(f"--os: unknown OS id {short_id!r} in osinfo-db{hint}")
