@@ -188,7 +188,7 @@ def baseline_cpu(
         split = "; ".join(f"{v}: {hosts_list(n, 3)}" for v, n in sorted(by_vendor.items()))
         raise InvalidInput(
             f"cpu baseline: hosts have different CPU vendors ({split}); "
-            "use --mode software or --mode none"
+            "use mode software or none"
         )
     # Hosts of the same hardware share one CPU definition: expand each
     # distinct definition once (a 1000-host fleet has a few dozen).
@@ -320,7 +320,7 @@ def software_cpu(
 def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
     """host mode: the single host's host-model CPU, written out explicitly."""
     if len(hosts) != 1:
-        raise InvalidInput(f"cpu: --mode host needs exactly one host, got {len(hosts)}")
+        raise InvalidInput(f"host needs exactly one host, got {len(hosts)}", field="mode")
     name, caps = hosts[0]
     cmap = load_cpu_map()
     d = baseline_cpu([(name, caps.cpu)], cmap, qemu_models_of(hosts), skippable=False)
@@ -343,7 +343,7 @@ def decide_cpu(mode: str, hosts: Sequence[tuple[str, HostCapabilities]]) -> Deci
         return host_cpu(hosts)
     if mode in ("software", "none"):
         return software_cpu(hosts, conservative=mode == "none")
-    raise InvalidInput(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+    raise InvalidInput(f"{mode!r} is not one of {', '.join(MODES)}", field="mode")
 
 
 def cpu_element(cpu: GuestCPU, expand: bool = False) -> etree._Element:
