@@ -13,13 +13,8 @@ from hvfleet.cli.main import app
 from hvfleet.discovery.xmlsafe import read_xml_file
 from hvfleet.guests.abi import regenerate, upgrade
 from hvfleet.guests.check import check_domain
-from hvfleet.guests.cpu import (
-    UnknownHostCPU,
-    baseline_cpu,
-    cpu_element,
-    cpus_from_document,
-    qemu_models_of,
-)
+from hvfleet.guests.cpu import UnknownHostCPU, baseline_cpu, cpu_element, qemu_models_of
+from hvfleet.guests.cpuxml import cpus_from_document
 from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.generate import plan_guest
@@ -194,7 +189,7 @@ def guest_generate(
             "mode": mode, "policy": policy, "drivers": tuple(drivers) if drivers else None,
         }
         if name is not None:
-            raise InvalidInput("--name: a regenerated guest keeps the existing name")
+            raise InvalidInput("a regenerated guest keeps the existing name", field="name")
         overrides = {k: v for k, v in given.items() if v is not None}
         result = regenerate(read_xml_file(from_), group, overrides, allow_abi_change)
         extra = result.report() + (explain_plan(result.plan) if explain else "")

@@ -157,8 +157,8 @@ def request_from_domain(
         raise InvalidInput(f"existing domain: root element is <{dom.tag}>, not <domain>")
     os_id = overrides.get("os") or _meta(dom, "os")
     if not os_id:
-        raise InvalidInput("os: the existing domain has no hvfleet metadata naming its OS; "
-                           "give the os")
+        raise InvalidInput("the existing domain has no hvfleet metadata naming its OS; give it",
+                           field="os")
     os = load_os_database(data.osinfo_dir).get(str(os_id))
     policy = get_policy(str(overrides.get("policy") or _meta(dom, "policy") or "2026.1"))
     efi = _is_efi(dom)
@@ -181,7 +181,7 @@ def request_from_domain(
     }
     for key, value in overrides.items():
         if key in ("name", "uuid"):
-            raise InvalidInput(f"{key}: a regenerated guest keeps the existing {key}")
+            raise InvalidInput(f"a regenerated guest keeps the existing {key}", field=key)
         fields[key] = value
     return GuestRequest(**fields)
 
