@@ -9,6 +9,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from lxml import etree
 from typer.testing import CliRunner
 
@@ -187,3 +189,44 @@ def test_cli_generate_from_and_upgrade(tmp_path: Path) -> None:
     r = runner.invoke(app, ["guest", "generate", "--os", "rhel9.1", "--caps-dir", str(grown)])
     assert isinstance(r.exception, InvalidInput) and r.exception.exit_code == 2
     assert "--name, --vcpus, --memory" in str(r.exception)
+
+
+GROUP_NAMES = ("intel-same", "intel-mixed", "amd-mixed", "single")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    os=st.sampled_from(["win11", "win2k22", "rhel9.1", "ubuntu22.04"]),
+    policy=st.sampled_from(["2026.1", "2026.2"]),
+    made_for=st.sets(st.sampled_from(GROUP_NAMES), min_size=1, max_size=2),
+    moved_to=st.sets(st.sampled_from(GROUP_NAMES), min_size=1, max_size=2),
+)
+def test_regeneration_keeps_what_runs_and_names_the_rest(
+    os: str, policy: str, made_for: set[str], moved_to: set[str]
+) -> None:
+    def grp(names: set[str]) -> HostGroup | None:
+        hosts = union(*sorted(names))
+        vendors = {c.cpu.vendor for _, c in hosts.hosts}
+        return hosts if len(vendors) == 1 else None
+
+    a, b = grp(made_for), grp(moved_to)
+    assume(a is not None and b is not None)
+    assert a is not None and b is not None
+    xml, _ = generate(req(os, policy), a)
+    before = abi_of(dom(xml))
+    try:
+        r = regenerate(dom(xml), b)
+    except Conflict as exc:
+        r = regenerate(dom(xml), b, allow_abi_change=True)
+        assert r.changed and all(f"{c.area}: {c.old} → {c.new}" in str(exc) for c in r.changed)
+    out = dom(r.xml)
+    # whatever came out runs on every host of the new group ...
+    verdicts = check_domain(out, b)
+    assert all(v.ok for v in verdicts), [(v.host, v.problems) for v in verdicts]
+    # ... keeps name and UUID, and every ABI setting not listed as changed
+    assert out.findtext("uuid") == UUID and out.findtext("name") == "keep"
+    after = abi_of(out)
+    changed = {c.area for c in r.changed}
+    for area, value in before.items():
+        if area not in changed:
+            assert after[area] == value, (area, value, after[area])
