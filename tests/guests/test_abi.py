@@ -138,7 +138,7 @@ def test_a_changed_cpu_map_is_detected_and_explained(changed_cpu_map: str) -> No
     assert data.versions()["cpu_map"] != DataSources().versions()["cpu_map"]
     # plain generation says the data differs from what the policy was released with
     plan = plan_guest(req(), group("intel-same"), data)
-    note = next(n for n in plan.notes if "data sets differ" in n)
+    note = next(n for n in plan.warnings if "data sets differ" in n)
     assert "cpu_map sha256:" in note and "policy 2026.1" in note
     # an existing 2026.2 guest regenerated on the changed data keeps its CPU and says why
     xml, _ = generate(req(policy="2026.2"), group("intel-same"))
@@ -156,7 +156,7 @@ def test_a_changed_osinfo_db_is_detected(tmp_path: Path) -> None:
     shutil.copytree(OSINFO_DIR, d)
     (d / "VERSION").write_text("20990101")
     plan = plan_guest(req(), group("single"), DataSources(osinfo_dir=str(d)))
-    assert any("osinfo-db 20221203 → 20990101" in n for n in plan.notes)
+    assert any("osinfo-db 20221203 → 20990101" in n for n in plan.warnings)
     xml, _ = generate(req(policy="2026.2"), group("single"))
     r = regenerate(dom(xml), group("single"), data=DataSources(osinfo_dir=str(d)))
     assert r.data_changes == ("osinfo-db 20221203 → 20990101",)

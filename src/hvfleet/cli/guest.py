@@ -203,6 +203,8 @@ def guest_generate(
     req = _request(os, name, vcpus, memory, disk, nic, firmware or "auto", secure_boot, tpm,
                    mode or "intersection", policy or LATEST, drivers)
     xml, plan = generate_guest(req, group)
+    for w in plan.warnings:
+        sys.stderr.write(f"warning: {w}\n")
     _write_xml(xml, output, explain_plan(plan) if explain else "")
 
 

@@ -73,6 +73,9 @@ class Plan:
     graphics: Decision[str]
     lifecycle: Decision[tuple[str, str, str]]
     notes: tuple[str, ...]
+    # What an operator must see even without --explain: the data sets differ
+    # from those the policy was released with, so its output may differ too.
+    warnings: tuple[str, ...] = ()
 
     def decisions(self) -> list[Decision[Any]]:
         return [
@@ -131,8 +134,9 @@ def plan_guest(req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_
         notes.append(f"policy {policy.version} does not use declared drivers "
                      f"({', '.join(req.drivers)}); a later policy does")
     changed = changed_versions(dict(policy.data_versions), versions)
+    warnings = []
     if changed:
-        notes.append(
+        warnings.append(
             f"data sets differ from those policy {policy.version} was released with "
             f"({'; '.join(changed)}): decisions that read them may differ from the released "
             "policy's; regenerating an existing guest from its definition keeps its ABI"
@@ -163,6 +167,7 @@ def plan_guest(req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_
         graphics=decide_graphics(group, policy),
         lifecycle=decide_lifecycle(group, scope),
         notes=tuple(notes),
+        warnings=tuple(warnings),
     )
 
 
