@@ -118,11 +118,9 @@ def plan_guest(req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_
     cmap = load_cpu_map(data.cpu_map_dir)
     domain_type = decide_domain_type(group)
     machine = decide_machine(os, group, req.vcpus, scope)
-    floor_require = policy.floor_cpu_require + (
-        policy.floor_cpu_require_kvm if domain_type.value == "kvm" else ())
     cpu = (decide_cpu(req.mode, group.hosts, cmap) if scope.software
-           else floor_cpu(group.hosts, policy.floor_cpu_model, floor_require, policy.version,
-                          cmap))
+           else floor_cpu(group.hosts, policy.floor_cpu_model, policy.floor_cpu_require,
+                     policy.version, cmap))
     firmware = decide_firmware(req, os, group)
     tpm = decide_tpm(req, os, group, firmware.value, policy)
     hyperv = decide_hyperv(os, group, domain_type.value, scope)

@@ -35,9 +35,6 @@ class Policy:
     # features QEMU always shows a guest (check='full' refuses a CPU without them).
     floor_cpu_model: str = "kvm64"
     floor_cpu_require: tuple[str, ...] = ("hypervisor",)
-    # ... and under KVM, where QEMU turns x2apic on for every model (QEMU's
-    # kvm_default_props). Not provable here (no /dev/kvm); TCG has no x2apic.
-    floor_cpu_require_kvm: tuple[str, ...] = ("x2apic",)
 
     # machine: the chipset when osinfo lists it for the OS, else the fallback
     chipset: str = "q35"
