@@ -9,7 +9,7 @@ from pathlib import Path
 
 import libvirt
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lxml import etree
 from typer.testing import CliRunner
@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 import hvfleet.cli.guest  # noqa: F401  (registers the commands)
 from hvfleet.cli.main import app
 from hvfleet.discovery.capabilities import parse_host_capabilities
+from hvfleet.guests.check import check_domain
 from hvfleet.guests.generate import generate
 from hvfleet.guests.hosts import load_caps_dir
 from hvfleet.guests.policy import POLICIES
@@ -212,3 +213,43 @@ def test_2026_2_guest_with_io_uring_topology_and_virtio_win_starts_on_real_qemu(
         dom.destroy()
     finally:
         dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+
+
+_REAL_CASES: list[str] = []
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    gname=st.sampled_from(["intel-same", "intel-mixed", "amd-mixed", "single", "mixed-vendor"]),
+    os=st.sampled_from(["win11", "win10", "win2k22", "win7", "rhel9.1", "ubuntu22.04",
+                        "linux2022", "freebsd13.0"]),
+    mode=st.sampled_from(["intersection", "software", "none", "host"]),
+    vcpus=st.integers(1, 64),
+    virtio_win=st.booleans(),
+    dumps=st.booleans(),
+    libvirt=st.sampled_from(["", "6.0.0", "9.0.0"]),
+)
+def test_every_2026_2_guest_passes_check_on_every_host_of_its_group(
+    gname: str, os: str, mode: str, vcpus: int, virtio_win: bool, dumps: bool, libvirt: str
+) -> None:
+    g = with_facts(group(gname), libvirt_version=libvirt,
+                   dump_location="/var/lib/libvirt/qemu/dump" if dumps else None,
+                   cpu_topology=CPUTopology(sockets=2, cores=8, threads=2))
+    r = req(os, vcpus=vcpus, mode=mode,
+            drivers=("virtio-win",) if virtio_win and os.startswith("win") else ())
+    try:
+        xml, plan = generate(r, g)
+    except InvalidInput:
+        return  # refused with a reason (mixed vendors in intersection, host mode on a group)
+    _REAL_CASES.append(f"{gname}/{os}/{mode}")
+    verdicts = check_domain(dom(xml), g)
+    assert all(v.ok for v in verdicts), [(v.host, v.problems) for v in verdicts]
+    t = plan.topology.value
+    assert t is not None and t.sockets * t.cores * t.threads == vcpus
+    assert dom(xml).findtext("on_crash") == (
+        "coredump-restart" if dumps and mode != "none" else "restart")
+
+
+def test_the_2026_2_property_test_really_generated_guests() -> None:
+    test_every_2026_2_guest_passes_check_on_every_host_of_its_group()
+    assert len(_REAL_CASES) > 80
