@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 
+import libvirt
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from typer.testing import CliRunner
 
 import hvfleet.cli.guest  # noqa: F401  (registers the commands)
 from hvfleet.cli.main import app, error_line
+from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.guests.abi import abi_of, regenerate, request_from_domain, upgrade
 from hvfleet.guests.check import check_domain
 from hvfleet.guests.cpumap import CPU_MAP_DIR
@@ -230,3 +233,42 @@ def test_regeneration_keeps_what_runs_and_names_the_rest(
     for area, value in before.items():
         if area not in changed:
             assert after[area] == value, (area, value, after[area])
+
+
+@pytest.mark.parametrize("os", ["rhel9.1", "win11"])
+def test_regenerating_libvirts_own_dumpxml_keeps_everything(
+    embed_conn: libvirt.virConnect, workdir: Path, os: str
+) -> None:
+    # What an operator really has: `virsh dumpxml` of the defined guest, with
+    # libvirt's defaults, PCI addresses, controllers and NVRAM paths added.
+    caps = parse_host_capabilities(
+        embed_conn.getCapabilities(),
+        embed_conn.getDomainCapabilities(None, "x86_64", "q35", "qemu", 0),
+    )
+    g = HostGroup((("this-host", caps),))
+    disk = workdir / "d.qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", str(disk), "16M"], check=True)
+    r = GuestRequest(os=os, name=f"dump-{os.replace('.', '-')}", vcpus=2, memory=256 << 20,
+                     disks=(DiskSpec.parse(f"kind=qcow2,source={disk}"),),
+                     nics=(), policy="2026.2",
+                     drivers=("virtio-win",) if os == "win11" else ())
+    xml, _ = generate(r, g)
+    d = embed_conn.defineXML(xml)
+    try:
+        dumped = d.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        assert d.UUIDString() in dumped
+        again = regenerate(dom(dumped), g)
+        assert not again.changed and not again.kept, again.report()
+        assert abi_of(dom(again.xml)) == abi_of(dom(dumped))
+        assert dom(again.xml).findtext("uuid") == d.UUIDString()
+        # libvirt takes the regenerated definition for the same domain, and
+        # gives its devices the same PCI addresses (they are ABI too, and are
+        # not written by hvfleet: libvirt assigns them from the device list)
+        redefined = embed_conn.defineXML(again.xml).XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+
+        def addresses(x: str) -> list[tuple[str, dict[str, str]]]:
+            return [(a.getparent().tag, dict(a.attrib)) for a in dom(x).iter("address")]
+
+        assert addresses(redefined) == addresses(dumped) and addresses(dumped)
+    finally:
+        d.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
