@@ -114,7 +114,7 @@ def test_upgrade_to_2026_2_lists_the_abi_settings_that_change() -> None:
     # 2026.1 does not record declared drivers: the upgrade is told again
     r = upgrade(dom(xml), group("intel-mixed"), "2026.2", {"drivers": ("virtio-win",)})
     diff = {c.area: (c.old, c.new) for c in r.changed}
-    assert diff["topology"] == ("libvirt default", "2 sockets × 2 cores × 1 threads")
+    assert diff["topology"] == ("libvirt default", "2 sockets × 2 cores × 1 thread")
     assert diff["disk bus"] == ("sata", "virtio") and diff["nic"] == ("e1000e", "virtio")
     assert "vendor_id=hvfleet" in diff["hyperv"][1]
     assert "machine" not in diff  # the same group: same machine type

@@ -303,7 +303,8 @@ def _show(area: str, value: Any, dom: etree._Element | None = None) -> str:
         parts += [f"+{f}" for f in value.require] + [f"-{f}" for f in value.disable]
         return " ".join(parts)
     if isinstance(value, Topology):
-        return f"{value.sockets} sockets × {value.cores} cores × {value.threads} threads"
+        return (f"{value.sockets} sockets × {value.cores} cores × {value.threads} thread"
+                + ("s" if value.threads != 1 else ""))
     if isinstance(value, Firmware):
         return ("efi" + (" + secure boot" if value.secure_boot else "")) if value.efi else "bios"
     if isinstance(value, TPM):
