@@ -13,6 +13,9 @@ room the host does not have.
 `sync` reads a real Placement's providers and allocations and keeps one
 Reservation (source `placement`) per Placement consumer per host, so space
 Placement has promised counts in hvfleet until libvirt shows the instance.
+It first pushes hvfleet's inventories (and, when asked, its claims) the other
+way (`hvfleet.scheduling.placement_push`), and never mirrors back a consumer
+hvfleet itself claims or pushed.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from __future__ import annotations
 import hashlib
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
@@ -35,6 +38,7 @@ from hvfleet.model.resources import WELL_KNOWN, ResourceName
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
 from hvfleet.scheduling.fit import unit_constraints
 from hvfleet.scheduling.placement_client import PlacementClient
+from hvfleet.scheduling.placement_push import PushIdentity, push
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store
 
@@ -141,15 +145,25 @@ class SyncReport:
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
     unknown_providers: list[str] = field(default_factory=list)
+    # What was pushed to Placement (see placement_push): None when not asked.
+    inventories: dict[str, Any] | None = None
+    claims: dict[str, Any] | None = None
+    errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "created": self.created,
             "updated": self.updated,
             "deleted": self.deleted,
             "unchanged": self.unchanged,
             "unknownProviders": self.unknown_providers,
         }
+        if self.inventories is not None:
+            out["inventories"] = self.inventories
+        if self.claims is not None:
+            out["claims"] = self.claims
+        out["errors"] = self.errors
+        return out
 
 
 def mirror_name(host: str, consumer: str) -> str:
@@ -171,12 +185,15 @@ def _from_placement(resources: Mapping[str, int], where: str) -> dict[ResourceNa
 
 
 def desired_mirrors(
-    client: PlacementClient, hosts: Mapping[str, Hypervisor]
+    client: PlacementClient,
+    hosts: Mapping[str, Hypervisor],
+    skip: Callable[[str], bool] = lambda consumer: False,
 ) -> tuple[dict[tuple[str, str], dict[ResourceName, Quantity]], list[str]]:
     """(host, consumer) → resources Placement has allocated and libvirt does not
     show yet; plus the names of providers that match no hypervisor. A nested
     provider (a GPU or NIC under a compute node) belongs to the hypervisor of
-    its root, and a consumer's allocations on a host's providers add up."""
+    its root, and a consumer's allocations on a host's providers add up.
+    Consumers `skip` names (hvfleet's own claims) are not mirrored."""
     by_uid = {h.metadata.uid: h for h in hosts.values() if h.metadata.uid}
     providers = client.get("/resource_providers")["resource_providers"]
     by_uuid = {rp["uuid"]: rp for rp in providers}
@@ -200,6 +217,8 @@ def desired_mirrors(
         for consumer, alloc in allocations.items():
             if consumer in running:
                 continue  # libvirt shows it: the allocation counts it already
+            if skip(consumer):
+                continue  # hvfleet's own claim: mirroring it would count it twice
             resources = _from_placement(alloc["resources"], f"placement consumer {consumer}")
             if resources:
                 mine = desired.setdefault((h.name, consumer), {})
@@ -208,15 +227,43 @@ def desired_mirrors(
     return desired, sorted(unknown)
 
 
-def sync(store: Store, client: PlacementClient, manager: str = MANAGER) -> SyncReport:
-    """Make the store's placement-sourced reservations equal what Placement has
-    promised and libvirt does not show yet. Idempotent."""
+def sync(
+    store: Store,
+    client: PlacementClient,
+    manager: str = MANAGER,
+    *,
+    push_inventories: bool = True,
+    push_claims: bool = False,
+    identity: PushIdentity = PushIdentity(),
+    now: datetime | None = None,
+) -> SyncReport:
+    """Push hvfleet's inventories (and with `push_claims` its live claims) to the
+    providers of its hypervisors, then make the store's placement-sourced
+    reservations equal what Placement has promised and libvirt does not show
+    yet. Idempotent."""
     hosts = {h.name: h for h in store.list_hypervisors()}
-    desired, unknown = desired_mirrors(client, hosts)
-    report = SyncReport(unknown_providers=unknown)
+    reservations = store.list_reservations()
+    computed = {name: export_inventories(h) for name, h in hosts.items()} if push_inventories else {}
+    pushed = push(
+        client,
+        hosts,
+        reservations,
+        computed,
+        now or datetime.now(UTC),
+        inventories=push_inventories,
+        claims=push_claims,
+        identity=identity,
+    )
+    desired, unknown = desired_mirrors(client, hosts, pushed.skip)
+    report = SyncReport(
+        unknown_providers=unknown,
+        inventories=pushed.inventories.to_dict() if pushed.inventories else None,
+        claims=pushed.claims.to_dict() if pushed.claims else None,
+        errors=pushed.errors,
+    )
     existing = {
         (r.spec.hypervisor, r.spec.consumer): r
-        for r in store.list_reservations()
+        for r in reservations
         if r.spec.source == "placement"
     }
     for key, resources in sorted(desired.items()):
