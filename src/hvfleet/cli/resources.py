@@ -4,7 +4,7 @@ apply, export, crd."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,6 +33,8 @@ from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.meta import API_VERSION, find_condition, validation_message
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
+from hvfleet.model.spec_edits import SpecEdit, SpecMap
+from hvfleet.scheduling.fleet_edit import edit_hosts
 from hvfleet.store import Store
 from hvfleet.store.base import kind_of
 from hvfleet.store.ownership import apply_spec
@@ -286,24 +288,40 @@ def capacity(
 
 # -- spec edits -----------------------------------------------------------------------------------
 
-NameArg = Annotated[str, typer.Argument(help="Hypervisor name.")]
+TargetsArg = Annotated[
+    list[str], typer.Argument(help="NAME then RESOURCE=VALUE entries; with -l only the entries.")
+]
 
 
-def _edit_spec(store_url: str | None, name: str, field: str, changes: Mapping[ResourceName, Any],
-               removals: list[str], manager: str, force: bool) -> Hypervisor:
-    def mutate(h: Hypervisor) -> Hypervisor:
-        values = dict(getattr(h.spec, field))
-        values.update(changes)
-        for r in removals:
-            values.pop(r, None)
-        try:
-            spec = h.spec.model_validate({**h.spec.model_dump(), field: values})
-        except ValidationError as exc:
-            raise InvalidInput(validation_message(exc, f"hypervisor {name}: spec")) from None
-        return h.model_copy(update={"spec": spec})
+def _targets(args: list[str], selector: str | None) -> tuple[str | None, list[str]]:
+    """(host name or None for -l, the entries) from `NAME ENTRY...` or `-l SEL ENTRY...`."""
+    if selector is None:
+        if len(args) < 2:
+            raise InvalidInput("give a hypervisor NAME and at least one entry, or -l SELECTOR")
+        return args[0], args[1:]
+    if not args:
+        raise InvalidInput("give at least one entry")
+    return None, args
 
+
+def _edit(store_url: str | None, targets: list[str], selector: str | None, field: SpecMap,
+          parse: Callable[[str], tuple[ResourceName, Any]] | None, manager: str,
+          force: bool) -> None:
+    """Set (with `parse`) or unset entries of spec map `field` on one host or on
+    every host the selector matches (all or nothing), and print the result."""
+    name, entries = _targets(targets, selector)
+    if parse is not None:
+        edit = SpecEdit(field, changes=dict(parse(e) for e in entries))
+    else:
+        edit = SpecEdit(field, removals=[ResourceName.parse(e, where=SPEC_FIELD[field]) for e in entries])
     with connect(store_url) as s:
-        return s.update_hypervisor(name, mutate, manager, force=force)
+        for h in edit_hosts(s, edit, manager, name=name, selector=selector, force=force):
+            _print_effective(h)
+
+
+SPEC_FIELD: dict[SpecMap, str] = {
+    "overcommit": "overcommit", "reserved": "reserved", "extra_capacity": "extraCapacity",
+}
 
 
 def _print_effective(h: Hypervisor) -> None:
@@ -315,60 +333,63 @@ def _print_effective(h: Hypervisor) -> None:
 
 @overcommit_app.command("set")
 def overcommit_set(
-    name: NameArg,
-    ratios: Annotated[list[str], typer.Argument(help="RESOURCE=RATIO, e.g. cpu=4 memory=1.5")],
+    targets: TargetsArg,
+    selector: SelectorOpt = None,
     manager: ManagerOpt = DEFAULT_MANAGER,
     force: ForceOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Set overcommit ratios (finite, > 0; below 1 keeps part of a resource free)."""
-    changes = dict(parse_ratio(r, "overcommit") for r in ratios)
-    _print_effective(_edit_spec(store, name, "overcommit", changes, [], manager, force))
+    """Set overcommit ratios (finite, > 0; below 1 keeps part of a resource free)
+    on one host, or with -l on every matching host at once (all or nothing)."""
+    _edit(store, targets, selector, "overcommit", lambda e: parse_ratio(e, "overcommit"),
+          manager, force)
 
 
 @overcommit_app.command("unset")
 def overcommit_unset(
-    name: NameArg,
-    resources: Annotated[list[str], typer.Argument(help="Resources to reset to ratio 1.")],
+    targets: Annotated[
+        list[str], typer.Argument(help="NAME then resources to reset; with -l only resources.")
+    ],
+    selector: SelectorOpt = None,
     manager: ManagerOpt = DEFAULT_MANAGER,
     force: ForceOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Remove ratios (back to 1.0)."""
-    names = [str(ResourceName.parse(r, where="overcommit")) for r in resources]
-    _print_effective(_edit_spec(store, name, "overcommit", {}, names, manager, force))
+    """Remove ratios (back to a matching OvercommitPolicy's, else 1.0)."""
+    _edit(store, targets, selector, "overcommit", None, manager, force)
 
 
-def _quantity_commands(sub: typer.Typer, field: str, label: str) -> None:
+def _quantity_commands(sub: typer.Typer, field: SpecMap) -> None:
+    label = SPEC_FIELD[field]
+
     @sub.command("set")
     def set_(
-        name: NameArg,
-        values: Annotated[list[str], typer.Argument(help="RESOURCE=QUANTITY, e.g. memory=4Gi")],
+        targets: TargetsArg,
+        selector: SelectorOpt = None,
         manager: ManagerOpt = DEFAULT_MANAGER,
         force: ForceOpt = False,
         store: StoreOpt = None,
     ) -> None:
-        changes = dict(parse_quantity_assignment(v, label) for v in values)
-        _print_effective(_edit_spec(store, name, field, changes, [], manager, force))
+        _edit(store, targets, selector, field, lambda e: parse_quantity_assignment(e, label),
+              manager, force)
 
-    set_.__doc__ = f"Set {label} quantities."
+    set_.__doc__ = f"Set {label} quantities on one host, or with -l on every matching host."
 
     @sub.command("unset")
     def unset(
-        name: NameArg,
-        resources: Annotated[list[str], typer.Argument()],
+        targets: Annotated[list[str], typer.Argument(help="NAME then resources; with -l only resources.")],
+        selector: SelectorOpt = None,
         manager: ManagerOpt = DEFAULT_MANAGER,
         force: ForceOpt = False,
         store: StoreOpt = None,
     ) -> None:
-        names = [str(ResourceName.parse(r, where=label)) for r in resources]
-        _print_effective(_edit_spec(store, name, field, {}, names, manager, force))
+        _edit(store, targets, selector, field, None, manager, force)
 
     unset.__doc__ = f"Remove {label} entries."
 
 
-_quantity_commands(reserved_app, "reserved", "reserved")
-_quantity_commands(extra_app, "extra_capacity", "extraCapacity")
+_quantity_commands(reserved_app, "reserved")
+_quantity_commands(extra_app, "extra_capacity")
 
 
 # -- apply / export / crd -------------------------------------------------------------------------
