@@ -337,3 +337,21 @@ def test_claim_allocations_round_up_and_use_the_provider_that_has_the_class() ->
     assert claim_allocations(res, tree, classes) == {"root": {"VCPU": 2, "MEMORY_MB": 2}, "gpu": {"VGPU": 1}}
     with pytest.raises(Exception, match=r"resources\.CUSTOM_X: no provider of hv"):
         claim_allocations({ResourceName.parse("CUSTOM_X"): Quantity(1)}, tree, classes)
+
+
+def test_an_overcommit_policy_reaches_placement_too(
+    store: Store, run: Any, placement: RealPlacement, tmp_path: Path
+) -> None:
+    c = _fresh(placement)
+    rp = _providers(c, store, "hv-a", "hv-b")
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: hvfleet.io/v1\nkind: OvercommitPolicy\nmetadata: {name: zone-x}\n"
+        "spec: {selector: {matchLabels: {zone: x}}, overcommit: {cpu: 3, memory: 1.5}}\n"
+    )
+    assert run("apply", "-f", str(tmp_path / "p.yaml")).code == 0
+    assert run("overcommit", "set", "hv-a", "memory=1.25").code == 0  # the host's own wins
+    _sync(run, placement.url)
+    inv_a, inv_b = c.inventories(rp["hv-a"])[1], c.inventories(rp["hv-b"])[1]
+    assert (inv_a["VCPU"]["allocation_ratio"], inv_a["MEMORY_MB"]["allocation_ratio"]) == (3.0, 1.25)
+    assert (inv_b["VCPU"]["allocation_ratio"], inv_b["MEMORY_MB"]["allocation_ratio"]) == (1.0, 1.0)
+    assert rp["hv-a"] in _candidates(c, "VCPU:8") and len(_candidates(c, "VCPU:8")) == 2

@@ -7,6 +7,7 @@ Three sources wake the reconcile loop:
   event), then domains are re-read and status rewritten;
 - the store watch on its own object: a spec change (overcommit, reserve)
   recomputes effectiveCapacity from the last observation, without libvirt;
+  so does any OvercommitPolicy change (a second watch, on that kind);
 - the resync timer: every `resync` seconds everything, host facts included,
   is re-read, which catches any event that was missed.
 
@@ -23,7 +24,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -45,7 +46,7 @@ from hvfleet.agent.status_writer import StatusWriter, WriteResult
 from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_uri
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
-from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec
+from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec, OvercommitPolicy
 from hvfleet.model.meta import validate_name
 from hvfleet.store.base import Store
 
@@ -121,6 +122,7 @@ class Agent:
         self._last_event_at = 0.0
         self._last_spec: HypervisorSpec | None = None
         self._last_skipped: tuple[tuple[str, str], ...] = ()
+        self._policies: tuple[OvercommitPolicy, ...] = ()
         self.reconnects = 0
         # libvirt passes and status writes, for tests and benchmarks
         self.observations = 0
@@ -204,16 +206,26 @@ class Agent:
             )
         return result
 
+    def policies(self) -> tuple[OvercommitPolicy, ...]:
+        """The store's OvercommitPolicies, read for every status write (a handful
+        of small objects); if the read fails, the last ones read."""
+        try:
+            self._policies = tuple(self.store.list_overcommit_policies())
+        except HvfleetError as exc:
+            log.warning("reading overcommit policies failed, using the last ones: %s", exc)
+        return self._policies
+
     def write_facts(self, heartbeat: bool = False) -> WriteResult:
-        facts = self.facts
-        assert facts is not None
+        assert self.facts is not None
+        facts = replace(self.facts, policies=self.policies())
         return self.write(lambda h: reconcile(h, facts, datetime.now(UTC)), heartbeat)
 
     def write_disconnected(self, message: str) -> WriteResult | None:
         if self.writer is None:
             return None  # name unknown until libvirt answered once
         uri = self.config.uri
-        return self.write(lambda h: mark_disconnected(h, uri, message, datetime.now(UTC)))
+        policies = self.policies()
+        return self.write(lambda h: mark_disconnected(h, uri, message, datetime.now(UTC), policies))
 
     def run_once(self) -> Hypervisor:
         """Connect, observe, write status once. Unavailable if libvirt is unreachable."""
@@ -269,6 +281,10 @@ class Agent:
                         )
                         watcher.start()
                         threading.Thread(
+                            target=self._watch_policies, args=(stop,), name="agent-policy-watch",
+                            daemon=True,
+                        ).start()
+                        threading.Thread(
                             target=self._keep_lease, args=(stop,), name="agent-lease",
                             daemon=True,
                         ).start()
@@ -311,7 +327,7 @@ class Agent:
                     # but the fact itself. Try again at the next resync.
                     log.error("%s", exc)
                     self._safe_write(partial(mark_unreadable_host, message=str(exc),
-                                             now=datetime.now(UTC)))
+                                             now=datetime.now(UTC), policies=self.policies()))
                     next_resync = now + self.config.resync
                     continue
                 if full:
@@ -434,6 +450,27 @@ class Agent:
                 since = None
             except Exception as exc:
                 log.warning("watching %s in the store failed, will retry: %s", self.name, exc)
+                since = None
+                stop.wait(backoff.next_delay())
+
+    def _watch_policies(self, stop: threading.Event) -> None:
+        """Any OvercommitPolicy change may change this host's effective capacity:
+        rebuild the status (the write is skipped when nothing changed)."""
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_cap)
+        since: int | None = None
+        while not stop.is_set():
+            try:
+                if since is None:
+                    since = self.store.revision()
+                    self._spec_changed()
+                for ev in self.store.watch("OvercommitPolicy", since=since, stop=stop):
+                    since = ev.revision
+                    self._spec_changed()
+                backoff.reset()
+            except Gone:
+                since = None
+            except Exception as exc:
+                log.warning("watching overcommit policies failed, will retry: %s", exc)
                 since = None
                 stop.wait(backoff.next_delay())
 

@@ -1,10 +1,10 @@
 """Commands on stored resources: get, describe, capacity, overcommit, reserved,
-apply, export, crd."""
+apply, export, delete, crd."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,8 +29,9 @@ from hvfleet.cli.output import OutputFormat, age, console, dump, emit, human, ta
 from hvfleet.model import capacity as cap
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput, NotFound
-from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, Hypervisor, OvercommitPolicy, Reservation, Resource
 from hvfleet.model.meta import API_VERSION, find_condition, validation_message
+from hvfleet.model.overcommit import SPEC, matching_policies, resolve_overcommit
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.spec_edits import SpecEdit, SpecMap
@@ -65,15 +66,27 @@ def ready(h: Hypervisor, liveness: Mapping[str, bool] | None = None) -> str:
 
 # -- get ------------------------------------------------------------------------------------
 
+def _ratios(h: Hypervisor, policies: Sequence[OvercommitPolicy]) -> str:
+    """Effective ratios; one a policy gives is followed by that policy's name."""
+    parts = []
+    for r, ratio in resolve_overcommit(h, policies).items():
+        origin = "" if ratio.source == SPEC else f"({ratio.source.removeprefix('OvercommitPolicy/')})"
+        parts.append(f"{r}={ratio.value:g}{origin}")
+    return ",".join(parts) or "-"
+
+
 def _hypervisor_rows(
-    hvs: list[Hypervisor], wide: bool, liveness: Mapping[str, bool] | None = None
+    hvs: list[Hypervisor],
+    wide: bool,
+    liveness: Mapping[str, bool] | None = None,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> tuple[list[str], list[list[str]]]:
     cols = ["NAME", "READY", "CPU", "MEMORY", "INSTANCES", "MAINTENANCE", "AGE"]
     if wide:
         cols += ["OVERCOMMIT", "RESERVED", "LABELS"]
     rows = []
     for h in hvs:
-        eff = cap.hypervisor_effective_capacity(h)
+        eff = cap.hypervisor_effective_capacity(h, policies)
         alloc = h.status.allocation
         row = [
             h.name,
@@ -86,7 +99,7 @@ def _hypervisor_rows(
         ]
         if wide:
             row += [
-                ",".join(f"{r}={v:g}" for r, v in sorted(h.spec.overcommit.items())) or "-",
+                _ratios(h, policies),
                 ",".join(f"{r}={q}" for r, q in sorted(h.spec.reserved.items())) or "-",
                 ",".join(f"{k}={v}" for k, v in sorted(h.metadata.labels.items())) or "-",
             ]
@@ -109,9 +122,25 @@ def _reservation_rows(rs: list[Reservation]) -> tuple[list[str], list[list[str]]
     return cols, rows
 
 
+def _policy_rows(
+    policies: list[OvercommitPolicy], hosts: list[Hypervisor]
+) -> tuple[list[str], list[list[str]]]:
+    cols = ["NAME", "PRIORITY", "SELECTOR", "OVERCOMMIT", "HYPERVISORS", "AGE"]
+    rows = []
+    for p in policies:
+        sel = p.spec.selector.to_selector()
+        rows.append([
+            p.name, str(p.spec.priority), str(sel) or "(all)",
+            ",".join(f"{r}={v:g}" for r, v in sorted(p.spec.overcommit.items())),
+            str(sum(1 for h in hosts if sel.matches(h.metadata.labels))),
+            age(p.metadata.creation_timestamp),
+        ])
+    return cols, rows
+
+
 @app.command("get")
 def get(
-    kind: Annotated[str, typer.Argument(help="hypervisors | reservations")],
+    kind: Annotated[str, typer.Argument(help="hypervisors | reservations | overcommitpolicies")],
     name: Annotated[str | None, typer.Argument(help="One object by name.")] = None,
     selector: SelectorOpt = None,
     output: OutputOpt = OutputFormat.table,
@@ -122,36 +151,49 @@ def get(
     with connect(store) as s:
         objs: list[Resource] = [s.get(k, name)] if name else s.list(k, selector).items
         liveness = s.agent_liveness() if k == "Hypervisor" else {}
+        policies = s.list_overcommit_policies() if k != "Reservation" else []
+        hosts = s.list_hypervisors() if k == "OvercommitPolicy" else []
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(objs[0] if name else objs, output.value)
         return
     if k == "Hypervisor":
         cols, rows = _hypervisor_rows([o for o in objs if isinstance(o, Hypervisor)],
-                                      output == OutputFormat.wide, liveness)
+                                      output == OutputFormat.wide, liveness, policies)
+    elif k == "OvercommitPolicy":
+        cols, rows = _policy_rows([o for o in objs if isinstance(o, OvercommitPolicy)], hosts)
     else:
         cols, rows = _reservation_rows([o for o in objs if isinstance(o, Reservation)])
     if not rows:
-        print(f"No {k.lower()}s found.", file=sys.stderr)
+        print(f"No {'overcommit policie' if k == 'OvercommitPolicy' else k.lower()}s found.",
+              file=sys.stderr)
         return
     console.print(table(cols, rows))
 
 
 # -- describe --------------------------------------------------------------------------------
 
-def capacity_rows(h: Hypervisor, reservations: list[Reservation]) -> list[list[str]]:
-    eff = cap.hypervisor_effective_capacity(h)
-    free = cap.free_capacity(h, reservations, datetime.now(UTC))
+def capacity_rows(h: Hypervisor, reservations: list[Reservation],
+                  policies: Sequence[OvercommitPolicy] = ()) -> list[list[str]]:
+    eff = cap.hypervisor_effective_capacity(h, policies)
+    free = cap.free_capacity(h, reservations, datetime.now(UTC), policies)
+    ratios = resolve_overcommit(h, policies)
     mx = cap.max_unit(h)
     names = sorted(set(h.status.capacity) | set(h.spec.extra_capacity) | set(eff), key=str)
     rows = []
     for r in names:
-        ratio = h.spec.overcommit.get(r)
+        ratio = ratios.get(r)
+        if ratio is None:
+            shown = "1"
+        elif ratio.source == SPEC:
+            shown = f"{ratio.value:g}"
+        else:
+            shown = f"{ratio.value:g} ({ratio.source.removeprefix('OvercommitPolicy/')})"
         rows.append([
             str(r),
             human(r, h.status.capacity.get(r)),
             human(r, h.spec.extra_capacity.get(r)) if r in h.spec.extra_capacity else "-",
             human(r, h.spec.reserved.get(r)) if r in h.spec.reserved else "-",
-            f"{ratio:g}" if ratio is not None else "1",
+            shown,
             human(r, eff.get(r)),
             human(r, h.status.allocation.get(r, Quantity(0))),
             human(r, free.get(r)),
@@ -172,6 +214,7 @@ def describe(
     with connect(store) as s:
         h = s.get_hypervisor(name)
         reservations = s.list_reservations()
+        policies = s.list_overcommit_policies()
     m = h.metadata
     console.print(f"[bold]Name:[/bold]        {m.name}")
     console.print(f"[bold]Labels:[/bold]      {', '.join(f'{k}={v}' for k, v in m.labels.items()) or '-'}")
@@ -186,11 +229,13 @@ def describe(
         f"{e.manager}" for e in m.managed_fields
     )
     console.print(f"[bold]Managers:[/bold]    {owners or '-'}")
+    matching = ", ".join(p.name for p in matching_policies(h, policies))
+    console.print(f"[bold]Policies:[/bold]    {matching or '-'}")
     console.print()
     console.print(table(
         ["RESOURCE", "CAPACITY", "EXTRA", "RESERVED", "OVERCOMMIT", "EFFECTIVE", "ALLOCATED",
          "FREE", "MAX UNIT"],
-        capacity_rows(h, reservations), title="Capacity",
+        capacity_rows(h, reservations, policies), title="Capacity",
     ))
     if h.status.cells:
         rows = []
@@ -241,11 +286,12 @@ def capacity(
         hvs = s.list_hypervisors(selector)
         reservations = s.list_reservations()
         liveness = s.agent_liveness()
+        policies = s.list_overcommit_policies()
     now = datetime.now(UTC)
     summary: list[dict[str, Any]] = []
     for h in hvs:
-        eff = cap.hypervisor_effective_capacity(h)
-        free = cap.free_capacity(h, reservations, now)
+        eff = cap.hypervisor_effective_capacity(h, policies)
+        free = cap.free_capacity(h, reservations, now, policies)
         summary.append({"name": h.name, "ready": ready(h, liveness), "effective": eff,
                         "allocation": dict(h.status.allocation), "free": free})
     total_eff = cap.add(x["effective"] for x in summary)
@@ -315,8 +361,10 @@ def _edit(store_url: str | None, targets: list[str], selector: str | None, field
     else:
         edit = SpecEdit(field, removals=[ResourceName.parse(e, where=SPEC_FIELD[field]) for e in entries])
     with connect(store_url) as s:
-        for h in edit_hosts(s, edit, manager, name=name, selector=selector, force=force):
-            _print_effective(h)
+        written = edit_hosts(s, edit, manager, name=name, selector=selector, force=force)
+        policies = s.list_overcommit_policies()
+    for h in written:
+        _print_effective(h, policies)
 
 
 SPEC_FIELD: dict[SpecMap, str] = {
@@ -324,8 +372,8 @@ SPEC_FIELD: dict[SpecMap, str] = {
 }
 
 
-def _print_effective(h: Hypervisor) -> None:
-    eff = cap.hypervisor_effective_capacity(h)
+def _print_effective(h: Hypervisor, policies: Sequence[OvercommitPolicy]) -> None:
+    eff = cap.hypervisor_effective_capacity(h, policies)
     text = ", ".join(f"{r}={human(r, q)}" for r, q in sorted(eff.items())) or "-"
     console.print(f"hypervisor/{h.name} updated (generation {h.metadata.generation}); "
                   f"effective capacity: {text}")
@@ -497,6 +545,18 @@ def apply(
                           f"{'created' if action == 'create' else 'configured'}")
 
 
+def _pruned(values: dict[str, Any]) -> dict[str, Any]:
+    """Without the entries left at their zero value, at any depth (an empty
+    policy selector is the default, not something a person wrote)."""
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, dict):
+            v = _pruned(v)
+        if v not in ("", {}, [], None):
+            out[k] = v
+    return out
+
+
 def manifest_of(obj: Resource) -> dict[str, Any]:
     """An object as a manifest: what a person wrote, not what the system filled in."""
     doc = obj.to_dict()
@@ -505,7 +565,7 @@ def manifest_of(obj: Resource) -> dict[str, Any]:
         meta["labels"] = obj.metadata.labels  # type: ignore[assignment]
     if obj.metadata.annotations:
         meta["annotations"] = obj.metadata.annotations  # type: ignore[assignment]
-    spec = {k: v for k, v in doc["spec"].items() if v not in ("", {}, [], None)}
+    spec = _pruned(doc["spec"])
     out: dict[str, Any] = {"apiVersion": doc["apiVersion"], "kind": doc["kind"], "metadata": meta,
                            "spec": spec}
     return out
@@ -514,7 +574,9 @@ def manifest_of(obj: Resource) -> dict[str, Any]:
 @app.command("export")
 def export(
     selector: SelectorOpt = None,
-    kind: Annotated[str, typer.Option("--kind", help="hypervisors or reservations")] = "hypervisors",
+    kind: Annotated[
+        str, typer.Option("--kind", help="hypervisors, reservations or overcommitpolicies")
+    ] = "hypervisors",
     store: StoreOpt = None,
 ) -> None:
     """Print manifests (YAML) that `apply -f` turns back into the same objects."""
@@ -523,7 +585,21 @@ def export(
     sys.stdout.write(yaml.safe_dump_all([manifest_of(o) for o in objs], sort_keys=False))
 
 
+@app.command("delete")
+def delete(
+    kind: Annotated[str, typer.Argument(help="hypervisor | reservation | overcommitpolicy")],
+    name: Annotated[str, typer.Argument()],
+    store: StoreOpt = None,
+) -> None:
+    """Delete one object (kubectl delete). A claim is better given back with
+    `hvfleet release`, which keeps a record of it."""
+    k = kind_of(kind)
+    with connect(store) as s:
+        s.delete(k, name)
+    console.print(f"{k.lower()}/{name} deleted")
+
+
 @app.command("crd")
 def crd() -> None:
-    """Print CustomResourceDefinitions for Hypervisor and Reservation."""
+    """Print CustomResourceDefinitions for Hypervisor, Reservation and OvercommitPolicy."""
     sys.stdout.write(yaml.safe_dump_all(crds(), sort_keys=False))

@@ -277,7 +277,8 @@ def placement_export_command(
     with open_store(store) as st:
         hosts = st.list_hypervisors(parse_selector(selector))
         by_host = reservations_by_host(st.list_reservations())
-    _print_doc(export(hosts, by_host, datetime.now(UTC)))
+        policies = st.list_overcommit_policies()
+    _print_doc(export(hosts, by_host, datetime.now(UTC), policies))
 
 
 @placement_app.command("sync")

@@ -9,12 +9,14 @@ float 1.1000000000000000888), so the arithmetic is exact and never drifts.
 A single request may not exceed `capacity + extra − reserved` (Placement's
 `max_unit`): overcommit makes room for more guests, not bigger ones.
 Every consumer (agent, scheduling, API, dashboard, CLI) calls these functions.
+The ratio of a resource is the host's own, else that of the matching
+OvercommitPolicy (`policies`, resolved by `hvfleet.model.overcommit`), else 1.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from fractions import Fraction
 
@@ -22,10 +24,12 @@ from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
     Cell,
     Hypervisor,
+    OvercommitPolicy,
     Reservation,
     ReservationPhase,
     ResourceList,
 )
+from hvfleet.model.overcommit import effective_overcommit
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 
@@ -74,14 +78,19 @@ def max_unit(h: Hypervisor) -> ResourceList:
     return usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
 
 
-def hypervisor_effective_capacity(h: Hypervisor) -> ResourceList:
+def hypervisor_effective_capacity(
+    h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()
+) -> ResourceList:
     return effective_capacity(
-        h.status.capacity, h.spec.overcommit, h.spec.reserved, h.spec.extra_capacity
+        h.status.capacity, effective_overcommit(h, policies), h.spec.reserved, h.spec.extra_capacity
     )
 
 
 def cell_effective_capacity(
-    cell: Cell, host_capacity: Mapping[ResourceName, Quantity], h: Hypervisor
+    cell: Cell,
+    host_capacity: Mapping[ResourceName, Quantity],
+    h: Hypervisor,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> ResourceList:
     """The same formula per NUMA cell. The host reserve is host-wide, so each cell
     carries the share of it that its capacity is of the host's (exact, then
@@ -92,17 +101,20 @@ def cell_effective_capacity(
         cell_total = cell.capacity.get(r)
         if host_total and cell_total is not None:
             reserved[r] = Quantity(q.value * cell_total.value / host_total.value, q.format)
-    return effective_capacity(cell.capacity, h.spec.overcommit, reserved)
+    return effective_capacity(cell.capacity, effective_overcommit(h, policies), reserved)
 
 
-def with_effective_capacity(h: Hypervisor) -> Hypervisor:
-    """`h` with status.effectiveCapacity (host and cells) recomputed from spec."""
+def with_effective_capacity(h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()) -> Hypervisor:
+    """`h` with status.effectiveCapacity (host and cells) recomputed from spec
+    and the OvercommitPolicies that match it."""
     cells = [
-        c.model_copy(update={"effective_capacity": cell_effective_capacity(c, h.status.capacity, h)})
+        c.model_copy(
+            update={"effective_capacity": cell_effective_capacity(c, h.status.capacity, h, policies)}
+        )
         for c in h.status.cells
     ]
     status = h.status.model_copy(
-        update={"effective_capacity": hypervisor_effective_capacity(h), "cells": cells}
+        update={"effective_capacity": hypervisor_effective_capacity(h, policies), "cells": cells}
     )
     return h.model_copy(update={"status": status})
 
@@ -142,7 +154,10 @@ def holds_space(res: Reservation, h: Hypervisor | None, now: datetime | None = N
 
 
 def free_capacity(
-    h: Hypervisor, reservations: Iterable[Reservation] = (), now: datetime | None = None
+    h: Hypervisor,
+    reservations: Iterable[Reservation] = (),
+    now: datetime | None = None,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> ResourceList:
     """effective − allocation − space held by reservations on this host.
     Negative means overcommitted beyond what spec allows."""
@@ -151,5 +166,5 @@ def free_capacity(
         for r in reservations
         if r.spec.hypervisor == h.name and holds_space(r, h, now)
     )
-    effective = hypervisor_effective_capacity(h)
+    effective = hypervisor_effective_capacity(h, policies)
     return subtract(subtract(effective, h.status.allocation), held)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.meta import API_GROUP
 
 _DROP = {"title", "default", "description_", "discriminator"}
@@ -102,10 +102,15 @@ def crds() -> list[dict[str, Any]]:
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
+    policy_columns = [
+        {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
     out = []
     for model, kind, plural, short, columns in (
         (Hypervisor, "Hypervisor", "hypervisors", ["hv"], hv_columns),
         (Reservation, "Reservation", "reservations", ["rsv"], res_columns),
+        (OvercommitPolicy, "OvercommitPolicy", "overcommitpolicies", ["ocp"], policy_columns),
     ):
         out.append({
             "apiVersion": "apiextensions.k8s.io/v1",

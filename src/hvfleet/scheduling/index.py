@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -36,7 +36,7 @@ from hvfleet.model.capacity import (
     max_unit,
 )
 from hvfleet.model.errors import Gone, InvalidInput
-from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.meta import find_condition
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
@@ -73,7 +73,12 @@ class _Row:
     next_expiry: int
 
 
-def _compute_row(h: Hypervisor, reservations: Iterable[Reservation], now: datetime) -> _Row:
+def _compute_row(
+    h: Hypervisor,
+    reservations: Iterable[Reservation],
+    now: datetime,
+    policies: Sequence[OvercommitPolicy] = (),
+) -> _Row:
     held = [r for r in reservations if holds_space(r, h, now)]
     expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
     ready = find_condition(h.status.conditions, "Ready")
@@ -84,9 +89,9 @@ def _compute_row(h: Hypervisor, reservations: Iterable[Reservation], now: dateti
         units, valid = {}, False  # not a candidate; `--why` says which annotation
     beat = h.status.last_heartbeat_time
     return _Row(
-        free={r: q.value for r, q in free_capacity(h, held, now).items()},
+        free={r: q.value for r, q in free_capacity(h, held, now, policies).items()},
         max_unit={r: q.value for r, q in max_unit(h).items()},
-        effective={r: q.value for r, q in hypervisor_effective_capacity(h).items()},
+        effective={r: q.value for r, q in hypervisor_effective_capacity(h, policies).items()},
         min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
         step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
         ready=valid and not h.spec.maintenance and ready is not None and ready.status == "True",
@@ -193,6 +198,9 @@ class FleetIndex:
         self._hosts: dict[str, Hypervisor] = {}
         self._reservations: dict[str, dict[str, Reservation]] = {}
         self._host_of_reservation: dict[str, str] = {}
+        # OvercommitPolicies by name, and the same as a list for the capacity functions.
+        self._policies: dict[str, OvercommitPolicy] = {}
+        self._policy_list: list[OvercommitPolicy] = []
         self._rows: list[_Row | None] = []
         self._columns: dict[ResourceName, _Column] = {}
         self._size = 0
@@ -233,11 +241,13 @@ class FleetIndex:
     def load_from(self, store: Store) -> None:
         hv = store.list("Hypervisor")
         res = store.list("Reservation")
+        pol = store.list("OvercommitPolicy")
         hosts = [h for h in hv.items if isinstance(h, Hypervisor)]
         reservations = [r for r in res.items if isinstance(r, Reservation)]
-        # Watching from the older of the two revisions replays what changed in
+        policies = [p for p in pol.items if isinstance(p, OvercommitPolicy)]
+        # Watching from the oldest of the revisions replays what changed in
         # between; replays are recognised by resourceVersion and skipped.
-        self.load(hosts, reservations, min(hv.revision, res.revision))
+        self.load(hosts, reservations, min(hv.revision, res.revision, pol.revision), policies=policies)
         self.set_liveness(store.agent_liveness())
 
     def load(
@@ -246,10 +256,13 @@ class FleetIndex:
         reservations: Iterable[Reservation],
         revision: int = 0,
         now: datetime | None = None,
+        policies: Iterable[OvercommitPolicy] = (),
     ) -> None:
         with self._lock:
             self._reset()
             self.revision = revision
+            self._policies = {p.name: p for p in policies}
+            self._policy_list = sorted(self._policies.values(), key=lambda p: p.name)
             for r in reservations:
                 self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
                 self._host_of_reservation[r.name] = r.spec.hypervisor
@@ -307,7 +320,7 @@ class FleetIndex:
     def _compute(self, row: int, now: datetime) -> None:
         name = self._names[row]
         h = self._hosts[name]
-        data = _compute_row(h, self._reservations.get(name, {}).values(), now)
+        data = _compute_row(h, self._reservations.get(name, {}).values(), now, self._policy_list)
         self._rows[row] = data
         self._ready[row] = data.ready
         self._beat[row] = data.beat
@@ -348,9 +361,27 @@ class FleetIndex:
                     self._remove_host(obj.name)
                 elif current is None or _rv(current) < event.revision:
                     self._put_host(obj, now)
+            elif isinstance(obj, OvercommitPolicy):
+                self._apply_policy(event.type, obj, event.revision, now)
             else:
                 self._apply_reservation(event.type, obj, event.revision, now)
             self.revision = max(self.revision, event.revision)
+
+    def _apply_policy(self, kind: str, p: OvercommitPolicy, revision: int, now: datetime) -> None:
+        """A policy changes the effective capacity of the hosts its old or new
+        selector matches: recompute those rows."""
+        current = self._policies.get(p.name)
+        if kind != "DELETED" and current is not None and _rv(current) >= revision:
+            return
+        selectors = [x.spec.selector.to_selector() for x in (current, p) if x is not None]
+        if kind == "DELETED":
+            self._policies.pop(p.name, None)
+        else:
+            self._policies[p.name] = p
+        self._policy_list = sorted(self._policies.values(), key=lambda x: x.name)
+        for name, h in self._hosts.items():
+            if any(s.matches(h.metadata.labels) for s in selectors):
+                self._compute(self._row[name], now)
 
     def _apply_reservation(self, kind: str, r: Reservation, revision: int, now: datetime) -> None:
         old_host = self._host_of_reservation.get(r.name)
@@ -420,6 +451,10 @@ class FleetIndex:
 
     def __len__(self) -> int:
         return int(self._present[: self._size].sum())
+
+    def policies(self) -> list[OvercommitPolicy]:
+        """The OvercommitPolicies the rows are computed with, by name."""
+        return list(self._policy_list)
 
     def host(self, name: str) -> Hypervisor | None:
         return self._hosts.get(name)
@@ -591,11 +626,12 @@ class FleetIndex:
                         now,
                         self.staleness,
                         self._liveness.get(name),
+                        self._policy_list,
                     )
                     result.rejected[name] = found
             return result
 
 
-def _rv(obj: Hypervisor | Reservation) -> int:
+def _rv(obj: Hypervisor | Reservation | OvercommitPolicy) -> int:
     rv = obj.metadata.resource_version
     return int(rv) if rv and rv.isdigit() else 0

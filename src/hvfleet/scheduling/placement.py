@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -31,8 +31,15 @@ from typing import Any
 
 from hvfleet.model.capacity import add, holds_space, usable_capacity
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
-from hvfleet.model.hypervisor import Hypervisor, Reservation, ReservationSpec, ReservationStatus
+from hvfleet.model.hypervisor import (
+    Hypervisor,
+    OvercommitPolicy,
+    Reservation,
+    ReservationSpec,
+    ReservationStatus,
+)
 from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.overcommit import effective_overcommit
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import WELL_KNOWN, ResourceName
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
@@ -66,9 +73,13 @@ def provider_uuid(h: Hypervisor) -> str:
     return h.metadata.uid or str(uuid.uuid5(_PROVIDER_NS, h.name))
 
 
-def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
-    """Placement inventories for `h`, keyed by resource class."""
+def export_inventories(
+    h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()
+) -> dict[str, dict[str, Any]]:
+    """Placement inventories for `h`, keyed by resource class; allocation_ratio
+    is the effective ratio (the host's own, else a matching policy's)."""
     units = unit_constraints(h)
+    ratios = effective_overcommit(h, policies)
     physical = add([h.status.capacity, h.spec.extra_capacity])
     usable = usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
     out: dict[str, dict[str, Any]] = {}
@@ -85,7 +96,7 @@ def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
             # Placement wants max_unit >= 1; with nothing usable the capacity is 0.
             "max_unit": max(1, min(total - reserved, _units_down(r, usable.get(r, Quantity(0))))),
             "step_size": _units_down(r, c.step_size) if c and c.step_size else 1,
-            "allocation_ratio": float(h.spec.overcommit.get(r, 1.0)),
+            "allocation_ratio": float(ratios.get(r, 1.0)),
         }
     return out
 
@@ -103,22 +114,29 @@ def export_usages(h: Hypervisor, reservations: Iterable[Reservation], now: datet
 
 
 def export_provider(
-    h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None
+    h: Hypervisor,
+    reservations: Iterable[Reservation],
+    now: datetime | None,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> dict[str, Any]:
     return {
         "name": h.name,
         "uuid": provider_uuid(h),
-        "inventories": export_inventories(h),
+        "inventories": export_inventories(h, policies),
         "usages": export_usages(h, reservations, now),
     }
 
 
 def export(
-    hosts: Iterable[Hypervisor], reservations: Mapping[str, list[Reservation]], now: datetime
+    hosts: Iterable[Hypervisor],
+    reservations: Mapping[str, list[Reservation]],
+    now: datetime,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> dict[str, Any]:
     return {
         "resource_providers": [
-            export_provider(h, reservations.get(h.name, []), now) for h in sorted(hosts, key=lambda h: h.name)
+            export_provider(h, reservations.get(h.name, []), now, policies)
+            for h in sorted(hosts, key=lambda h: h.name)
         ]
     }
 
@@ -243,7 +261,10 @@ def sync(
     yet. Idempotent."""
     hosts = {h.name: h for h in store.list_hypervisors()}
     reservations = store.list_reservations()
-    computed = {name: export_inventories(h) for name, h in hosts.items()} if push_inventories else {}
+    computed: dict[str, dict[str, dict[str, Any]]] = {}
+    if push_inventories:
+        policies = store.list_overcommit_policies()
+        computed = {name: export_inventories(h, policies) for name, h in hosts.items()}
     pushed = push(
         client,
         hosts,
