@@ -91,7 +91,7 @@ def test_every_view_takes_the_policy_ratio_where_the_host_says_nothing(run: Run,
     assert "cpu=4(compute-default)" in wide and "cpu=2,memory=1.5(compute-default)" in wide
     described = run("describe", "hypervisor", "c-2").out
     assert "compute-default, fleet-floor" in described  # the matching policies, in precedence order
-    assert "1.5 (compute-default)" in described
+    assert "1.5(compute-default)" in described
     fit = json.loads(run("fit", "--cpu", "20", "-o", "json").out)
     assert [c["name"] for c in fit["candidates"]] == []  # max_unit: one guest is at most 8
     fit = json.loads(run("fit", "--cpu", "8", "--count", "3", "-o", "json").out)
