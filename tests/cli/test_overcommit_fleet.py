@@ -5,6 +5,7 @@ real SQLite store, through the real entry point and the core `edit_hosts`."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from hvfleet.model.errors import Conflict
 from hvfleet.model.spec_edits import SpecEdit
 from hvfleet.scheduling.fleet_edit import edit_hosts
 from hvfleet.store import open_store
-from hvfleet.store.base import OwnershipConflict
+from hvfleet.store.base import OwnershipConflict, Write
 from hvfleet.store.sqlite import SqliteStore
 
 from .conftest import Run
@@ -130,34 +131,37 @@ def test_reserved_and_extra_capacity_take_a_selector_too(run: Run, fleet: str) -
 
 
 class RacingStore(SqliteStore):
-    """A real SQLite store that, just before it writes `target`, lets another
-    connection to the same file write that host first, as a concurrent operator
-    would (`race` decides what it writes). Only the first `races` writes race."""
+    """A real SQLite store that, just before its first `races` batch writes, lets
+    another connection to the same file write host `target` first, as a
+    concurrent operator would (`race` decides what it writes)."""
 
     def __init__(self, path: str, target: str, race: SpecEdit, manager: str, races: int = 1) -> None:
         super().__init__(path)
         self.target, self.race, self.race_manager, self.races = target, race, manager, races
+        self.batches = 0
 
-    def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
-        if obj.metadata.name == self.target and self.races > 0:
+    def write_all(self, writes: Sequence[Write], manager: str, *, force: bool = False) -> list[Resource]:
+        self.batches += 1
+        if self.races > 0:
             self.races -= 1
             with SqliteStore(self.path) as other:
                 edit_hosts(other, self.race, self.race_manager, name=self.target)
-        return super().update(obj, manager, force=force)
+        return super().write_all(writes, manager, force=force)
 
 
 def test_a_concurrent_write_is_retried_from_a_fresh_read(fleet: str) -> None:
     path = fleet.removeprefix("sqlite:///")
     with RacingStore(path, "c-2", SpecEdit("reserved", {CPU: Quantity(1)}), "someone") as s:
         out = edit_hosts(s, SpecEdit("overcommit", {CPU: 4.0}), "hvfleet-cli", selector="role=compute")
+        assert s.batches == 2
     assert [h.spec.overcommit[CPU] for h in out] == [4.0, 4.0, 4.0]
     # The other writer's change survives: the edit re-read c-2 instead of overwriting it.
     assert out[1].spec.reserved == {CPU: Quantity(1)}
 
 
-def test_a_concurrent_owner_change_rolls_back_the_hosts_already_written(fleet: str) -> None:
-    """c-1 is written, then cortex takes c-2's cpu ratio: the retry finds the
-    conflict and c-1 is put back, so no host keeps the fleet-wide ratio."""
+def test_a_concurrent_owner_change_fails_the_whole_edit_with_nothing_written(fleet: str) -> None:
+    """Between the read and the write, cortex takes c-2's cpu ratio: the batch is
+    stale, the edit re-reads, and now c-2's field is cortex's: no host changes."""
     path = fleet.removeprefix("sqlite:///")
     race = SpecEdit("overcommit", {CPU: 2.0})
     with RacingStore(path, "c-2", race, "cortex") as s, pytest.raises(OwnershipConflict, match="'cortex'"):
