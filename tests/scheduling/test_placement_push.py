@@ -14,6 +14,7 @@ from real_placement import RealPlacement
 from sched_fleet import host, now, put_host
 
 from hvfleet.model import Quantity, ResourceName
+from hvfleet.model.hypervisor import Instance
 from hvfleet.scheduling.placement import export_inventories, provider_uuid, sync
 from hvfleet.scheduling.placement_client import PlacementClient
 from hvfleet.scheduling.placement_push import (
@@ -25,6 +26,7 @@ from hvfleet.scheduling.placement_push import (
     planned_inventories,
 )
 from hvfleet.store import Store, open_store
+from hvfleet.store.ownership import agent_manager
 
 ME = PushIdentity()
 C1 = "00000000-0000-4000-8000-0000000000a1"
@@ -355,3 +357,29 @@ def test_an_overcommit_policy_reaches_placement_too(
     assert (inv_a["VCPU"]["allocation_ratio"], inv_a["MEMORY_MB"]["allocation_ratio"]) == (3.0, 1.25)
     assert (inv_b["VCPU"]["allocation_ratio"], inv_b["MEMORY_MB"]["allocation_ratio"]) == (1.0, 1.0)
     assert rp["hv-a"] in _candidates(c, "VCPU:8") and len(_candidates(c, "VCPU:8")) == 2
+
+
+def test_a_running_claims_invisible_part_stays_allocated(
+    store: Store, run: Any, placement: RealPlacement
+) -> None:
+    """Once the instance runs, libvirt's allocation counts its cpu and memory, so
+    the claim holds only its VGPU (`held_resources`), and so does Placement."""
+    c = _fresh(placement)
+    rp = _providers(c, store, "hv-a")
+    gpu = _gpu_under(c, rp["hv-a"], "hv-a-pgpu0")
+    assert run("reserve", "hv-a", "--cpu", "2", "--resource", "VGPU=1", "--consumer", C1).code == 0
+    assert _sync(run, placement.url, "--push-claims")["claims"]["created"] == [C1]
+    h = store.get_hypervisor("hv-a")
+    vm = Instance(uuid=C1, name="vm-c1", state="running")
+    status = h.status.model_copy(update={"instances": [vm]})
+    store.update(h.model_copy(update={"status": status}), agent_manager("hv-a"))
+    report = _sync(run, placement.url, "--push-claims")
+    assert report["claims"]["updated"] == [C1]
+    assert {k: v["resources"] for k, v in c.consumer_allocations(C1)["allocations"].items()} == {
+        gpu: {"VGPU": 1}
+    }
+    assert report["created"] == []  # still hvfleet's own claim: not mirrored
+    assert run("reservations", "gc").code == 0  # records Confirmed while the VGPU is held
+    store.update(store.get_hypervisor("hv-a").model_copy(update={"status": h.status}), agent_manager("hv-a"))
+    # The instance is gone again: the claim is Confirmed and holds nothing.
+    assert _sync(run, placement.url, "--push-claims")["claims"]["deleted"] == [C1]

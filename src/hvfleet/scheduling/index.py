@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from hvfleet.model.capacity import (
     free_capacity,
+    held_resources,
     holds_space,
     hypervisor_effective_capacity,
     max_unit,
@@ -82,8 +83,12 @@ def _compute_row(
     staleness: timedelta,
     policies: Sequence[OvercommitPolicy] = (),
 ) -> _Row:
-    held = [r for r in reservations if holds_space(r, h, now)]
-    expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
+    # Confirmed reservations may hold what libvirt cannot see (held_resources);
+    # only Pending/Active ones expire, and a host event recomputes the rest.
+    held = [r for r in reservations if held_resources(r, h, now)]
+    expiries = [
+        micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None and holds_space(r, h, now)
+    ]
     try:
         units = unit_constraints(h)
         valid = True

@@ -12,10 +12,11 @@ room the host does not have.
 
 `sync` reads a real Placement's providers and allocations and keeps one
 Reservation (source `placement`) per Placement consumer per host, so space
-Placement has promised counts in hvfleet until libvirt shows the instance.
-It first pushes hvfleet's inventories (and, when asked, its claims) the other
-way (`hvfleet.scheduling.placement_push`), and never mirrors back a consumer
-hvfleet itself claims or pushed.
+Placement has promised counts in hvfleet until libvirt shows the instance, and
+its VGPUs, VFs and other resources the agent does not discover count for as
+long as the instance runs. It first pushes hvfleet's inventories (and, when
+asked, its claims) the other way (`hvfleet.scheduling.placement_push`), and
+never mirrors back a consumer hvfleet itself claims or pushed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
-from hvfleet.model.capacity import add, holds_space, usable_capacity
+from hvfleet.model.capacity import (
+    add,
+    discovered_resources,
+    held_resources,
+    overcommit_ratios,
+    usable_capacity,
+)
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import (
     Hypervisor,
@@ -39,7 +46,6 @@ from hvfleet.model.hypervisor import (
     ReservationStatus,
 )
 from hvfleet.model.meta import ObjectMeta
-from hvfleet.model.overcommit import effective_overcommit
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import WELL_KNOWN, ResourceName
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
@@ -79,7 +85,7 @@ def export_inventories(
     """Placement inventories for `h`, keyed by resource class; allocation_ratio
     is the effective ratio (the host's own, else a matching policy's)."""
     units = unit_constraints(h)
-    ratios = effective_overcommit(h, policies)
+    ratios = overcommit_ratios(h, policies)
     physical = add([h.status.capacity, h.spec.extra_capacity])
     usable = usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
     out: dict[str, dict[str, Any]] = {}
@@ -102,9 +108,10 @@ def export_inventories(
 
 
 def export_usages(h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None) -> dict[str, int]:
-    """What Placement would count as used: the allocation libvirt sees plus the
-    reservations still holding space (phases derived as everywhere)."""
-    held = [r.spec.resources for r in reservations if holds_space(r, h, now)]
+    """What Placement would count as used: the allocation libvirt sees plus what
+    reservations hold (`held_resources`: all of a Pending/Active one, and of a
+    Confirmed one what the agent does not discover, while its instance runs)."""
+    held = [held_resources(r, h, now) for r in reservations if r.spec.hypervisor == h.name]
     used = add([h.status.allocation, *held])
     return {
         r.placement.resource_class: _units_up(r, q)
@@ -207,10 +214,13 @@ def desired_mirrors(
     hosts: Mapping[str, Hypervisor],
     skip: Callable[[str], bool] = lambda consumer: False,
 ) -> tuple[dict[tuple[str, str], dict[ResourceName, Quantity]], list[str]]:
-    """(host, consumer) → resources Placement has allocated and libvirt does not
-    show yet; plus the names of providers that match no hypervisor. A nested
-    provider (a GPU or NIC under a compute node) belongs to the hypervisor of
-    its root, and a consumer's allocations on a host's providers add up.
+    """(host, consumer) → resources Placement has allocated that libvirt does not
+    count: every allocation before its instance shows up, and after that the
+    allocations that have resources the agent does not discover (kept whole;
+    `held_resources` holds only that part while the instance runs). Plus the
+    names of providers that match no hypervisor. A nested provider (a GPU or
+    NIC under a compute node) belongs to the hypervisor of its root, and a
+    consumer's allocations on a host's providers add up.
     Consumers `skip` names (hvfleet's own claims) are not mirrored."""
     by_uid = {h.metadata.uid: h for h in hosts.values() if h.metadata.uid}
     providers = client.get("/resource_providers")["resource_providers"]
@@ -230,18 +240,23 @@ def desired_mirrors(
         if h is None:
             unknown.append(rp["name"])
             continue
-        running = {i.uuid for i in h.status.instances}
         allocations = client.get(f"/resource_providers/{rp['uuid']}/allocations")["allocations"]
         for consumer, alloc in allocations.items():
-            if consumer in running:
-                continue  # libvirt shows it: the allocation counts it already
-            if skip(consumer):
-                continue  # hvfleet's own claim: mirroring it would count it twice
             resources = _from_placement(alloc["resources"], f"placement consumer {consumer}")
             if resources:
                 mine = desired.setdefault((h.name, consumer), {})
                 for r, q in resources.items():
                     mine[r] = mine[r] + q if r in mine else q
+    for (host, consumer), resources in list(desired.items()):
+        h = hosts[host]
+        seen = discovered_resources(h)
+        if any(i.uuid == consumer for i in h.status.instances) and all(r in seen for r in resources):
+            # libvirt shows the instance and its allocation counts all of it. A
+            # running instance with a VGPU or VF keeps its mirror: that part
+            # holds space (held_resources) until the instance is gone.
+            del desired[(host, consumer)]
+        elif skip(consumer):
+            del desired[(host, consumer)]  # hvfleet's own claim: a mirror would count it twice
     return desired, sorted(unknown)
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from hvfleet.model.capacity import holds_space
+from hvfleet.model.capacity import held_resources
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.model.quantity import Quantity
@@ -285,13 +285,16 @@ def desired_claims(
     classes: Mapping[str, Iterable[str]],
     now: datetime,
 ) -> tuple[dict[str, Allocations], list[str]]:
-    """consumer → the allocations its live hvfleet claims make; plus a message
-    per claim that cannot be expressed in Placement."""
+    """consumer → the allocations its live hvfleet claims make (what each claim
+    holds now, `held_resources`: everything before the instance runs, then the
+    part the agent does not discover, such as a VGPU); plus a message per claim
+    that cannot be expressed in Placement."""
     out: dict[str, Allocations] = {}
     errors: list[str] = []
     for res in sorted(reservations, key=lambda r: r.name):
         h = hosts.get(res.spec.hypervisor)
-        if res.spec.source != "hvfleet" or not holds_space(res, h, now):
+        held = held_resources(res, h, now) if res.spec.source == "hvfleet" else {}
+        if not held:
             continue
         consumer = canonical_consumer(res.spec.consumer)
         tree = trees.get(res.spec.hypervisor)
@@ -302,7 +305,7 @@ def desired_claims(
             errors.append(f"reservation {res.name}: host {res.spec.hypervisor} has no provider")
             continue
         try:
-            allocations = claim_allocations(res.spec.resources, tree, classes)
+            allocations = claim_allocations(held, tree, classes)
         except InvalidInput as exc:
             errors.append(f"reservation {res.name}: {exc}")
             continue
@@ -449,7 +452,7 @@ def push(
         c
         for r in reservations
         if r.spec.source == "hvfleet"
-        and holds_space(r, hosts.get(r.spec.hypervisor), now)
+        and held_resources(r, hosts.get(r.spec.hypervisor), now)
         and (c := canonical_consumer(r.spec.consumer)) is not None
     }
     owned = states.owned_by(identity)
