@@ -3,6 +3,7 @@ name > 1.0), selectors, validation, and the capacity functions taking it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,8 +17,10 @@ from hvfleet.model.capacity import (
 )
 from hvfleet.model.hypervisor import OvercommitPolicy
 from hvfleet.model.overcommit import Ratio, effective_overcommit, matching_policies, resolve_overcommit
+from hvfleet.model.views import hypervisor_columns, hypervisor_row, spec_sync
 
 CPU, MEM, DISK = ResourceName("cpu"), ResourceName("memory"), ResourceName("disk")
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def policy(
@@ -220,3 +223,23 @@ def test_capacity_functions_take_the_policy_ratio() -> None:
 def test_invalid_policies_are_refused(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         OvercommitPolicy.model_validate({"metadata": {"name": "p"}, "spec": spec})
+
+
+def test_spec_sync_says_when_status_is_from_before_a_policy_change() -> None:
+    """A policy moves no host's generation, so `SYNCED` also compares the agent's
+    status.effectiveCapacity with the capacity under the current policies."""
+    h = with_effective_capacity(hv(COMPUTE))  # the agent wrote it with no policy
+    h = h.model_copy(
+        update={"status": h.status.model_copy(update={"observed_generation": h.metadata.generation})}
+    )
+    ps = [policy("p", {"cpu": 4}, labels={"role": "compute"})]
+    assert spec_sync(h).state == "True"  # the caller read no policies: nothing to compare
+    assert spec_sync(h, []).state == "True"
+    lagging = spec_sync(h, ps)
+    assert lagging.state == "False" and "an OvercommitPolicy changed" in lagging.message
+    assert "cpu=10" in lagging.message
+    assert spec_sync(with_effective_capacity(h, ps), ps).state == "True"  # the agent caught up
+    row = dict(
+        zip([c.name for c in hypervisor_columns()], hypervisor_row(h, NOW, None, policies=ps), strict=True)
+    )
+    assert (row["CPU"], row["SYNCED"]) == ("0/40", "False")

@@ -94,11 +94,23 @@ class SpecSync:
         }
 
 
-def spec_sync(h: Hypervisor) -> SpecSync:
+def spec_sync(h: Hypervisor, policies: Sequence[OvercommitPolicy] | None = None) -> SpecSync:
+    """Whether the agent's status.effectiveCapacity is from the current spec.
+    With `policies` (the store's OvercommitPolicies), also whether it is from
+    the current policies: a policy change moves no host's generation."""
     gen, seen = h.metadata.generation, h.status.observed_generation
     if seen is None:
         return SpecSync("Unknown", gen, None, "no agent has observed this host's spec yet")
     if seen >= gen:
+        if policies is not None and h.status.capacity:
+            current = cap.hypervisor_effective_capacity(h, policies)
+            if current != h.status.effective_capacity:
+                return SpecSync(
+                    "False", gen, seen,
+                    f"an OvercommitPolicy changed since the agent's last write: status.effectiveCapacity "
+                    f"({_pairs(h.status.effective_capacity, human)}) is from before; shown is the capacity "
+                    "under the current policies",
+                )
         return SpecSync("True", gen, seen, f"the agent observed generation {gen}")
     lag = _pairs(h.status.effective_capacity, human)
     return SpecSync(
@@ -160,10 +172,10 @@ def hypervisor_row(
     lease_live: bool | None = None,
     wide: bool = False,
     staleness: timedelta = DEFAULT_STALENESS,
-    policies: Sequence[OvercommitPolicy] = (),
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> list[str]:
     """The cells of `hypervisor_columns(wide)` for one host."""
-    eff = cap.hypervisor_effective_capacity(h, policies)
+    eff = cap.hypervisor_effective_capacity(h, policies or ())
     alloc = h.status.allocation
     row = [
         h.name,
@@ -172,12 +184,12 @@ def hypervisor_row(
         _used_of(MEMORY, alloc.get(MEMORY), eff.get(MEMORY)),
         str(len(h.status.instances)),
         h.spec.maintenance or "-",
-        spec_sync(h).state,
+        spec_sync(h, policies).state,
         age(h.metadata.creation_timestamp, now),
     ]
     if wide:
         row += [
-            _pairs(resolve_overcommit(h, policies), lambda _r, ratio: ratio_text(ratio.value, ratio.source)),
+            _pairs(resolve_overcommit(h, policies or ()), lambda _r, x: ratio_text(x.value, x.source)),
             _pairs(h.spec.reserved, lambda _r, q: str(q)),
             _pairs(h.metadata.labels, lambda _k, v: v),
         ]
@@ -280,12 +292,12 @@ def capacity_detail_rows(
     h: Hypervisor,
     reservations: Iterable[Reservation],
     now: datetime,
-    policies: Sequence[OvercommitPolicy] = (),
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> list[list[str]]:
     """Per resource of `h`, the cells of `capacity_detail_columns()`."""
-    eff = cap.hypervisor_effective_capacity(h, policies)
-    free = cap.free_capacity(h, reservations, now, policies)
-    ratios = resolve_overcommit(h, policies)
+    eff = cap.hypervisor_effective_capacity(h, policies or ())
+    free = cap.free_capacity(h, reservations, now, policies or ())
+    ratios = resolve_overcommit(h, policies or ())
     mx = cap.max_unit(h)
     names = sorted(set(h.status.capacity) | set(h.spec.extra_capacity) | set(eff), key=str)
     rows = []
@@ -365,15 +377,15 @@ def host_capacity(
     now: datetime,
     lease_live: bool | None = None,
     staleness: timedelta = DEFAULT_STALENESS,
-    policies: Sequence[OvercommitPolicy] = (),
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> HostCapacity:
     return HostCapacity(
         name=h.name,
         readiness=readiness(h, now, lease_live, staleness),
-        effective=cap.hypervisor_effective_capacity(h, policies),
+        effective=cap.hypervisor_effective_capacity(h, policies or ()),
         allocation=dict(h.status.allocation),
-        free=cap.free_capacity(h, reservations, now, policies),
-        synced=spec_sync(h),
+        free=cap.free_capacity(h, reservations, now, policies or ()),
+        synced=spec_sync(h, policies),
     )
 
 
@@ -383,7 +395,7 @@ def fleet_summary(
     liveness: Mapping[str, bool],
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
-    policies: Sequence[OvercommitPolicy] = (),
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> FleetCapacity:
     """Per host and in total: effective, allocated and free capacity, with each
     host's readiness. `liveness` is `Store.agent_liveness()`."""
@@ -410,7 +422,7 @@ def fleet_capacity(
     liveness: Mapping[str, bool],
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
-    policies: Sequence[OvercommitPolicy] = (),
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> dict[str, Any]:
     """The `capacity -o json` document: `{"hosts": [...], "total": {...}}`."""
     return fleet_summary(hosts, reservations, liveness, now, staleness, policies).to_dict()
