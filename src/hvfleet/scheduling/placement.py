@@ -213,6 +213,7 @@ def desired_mirrors(
     client: PlacementClient,
     hosts: Mapping[str, Hypervisor],
     skip: Callable[[str], bool] = lambda consumer: False,
+    allocations: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[dict[tuple[str, str], dict[ResourceName, Quantity]], list[str]]:
     """(host, consumer) → resources Placement has allocated that libvirt does not
     count: every allocation before its instance shows up, and after that the
@@ -221,7 +222,8 @@ def desired_mirrors(
     names of providers that match no hypervisor. A nested provider (a GPU or
     NIC under a compute node) belongs to the hypervisor of its root, and a
     consumer's allocations on a host's providers add up.
-    Consumers `skip` names (hvfleet's own claims) are not mirrored."""
+    Consumers `skip` names (hvfleet's own claims) are not mirrored;
+    `allocations` are providers' allocations already read in this sync."""
     by_uid = {h.metadata.uid: h for h in hosts.values() if h.metadata.uid}
     providers = client.get("/resource_providers")["resource_providers"]
     by_uuid = {rp["uuid"]: rp for rp in providers}
@@ -240,8 +242,10 @@ def desired_mirrors(
         if h is None:
             unknown.append(rp["name"])
             continue
-        allocations = client.get(f"/resource_providers/{rp['uuid']}/allocations")["allocations"]
-        for consumer, alloc in allocations.items():
+        on_rp = (allocations or {}).get(rp["uuid"])
+        if on_rp is None:
+            on_rp = client.get(f"/resource_providers/{rp['uuid']}/allocations")["allocations"]
+        for consumer, alloc in on_rp.items():
             resources = _from_placement(alloc["resources"], f"placement consumer {consumer}")
             if resources:
                 mine = desired.setdefault((h.name, consumer), {})
@@ -290,7 +294,7 @@ def sync(
         claims=push_claims,
         identity=identity,
     )
-    desired, unknown = desired_mirrors(client, hosts, pushed.skip)
+    desired, unknown = desired_mirrors(client, hosts, pushed.skip, pushed.allocations)
     report = SyncReport(
         unknown_providers=unknown,
         inventories=pushed.inventories.to_dict() if pushed.inventories else None,

@@ -123,6 +123,9 @@ class InventoryPush:
     retries: int = 0
     missing: list[str] = field(default_factory=list)  # hypervisors with no provider
     errors: list[str] = field(default_factory=list)
+    # Resource classes per provider as read or written, so the claim push does
+    # not read them again.
+    classes: dict[str, set[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -147,9 +150,11 @@ def push_inventories(
         tree = trees[host]
         nested: set[str] = set()
         for member in tree.members[1:]:
-            nested |= set(client.inventories(member)[1])
+            report.classes[member] = set(client.inventories(member)[1])
+            nested |= report.classes[member]
         for attempt in range(attempts):
             generation, current = client.inventories(tree.root)
+            report.classes[tree.root] = set(current)
             plan = planned_inventories(computed[host], current, nested)
             if plan is None:
                 report.unchanged += 1
@@ -166,6 +171,7 @@ def push_inventories(
             except PlacementError as exc:
                 report.errors.append(f"provider {host}: {exc}")
                 break
+            report.classes[tree.root] = set(plan)
             report.updated.append(host)
             break
     return report
@@ -409,6 +415,9 @@ class PushReport:
     # Consumers the mirror must not copy back: hvfleet's own live claims, and
     # whatever Placement holds under hvfleet's identity.
     skip: Callable[[str], bool]
+    # GET /resource_providers/{uuid}/allocations as read by the claim push, for
+    # the mirror to reuse (it skips every consumer the push wrote).
+    allocations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[str]:
@@ -437,14 +446,14 @@ def push(
     inventory_report = push_inventories(client, trees, computed) if inventories else None
     states = ConsumerStates(client)
     claim_report: ClaimPush | None = None
+    allocations: dict[str, dict[str, Any]] = {}
     if claims:
-        classes = {m: set(client.inventories(m)[1]) for t in trees.values() for m in t.members}
-        listed = {
-            c
-            for t in trees.values()
-            for m in t.members
-            for c in client.get(f"/resource_providers/{m}/allocations")["allocations"]
-        }
+        known = inventory_report.classes if inventory_report else {}
+        members = [m for t in trees.values() for m in t.members]
+        classes = {m: known[m] if m in known else set(client.inventories(m)[1]) for m in members}
+        for m in members:
+            allocations[m] = client.get(f"/resource_providers/{m}/allocations")["allocations"]
+        listed = {c for on_provider in allocations.values() for c in on_provider}
         desired, errors = desired_claims(hosts, reservations, trees, classes, now)
         claim_report = push_claims(client, desired, listed, states, identity)
         claim_report.errors[:0] = errors
@@ -456,4 +465,4 @@ def push(
         and (c := canonical_consumer(r.spec.consumer)) is not None
     }
     owned = states.owned_by(identity)
-    return PushReport(inventory_report, claim_report, lambda c: c in live or owned(c))
+    return PushReport(inventory_report, claim_report, lambda c: c in live or owned(c), allocations)
