@@ -30,8 +30,8 @@ from hvfleet.model import views
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, Resource
+from hvfleet.model.lease import Lease
 from hvfleet.model.overcommit import matching_policies
-from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.spec_edits import SpecEdit, SpecMap
@@ -53,7 +53,7 @@ app.add_typer(extra_app, name="extra-capacity")
 
 @app.command("get")
 def get(
-    kind: Annotated[str, typer.Argument(help="hypervisors | reservations | overcommitpolicies")],
+    kind: Annotated[str, typer.Argument(help="hypervisors | reservations | leases | overcommitpolicies")],
     name: Annotated[str | None, typer.Argument(help="One object by name.")] = None,
     selector: SelectorOpt = None,
     output: OutputOpt = OutputFormat.table,
@@ -64,8 +64,8 @@ def get(
     with connect(store) as s:
         objs: list[Resource] = [s.get(k, name)] if name else s.list(k, selector).items
         liveness = s.agent_liveness() if k == "Hypervisor" else {}
-        hosts = {h.name: h for h in s.list_hypervisors()} if k != "Hypervisor" else {}
-        policies = s.list_overcommit_policies() if k != "Reservation" else []
+        hosts = {h.name: h for h in s.list_hypervisors()} if k in ("Reservation", "OvercommitPolicy") else {}
+        policies = s.list_overcommit_policies() if k == "Hypervisor" else []
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(objs[0] if name else objs, output.value)
         return
@@ -79,6 +79,9 @@ def get(
         cols = views.policy_columns(wide)
         rows = [views.policy_row(o, hosts.values(), now, wide)
                 for o in objs if isinstance(o, OvercommitPolicy)]
+    elif k == "Lease":
+        cols = views.lease_columns(wide)
+        rows = [views.lease_row(o, now, wide) for o in objs if isinstance(o, Lease)]
     else:
         cols = views.reservation_columns(wide)
         rows = [views.reservation_row(o, hosts.get(o.spec.hypervisor), now, wide)
@@ -135,14 +138,8 @@ def describe(
         title="Capacity",
     ))
     if h.status.cells:
-        rows = []
-        for c in h.status.cells:
-            for r in sorted(c.capacity, key=str):
-                rows.append([str(c.id), str(r), human(r, c.capacity.get(r)),
-                             human(r, c.effective_capacity.get(r)),
-                             human(r, c.allocation.get(r, Quantity(0)))])
         console.print()
-        console.print(table(["CELL", "RESOURCE", "CAPACITY", "EFFECTIVE", "ALLOCATED"], rows,
+        console.print(table([c.name for c in views.cell_columns()], views.cell_rows(h, policies),
                             title="NUMA cells"))
     if h.status.conditions:
         console.print()

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from hvfleet.model.hostcaps import HostCapabilities
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION, Condition, Model, ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
@@ -231,9 +232,10 @@ class OvercommitPolicy(Model):
         return self.metadata.name
 
 
-Resource = Hypervisor | Reservation | OvercommitPolicy
-KINDS: dict[str, type[Hypervisor] | type[Reservation] | type[OvercommitPolicy]] = {
+Resource = Hypervisor | Reservation | Lease | OvercommitPolicy
+KINDS: dict[str, type[Hypervisor] | type[Reservation] | type[Lease] | type[OvercommitPolicy]] = {
     "Hypervisor": Hypervisor,
     "Reservation": Reservation,
+    "Lease": Lease,
     "OvercommitPolicy": OvercommitPolicy,
 }
