@@ -299,15 +299,15 @@ class Agent:
                             daemon=True,
                         )
                         watcher.start()
-                        threading.Thread(
-                            target=self._watch_policies, args=(stop,), name="agent-policy-watch",
-                            daemon=True,
-                        ).start()
                         if self.leasing:
                             threading.Thread(
                                 target=self._keep_lease, args=(stop,), name="agent-lease",
                                 daemon=True,
                             ).start()
+                        threading.Thread(
+                            target=self._watch_policies, args=(stop,), name="agent-policy-watch",
+                            daemon=True,
+                        ).start()
                     if self.metrics is not None:
                         self.metrics.connected.labels(self.name).set(1)
 
