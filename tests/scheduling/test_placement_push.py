@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from real_placement import RealPlacement
 from sched_fleet import host, now, put_host
 
@@ -383,3 +385,64 @@ def test_a_running_claims_invisible_part_stays_allocated(
     store.update(store.get_hypervisor("hv-a").model_copy(update={"status": h.status}), agent_manager("hv-a"))
     # The instance is gone again: the claim is Confirmed and holds nothing.
     assert _sync(run, placement.url, "--push-claims")["claims"]["deleted"] == [C1]
+
+
+# -- properties of the planning: applying a plan leaves nothing to do ----------------------
+
+_classes = st.sampled_from(["VCPU", "MEMORY_MB", "DISK_GB", "VGPU", "CUSTOM_NIC_VF"])
+_inventory = st.fixed_dictionaries(
+    {
+        "total": st.integers(1, 10_000),
+        "reserved": st.integers(0, 10),
+        "min_unit": st.integers(1, 4),
+        "max_unit": st.integers(1, 10_000),
+        "step_size": st.integers(1, 4),
+        "allocation_ratio": st.sampled_from([0.5, 1.0, 1.1, 1.5, 4.0, 16.0]),
+    }
+)
+
+
+@given(
+    st.dictionaries(_classes, _inventory, max_size=4),
+    st.dictionaries(_classes, _inventory, max_size=4),
+    st.sets(_classes, max_size=2),
+)
+def test_an_applied_inventory_plan_leaves_nothing_to_do(
+    computed: dict[str, Any], current: dict[str, Any], nested: set[str]
+) -> None:
+    plan = planned_inventories(computed, current, nested)
+    after = current if plan is None else plan
+    assert planned_inventories(computed, after, nested) is None
+    # Classes hvfleet does not compute, and nested ones, are never dropped or changed.
+    for cls, inv in current.items():
+        if cls not in computed or cls in nested:
+            assert after[cls] == inv
+
+
+_allocs = st.dictionaries(
+    st.sampled_from(["rp-a", "rp-b"]),
+    st.dictionaries(_classes, st.integers(1, 64), min_size=1, max_size=3),
+    min_size=1,
+    max_size=2,
+)
+_owner = st.sampled_from([(ME.project_id, ME.user_id), ("nova", "u")])
+
+
+@given(
+    st.dictionaries(st.sampled_from(["c1", "c2", "c3", "c4"]), _allocs, max_size=4),
+    st.dictionaries(st.sampled_from(["c1", "c2", "c3", "c4", "c5"]), st.tuples(_allocs, _owner), max_size=5),
+)
+def test_an_applied_claim_plan_leaves_nothing_to_do(
+    desired: dict[str, Any], placed: dict[str, tuple[Any, tuple[str, str]]]
+) -> None:
+    states = {c: ConsumerState(a, p, u, 1) for c, (a, (p, u)) in placed.items()}
+    plan = plan_claims(desired, states, ME)
+    after = dict(states)
+    for c, allocations in plan.put.items():
+        after[c] = ConsumerState(allocations, ME.project_id, ME.user_id, 2)
+    for c in plan.delete:
+        after[c] = ConsumerState({}, ME.project_id, ME.user_id, 2)
+    again = plan_claims(desired, after, ME)
+    assert (again.put, again.delete) == ({}, [])
+    # Another project's consumers are never written.
+    assert not {c for c in [*plan.put, *plan.delete] if states.get(c) and states[c].project_id == "nova"}
