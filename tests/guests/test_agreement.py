@@ -186,3 +186,20 @@ def test_domcapabilities_blockers_are_read_per_model() -> None:
     assert by_name["Broadwell"].blockers is None
     # An unlisted blocker list leaves the stored form (and the inputs digest) as it was.
     assert "blockers" not in caps.to_dict()["cpuModels"][0]
+
+
+def test_cpu_baseline_of_domcapabilities_files_uses_only_models_their_qemu_knows(
+    tmp_path: Path,
+) -> None:
+    group_dir = tmp_path / "intel-mixed"
+    _drop_from_files(GROUP_DIRS["intel-mixed"], group_dir, "Skylake-Server-IBRS")
+    files = sorted(str(p) for p in group_dir.glob("*.domcaps.xml"))
+    runner = CliRunner()
+    r = runner.invoke(app, ["cpu", "baseline", *files])
+    assert r.exit_code == 0, r.output
+    model = etree.fromstring(r.stdout.encode()).findtext("model")
+    assert model == "Skylake-Server"
+    # The untouched files still give the closest model.
+    r = runner.invoke(app, ["cpu", "baseline", *sorted(
+        str(p) for p in GROUP_DIRS["intel-mixed"].glob("*.domcaps.xml"))])
+    assert etree.fromstring(r.stdout.encode()).findtext("model") == "Skylake-Server-IBRS"

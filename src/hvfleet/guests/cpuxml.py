@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from lxml import etree
 
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hostcaps import HostCPU
+from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 
 # Children of a host <cpu> that differ between hosts of the same hardware and
 # say nothing about its features (microcode revision, TSC frequency, topology,
@@ -164,3 +164,11 @@ def cpus_from_document(root: etree._Element, where: str) -> list[HostCPU]:
     if not found:
         raise InvalidInput(f"{where}: no <cpu> element")
     return [parse_cpu_element(c, f"{where} cpu #{i + 1}") for i, c in enumerate(found)]
+
+
+def qemu_models_from_document(root: etree._Element) -> list[CPUModelInfo] | None:
+    """The CPU models a `<domainCapabilities>` document says its QEMU offers;
+    None for other documents (they do not say)."""
+    from hvfleet.discovery.capabilities import parse_cpu_models
+
+    return parse_cpu_models(root) if root.tag == "domainCapabilities" else None
