@@ -49,10 +49,10 @@ _PLAIN_CHILD = (
     rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_VALUE}/>"
 )
 _PLAIN_CPU_RE = re.compile(rf"<cpu>(?:\s*(?:{_PLAIN_CHILD}|{_VOLATILE}))*\s*</cpu>\s*")
-# Once a document is known plain, these read it (each feature is in one of
-# the plain spellings above, so looser patterns find exactly those).
+# Once a document is known plain, these read it: every feature is in one of
+# the plain spellings above, and nothing else in it can look like one.
 _PLAIN_FEATURE_RE = re.compile(
-    r"<feature (?:policy=.(\w*). )?name=.([^\"']*).(?: policy=.(\w*).)?/>"
+    rf"<feature (?:policy={_PLAIN_VALUE} )?name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
 )
 _PLAIN_TEXT_RE = {t: re.compile(f"<{t}>([^<]*)</{t}>") for t in ("model", "vendor")}
 
@@ -92,10 +92,13 @@ def _plain_fields(part: str) -> CPUFields | None:
         return None
     features: list[str] = []
     disabled: list[str] = []
-    for before, name, after in _PLAIN_FEATURE_RE.findall(part):
+    # findall gives "" for the groups that did not take part (the other quote).
+    for p1, p2, n1, n2, p3, p4 in _PLAIN_FEATURE_RE.findall(part):
+        name = n1 or n2
         if not name:
             return None  # let the parser's path refuse it, with its message
-        (disabled if (before or after) in ("disable", "forbid") else features).append(name)
+        policy = p1 or p2 or p3 or p4
+        (disabled if policy in ("disable", "forbid") else features).append(name)
     # The first one, as find() takes.
     model, vendor = (m.group(1).strip() if (m := _PLAIN_TEXT_RE[t].search(part)) else ""
                      for t in ("model", "vendor"))
