@@ -61,6 +61,16 @@ _VOLATILE = st.sampled_from([
     "<feature name=\"it's{n}\"/>",
     "<feature name='say \"{n}\"' policy='disable'/>",
     "<feature name='gt>{n}'/>",
+    # What only an XML parser knows: its whitespace, names and characters.
+    "<microcode\u00a0version='{n}'/>",
+    "\u00a0",
+    "<microcode v\u00b2='{n}'/>",
+    "<microcode v\u00e9='{n}'/>",
+    "<feature name='ctl\x01{n}'/>",
+    "<model>Has\rwell{n}</model>",
+    "<vendor>a]]>b</vendor>",
+    "<model>\x0b</model>",
+    "<feature name='\uffff{n}'/>",
     "<model>Haswell</model>",
     "<vendor> AMD </vendor>",
     "<model>\n  Skylake-Client{n}\n</model>",
@@ -87,6 +97,10 @@ def host_document(draw: st.DrawFn) -> str:
         end += len(ws) + len(bit)
     if draw(st.booleans()):
         text = "<?xml version='1.0'?>\n" + text
+    if "<capabilities" not in text:
+        # After the root (a <capabilities> document is read by its host <cpu>
+        # only, see below).
+        text += draw(st.sampled_from(["", "\n", " \n\t", "\u00a0", "\u2028"]))
     return text
 
 
@@ -126,3 +140,17 @@ def test_refusals_are_the_same_as_for_whole_documents(tmp_path: Path) -> None:
             cpus_from_texts([("bad", bad)])
         with pytest.raises(InvalidInput):
             _whole("bad", bad)
+
+
+def test_a_capabilities_document_is_read_by_its_host_cpu_only() -> None:
+    # The point of the targeted read: what follows the host <cpu> (NUMA
+    # topology, guests, ...) is not parsed, so it is not judged either.
+    text = (HOSTS / "groups" / "intel-mixed" / "clx-1.caps.xml").read_text()
+    broken = text.replace("</capabilities>", "<oops></capabilities>")
+    with pytest.raises(InvalidInput):
+        _whole("h", broken)
+    ((_, cpu),) = cpus_from_texts([("h", broken)])
+    assert _fields(cpu) == _whole("h", text)[0]
+    # A malformed host <cpu> itself is still refused.
+    with pytest.raises(InvalidInput):
+        cpus_from_texts([("h", text.replace("<model>", "<model x>", 1))])

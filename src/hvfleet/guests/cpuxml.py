@@ -14,41 +14,49 @@ from lxml import etree
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 
+# Only XML's own whitespace, names and characters: Python's \s and \w take
+# more (a no-break space, "²"), which an XML parser would refuse or keep.
+_WS = r"[ \t\n\r]"
+_NAME = r"[A-Za-z_][A-Za-z0-9_.:-]*"
+_BAD = r"\x00-\x1f\ud800-\udfff\ufffe\uffff"  # never in a plain attribute value
 # Children of a host <cpu> that differ between hosts of the same hardware and
 # say nothing about its features (microcode revision, TSC frequency, topology,
 # ...), when self-closing with plainly well-formed attributes, none twice
 # (twice is malformed: for the parser to refuse).
 _VOLATILE = (
     r"<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
-    r"(?![^<>]*?\s(?P<att>[\w.:-]+)\s*=[^<>]*\s(?P=att)\s*=)"
-    r"""(?:\s+[A-Za-z_][\w.:-]*\s*=\s*(?:"[^"<&]*"|'[^'<&]*'))*\s*/>"""
+    rf"(?![^<>]*?{_WS}(?P<att>{_NAME}){_WS}*=[^<>]*{_WS}(?P=att){_WS}*=)"
+    rf"""(?:{_WS}+{_NAME}{_WS}*={_WS}*(?:"[^"<&{_BAD}]*"|'[^'<&{_BAD}]*'))*{_WS}*/>"""
 )
 # ... removed only with nothing but whitespace between them and the tags
 # around them: that changes no element's text.
-_VOLATILE_RE = re.compile(rf"(?<=>)\s*{_VOLATILE}(?=\s*<)")
+_VOLATILE_RE = re.compile(rf"(?<=>){_WS}*{_VOLATILE}(?={_WS}*<)")
 # Whitespace between tags: indentation differs between libvirt versions and
 # tools; values are read stripped, so it never carries meaning here.
-_BETWEEN_TAGS_RE = re.compile(r">\s+<")
+_BETWEEN_TAGS_RE = re.compile(rf">{_WS}+<")
 # The host CPU of a `virsh capabilities` document: the <cpu> right after
 # <host> (and its <uuid>), before the host's NUMA topology with its <cpu id=>s.
 _CAPS_HOST_CPU_RE = re.compile(
-    r"\s*(?:<\?xml[^>]*\?>\s*)?<capabilities>\s*<host>\s*(?:<uuid>[^<]*</uuid>\s*)?"
+    rf"(?:<\?xml[^>]*\?>{_WS}*)?<capabilities>{_WS}*<host>{_WS}*(?:<uuid>[^<]*</uuid>{_WS}*)?"
     r"(<cpu>.*?</cpu>)",
     re.S,
 )
 # A host <cpu> in its plainest form: children arch, model and vendor with
 # plain text, features with plainly quoted name (and policy) attributes, and
 # volatile children, with whitespace between them; nothing else (no entity,
-# no attribute value an XML parser would normalise, no duplicate attribute).
-# Such a document means the same to any XML parser, so it is read with two
-# regular-expression passes; anything else goes to the XML parser.
-_PLAIN_VALUE = r"""(?:"([^"<&\t\n\r]*)"|'([^'<&\t\n\r]*)')"""
+# no attribute value or text an XML parser would normalise or refuse, no
+# duplicate attribute). Such a document means the same to any XML parser, so
+# it is read with regular expressions; anything else goes to the XML parser.
+_PLAIN_VALUE = rf"""(?:"([^"<&{_BAD}]*)"|'([^'<&{_BAD}]*)')"""
+_PLAIN_TEXT = r"[^<&>\r\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]*"
 _PLAIN_CHILD = (
-    r"<(?P<tag>arch|model|vendor)>([^<&]*)</(?P=tag)>"
+    rf"<(?P<tag>arch|model|vendor)>({_PLAIN_TEXT})</(?P=tag)>"
     rf"|<feature name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
     rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_VALUE}/>"
 )
-_PLAIN_CPU_RE = re.compile(rf"<cpu>(?:\s*(?:{_PLAIN_CHILD}|{_VOLATILE}))*\s*</cpu>\s*")
+_PLAIN_CPU_RE = re.compile(
+    rf"<cpu>(?:{_WS}*(?:{_PLAIN_CHILD}|{_VOLATILE}))*{_WS}*</cpu>{_WS}*"
+)
 # Once a document is known plain, these read it: every feature is in one of
 # the plain spellings above, and nothing else in it can look like one.
 _PLAIN_FEATURE_RE = re.compile(
