@@ -31,7 +31,7 @@ def _fields(c: HostCPU) -> tuple[str, str, list[str], list[str]]:
     return (c.vendor, c.model, c.features, c.disabled_features)
 
 
-_VOLATILE = st.sampled_from([
+_BITS = [
     "<microcode version='{n}'/>",
     '<microcode version="{n}"/>',
     "<counter name='tsc' frequency='{n}' scaling='no'/>",
@@ -71,12 +71,16 @@ _VOLATILE = st.sampled_from([
     "<vendor>a]]>b</vendor>",
     "<model>\x0b</model>",
     "<feature name='\uffff{n}'/>",
+    "<microcode a:b='{n}'/>",
+    "<microcode xmlns:a='urn:a' a:b='{n}'/>",
+    "<counter xmlns='urn:x{n}'/>",
     "<model>Haswell</model>",
     "<vendor> AMD </vendor>",
     "<model>\n  Skylake-Client{n}\n</model>",
     "<arch>i686</arch>",
     "<pages unit='KiB' size='{n}'></pages>",
-])
+]
+_VOLATILE = st.sampled_from(_BITS)
 
 
 @st.composite
@@ -154,3 +158,23 @@ def test_a_capabilities_document_is_read_by_its_host_cpu_only() -> None:
     # A malformed host <cpu> itself is still refused.
     with pytest.raises(InvalidInput):
         cpus_from_texts([("h", text.replace("<model>", "<model x>", 1))])
+
+
+@pytest.mark.parametrize("bit", _BITS)
+def test_every_spelling_reads_as_the_xml_parser_reads_it(bit: str) -> None:
+    # Each spelling of the strategy above, deterministically, at the places
+    # where it matters: first child, between children, last child.
+    base = (HOSTS / "cpus" / "Haswell.xml").read_text()
+    bit = bit.format(n=7)
+    for text in (base.replace("<cpu>", "<cpu>" + bit, 1),
+                 base.replace("</model>", "</model>\n  " + bit, 1),
+                 base.replace("</cpu>", bit + "</cpu>", 1)):
+        try:
+            want: object = _whole("h", text)
+        except InvalidInput:
+            want = InvalidInput
+        try:
+            got: object = [_fields(c) for _, c in cpus_from_texts([("h", text)])]
+        except InvalidInput:
+            got = InvalidInput
+        assert got == want, text

@@ -17,7 +17,9 @@ from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 # Only XML's own whitespace, names and characters: Python's \s and \w take
 # more (a no-break space, "²"), which an XML parser would refuse or keep.
 _WS = r"[ \t\n\r]"
-_NAME = r"[A-Za-z_][A-Za-z0-9_.:-]*"
+# No ":": a prefixed attribute needs its namespace declared, which the XML
+# parser checks (those documents go to it).
+_NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
 _BAD = r"\x00-\x1f\ud800-\udfff\ufffe\uffff"  # never in a plain attribute value
 # Children of a host <cpu> that differ between hosts of the same hardware and
 # say nothing about its features (microcode revision, TSC frequency, topology,
