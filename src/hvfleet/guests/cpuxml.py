@@ -64,7 +64,9 @@ _PLAIN_CPU_RE = re.compile(
 _PLAIN_FEATURE_RE = re.compile(
     rf"<feature (?:policy={_PLAIN_VALUE} )?name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
 )
-_PLAIN_TEXT_RE = {t: re.compile(f"<{t}>([^<]*)</{t}>") for t in ("model", "vendor")}
+_PLAIN_NAME_RE = re.compile(rf"<feature name={_PLAIN_VALUE}/>")
+_PLAIN_MODEL_RE = re.compile(r"<model>([^<]*)</model>")
+_PLAIN_VENDOR_RE = re.compile(r"<vendor>([^<]*)</vendor>")
 
 CPUFields = tuple[str, str, tuple[str, ...], tuple[str, ...]]
 
@@ -100,19 +102,22 @@ def _plain_fields(part: str) -> CPUFields | None:
     """(vendor, model, features, disabled) of a plain `<cpu>`, else None."""
     if _PLAIN_CPU_RE.fullmatch(part) is None:
         return None
-    features: list[str] = []
-    disabled: list[str] = []
-    # findall gives "" for the groups that did not take part (the other quote).
-    for p1, p2, n1, n2, p3, p4 in _PLAIN_FEATURE_RE.findall(part):
-        name = n1 or n2
-        if not name:
-            return None  # let the parser's path refuse it, with its message
-        policy = p1 or p2 or p3 or p4
-        (disabled if policy in ("disable", "forbid") else features).append(name)
+    if "policy=" not in part:
+        # A host CPU as `virsh capabilities` gives it: every feature present.
+        names = tuple(a or b for a, b in _PLAIN_NAME_RE.findall(part))
+        disabled: tuple[str, ...] = ()
+    else:
+        # findall gives "" for the groups that did not take part (the other quote).
+        found = [(n1 or n2, p1 or p2 or p3 or p4)
+                 for p1, p2, n1, n2, p3, p4 in _PLAIN_FEATURE_RE.findall(part)]
+        names = tuple(n for n, p in found if p not in ("disable", "forbid"))
+        disabled = tuple(n for n, p in found if p in ("disable", "forbid"))
+    if "" in names or "" in disabled:
+        return None  # a nameless feature: the parser's path refuses it, with its message
     # The first one, as find() takes.
-    model, vendor = (m.group(1).strip() if (m := _PLAIN_TEXT_RE[t].search(part)) else ""
-                     for t in ("model", "vendor"))
-    return (vendor, model, tuple(features), tuple(disabled))
+    m = _PLAIN_MODEL_RE.search(part)
+    v = _PLAIN_VENDOR_RE.search(part)
+    return (v.group(1).strip() if v else "", m.group(1).strip() if m else "", names, disabled)
 
 
 def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
@@ -139,7 +144,9 @@ def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]
                 found = by_fields.get(fields)
                 if found is None:
                     vendor, model, feats, disabled = fields
-                    found = by_fields[fields] = [HostCPU(
+                    # Every field is a str or a list of str by construction:
+                    # no validation needed.
+                    found = by_fields[fields] = [HostCPU.model_construct(
                         vendor=vendor, model=model, features=list(feats),
                         disabled_features=list(disabled), source=name,
                     )]
