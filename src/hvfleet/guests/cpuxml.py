@@ -6,6 +6,7 @@ documents at once for a fleet-wide baseline, where only each document's
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Sequence
 
@@ -128,6 +129,20 @@ def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]
     frequency, a UUID per host) while its CPU definitions are a few dozen.
     A plain host `<cpu>` is read by regular expressions (`_plain_fields`);
     any other document is cut down to its CPU part (`_cpu_part`) and parsed."""
+    # A thousand documents allocate tens of thousands of small acyclic
+    # objects: without the cyclic GC scanning everything alive on each burst,
+    # a long-lived process (API server, scheduler) reads them about 1.5x
+    # faster; reference counting frees them all the same.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _cpus_from_texts(docs)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
     from hvfleet.discovery.xmlsafe import MAX_XML_BYTES, parse_xml
 
     by_text: dict[str, list[HostCPU]] = {}
