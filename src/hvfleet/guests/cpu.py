@@ -298,11 +298,12 @@ def _usable_everywhere(
 
 
 def software_cpu(
-    hosts: Sequence[tuple[str, HostCapabilities]], conservative: bool
+    hosts: Sequence[tuple[str, HostCapabilities]], conservative: bool,
+    cmap: CPUMap | None = None,
 ) -> Decision[GuestCPU]:
     """A named model with no host-specific extras (software), or the most
     conservative 64-bit model every host runs (none)."""
-    cmap = load_cpu_map()
+    cmap = cmap or load_cpu_map()
     blind = [n for n, c in hosts if c.cpu_models is None and is_unknown_cpu(c.cpu)]
     if blind:
         raise UnknownHostCPU(blind, skippable=False)
@@ -333,12 +334,14 @@ def software_cpu(
     )
 
 
-def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
+def host_cpu(
+    hosts: Sequence[tuple[str, HostCapabilities]], cmap: CPUMap | None = None
+) -> Decision[GuestCPU]:
     """host mode: the single host's host-model CPU, written out explicitly."""
     if len(hosts) != 1:
         raise InvalidInput(f"host needs exactly one host, got {len(hosts)}", field="mode")
     name, caps = hosts[0]
-    cmap = load_cpu_map()
+    cmap = cmap or load_cpu_map()
     d = baseline_cpu([(name, caps.cpu)], cmap, qemu_models_of(hosts), skippable=False)
     return Decision(
         "cpu",
@@ -350,15 +353,18 @@ def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU
     )
 
 
-def decide_cpu(mode: str, hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
+def decide_cpu(
+    mode: str, hosts: Sequence[tuple[str, HostCapabilities]], cmap: CPUMap | None = None
+) -> Decision[GuestCPU]:
     if mode == "intersection":
         return baseline_cpu(
-            [(n, c.cpu) for n, c in hosts], qemu_models=qemu_models_of(hosts), skippable=False
+            [(n, c.cpu) for n, c in hosts], cmap, qemu_models=qemu_models_of(hosts),
+            skippable=False,
         )
     if mode == "host":
-        return host_cpu(hosts)
+        return host_cpu(hosts, cmap)
     if mode in ("software", "none"):
-        return software_cpu(hosts, conservative=mode == "none")
+        return software_cpu(hosts, conservative=mode == "none", cmap=cmap)
     raise InvalidInput(f"{mode!r} is not one of {', '.join(MODES)}", field="mode")
 
 
@@ -377,3 +383,28 @@ def cpu_element(cpu: GuestCPU, expand: bool = False) -> etree._Element:
     for f in cpu.disable:
         etree.SubElement(el, "feature", policy="disable", name=f)
     return el
+
+
+def floor_cpu(
+    hosts: Sequence[tuple[str, HostCapabilities]], model_name: str, require: tuple[str, ...],
+    policy_version: str, cmap: CPUMap | None = None,
+) -> Decision[GuestCPU]:
+    """mode none (policies with mode_scope "all"): the policy's fixed model,
+    chosen without looking at the hosts, then checked to be usable on each
+    host whose domcapabilities say."""
+    cmap = cmap or load_cpu_map()
+    model = cmap.model(model_name, f"policy {policy_version}")
+    lacking = [n for n, c in hosts if c.cpu_models is not None
+               and not any(m.name == model_name and m.usable is not False for m in c.cpu_models)]
+    if lacking:
+        raise InvalidInput(
+            f"mode none uses policy {policy_version}'s model {model_name}, which is not "
+            f"usable on {hosts_list(lacking)}", field="cpu",
+        )
+    return Decision(
+        "cpu",
+        GuestCPU("none", model.name, "", require, (), model.features | set(require)),
+        model.name + "".join(f" +{f}" for f in require),
+        f"mode none: policy {policy_version}'s fixed model, no host-specific features",
+        (f"{model_name} usable on every host that lists its models",),
+    )
