@@ -19,6 +19,7 @@ from hvfleet.guests.check import check_domain
 from hvfleet.guests.cpu import MODES
 from hvfleet.guests.generate import generate
 from hvfleet.guests.hosts import load_caps_dir
+from hvfleet.guests.policy import POLICIES
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo
@@ -140,6 +141,8 @@ def generated_case(draw: st.DrawFn) -> tuple[GuestRequest, HostGroup, str]:
         secure_boot=firmware != "bios" and draw(st.booleans()),
         tpm=draw(st.booleans()),
         mode=draw(st.sampled_from(MODES)),
+        policy=draw(st.sampled_from(sorted(POLICIES))),
+        drivers=draw(st.sampled_from([(), ("virtio-win",)])),
     )
     return req, group, f"{gname} without {sorted(drop)}"
 
