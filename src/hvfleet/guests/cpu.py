@@ -403,7 +403,9 @@ def floor_cpu(
         )
     return Decision(
         "cpu",
-        GuestCPU("none", model.name, "", require, (), model.features | set(require)),
+        # As everywhere: what cpu_map marks removed from the model is disabled.
+        GuestCPU("none", model.name, "", require, tuple(sorted(model.removed - set(require))),
+                 model.features | set(require)),
         model.name + "".join(f" +{f}" for f in require),
         f"mode none: policy {policy_version}'s fixed model, no host-specific features",
         (f"{model_name} usable on every host that lists its models",),
