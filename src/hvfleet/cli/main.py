@@ -103,7 +103,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                            "apply), all or nothing."),
     "capacity": ("resources", "Effective, allocated and free capacity per host, with a total row."),
     "cpu": ("guest", "CPU definitions for host groups."),
-    "crd": ("resources", "Print CustomResourceDefinitions for Hypervisor and Reservation."),
+    "crd": ("resources", "Print CustomResourceDefinitions for Hypervisor, Reservation and "
+                         "OvercommitPolicy."),
+    "delete": ("resources", "Delete one object (kubectl delete)."),
     "describe": ("resources", "Capacity, cells, conditions and instances of one hypervisor."),
     "export": ("resources", "Print manifests (YAML) that `apply -f` turns back into the same objects."),
     "extra-capacity": ("resources", "Capacity libvirt cannot see (spec.extraCapacity)."),

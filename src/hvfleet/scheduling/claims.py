@@ -92,6 +92,9 @@ def reserve(
 ) -> Reservation:
     """Claim `request` on `host` for `consumer`, or raise DoesNotFit."""
     reservation = new_reservation(host, request, consumer, ttl, datetime.now(UTC))
+    # Read before the atomic write, which covers the host and its reservations:
+    # a policy changed in between counts as changed just after the claim.
+    policies = store.list_overcommit_policies()
 
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         # The time is taken inside the atomic write: what expired by now is free.
@@ -99,7 +102,7 @@ def reserve(
         for other in others:
             if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
                 raise ConsumerAlreadyHolds(consumer, other.name, h.name)
-        check_claim(h, others, request, now, staleness)
+        check_claim(h, others, request, now, staleness, policies)
 
     return store.claim(reservation, manager, check)
 
