@@ -138,6 +138,10 @@ class KindFanout:
         with self._lock:
             self._subs.discard(sub)
 
+    def watchers(self) -> int:
+        with self._lock:
+            return len(self._subs)
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
