@@ -106,6 +106,8 @@ def describe(
     console.print(f"[bold]Created:[/bold]     {m.creation_timestamp}  (generation {m.generation}, "
                   f"observed {h.status.observed_generation})")
     console.print(f"[bold]Readiness:[/bold]   {state.state} ({state.reason}): {state.message}")
+    synced = views.spec_sync(h)
+    console.print(f"[bold]Spec synced:[/bold] {synced.state}: {synced.message}")
     console.print(f"[bold]Heartbeat:[/bold]   {h.status.last_heartbeat_time or '-'}")
     maint: str = h.spec.maintenance or "-"
     if h.spec.maintenance_reason:

@@ -88,12 +88,15 @@ def _version(model: type[BaseModel], columns: list[dict[str, Any]]) -> dict[str,
 
 
 def crds() -> list[dict[str, Any]]:
-    hv_columns = [
+    hv_columns: list[dict[str, Any]] = [
         {"name": "Ready", "type": "string",
          "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
         {"name": "CPU", "type": "string", "jsonPath": ".status.effectiveCapacity.cpu"},
         {"name": "Memory", "type": "string", "jsonPath": ".status.effectiveCapacity.memory"},
         {"name": "Maintenance", "type": "string", "jsonPath": ".spec.maintenance"},
+        # effectiveCapacity above is the agent's copy; it lags while Generation > Observed.
+        {"name": "Generation", "type": "integer", "jsonPath": ".metadata.generation", "priority": 1},
+        {"name": "Observed", "type": "integer", "jsonPath": ".status.observedGeneration", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     res_columns = [

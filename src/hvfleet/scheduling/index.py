@@ -31,6 +31,7 @@ import numpy.typing as npt
 
 from hvfleet.model.capacity import (
     free_capacity,
+    held_resources,
     holds_space,
     hypervisor_effective_capacity,
     max_unit,
@@ -68,8 +69,8 @@ class _Row:
     effective: dict[ResourceName, Fraction]
     min_unit: dict[ResourceName, Fraction]
     step: dict[ResourceName, Fraction]
-    # readiness() apart from the heartbeat's age and the lease, which change
-    # without an event and are compared per query (fresh_until, _lease_ok).
+    # readiness() apart from the heartbeat and the lease, which change without
+    # an event and are compared per query (fresh_until, _lease_live, _lease_ok).
     ready: bool
     fresh_until: int
     next_expiry: int
@@ -78,8 +79,12 @@ class _Row:
 def _compute_row(
     h: Hypervisor, reservations: Iterable[Reservation], now: datetime, staleness: timedelta
 ) -> _Row:
-    held = [r for r in reservations if holds_space(r, h, now)]
-    expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
+    # Confirmed reservations may hold what libvirt cannot see (held_resources);
+    # only Pending/Active ones expire, and a host event recomputes the rest.
+    held = [r for r in reservations if held_resources(r, h, now)]
+    expiries = [
+        micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None and holds_space(r, h, now)
+    ]
     try:
         units = unit_constraints(h)
         valid = True
@@ -92,7 +97,9 @@ def _compute_row(
         effective={r: q.value for r, q in hypervisor_effective_capacity(h).items()},
         min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
         step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
-        ready=valid and readiness(h, None, None, staleness).ready,
+        # lease_live=True: everything but the heartbeat and the lease, which the
+        # query masks add (fresh_until, _lease_live, _lease_ok).
+        ready=valid and readiness(h, None, True, staleness).ready,
         fresh_until=_NO_BEAT if fresh is None else micros(fresh),
         next_expiry=min(expiries, default=_NEVER),
     )
@@ -205,6 +212,8 @@ class FleetIndex:
         self._next_expiry = np.zeros(0, dtype=np.int64)
         # Per row, False where the host's agent lease expired (from _liveness).
         self._lease_ok = np.zeros(0, dtype=bool)
+        # Per row, True where the lease is live: that stands for a fresh heartbeat.
+        self._lease_live = np.zeros(0, dtype=bool)
         # Name order, the tie-breaker of every ranking: each row's rank, and the
         # names by rank (what a query's result list is taken from).
         self._rank = np.zeros(0, dtype=np.int64)
@@ -232,6 +241,7 @@ class FleetIndex:
                 row = self._row.get(name)
                 if row is not None:
                     self._lease_ok[row] = self._liveness.get(name) is not False
+                    self._lease_live[row] = self._liveness.get(name) is True
 
     def load_from(self, store: Store) -> None:
         hv = store.list("Hypervisor")
@@ -273,6 +283,7 @@ class FleetIndex:
         self._fresh_until = np.concatenate([self._fresh_until, np.full(extra, _NO_BEAT, dtype=np.int64)])
         self._next_expiry = np.concatenate([self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)])
         self._lease_ok = np.concatenate([self._lease_ok, np.ones(extra, dtype=bool)])
+        self._lease_live = np.concatenate([self._lease_live, np.zeros(extra, dtype=bool)])
         self._rank = np.concatenate([self._rank, np.zeros(extra, dtype=np.int64)])
         self._rows.extend([None] * extra)
         for col in self._columns.values():
@@ -298,6 +309,7 @@ class FleetIndex:
             self._row[h.name] = row
             self._names.append(h.name)
             self._lease_ok[row] = self._liveness.get(h.name) is not False
+            self._lease_live[row] = self._liveness.get(h.name) is True
             if rank:
                 self._rerank()
             self._labels_version += 1
@@ -464,7 +476,8 @@ class FleetIndex:
     def candidates_mask(self, now: datetime, selector: Selector | None = None) -> npt.NDArray[np.bool_]:
         n = self._size
         # Together: readiness(h, now, lease, staleness).ready, vectorised.
-        mask = self._present[:n] & self._ready[:n] & (self._fresh_until[:n] >= micros(now))
+        fresh = (self._fresh_until[:n] >= micros(now)) | self._lease_live[:n]
+        mask = self._present[:n] & self._ready[:n] & fresh
         mask &= self._lease_ok[:n]
         sel = self._selector_mask(selector)
         return mask if sel is None else mask & sel
