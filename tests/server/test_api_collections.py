@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from hvfleet.model import views
 from hvfleet.model.crd import crds
 from hvfleet.model.hypervisor import Hypervisor
 from tests.server.conftest import Api
@@ -69,11 +70,15 @@ def test_table_has_the_columns_of_hvfleet_get(api: Api) -> None:
     body = c.get(HV, headers={"Accept": TABLE}).json()
     assert body["kind"] == "Table" and body["apiVersion"] == "meta.k8s.io/v1"
     cols = [col["name"] for col in body["columnDefinitions"]]
-    assert cols == ["Name", "READY", "CPU", "MEMORY", "INSTANCES", "MAINTENANCE", "AGE",
-                    "OVERCOMMIT", "RESERVED", "LABELS"]
-    assert [col["priority"] for col in body["columnDefinitions"]] == [0] * 7 + [1] * 3
+    # The columns of `hvfleet get -o wide`; the wide ones only with kubectl -o wide.
+    assert cols == [c.name for c in views.hypervisor_columns(wide=True)]
+    assert cols[:4] == ["NAME", "READY", "CPU", "MEMORY"] and "AGE" in cols
+    narrow = {c.name for c in views.hypervisor_columns(wide=False)}
+    assert [col["priority"] for col in body["columnDefinitions"]] == [0 if c in narrow else 1 for c in cols]
     (row,) = body["rows"]
-    assert row["cells"][:6] == ["hv1", "True", "3/32", "8Gi/64Gi", "0", "-"]
+    cells = dict(zip(cols, row["cells"], strict=True))
+    assert (cells["NAME"], cells["READY"], cells["CPU"], cells["MEMORY"], cells["INSTANCES"]) == (
+        "hv1", "Ready", "3/32", "8Gi/64Gi", "0")
     assert row["object"]["kind"] == "PartialObjectMetadata"
     assert row["object"]["metadata"]["name"] == "hv1"
     one = c.get(f"{HV}/hv1", headers={"Accept": TABLE}).json()

@@ -5,7 +5,7 @@ authorizer, makes one store call and renders the answer. Writes always name
 `Identity.manager` as the field manager (a client's `fieldManager` is ignored);
 creating a Reservation is a claim (`hvfleet.scheduling.claims.claim_reservation`,
 the same atomic check as `hvfleet reserve`); server-side apply merges with
-the store's ownership rules (`hvfleet.store.ownership.apply_spec`). A write
+the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`). A write
 that reads first (PATCH, DELETE) writes with the version it read and
 authorized, and starts over if that version went stale meanwhile.
 """
@@ -35,8 +35,8 @@ from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
+from hvfleet.store.apply import plan_one
 from hvfleet.store.base import StaleVersion
-from hvfleet.store.ownership import apply_spec
 
 log = logging.getLogger("hvfleet.server")
 
@@ -90,7 +90,7 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
            warnings: list[str] | None = None) -> Response:
     headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
     if wants_table(request.headers.get("accept")):
-        body = table(info.kind, [obj], ctx.liveness(), obj.metadata.resource_version or "",
+        body = table(info.kind, [obj], ctx.table_inputs(info.kind), obj.metadata.resource_version or "",
                      request.query_params.get("includeObject", "PartialObjectMetadata"))
         return JSONResponse(body, status_code=code, headers=headers)
     return JSONResponse(obj.to_dict(), status_code=code, headers=headers)
@@ -110,7 +110,8 @@ def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | N
     if ctx.audit is not None:
         after = (out.metadata.resource_version
                  if out is not None and action.verb != "delete" else None)
-        ctx.audit.record(who, action, before=rv_before, after=after, code=200, reason="")
+        code, reason = (201, "Created") if before is None and action.verb == "create" else (200, "OK")
+        ctx.audit.record(who, action, before=rv_before, after=after, code=code, reason=reason)
     return out
 
 
@@ -208,8 +209,8 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
         token = _encode_continue(result.revision, items[-1].metadata.name)
     rv = str(result.revision)
     if wants_table(request.headers.get("accept")):
-        liveness = await run_in_threadpool(ctx.liveness)
-        body = table(info.kind, items, liveness, rv, q.get("includeObject", "PartialObjectMetadata"),
+        inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
+        body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
                      token)
         return JSONResponse(body)
     meta: dict[str, Any] = {"resourceVersion": rv}
@@ -431,14 +432,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             created = True
             return create_object(ctx, who, info, manifest)
         if sub is None:
-            merged = apply_spec(current, manifest, who.manager)
-            meta = merged.metadata.model_copy(update={
-                "labels": {**current.metadata.labels, **manifest.metadata.labels},
-                "annotations": {**current.metadata.annotations, **manifest.metadata.annotations},
-                "resource_version": manifest.metadata.resource_version
-                or current.metadata.resource_version,
-            })
-            new = merged.model_copy(update={"metadata": meta})
+            # The one apply planning (as `hvfleet apply`); status is /status's business.
+            new = _with_status_of(plan_one(current, manifest, who.manager).object, current)
         else:
             new = _with_status_of(current, manifest)
             if manifest.metadata.resource_version is not None:
