@@ -123,8 +123,10 @@ def test_openapi_carries_the_crd_schema_and_field_validation(api: Api) -> None:
     assert v2["swagger"] == "2.0"
     hv2 = v2["definitions"]["io.hvfleet.v1.Hypervisor"]
     assert "anyOf" not in str(hv2) and hv2["properties"]["spec"]["type"] == "object"
-    assert c.get("/openapi/v2", headers={
-        "Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"}).status_code == 406
+    assert c.get("/openapi/v2", headers={"Accept": "text/html"}).status_code == 406
+    r = c.get("/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+    assert r.status_code == 200 and r.headers["content-type"].endswith("+protobuf")
+    assert b"io.hvfleet.v1.Hypervisor" in r.content
 
 
 def ready_host(api: Api, name: str = "hv1", cpu: str = "8") -> None:

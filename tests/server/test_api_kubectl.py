@@ -3,9 +3,10 @@ wheel) and Debian 12's kubernetes-client 1.20 (unpacked by
 scripts/install-system-deps). kubectl sends a bearer token only over HTTPS,
 so these servers speak TLS with a test CA the kubeconfig carries.
 
-kubectl 1.20 validates manifests on the client from /openapi/v2 in protobuf,
-which this server does not speak (JSON only): its `apply` runs with
-`--validate=false`, and the server still refuses unknown fields (Strict).
+kubectl 1.20 validates manifests on the client, from /openapi/v2 in protobuf;
+a current one finds `fieldValidation` in /openapi/v3 and leaves it to the
+server (Strict). Either way an unknown field is refused before anything is
+written.
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ class Kubectl:
                               env={**os.environ, "HOME": str(self.tmp)})
 
     def apply(self, path: Path, *flags: str, token: str = "ops-token") -> subprocess.CompletedProcess[str]:
-        extra = ["--validate=false"] if self.version == "1.20" else []
-        return self("apply", "--server-side", *extra, *flags, "-f", str(path), token=token)
+        return self("apply", "--server-side", *flags, "-f", str(path), token=token)
 
 
 @pytest.fixture(params=sorted(KUBECTLS))
@@ -117,9 +117,32 @@ def test_kubectl_server_side_apply_conflict_and_force(kubectl: Kubectl, tmp_path
     r = kubectl.apply(theirs, "--force-conflicts", token="ops2-token")
     assert r.returncode == 0, r.stderr
     assert kubectl.api.store.get_hypervisor("hv1").spec.overcommit == {"cpu": 2.0}
-    # The server refuses unknown fields whatever the client validated.
-    r = kubectl.apply(manifest(tmp_path, "hv2", overcommitt={"cpu": 2}))
-    assert r.returncode == 1 and 'unknown field "spec.overcommitt"' in r.stderr
+    # Unknown fields are refused: by kubectl 1.20 from the OpenAPI schema, by the
+    # server (fieldValidation=Strict) for a current kubectl.
+    bad = manifest(tmp_path, "hv2", overcommitt={"cpu": 2})
+    r = kubectl.apply(bad)
+    assert r.returncode == 1
+    if kubectl.version == "1.20":
+        assert 'unknown field "overcommitt" in io.hvfleet.v1.Hypervisor.spec' in r.stderr
+    else:
+        assert 'unknown field "spec.overcommitt"' in r.stderr
+    assert "hv2" not in [h.name for h in kubectl.api.store.list_hypervisors()]
+    r = kubectl.apply(bad, "--validate=false")
+    if kubectl.version == "1.20":
+        # Sends no fieldValidation: the server's default, Strict, refuses it.
+        assert r.returncode == 1 and 'unknown field "spec.overcommitt"' in r.stderr
+    else:
+        # Sends fieldValidation=Ignore: the field is dropped, the rest applied.
+        assert r.returncode == 0, r.stderr
+        assert kubectl.api.store.get_hypervisor("hv2").spec.overcommit == {}
+
+
+def test_kubectl_explain_reads_the_published_schema(kubectl: Kubectl) -> None:
+    r = kubectl("explain", "hypervisors.spec")
+    assert r.returncode == 0, r.stderr
+    assert "KIND:" in r.stdout and "Hypervisor" in r.stdout
+    for field in ("overcommit", "reserved", "extraCapacity", "maintenance"):
+        assert field in r.stdout
 
 
 def test_kubectl_get_watch_sees_an_agents_change(kubectl: Kubectl, tmp_path: Path) -> None:
