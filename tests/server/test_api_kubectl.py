@@ -95,6 +95,11 @@ def test_kubectl_apply_get_patch_delete(kubectl: Kubectl, tmp_path: Path) -> Non
     r = kubectl("patch", "hv", "hv1", "--type", "merge", "-p", '{"spec":{"maintenance":"drain"}}')
     assert r.returncode == 0, r.stderr
     assert kubectl.api.store.get_hypervisor("hv1").spec.maintenance == "drain"
+    r = kubectl("patch", "hv", "hv1", "--type", "json",
+                "-p", '[{"op":"replace","path":"/spec/maintenance","value":"manual"},'
+                      '{"op":"add","path":"/spec/maintenanceReason","value":"disk"}]')
+    assert r.returncode == 0, r.stderr
+    assert kubectl.api.store.get_hypervisor("hv1").spec.maintenance_reason == "disk"
     r = kubectl("patch", "hv", "hv1", "--type", "strategic", "-p", '{"spec":{"maintenance":""}}')
     assert r.returncode != 0 and "not supported" in r.stderr
 

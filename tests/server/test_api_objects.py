@@ -159,6 +159,29 @@ def test_merge_patch_writes_as_the_caller_and_leaves_status_alone(api: Api) -> N
     status_of(409, "Conflict", r.json())
 
 
+def test_json_patch(api: Api) -> None:
+    c = api.client()
+    c.post(HV, json=hypervisor(overcommit={"cpu": 2}))
+    ops = [{"op": "test", "path": "/spec/overcommit/cpu", "value": 2},
+           {"op": "add", "path": "/spec/overcommit/memory", "value": 1.5},
+           {"op": "replace", "path": "/spec/overcommit/cpu", "value": 3},
+           {"op": "add", "path": "/metadata/labels/a~1b", "value": "x"},
+           {"op": "move", "from": "/metadata/labels/rack", "path": "/metadata/labels/row"}]
+    r = c.patch(f"{HV}/hv1", ops, "application/json-patch+json")
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["overcommit"] == {"cpu": 3.0, "memory": 1.5}
+    assert r.json()["metadata"]["labels"] == {"a/b": "x", "row": "a"}
+    before = api.store.get("Hypervisor", "hv1").metadata.resource_version
+    failed = c.patch(f"{HV}/hv1", [{"op": "test", "path": "/spec/overcommit/cpu", "value": 9},
+                                   {"op": "remove", "path": "/spec/overcommit"}],
+                     "application/json-patch+json")
+    status_of(422, "Invalid", failed.json())
+    status_of(422, "Invalid", c.patch(f"{HV}/hv1", [{"op": "remove", "path": "/spec/nothing"}],
+                                      "application/json-patch+json").json())
+    status_of(400, "BadRequest", c.patch(f"{HV}/hv1", {"op": "add"}, "application/json-patch+json").json())
+    assert api.store.get("Hypervisor", "hv1").metadata.resource_version == before
+
+
 def test_strategic_merge_patch_and_other_types_are_415(api: Api) -> None:
     c = api.client()
     c.post(HV, json=hypervisor())

@@ -317,9 +317,9 @@ async def item(request: Request) -> Response:
             raise UnsupportedMediaType(
                 "strategic merge patch is not supported for custom resources; "
                 "use a merge patch (application/merge-patch+json) or server-side apply")
-        if request.method == "PATCH" and media not in (bodies.MERGE_PATCH, bodies.APPLY_PATCH):
+        if request.method == "PATCH" and media not in bodies.PATCH_TYPES:
             raise UnsupportedMediaType(f"PATCH: the media type {media!r} is not supported "
-                                       f"(use {bodies.MERGE_PATCH} or {bodies.APPLY_PATCH})")
+                                       f"(use one of {', '.join(bodies.PATCH_TYPES)})")
         if request.method == "PUT" and media not in ("application/json", "*/*"):
             raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
         body = await bodies.read_body(request, ctx.limits.max_body)
@@ -337,7 +337,7 @@ async def item(request: Request) -> Response:
             out, created = await run_in_threadpool(server_side_apply, ctx, who, info, obj, sub, force)
             return render(request, ctx, info, out, 201 if created else 200, warnings)
         out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
-                                                validation)
+                                                validation, media)
         return render(request, ctx, info, out, 200, warnings)
     except Exception as exc:
         return error_response(exc, target_of(request))
@@ -379,16 +379,26 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     return out
 
 
-def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: dict[str, Any],
-          sub: str | None, force: bool, validation: str) -> tuple[Resource, list[str]]:
-    """PATCH with a JSON merge patch (RFC 7386) over the stored object."""
-    pinned = isinstance(patch.get("metadata"), dict) and "resourceVersion" in patch["metadata"]
+def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: Any,
+          sub: str | None, force: bool, validation: str, media: str) -> tuple[Resource, list[str]]:
+    """PATCH with a JSON merge patch (RFC 7386) or JSON patch (RFC 6902) over the
+    stored object."""
+    if media == bodies.JSON_PATCH:
+        pinned = any(isinstance(op, dict) and op.get("path") == "/metadata/resourceVersion"
+                     for op in patch)
+    else:
+        pinned = isinstance(patch.get("metadata"), dict) and "resourceVersion" in patch["metadata"]
     action = Action("patch", info.plural, name, sub, force)
     warnings: list[str] = []
 
     def attempt() -> Resource:
         current = ctx.store.get(info.kind, name)
-        doc = bodies.merge_patch(current.to_dict(), patch)
+        if media == bodies.JSON_PATCH:
+            doc = bodies.json_patch(current.to_dict(), patch)
+            if not isinstance(doc, dict):
+                raise BadRequest("json patch: the result is not an object")
+        else:
+            doc = bodies.merge_patch(current.to_dict(), patch)
         patched, found = bodies.to_object(doc, info.kind, Target(info.plural, name, info.kind),
                                           validation)
         warnings[:] = found
