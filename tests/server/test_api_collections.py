@@ -165,3 +165,11 @@ def test_creating_a_reservation_is_a_claim(api: Api) -> None:
                 "application/apply-patch+yaml")
     status_of(409, "Conflict", r.json())
     status_of(404, "NotFound", c.post(RES, json=reservation("r5", "1", host="nowhere")).json())
+    # Applying an existing reservation (YAML, an unquoted timestamp) keeps its phase.
+    text = ("apiVersion: hvfleet.io/v1\nkind: Reservation\nmetadata: {name: r1}\n"
+            "spec: {hypervisor: hv1, consumer: vm-1, resources: {cpu: '6'},\n"
+            "       expiresAt: 2030-01-01T00:00:00Z}\n")
+    r = c.patch(f"{RES}/r1", text, "application/apply-patch+yaml")
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["expiresAt"].startswith("2030-01-01T00:00:00")
+    assert r.json()["status"]["phase"] == "Active"

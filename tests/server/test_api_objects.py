@@ -83,6 +83,9 @@ def test_invalid_values_are_422_with_field_causes(api: Api) -> None:
     status_of(400, "BadRequest", r.json())
     r = c.post(HV, data=b"{not json", headers={"Content-Type": "application/json"})
     status_of(400, "BadRequest", r.json())
+    r = c.post(HV, data=b'{"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "metadata": {"name": "hv1",'
+                        b' "annotations": {"a": "\\ud800"}}}', headers={"Content-Type": "application/json"})
+    status_of(400, "BadRequest", r.json())
     assert api.store.list("Hypervisor").items == []
 
 

@@ -65,6 +65,12 @@ def decode_document(body: bytes, media: str) -> Any:
     except (ValueError, yaml.YAMLError) as exc:
         raise BadRequest(f"the body is not valid {'YAML' if media == APPLY_PATCH else 'JSON'}: "
                          f"{str(exc).splitlines()[0]}") from None
+    try:
+        # JSON may spell lone surrogates (\ud800), which are no text: refuse them
+        # here rather than fail deep in validation or storage.
+        json.dumps(doc, ensure_ascii=False, default=str).encode()
+    except (UnicodeEncodeError, ValueError):
+        raise BadRequest("the body holds a string that is not valid Unicode text") from None
     if not isinstance(doc, list if media == JSON_PATCH else dict):
         raise BadRequest(f"the body must be {'a list' if media == JSON_PATCH else 'an object'}")
     return doc
