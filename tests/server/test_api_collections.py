@@ -164,7 +164,9 @@ def test_creating_a_reservation_is_a_claim(api: Api) -> None:
     r = c.patch(f"{RES}/r4", __import__("yaml").safe_dump(reservation("r4", "3", consumer="vm-4")),
                 "application/apply-patch+yaml")
     status_of(409, "Conflict", r.json())
-    status_of(404, "NotFound", c.post(RES, json=reservation("r5", "1", host="nowhere")).json())
+    r = c.post(RES, json=reservation("r5", "1", host="nowhere"))
+    status_of(422, "Invalid", r.json())
+    assert r.json()["details"]["causes"][0]["field"] == "spec.hypervisor"
     # Applying an existing reservation (YAML, an unquoted timestamp) keeps its phase.
     text = ("apiVersion: hvfleet.io/v1\nkind: Reservation\nmetadata: {name: r1}\n"
             "spec: {hypervisor: hv1, consumer: vm-1, resources: {cpu: '6'},\n"
