@@ -24,14 +24,14 @@ from hvfleet.model.errors import Gone, HvfleetError, TooManyRequests
 from hvfleet.store.base import Store, WatchEvent
 
 # Encoded event lines kept for clients that are a little behind the others.
-_ENCODED_KEPT = 4096
+_ENCODED_KEPT = 1024
 
 
 @dataclass(frozen=True)
 class WatchLimits:
     per_token: int = 16  # open watches per token (Identity.token_id)
     queue: int = 1000  # events queued for one client before it is dropped
-    history: int = 10_000  # events the fan-out keeps for watches that start a little back
+    history: int = 1000  # events the fan-out keeps for watches that start a little back
     send_timeout: float = 30.0  # seconds one write to a client may take before it is dropped
     max_timeout: float = 1800.0  # longest watch call (timeoutSeconds is capped to this)
     bookmark_interval: float = 60.0  # seconds between BOOKMARK events (allowWatchBookmarks)
