@@ -48,6 +48,7 @@ def _views(run: Run, db_url: str) -> dict[str, Any]:
         "capacity synced": cap["synced"]["state"],
         "capacity table": _row(table, "edge-01")[3].split("/")[1],
         "describe": cpu_line[5],
+        "describe cell": _row(describe, "0")[3] if _row(describe, "0")[1] == "cpu" else "?",
         "describe pending": "not yet observed by the agent" in describe,
         "fit free": next((c["free"]["cpu"] for c in fit["candidates"]), None),
         "index effective": str(index.free("edge-01")[CPU] + 5),  # free + allocated
@@ -70,7 +71,8 @@ def test_after_overcommit_set_every_view_agrees_and_says_the_agent_lags(
     # 8 logical CPUs × 8, and 5 vCPUs allocated by the test driver's domains.
     assert before == {
         "get": "64", "get synced": "True", "capacity": "64", "capacity synced": "True",
-        "capacity table": "64", "describe": "64", "describe pending": False, "fit free": "59",
+        "capacity table": "64", "describe": "64", "describe cell": "64", "describe pending": False,
+        "fit free": "59",
         "index effective": "64", "placement": "64", "status": "64", "api value": "True",
     }
 
@@ -78,7 +80,8 @@ def test_after_overcommit_set_every_view_agrees_and_says_the_agent_lags(
     lagging = _views(run, db_url)
     assert lagging == {
         "get": "8", "get synced": "False", "capacity": "8", "capacity synced": "False",
-        "capacity table": "8", "describe": "8", "describe pending": True, "fit free": None,
+        "capacity table": "8", "describe": "8", "describe cell": "8", "describe pending": True,
+        "fit free": None,
         "index effective": "8", "placement": "8",
         "status": "64",  # the agent has not run: its status still says 64, and every view says so
         "api value": "False",

@@ -190,3 +190,14 @@ def test_placement_sync_keeps_the_mirror_of_a_running_instance_with_a_vgpu(
         _agent_sees(store, running=False)
         assert len(sync()["deleted"]) == 1
         assert _free(run)["VGPU"] == "8"
+
+
+def test_releasing_a_recorded_confirmed_claim_frees_its_vgpu(store: Store, run: Any) -> None:
+    name = run("reserve", "gpu-01", "--cpu", "4", "--memory", "8Gi", "--resource", "VGPU=2",
+               "--consumer", VM).out.strip()
+    _agent_sees(store, running=True)
+    run("reservations", "gc")
+    assert store.get("Reservation", name).status.phase == "Confirmed"  # type: ignore[union-attr]
+    assert _free(run)["VGPU"] == "6"
+    assert run("release", name).out.strip() == f"{name} Released"
+    assert _free(run)["VGPU"] == "8"

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from hvfleet.model.hostcaps import HostCapabilities
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION, Condition, Model, ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
@@ -159,8 +160,9 @@ class Reservation(Model):
         return self.metadata.name
 
 
-Resource = Hypervisor | Reservation
-KINDS: dict[str, type[Hypervisor] | type[Reservation]] = {
+Resource = Hypervisor | Reservation | Lease
+KINDS: dict[str, type[Hypervisor] | type[Reservation] | type[Lease]] = {
     "Hypervisor": Hypervisor,
     "Reservation": Reservation,
+    "Lease": Lease,
 }

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from hvfleet.model import capacity as cap
 from hvfleet.model.hypervisor import Hypervisor, Reservation, ResourceList
+from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, Readiness, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -215,6 +216,34 @@ def reservation_row(r: Reservation, h: Hypervisor | None, now: datetime, wide: b
     return row
 
 
+# -- agent leases (`get leases`) ------------------------------------------------------------------
+
+_LEASE_COLUMNS = (
+    Column("NAME", description="metadata.name: the hypervisor", format="name"),
+    Column("HOLDER", description="spec.holderIdentity (- once released)"),
+    Column("LIVE", "boolean", "held, and renewed less than leaseDurationSeconds ago"),
+    Column("RENEWED", description="time since spec.renewTime"),
+    Column("DURATION", "integer", "spec.leaseDurationSeconds"),
+    Column("AGE", description="time since metadata.creationTimestamp"),
+)
+
+
+def lease_columns(wide: bool = False) -> list[Column]:
+    return _visible(_LEASE_COLUMNS, wide)
+
+
+def lease_row(lease: Lease, now: datetime, wide: bool = False) -> list[str]:
+    """The cells of `lease_columns(wide)`."""
+    return [
+        lease.name,
+        lease.spec.holder_identity or "-",
+        str(lease_live(lease, now)),
+        age(lease.spec.renew_time, now),
+        f"{lease.spec.lease_duration_seconds}s",
+        age(lease.metadata.creation_timestamp, now),
+    ]
+
+
 # -- one host's capacity (`describe hypervisor`) ------------------------------------------------
 
 _CAPACITY_DETAIL_COLUMNS = (
@@ -257,6 +286,32 @@ def capacity_detail_rows(
             human(r, free.get(r)),
             human(r, mx.get(r)),
         ])
+    return rows
+
+
+_CELL_COLUMNS = (
+    Column("CELL", "integer", "NUMA cell id"),
+    Column("RESOURCE"),
+    Column("CAPACITY", description="the cell's status.capacity"),
+    Column("EFFECTIVE", description="under the current spec (the cell's share of the reserve)"),
+    Column("ALLOCATED", description="the cell's status.allocation"),
+)
+
+
+def cell_columns() -> list[Column]:
+    return list(_CELL_COLUMNS)
+
+
+def cell_rows(h: Hypervisor) -> list[list[str]]:
+    """Per NUMA cell and resource, the cells of `cell_columns()`. Effective
+    capacity is computed from the current spec, as for the host, not read
+    from the agent's (possibly lagging) copy in status."""
+    rows = []
+    for c in h.status.cells:
+        eff = cap.cell_effective_capacity(c, h.status.capacity, h)
+        for r in sorted(c.capacity, key=str):
+            rows.append([str(c.id), str(r), human(r, c.capacity.get(r)), human(r, eff.get(r)),
+                         human(r, c.allocation.get(r, Quantity(0)))])
     return rows
 
 

@@ -10,9 +10,12 @@ and as Python ints otherwise, and compares them to the request scaled the same
 way (rounded up: `q <= F/D` iff `ceil(q·D) <= F`). Rows are refreshed from the
 store's watch; a row whose reservations expire is recomputed at the first
 query after the expiry, so phases are derived the same way as everywhere else.
-Agent liveness (etcd leases, `Store.agent_liveness`) is read when the index
-loads and refreshes, never per query: a host whose lease expired is no
-candidate.
+Candidacy is `model.readiness.readiness`, split so a query stays vectorised:
+per row what needs no clock (Ready condition, maintenance), per query the
+heartbeat's `fresh_until` against the time and the agent's lease. Agent
+liveness (Lease objects, `Store.agent_liveness`) is read when the index loads and refreshes,
+never per query: a host whose lease expired is no candidate, a live lease
+stands for a fresh heartbeat.
 """
 
 from __future__ import annotations
@@ -189,7 +192,7 @@ class FleetIndex:
         self.staleness = staleness
         self._lock = threading.RLock()
         # Per host, what the store last said of its agent's liveness lease (absent:
-        # no information, e.g. SQLite). Kept across loads: it is not in the lists.
+        # no information, e.g. only `--once` runs). Kept across loads: not in the lists.
         self._liveness: dict[str, bool] = {}
         self._reset()
 
@@ -363,8 +366,9 @@ class FleetIndex:
                     self._remove_host(obj.name)
                 elif current is None or _rv(current) < event.revision:
                     self._put_host(obj, now)
-            else:
+            elif isinstance(obj, Reservation):
                 self._apply_reservation(event.type, obj, event.revision, now)
+            # Leases reach the index through set_liveness (Store.agent_liveness).
             self.revision = max(self.revision, event.revision)
 
     def _apply_reservation(self, kind: str, r: Reservation, revision: int, now: datetime) -> None:
@@ -390,8 +394,7 @@ class FleetIndex:
         (SQLite has every event at hand; an etcd watch streams them), waiting at
         most `settle` seconds for revisions that are not ours (etcd counts writes
         under every prefix). A watch that lost its history (Gone) rebuilds from
-        a fresh list. Agent liveness is re-read too (one read on etcd, none on
-        SQLite)."""
+        a fresh list. Agent liveness is re-read too (one list of the Leases)."""
         self.set_liveness(store.agent_liveness())
         target = store.revision()
         if target <= max(self.revision, self._caught_up):

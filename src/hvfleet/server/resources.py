@@ -31,6 +31,7 @@ from hvfleet.model.errors import (
     UnsupportedMediaType,
 )
 from hvfleet.model.hypervisor import Reservation, Resource
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import claim_reservation
@@ -331,6 +332,8 @@ async def item(request: Request) -> Response:
     try:
         info = _info(request)
         name = request.path_params["name"]
+        if sub is not None and not info.has_status:
+            raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
         if request.method == "GET":
             who = await authenticate(ctx, request)
             ctx.authorize(who, Action("get", info.plural, name=name, subresource=sub))
@@ -382,6 +385,8 @@ def _same_name(obj: Resource, name: str) -> None:
 
 
 def _with_status_of(base: Resource, source: Resource) -> Resource:
+    if isinstance(base, Lease) or isinstance(source, Lease):
+        return base  # a Lease has no status
     return base.model_copy(update={"status": source.status})
 
 
