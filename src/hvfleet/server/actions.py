@@ -178,11 +178,8 @@ async def fit(request: Request) -> Response:
 def _release(ctx: ApiContext, who: Identity, name: str) -> Any:
     action = Action("create", "release", name=name)
 
-    def write() -> Any:
-        ctx.authorize(who, action)
-        return release(ctx.store, name, manager=who.manager)
-
-    return audited(ctx, who, action, None, write)
+    return audited(ctx, who, action, None, lambda: ctx.authorize(who, action),
+                   lambda: release(ctx.store, name, manager=who.manager))
 
 
 async def release_reservation(request: Request) -> Response:
