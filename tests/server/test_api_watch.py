@@ -175,7 +175,10 @@ def test_watches_per_token_are_capped(make_api: Callable[..., Api]) -> None:
 
 
 def test_a_slow_watcher_never_delays_the_others_and_is_dropped(make_api: Callable[..., Api]) -> None:
-    api = make_api(Limits(watch=WatchLimits(queue=20, send_timeout=1.0)))
+    # A fan-out that waited for the slow client would hold every event for the
+    # whole send timeout before dropping it: 5 s, far above what the fast
+    # watcher may see even on a loaded machine.
+    api = make_api(Limits(watch=WatchLimits(queue=20, send_timeout=5.0)))
     c = api.client()
     # The slow client: asks for a watch and then never reads its socket.
     slow = socket.create_connection(("127.0.0.1", api.server.port))
@@ -195,10 +198,10 @@ def test_a_slow_watcher_never_delays_the_others_and_is_dropped(make_api: Callabl
     fast.wait_for(lambda ev: len(ev) >= n, timeout=60)
     delays = sorted(t - written[e["object"]["metadata"]["name"]] for t, e in fast.events)
     # Every event reached the fast watcher promptly, whatever the slow one did.
-    assert delays[-1] < 2.0, delays[-5:]
+    assert delays[-1] < 4.0, delays[-5:]
     assert names(fast.kinds()) == [("ADDED", f"hv{i}") for i in range(n)]
     # The slow one was dropped: its watch slot is free again ...
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 30
     while api.server.server.started and time.monotonic() < deadline:
         if _open_watches(api, "t-viewer") == 0:
             break
