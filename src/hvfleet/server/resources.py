@@ -17,7 +17,7 @@ import binascii
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -47,6 +47,7 @@ from hvfleet.store.apply import plan_one
 from hvfleet.store.base import StaleVersion
 
 log = logging.getLogger("hvfleet.server")
+T = TypeVar("T")
 
 
 # -- plumbing ---------------------------------------------------------------------------
@@ -125,17 +126,21 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
-            check: Callable[[], None], write: Callable[[], Resource | None]) -> Resource | None:
-    """Authorize (`check`) and run one write, and record it in the audit log
-    whatever its result. A refusal by the store's own rules (only agent/<name>
-    writes that host's status, agents never write spec) is worded as
-    kube-apiserver words a refusal, with the store's reason after it."""
+            write: Callable[[], T], *, check: Callable[[], None] | None = None) -> T:
+    """Authorize (`check`, if given) and run one write, and record it in the
+    audit log whatever its result. When the authorization is separate from the
+    write, a refusal by the store's own rules (only agent/<name> writes that
+    host's status, agents never write spec) is worded as kube-apiserver words
+    a refusal, with the store's reason after it."""
     rv_before = before.metadata.resource_version if before is not None else None
     try:
-        check()
+        if check is not None:
+            check()
         try:
             out = write()
         except Forbidden as exc:
+            if check is None:
+                raise
             target = f'{action.resource}.{API_GROUP} "{action.name}"' if action.name else action.resource
             raise Forbidden(f"{target} is forbidden: {exc}") from None
     except Exception as exc:
@@ -144,8 +149,9 @@ def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | N
             ctx.audit.record(who, action, before=rv_before, after=None, code=code, reason=reason)
         raise
     if ctx.audit is not None:
-        after = (out.metadata.resource_version
-                 if out is not None and action.verb != "delete" else None)
+        # Any object the write returns carries the version it was stored at.
+        meta = getattr(out, "metadata", None)
+        after = meta.resource_version if meta is not None and action.verb != "delete" else None
         code, reason = (201, "Created") if before is None and action.verb == "create" else (200, "OK")
         ctx.audit.record(who, action, before=rv_before, after=after, code=code, reason=reason)
     return out
@@ -327,7 +333,7 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
                 raise InvalidInput(str(exc), field="spec.hypervisor") from None
         return ctx.store.create(obj, who.manager)
 
-    out = audited(ctx, who, action, None, lambda: ctx.authorize(who, action, None, obj), write)
+    out = audited(ctx, who, action, None, write, check=lambda: ctx.authorize(who, action, None, obj))
     assert out is not None
     return out
 
@@ -365,7 +371,8 @@ async def item(request: Request) -> Response:
         if request.method == "PUT" and media not in ("application/json", "*/*"):
             raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
         body = await bodies.read_body(request, ctx.limits.max_body)
-        doc = bodies.decode_document(body, media)
+        doc: Any = (bodies.decode_patch_operations(body) if media == bodies.JSON_PATCH
+                    else bodies.decode_document(body, media))
         who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
                                                       force))
         target = Target(info.plural, name, info.kind)
@@ -416,8 +423,8 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
         new = new.model_copy(update={"metadata": current.metadata.model_copy(
             update={"resource_version": obj.metadata.resource_version})})
 
-    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
-                  lambda: ctx.store.update(new, who.manager, force=force))
+    out = audited(ctx, who, action, current, lambda: ctx.store.update(new, who.manager, force=force),
+                  check=lambda: ctx.authorize(who, action, current, new))
     assert out is not None
     return out
 
@@ -454,8 +461,9 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
             new = new.model_copy(update={"metadata": current.metadata.model_copy(
                 update={"resource_version": patched.metadata.resource_version})})
 
-        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
-                      lambda: ctx.store.update(new, who.manager, force=force))
+        out = audited(ctx, who, action, current,
+                      lambda: ctx.store.update(new, who.manager, force=force),
+                      check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out
 
@@ -493,8 +501,9 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
                     update={"resource_version": manifest.metadata.resource_version})})
         action = Action("patch", info.plural, name, sub, force)
 
-        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
-                      lambda: ctx.store.update(new, who.manager, force=force))
+        out = audited(ctx, who, action, current,
+                      lambda: ctx.store.update(new, who.manager, force=force),
+                      check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out
 
@@ -538,8 +547,8 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
             ctx.store.delete(info.kind, name, rv or current.metadata.resource_version)
             return current
 
-        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, None),
-                      write)
+        out = audited(ctx, who, action, current, write,
+                      check=lambda: ctx.authorize(who, action, current, None))
         assert out is not None
         return out
 
