@@ -193,20 +193,21 @@ def name_from_field_selector(text: str | None) -> tuple[str | None, str | None]:
     return equal, unequal
 
 
-def _encode_continue(revision: int, after: str) -> str:
-    raw = json.dumps({"rv": revision, "after": after}).encode()
+def _encode_continue(revision: int, after: str, snapshot: str) -> str:
+    raw = json.dumps({"rv": revision, "after": after, "snapshot": snapshot}).encode()
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _decode_continue(token: str) -> str:
+def _decode_continue(token: str) -> tuple[str, str]:
+    """(the last name of the previous page, the snapshot it was cut from)."""
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        after = data["after"]
-    except (ValueError, KeyError, TypeError, binascii.Error):
+        after, snapshot = data["after"], data.get("snapshot", "")
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
         raise BadRequest("continue: not a token this server issued") from None
-    if not isinstance(after, str):
+    if not isinstance(after, str) or not isinstance(snapshot, str):
         raise BadRequest("continue: not a token this server issued")
-    return after
+    return after, snapshot
 
 
 def _limit(request: Request) -> int | None:
@@ -236,20 +237,29 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     selector = parse_selector(q.get("labelSelector"))
     equal, unequal = name_from_field_selector(q.get("fieldSelector"))
     limit = _limit(request)
-    after = _decode_continue(q["continue"]) if q.get("continue") else None
+    after, snapshot = _decode_continue(q["continue"]) if q.get("continue") else (None, "")
     who = await authenticate(ctx, request)
     ctx.authorize(who, Action("list", info.plural, name=equal))
-    result = await run_in_threadpool(ctx.store.list, info.kind, selector)
-    items = [o for o in result.items
-             if (equal is None or o.metadata.name == equal)
-             and (unequal is None or o.metadata.name != unequal)
-             and (after is None or o.metadata.name > after)]
+    # A later page is cut from the snapshot the first page was read from (one
+    # revision for all pages, and one store read for a whole `kubectl get`);
+    # once that is gone, from the current state after the last name returned.
+    kept = ctx.list_snapshots.get(snapshot) if snapshot else None
+    if kept is None:
+        result = await run_in_threadpool(ctx.store.list, info.kind, selector)
+        revision = result.revision
+        everything = [o for o in result.items
+                      if (equal is None or o.metadata.name == equal)
+                      and (unequal is None or o.metadata.name != unequal)]
+    else:
+        revision, everything = kept
+    items = [o for o in everything if after is None or o.metadata.name > after]
     token, remaining = "", 0
     if limit is not None and len(items) > limit:
         remaining = len(items) - limit
         items = items[:limit]
-        token = _encode_continue(result.revision, items[-1].metadata.name)
-    rv = str(result.revision)
+        snapshot = snapshot if kept is not None else ctx.list_snapshots.put(revision, everything)
+        token = _encode_continue(revision, items[-1].metadata.name, snapshot)
+    rv = str(revision)
     if wants_table(request.headers.get("accept")):
         inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
         body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
