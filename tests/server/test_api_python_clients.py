@@ -68,7 +68,7 @@ def test_custom_objects_api_list_get_patch_watch(tls_api: Api, tmp_path: Path) -
     t = threading.Thread(target=follow, daemon=True)
     t.start()
     agent_reports(tls_api, "hv1", "2")
-    assert done.wait(15)
+    assert done.wait(30)
     # The maintenance patch (after the list), then the agent's status write.
     assert seen == [("MODIFIED", "hv1"), ("MODIFIED", "hv1")]
 
