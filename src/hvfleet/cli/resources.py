@@ -34,7 +34,7 @@ from hvfleet.model.meta import API_VERSION, find_condition, validation_message
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.store import Store
-from hvfleet.store.base import kind_of
+from hvfleet.store.base import fleet_kind_of, kind_of
 from hvfleet.store.ownership import apply_spec
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -116,7 +116,7 @@ def get(
     store: StoreOpt = None,
 ) -> None:
     """List objects, or show one (kubectl get)."""
-    k = kind_of(kind)
+    k = fleet_kind_of(kind)
     with connect(store) as s:
         objs: list[Resource] = [s.get(k, name)] if name else s.list(k, selector).items
         liveness = s.agent_liveness() if k == "Hypervisor" else {}
@@ -498,7 +498,7 @@ def export(
 ) -> None:
     """Print manifests (YAML) that `apply -f` turns back into the same objects."""
     with connect(store) as s:
-        objs = s.list(kind_of(kind), selector).items
+        objs = s.list(fleet_kind_of(kind), selector).items
     sys.stdout.write(yaml.safe_dump_all([manifest_of(o) for o in objs], sort_keys=False))
 
 

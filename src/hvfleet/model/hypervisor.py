@@ -19,6 +19,7 @@ from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.meta import API_VERSION, Condition, Model, ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
+from hvfleet.model.token import AccessToken
 
 ResourceList = dict[ResourceName, Quantity]
 
@@ -159,8 +160,13 @@ class Reservation(Model):
         return self.metadata.name
 
 
-Resource = Hypervisor | Reservation
-KINDS: dict[str, type[Hypervisor] | type[Reservation]] = {
+Resource = Hypervisor | Reservation | AccessToken
+# The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
+# an all-kinds watch know.
+KINDS: dict[str, type[Resource]] = {
     "Hypervisor": Hypervisor,
     "Reservation": Reservation,
 }
+# Every kind a store backend holds and decodes: the public ones, plus access
+# tokens, which only the token code and admins see (hvfleet.model.token).
+STORED_KINDS: dict[str, type[Resource]] = {**KINDS, "AccessToken": AccessToken}

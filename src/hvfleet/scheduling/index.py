@@ -348,7 +348,7 @@ class FleetIndex:
                     self._remove_host(obj.name)
                 elif current is None or _rv(current) < event.revision:
                     self._put_host(obj, now)
-            else:
+            elif isinstance(obj, Reservation):
                 self._apply_reservation(event.type, obj, event.revision, now)
             self.revision = max(self.revision, event.revision)
 

@@ -50,7 +50,7 @@ from hvfleet.model.errors import (
     NotFound,
     Unavailable,
 )
-from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
@@ -417,7 +417,7 @@ class EtcdStore(Store):
     def _decode(kind: str, value: bytes, revision: int) -> Resource:
         data = json.loads(value)
         data["metadata"]["resourceVersion"] = str(revision)
-        return KINDS[kind].model_validate(data)
+        return STORED_KINDS[kind].model_validate(data)
 
     def _decode_kv(self, kv: KeyValue) -> Resource:
         kind, _, _ = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
@@ -779,6 +779,8 @@ class EtcdStore(Store):
                             last = event.revision
                             idle_base = time.monotonic()
                             down_since, tried = None, 0
+                            if kind is None and event.object.kind not in KINDS:
+                                continue  # access tokens are not in the all-kinds feed
                             yield event
                     else:
                         if stream.error is None:

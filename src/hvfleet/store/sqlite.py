@@ -29,7 +29,7 @@ from hvfleet.model.errors import (
     NotFound,
     Unavailable,
 )
-from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
@@ -86,7 +86,7 @@ def _host_of(obj: Resource) -> str | None:
 
 
 def _decode(kind: str, body: str, rv: int) -> Resource:
-    obj = KINDS[kind].model_validate_json(body)
+    obj = STORED_KINDS[kind].model_validate_json(body)
     meta = obj.metadata.model_copy(update={"resource_version": str(rv)})
     return obj.model_copy(update={"metadata": meta})
 
