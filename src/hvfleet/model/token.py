@@ -143,3 +143,14 @@ def subject_for(role: Role, name: str | None, hypervisor: str | None) -> str:
             raise InvalidInput(f"name: an agent token's name is always {subject}")
         return subject
     return name or role
+
+
+TokenState = Literal["active", "expired", "revoked"]
+
+
+def token_state(token: AccessToken, now: datetime) -> TokenState:
+    if token.spec.revoked:
+        return "revoked"
+    if token.spec.expires_at is not None and now >= token.spec.expires_at:
+        return "expired"
+    return "active"

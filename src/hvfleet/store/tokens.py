@@ -82,7 +82,7 @@ def issue_token(
                 role=role,
                 hypervisor=hypervisor,
                 secret_sha256=hash_secret(secret),
-                expires_at=None if ttl is None else now + ttl,
+                expires_at=None if ttl is None else (now + ttl).replace(microsecond=0),
             ),
         )
     except ValidationError as exc:

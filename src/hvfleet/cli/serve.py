@@ -1,0 +1,44 @@
+"""`hvfleet serve`: the fleet's Kubernetes-shaped HTTPS API.
+
+    hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
+                  [--data-dir DIR] [--insecure-http] [--audit-log FILE]
+
+The server itself (hvfleet.server) is imported only when this command runs,
+so the other commands never load it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hvfleet.cli.common import StoreOpt
+from hvfleet.cli.main import app
+
+
+@app.command("serve")
+def serve(
+    store: StoreOpt = None,
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve on.")] = "127.0.0.1:8443",
+    tls_cert: Annotated[str | None, typer.Option("--tls-cert", help="Serving certificate (PEM).")] = None,
+    tls_key: Annotated[str | None, typer.Option("--tls-key", help="Its private key (PEM).")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", envvar="HVFLEET_DATA_DIR",
+                     help="Where the server keeps its own CA (default ./hvfleet-data)."),
+    ] = None,
+    insecure_http: Annotated[
+        bool, typer.Option("--insecure-http", help="Plain HTTP, allowed only on a loopback address.")
+    ] = False,
+    audit_log: Annotated[
+        str | None, typer.Option("--audit-log", help="File for the JSON audit log (default stderr).")
+    ] = None,
+) -> None:
+    """Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."""
+    from hvfleet.server.serve import ServeOptions
+    from hvfleet.server.serve import serve as run
+
+    run(ServeOptions(store=store, listen=listen, tls_cert=tls_cert, tls_key=tls_key,
+                     data_dir=data_dir, insecure_http=insecure_http, audit_log=audit_log))
