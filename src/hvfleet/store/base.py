@@ -55,7 +55,13 @@ class StaleVersion(Conflict):
 
 
 class OwnershipConflict(Conflict):
-    """A spec field is owned by another manager (pass force to take it over)."""
+    """A spec field is owned by another manager (pass force to take it over).
+    `conflicts` lists every (field path, owning manager), e.g. ("spec.overcommit.cpu",
+    "ops"): the API turns each into a FieldManagerConflict cause."""
+
+    def __init__(self, message: str, conflicts: builtins.list[tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts or []
 
 
 @contextmanager
