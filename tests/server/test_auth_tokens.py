@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.conftest import CliResult
 
 from hvfleet.model.errors import InvalidInput, Unauthorized
 from hvfleet.model.token import AccessToken, split_token, token_text
@@ -20,6 +19,7 @@ from hvfleet.server.auth import TokenAuthenticator
 from hvfleet.store.base import kind_of
 from hvfleet.store.sqlite import SqliteStore
 from hvfleet.store.tokens import issue_token, list_tokens, revoke_token
+from tests.conftest import CliResult
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 

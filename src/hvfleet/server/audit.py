@@ -33,6 +33,7 @@ import logging
 import os
 import sys
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 
 from hvfleet.model.meta import API_GROUP
@@ -135,3 +136,16 @@ def configure_audit_log(path: str | None = None) -> logging.Handler:
     log.setLevel(logging.INFO)
     log.propagate = False
     return handler
+
+
+class JsonAuditLog:
+    """The API app's AuditLog (hvfleet.server.context) over `audit_write`."""
+
+    def record(self, who: Identity | None, action: Action, *, before: str | None,
+               after: str | None, code: int, reason: str) -> None:
+        if not reason:
+            try:
+                reason = HTTPStatus(code).phrase
+            except ValueError:
+                reason = str(code)
+        audit_write(who, action, before, after, code, reason)

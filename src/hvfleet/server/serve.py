@@ -10,7 +10,6 @@ address printed is the one really served.
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
 import os
 import socket
@@ -18,10 +17,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hvfleet.model.errors import InvalidInput, Unavailable
-from hvfleet.server.audit import configure_audit_log
+from hvfleet.server.app import create_app
+from hvfleet.server.audit import JsonAuditLog, configure_audit_log
 from hvfleet.server.auth import DEFAULT_MAX_AGE_S, RoleAuthorizer, TokenAuthenticator
 from hvfleet.server.tls import ServingFiles, ensure_serving_certificate, given_certificate
 from hvfleet.store import open_store
@@ -102,14 +101,6 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _create_app() -> Callable[..., Any]:
-    # The handlers' module, by the documented signature
-    # create_app(store, authenticator, authorizer, *, audit=..., limits=...).
-    module = importlib.import_module("hvfleet.server.app")
-    factory: Callable[..., Any] = module.create_app
-    return factory
-
-
 def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) -> None:
     """Run the API server until SIGINT/SIGTERM."""
     import uvicorn
@@ -121,10 +112,11 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
     sock = bind(host, port)
     try:
         configure_audit_log(options.audit_log)
-        app = _create_app()(
+        app = create_app(
             store,
             TokenAuthenticator(store, max_age=options.token_cache_seconds),
             RoleAuthorizer(),
+            audit=JsonAuditLog(),
         )
         real_port = sock.getsockname()[1]
         scheme = "http" if tls is None else "https"
