@@ -409,3 +409,58 @@ def test_two_replicas_over_one_etcd_share_tokens_and_a_revoke(
     finally:
         for r in replicas:
             stop_server(r)
+
+
+def test_only_roles_that_may_force_take_over_anothers_field(server: Server, store: Store) -> None:
+    base = server.url + f"{GV}/hypervisors/hv1"
+    operator, scheduler = (server.session(server.tokens[r]) for r in ("operator", "scheduler"))
+    apply = {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "metadata": {"name": "hv1"},
+             "spec": {"overcommit": {"cpu": 4}}}
+    headers = {"Content-Type": "application/apply-patch+yaml"}
+    r = operator.patch(base, data=json.dumps(apply), headers=headers, timeout=30)
+    assert r.status_code == 200, r.text
+    apply["spec"] = {"overcommit": {"cpu": 8}}
+    r = scheduler.patch(base, data=json.dumps(apply), headers=headers, timeout=30)
+    assert r.status_code == 409 and r.json()["reason"] == "Conflict"
+    before = snapshot(store)
+    r = scheduler.patch(base, params={"force": "true"}, data=json.dumps(apply), headers=headers,
+                        timeout=30)
+    assert r.status_code == 403 and "role scheduler may not force" in r.json()["message"]
+    assert snapshot(store) == before
+    apply["spec"] = {"overcommit": {"cpu": 2}}
+    r = operator.patch(base, params={"force": "true"}, data=json.dumps(apply), headers=headers,
+                       timeout=30)
+    assert r.status_code == 200
+    assert store.get_hypervisor("hv1").spec.overcommit == {"cpu": 2.0}
+
+
+def test_plain_http_is_served_on_loopback_when_asked_for(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/hvfleet.db"
+    token = role_tokens(url)["viewer"]
+    proc = subprocess.Popen(
+        [HVFLEET, "serve", "--store", url, "--listen", "127.0.0.1:0", "--insecure-http",
+         "--data-dir", str(tmp_path / "data")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        m = re.match(r"hvfleet serve: (http://127\.0\.0\.1:\d+) over ", proc.stdout.readline())
+        assert m is not None
+        session = requests.Session()
+        session.trust_env = False
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                r = session.get(m[1] + f"{GV}/hypervisors", timeout=5)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        assert r.status_code == 401
+        r = session.get(m[1] + f"{GV}/hypervisors", headers={"Authorization": f"Bearer {token}"},
+                        timeout=5)
+        assert r.status_code == 200
+        assert not (tmp_path / "data").exists()  # no certificate was made for plain HTTP
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
