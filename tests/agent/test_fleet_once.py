@@ -213,7 +213,7 @@ def test_unparsable_domain_is_skipped_and_reported(tmp_path: Path) -> None:
 
 def test_python_m_hvfleet_agent_is_the_same_command(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "hvfleet.agent", "--connect", fleet_uri("lab-01"), "--store",
+        [sys.executable, "-m", "hvfleet", "agent", "--connect", fleet_uri("lab-01"), "--store",
          f"sqlite:///{tmp_path / 'f.db'}", "--once"],
         capture_output=True, text=True, timeout=60,
     )

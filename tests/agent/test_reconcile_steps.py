@@ -17,8 +17,7 @@ from hvfleet.agent.reconcile import (
     reconcile,
     same_status,
 )
-from hvfleet.discovery.domains import cell_units, parse_domain
-from hvfleet.discovery.libvirt_conn import DomainRecord
+from hvfleet.discovery.domains import DomainRecord, cell_units, parse_domain
 from hvfleet.model import Hypervisor, ObjectMeta
 from hvfleet.model.meta import find_condition
 

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ def test_create_prints_the_token_once_alone_on_stdout(run: Run, db_url: str) -> 
     ("args", "message"),
     [
         (("--role", "agent"), "hypervisor: an agent token is bound to one hypervisor"),
-        (("--role", "viewer", "--ttl", "soon"), "ttl: 'soon' is not a duration"),
+        (("--role", "viewer", "--ttl", "soon"), "error: --ttl: 'soon' is not a duration"),
         (("--role", "viewer", "--name", "agent/hv9"), "reserved for agent tokens"),
         (("--role", "viewer", "--hypervisor", "hv1"), "only an agent token is bound"),
     ],
@@ -111,9 +112,13 @@ def test_kubeconfig_refuses_bad_input(run: Run, args: tuple[str, ...], message: 
     ],
 )
 def test_serve_refuses_unsafe_or_wrong_settings_with_exit_2(
-    run: Run, args: tuple[str, ...], message: str, tmp_path: Path
+    args: tuple[str, ...], message: str, tmp_path: Path, db_url: str
 ) -> None:
-    result = run("serve", "--data-dir", str(tmp_path / "data"), *args)
-    assert result.code == 2, result
-    assert message in result.err
+    # A process of its own: `hvfleet serve` becomes the server program (exec).
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "hvfleet"), "serve", "--data-dir", str(tmp_path / "data"),
+         *args], capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2, result
+    assert result.stderr.startswith("error: ") and message in result.stderr
     assert not (tmp_path / "data").exists()  # refused before anything was made

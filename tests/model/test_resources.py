@@ -37,3 +37,25 @@ def test_unknown_resource_in_a_spec_is_a_validation_error() -> None:
 @given(st.from_regex(r"\A[A-Z][A-Z0-9_]{0,40}\Z"))
 def test_every_placement_style_class_is_accepted(name: str) -> None:
     assert ResourceName.parse(name).placement.resource_class == name
+
+
+@pytest.mark.parametrize(("name", "in_bytes"), [
+    ("memory", True), ("disk", True), ("hugepages-2Mi", True), ("hugepages-1Gi", True),
+    ("cpu", False), ("pcpu", False), ("VGPU", False), ("CUSTOM_NIC_VF", False),
+    ("CUSTOM_HUGEPAGES_2MI", False),
+])
+def test_counts_bytes_is_one_property_of_the_name(name: str, in_bytes: bool) -> None:
+    r = ResourceName.parse(name)
+    assert r.counts_bytes is in_bytes
+    assert r.quantity(2**30).format == ("binary" if in_bytes else "decimal")
+    if not r.is_custom:  # Placement converts exactly the byte resources to MiB/GiB/pages
+        assert (r.placement.base_per_unit > 1) is in_bytes
+
+
+def test_byte_resources_render_in_binary_suffixes_everywhere() -> None:
+    from hvfleet.cli.output import human
+
+    assert str(ResourceName.parse("disk").quantity(100 * 2**30)) == "100Gi"
+    assert str(ResourceName.parse("hugepages-2Mi").quantity(4 * 2**21)) == "8Mi"
+    assert human(ResourceName.parse("disk"), ResourceName.parse("disk").quantity(3 * 2**29)) == "1.5Gi"
+    assert human("VGPU", ResourceName.parse("VGPU").quantity(8)) == "8"

@@ -17,7 +17,7 @@ from hvfleet.model import Reservation, ResourceName
 from hvfleet.model.capacity import free_capacity
 from hvfleet.model.errors import Conflict, NotFound
 from hvfleet.scheduling.claims import gc, release, reserve, reserve_auto
-from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
+from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import Store, open_store
@@ -59,6 +59,17 @@ def test_a_consumer_holds_one_reservation_per_host(store: Store) -> None:
     reserve(store, "a", ONE, "vm-1")
     with pytest.raises(Conflict, match="already holds"):
         reserve(store, "a", ONE, "vm-1")
+
+
+def test_auto_does_not_move_a_consumer_that_already_holds_a_host_elsewhere(store: Store) -> None:
+    put_host(store, host("a", {"cpu": 8, "memory": "16Gi"}, allocation={"cpu": 4}, beat=now()))
+    put_host(store, host("b", {"cpu": 8, "memory": "16Gi"}, beat=now()))
+    held = reserve(store, "a", ONE, "vm-1")
+    with pytest.raises(ConsumerAlreadyHolds) as err:
+        reserve_auto(store, ONE, "vm-1")  # binpack tries a first: vm-1 is there already
+    assert isinstance(err.value, Conflict) and err.value.exit_code == 2
+    assert (err.value.consumer, err.value.reservation, err.value.host) == ("vm-1", held.name, "a")
+    assert [r.spec.hypervisor for r in store.list_reservations()] == ["a"]
 
 
 def test_claims_on_unknown_hosts_or_hosts_in_maintenance_fail(store: Store) -> None:

@@ -141,7 +141,7 @@ def test_a_resource_the_host_lacks_does_not_fit() -> None:
 
 
 def test_bad_requests_are_invalid_input() -> None:
-    with pytest.raises(InvalidInput, match="--resource"):
+    with pytest.raises(InvalidInput, match=r"^resources: "):
         parse_request("1", None, ["VGPU"])
     with pytest.raises(InvalidInput, match="unknown resource"):
         parse_request("1", None, ["gpu=1"])

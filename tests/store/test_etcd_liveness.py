@@ -56,13 +56,13 @@ def test_get_shows_a_host_notready_within_the_lease_ttl_after_its_agent_stops(
             time.sleep(0.1)
         while True:
             got = run("get", "hypervisors", "--store", url)
-            if got.code == 0 and "compute-01" in got.out and _ready_column(got.out, "compute-01") == "True":
+            if got.code == 0 and "compute-01" in got.out and _ready_column(got.out, "compute-01") == "Ready":
                 break
             assert time.monotonic() < deadline, f"agent never reported Ready: {got}"
             time.sleep(0.2)
         # Alive past several TTLs: the agent renews its lease.
         time.sleep(ttl * 2)
-        assert _ready_column(run("get", "hypervisors", "--store", url).out, "compute-01") == "True"
+        assert _ready_column(run("get", "hypervisors", "--store", url).out, "compute-01") == "Ready"
     finally:
         stop.set()
         runner.join(10)

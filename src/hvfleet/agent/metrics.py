@@ -20,7 +20,7 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidInput(f"--metrics-addr: {text!r} is not HOST:PORT (e.g. 127.0.0.1:9177)")
+        raise InvalidInput(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9177)", field="metrics_addr")
     return host, int(port)
 
 
@@ -88,7 +88,7 @@ class AgentMetrics:
         try:
             self._server, self._thread = start_http_server(port, host, registry=self.registry)
         except OSError as exc:
-            raise InvalidInput(f"--metrics-addr {address}: cannot listen: {exc.strerror}") from None
+            raise InvalidInput(f"{address}: cannot listen: {exc.strerror}", field="metrics_addr") from None
         bound = self._server.server_address
         return str(bound[0]), int(bound[1])
 

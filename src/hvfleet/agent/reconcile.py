@@ -24,13 +24,13 @@ from typing import Literal
 from hvfleet.discovery.domains import (
     CellUnits,
     DomainDemand,
+    DomainRecord,
     cell_units,
     parse_domain,
     state_name,
     units_to_resources,
 )
 from hvfleet.discovery.host import HostTopology, NodeInfo, host_capacity, parse_host_topology
-from hvfleet.discovery.libvirt_conn import DomainRecord
 from hvfleet.model.capacity import add, with_effective_capacity
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCapabilities

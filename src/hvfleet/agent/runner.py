@@ -47,6 +47,7 @@ from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
 from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec
 from hvfleet.model.meta import validate_name
+from hvfleet.model.readiness import DEFAULT_RESYNC
 from hvfleet.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -54,9 +55,9 @@ log = logging.getLogger(__name__)
 
 def checked_name(name: str) -> str:
     try:
-        return validate_name(name, "--name")
+        return validate_name(name, "name")
     except ValueError as exc:
-        raise InvalidInput(f"--name: {exc}") from None
+        raise InvalidInput(str(exc), field="name") from None
 
 
 def default_name(uri: str, libvirt_hostname: str) -> str:
@@ -67,10 +68,11 @@ def default_name(uri: str, libvirt_hostname: str) -> str:
     raw = Path(node_file).stem if node_file else libvirt_hostname
     name = raw.strip().lower()
     try:
-        return validate_name(name, "--name")
+        return validate_name(name, "name")
     except ValueError:
         raise InvalidInput(
-            f"--name: the host name {raw!r} from {uri} is not a valid object name; pass --name"
+            f"the host name {raw!r} from {uri} is not a valid object name; name the hypervisor",
+            field="name",
         ) from None
 
 
@@ -79,7 +81,8 @@ class AgentConfig:
     uri: str
     name: str | None = None
     count: CountMode = "defined"
-    resync: float = 60.0
+    # Readers judge staleness in these periods (model.readiness.DEFAULT_STALENESS).
+    resync: float = DEFAULT_RESYNC.total_seconds()
     debounce: float = 0.05
     max_delay: float = 0.25
     backoff_initial: float = 0.25
@@ -99,7 +102,7 @@ class Agent:
         capabilities_parser: CapabilitiesParser | None = None,
     ) -> None:
         if config.resync <= 0:
-            raise InvalidInput(f"--resync: {config.resync} must be greater than 0")
+            raise InvalidInput(f"{config.resync} must be greater than 0", field="resync")
         self.config = config
         self.store = store
         self.metrics = metrics

@@ -5,15 +5,18 @@
 
 `--once` reconciles one time and exits (1 if libvirt cannot be reached);
 otherwise the agent runs until SIGTERM or SIGINT and then exits cleanly.
+`hvfleet agent ...` runs through `standalone()`, which loads this command
+only, not the other families' dependencies (numpy, rich, the guest
+generator), so a long-running agent on every host stays small in memory.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import sys
 import threading
+from datetime import UTC, datetime
 from types import FrameType
 
 import typer
@@ -21,21 +24,12 @@ import typer
 from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.reconcile import COUNT_MODES, CountMode
 from hvfleet.agent.runner import Agent, AgentConfig
-from hvfleet.cli.main import app
-from hvfleet.model.errors import InvalidInput
+from hvfleet.cli.main import app, error_line
+from hvfleet.model.durations import parse_duration
+from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
+from hvfleet.model.readiness import readiness
 from hvfleet.store import open_store, store_url
-
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-def parse_duration(text: str, option: str) -> float:
-    """'60s', '2m', '500ms', '1h' or a plain number of seconds."""
-    m = _DURATION_RE.match(text)
-    if m is None or float(m[1]) <= 0:
-        raise InvalidInput(f"{option}: {text!r} is not a positive duration (e.g. 60s, 2m, 500ms)")
-    return float(m[1]) * _SECONDS[m[2]]
 
 
 def parse_count(text: str) -> CountMode:
@@ -53,8 +47,8 @@ def summary(h: Hypervisor, url: str) -> str:
         cap = next((q for k, q in s.capacity.items() if k == r), None)
         return f"{r} {alloc}/{cap}"
 
-    ready = next((c for c in s.conditions if c.type == "Ready"), None)
-    state = f"Ready={ready.status}" if ready else "Ready=Unknown"
+    # The agent's own view: no lease to consult (it holds it), judged now.
+    state = readiness(h, datetime.now(UTC)).state
     return (
         f"{h.name}: {fraction('cpu')}, {fraction('memory')}, {len(s.instances)} instance(s), "
         f"{len(s.cells)} cell(s), {state} → {url}"
@@ -98,7 +92,7 @@ def agent(
         uri=connect,
         name=name,
         count=parse_count(count),
-        resync=parse_duration(resync, "--resync"),
+        resync=parse_duration(resync, field="resync", positive=True).total_seconds(),
     )
     url = store_url(store)
     metrics = AgentMetrics(name or "")
@@ -121,3 +115,14 @@ def agent(
             runner.run(stop)
     finally:
         metrics.close()
+
+
+def standalone(argv: list[str], prog_name: str = "hvfleet agent") -> None:
+    """`hvfleet agent ARGS` with only this command loaded."""
+    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    one.command()(agent)
+    try:
+        one(args=argv, prog_name=prog_name)
+    except HvfleetError as exc:
+        print(error_line(exc), file=sys.stderr)
+        sys.exit(exc.exit_code)

@@ -12,7 +12,13 @@ from lxml import etree
 from hvfleet.cli.main import app
 from hvfleet.discovery.xmlsafe import read_xml_file
 from hvfleet.guests.check import check_domain
-from hvfleet.guests.cpu import baseline_cpu, cpu_element, cpus_from_document
+from hvfleet.guests.cpu import (
+    UnknownHostCPU,
+    baseline_cpu,
+    cpu_element,
+    cpus_from_document,
+    qemu_models_of,
+)
 from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.generate import plan_guest
@@ -64,6 +70,8 @@ def cpu_baseline(
     store: StoreOpt = None,
     expand: Annotated[bool, typer.Option("--expand", help="list every feature")] = False,
     output: Annotated[str, typer.Option("-o", "--output", help="xml or json")] = "xml",
+    skip_unknown: Annotated[bool, typer.Option(
+        "--skip-unknown", help="leave out hosts whose CPU libvirt did not identify")] = False,
 ) -> None:
     """The CPU every given host can run: model + required/disabled features."""
     if output not in ("xml", "json"):
@@ -71,6 +79,7 @@ def cpu_baseline(
     if bool(files) == (hosts is not None):
         raise InvalidInput("give FILE... or --hosts SELECTOR (not both)")
     cpus: list[tuple[str, HostCPU]] = []
+    qemu_models = None
     if files:
         for path in files:
             found = cpus_from_document(read_xml_file(path), path)
@@ -78,15 +87,28 @@ def cpu_baseline(
                      for i, c in enumerate(found)]
     else:
         assert hosts is not None
-        cpus = [(n, c.cpu) for n, c in _store_group(hosts, store).hosts]
-    d = baseline_cpu(cpus)
+        group = _store_group(hosts, store)
+        cpus = [(n, c.cpu) for n, c in group.hosts]
+        qemu_models = qemu_models_of(group.hosts)
+    try:
+        d = baseline_cpu(cpus, qemu_models=qemu_models, skip_unknown=skip_unknown)
+    except UnknownHostCPU as exc:
+        if not exc.skippable:
+            raise
+        raise InvalidInput(f"{exc.reason}; --skip-unknown leaves them out") from None
+    if d.value.skipped:
+        sys.stderr.write(
+            f"warning: left out of the baseline, CPU unknown: {', '.join(d.value.skipped)}\n"
+        )
     if output == "xml":
         sys.stdout.write(etree.tostring(cpu_element(d.value, expand), pretty_print=True,
                                         encoding="unicode"))
     else:
         c = d.value
         doc = {"model": c.model, "vendor": c.vendor, "require": list(c.require),
-               "disable": list(c.disable), "hosts": len(cpus)}
+               "disable": list(c.disable), "hosts": len(cpus) - len(c.skipped)}
+        if c.skipped:
+            doc["skipped"] = list(c.skipped)
         if expand:
             doc["features"] = sorted(c.features)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")

@@ -2,6 +2,8 @@
 
 Errors from any layer arrive as `HvfleetError`; `main()` turns them into one
 line on stderr and the error's exit code (2 for bad input, 1 for failures).
+The core names the field an error is about (`ttl`, `memory`); `FLAGS` is where
+the CLI says which of its flags sets that field, so the line names the flag.
 """
 
 from __future__ import annotations
@@ -41,6 +43,42 @@ def _global_options(
         os.environ["HVFLEET_STORE_PREFIX"] = store_prefix
 
 
+# field (as the core names it) → the flag that sets it. A dotted field
+# (`resources.VGPU`) is its head's flag and the rest (`--resource VGPU`).
+FLAGS = {
+    "cpu": "--cpu",
+    "memory": "--memory",
+    "resources": "--resource",
+    "count": "--count",
+    "ttl": "--ttl",
+    "staleness": "--staleness",
+    "resync": "--resync",
+    "name": "--name",
+    "metrics_addr": "--metrics-addr",
+    "vcpus": "--vcpus",
+    "disks": "--disk",
+    "nics": "--nic",
+    "firmware": "--firmware",
+    "secure_boot": "--secure-boot",
+    "os": "--os",
+    "policy": "--policy",
+    "mode": "--mode",
+    "caps_dir": "--caps-dir",
+    "hosts": "--hosts",
+    "force": "--force",
+}
+
+
+def error_line(exc: HvfleetError) -> str:
+    """The one line a user sees for `exc`, its field named by the flag that sets it."""
+    if exc.field is None:
+        return f"error: {exc}"
+    head, dot, rest = exc.field.partition(".")
+    flag = FLAGS.get(head)
+    shown = exc.field if flag is None else f"{flag} {rest}" if dot else flag
+    return f"error: {shown}: {exc.detail}"
+
+
 # Modules of this package that hold no commands.
 _NOT_COMMANDS = frozenset({"main", "common", "output"})
 
@@ -61,15 +99,15 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["agent"]:
         # The long-running node agent loads only its own command, not every
         # family's dependencies: 69 instead of 84 MiB RSS (docs/benchmarks.md).
-        from hvfleet.agent.__main__ import main as agent_main
+        from hvfleet.cli.agent import standalone
 
-        agent_main(args[1:], prog_name="hvfleet agent")
+        standalone(args[1:])
         return
     _register()
     try:
         app(args=argv)
     except HvfleetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -14,14 +13,11 @@ from rich.console import Console
 from rich.table import Table
 
 from hvfleet.model.meta import Model
-from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import ResourceName
+from hvfleet.model.views import human as human  # the one home of quantity formatting
 
 # Like kubectl, never truncate columns when the output is not a terminal.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
 err_console = Console(stderr=True, highlight=False)
-
-_BYTE_RESOURCES = {"memory", "disk", "hugepages-2Mi", "hugepages-1Gi"}
 
 
 class OutputFormat(StrEnum):
@@ -29,30 +25,6 @@ class OutputFormat(StrEnum):
     wide = "wide"
     json = "json"
     yaml = "yaml"
-
-
-def human(resource: ResourceName | str, q: Quantity | None) -> str:
-    """A quantity as a person reads it: bytes as Gi/Mi with one decimal."""
-    if q is None:
-        return "-"
-    if str(resource) in _BYTE_RESOURCES:
-        v = float(q.value)
-        for suffix, mult in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
-            if abs(v) >= mult:
-                text = f"{v / mult:.1f}".removesuffix(".0")
-                return f"{text}{suffix}"
-        return f"{v:.0f}"
-    return str(q)
-
-
-def age(ts: datetime | None, now: datetime | None = None) -> str:
-    if ts is None:
-        return "-"
-    seconds = int(((now or datetime.now(UTC)) - ts).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"
 
 
 def as_document(objs: Sequence[Model] | Model) -> dict[str, Any]:

@@ -17,20 +17,21 @@ import typer
 from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
 from hvfleet.cli.output import console, dump, human, table
+from hvfleet.model.durations import parse_duration, parse_expiry
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import (
     derive_phases,
     describe,
     gc,
-    parse_duration,
     release,
     reserve,
     reserve_auto,
 )
-from hvfleet.scheduling.fit import DEFAULT_STALENESS, reservations_by_host
+from hvfleet.scheduling.fit import reservations_by_host
 from hvfleet.scheduling.index import FitResult, FleetIndex
 from hvfleet.scheduling.placement import export, sync
 from hvfleet.scheduling.placement_client import PlacementClient
@@ -64,10 +65,7 @@ StalenessOpt = Annotated[
 
 
 def _staleness(text: str) -> timedelta:
-    value = parse_duration(text, "--staleness")
-    if value is None:
-        raise InvalidInput("--staleness: must be a positive duration such as 180s")
-    return value
+    return parse_duration(text, field="staleness", positive=True)
 
 
 def _print_doc(data: Any, output: Output = Output.json) -> None:
@@ -88,7 +86,7 @@ def _request_dict(request: Request) -> dict[str, Any]:
 
 
 def _quantity(r: ResourceName, v: Any) -> Quantity:
-    return Quantity(v, "binary" if r == MEMORY else "decimal")
+    return r.quantity(v)
 
 
 def _fmt(r: ResourceName, v: Any) -> str:
@@ -181,7 +179,7 @@ def reserve_command(
     if selector is not None and not auto:
         raise InvalidInput("-l/--selector: only with --auto")
     request = parse_request(cpu, memory, resource or [], count)
-    life = parse_duration(ttl)
+    life = parse_expiry(ttl, field="ttl")
     stale = _staleness(staleness)
     with open_store(store) as st:
         if host is not None:

@@ -3,12 +3,17 @@
     hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
                   [--data-dir DIR] [--insecure-http] [--audit-log FILE]
 
-The server itself (hvfleet.server) is imported only when this command runs,
-so the other commands never load it.
+The CLI and the server are two edges that never import each other
+(ARCHITECTURE.md): this command parses its flags and then becomes the server
+program (`python -m hvfleet.server`, by exec, so signals, the PID and the exit
+code are the server's own), handing it the settings as one JSON argument.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -37,8 +42,11 @@ def serve(
     ] = None,
 ) -> None:
     """Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."""
-    from hvfleet.server.serve import ServeOptions
-    from hvfleet.server.serve import serve as run
-
-    run(ServeOptions(store=store, listen=listen, tls_cert=tls_cert, tls_key=tls_key,
-                     data_dir=data_dir, insecure_http=insecure_http, audit_log=audit_log))
+    settings = {
+        "store": store, "listen": listen, "tls_cert": tls_cert, "tls_key": tls_key,
+        "data_dir": None if data_dir is None else str(data_dir),
+        "insecure_http": insecure_http, "audit_log": audit_log,
+    }
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "hvfleet.server", json.dumps(settings)])

@@ -16,9 +16,10 @@ import typer
 
 from hvfleet.cli.common import DEFAULT_MANAGER, StoreOpt, connect
 from hvfleet.cli.main import app
-from hvfleet.cli.output import age, console, emit, table
+from hvfleet.cli.output import console, emit, table
+from hvfleet.model.durations import parse_expiry
 from hvfleet.model.token import Role, token_state
-from hvfleet.scheduling.claims import parse_duration
+from hvfleet.model.views import age
 from hvfleet.store.tokens import issue_token, list_tokens, revoke_token
 
 token_app = typer.Typer(help="Bearer tokens for the API (hvfleet serve).", no_args_is_help=True)
@@ -54,7 +55,7 @@ def create(
 ) -> None:
     """Create a token and print it once; only its hash is stored."""
     role_name: Role = role.value
-    lifetime = parse_duration(ttl, "ttl")
+    lifetime = parse_expiry(ttl, field="ttl")
     with connect(store) as s:
         record, text = issue_token(
             s, role_name, manager=DEFAULT_MANAGER, now=datetime.now(UTC), ttl=lifetime,

@@ -171,11 +171,16 @@ def _parse_domcapabilities(root: etree._Element, caps: HostCapabilities) -> None
             if not caps.cpu.vendor and caps.capabilities_cpu:
                 caps.cpu.vendor = caps.capabilities_cpu.vendor
         elif mode.get("name") == "custom" and mode.get("supported") == "yes":
+            blockers = {
+                b.get("model", ""): [f.get("name", "") for f in b.findall("feature")]
+                for b in mode.findall("blockers")
+            }
             caps.cpu_models = [
                 CPUModelInfo(
                     name=_text(m),
                     usable={"yes": True, "no": False}.get(m.get("usable", "")),
                     vendor="" if m.get("vendor") in (None, "unknown") else m.get("vendor", ""),
+                    blockers=blockers.get(_text(m)),
                 )
                 for m in mode.findall("model")
             ]

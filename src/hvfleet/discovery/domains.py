@@ -50,11 +50,22 @@ DOMAIN_STATES: dict[int, str] = {
     0: "nostate", 1: "running", 2: "blocked", 3: "paused", 4: "shutdown",
     5: "shutoff", 6: "crashed", 7: "pmsuspended",
 }
-SHUTOFF = 5
 
 
 def state_name(state: int) -> str:
     return DOMAIN_STATES.get(state, f"unknown({state})")
+
+
+@dataclass(frozen=True)
+class DomainRecord:
+    """One domain as libvirt showed it: its XML and its virDomainState. Read by
+    `hvfleet.discovery.libvirt_conn`, parsed here; defined here so the pure
+    side (parsers, the agent's reconcile) needs no libvirt binding."""
+
+    name: str
+    uuid: str
+    xml: str
+    state: int
 
 
 @dataclass(frozen=True)
@@ -89,8 +100,8 @@ class DomainDemand:
     def resources(self) -> ResourceList:
         out: ResourceList = {CPU: Quantity(self.vcpus)}
         for name, amount in _memory_by_resource(self.memory_parts).items():
-            out[name] = Quantity(amount, "binary")
-        out.setdefault(MEMORY, Quantity(0, "binary"))
+            out[name] = name.quantity(amount)
+        out.setdefault(MEMORY, MEMORY.quantity(0))
         return dict(sorted(out.items(), key=lambda kv: str(kv[0])))
 
 
@@ -304,7 +315,7 @@ def units_to_resources(units: dict[ResourceName, int]) -> ResourceList:
     """Whole units (millicpu for cpu, bytes for the rest) → quantities."""
     out: ResourceList = {}
     for r, amount in units.items():
-        out[r] = Quantity(Fraction(amount, MILLI)) if r == CPU else Quantity(amount, "binary")
+        out[r] = r.quantity(Fraction(amount, MILLI) if r == CPU else amount)
     return out
 
 

@@ -156,12 +156,12 @@ def parse_host_topology(caps_xml: str, node_info: NodeInfo) -> HostTopology:
 def cell_capacity(cell: HostCell) -> ResourceList:
     out: ResourceList = {
         CPU: Quantity(len(cell.cpus)),
-        MEMORY: Quantity(max(0, cell.memory_bytes - cell.hugepage_bytes), "binary"),
+        MEMORY: MEMORY.quantity(max(0, cell.memory_bytes - cell.hugepage_bytes)),
     }
     for size, count in cell.hugepages.items():
         name = hugepage_resource(size)
         if name is not None:
-            out[name] = Quantity(size * 1024 * count, "binary")
+            out[name] = name.quantity(size * 1024 * count)
     return dict(sorted(out.items(), key=lambda kv: str(kv[0])))
 
 

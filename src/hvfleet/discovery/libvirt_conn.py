@@ -16,12 +16,12 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import libvirt
 
+from hvfleet.discovery.domains import DomainRecord
 from hvfleet.discovery.host import NodeInfo
 from hvfleet.model.errors import Unavailable
 
@@ -69,16 +69,6 @@ def node_file_of_test_uri(uri: str) -> str | None:
     return unquote(parts.path)
 
 
-@dataclass(frozen=True)
-class DomainRecord:
-    """One domain as libvirt showed it: its XML and its virDomainState."""
-
-    name: str
-    uuid: str
-    xml: str
-    state: int
-
-
 def _message(exc: libvirt.libvirtError) -> str:
     msg = exc.get_error_message() or str(exc)
     return " ".join(str(msg).split())
@@ -116,14 +106,6 @@ class LibvirtConnection:
     @property
     def is_open(self) -> bool:
         return self._conn is not None
-
-    def is_alive(self) -> bool:
-        if self._conn is None:
-            return False
-        try:
-            return bool(self._conn.isAlive())
-        except libvirt.libvirtError:
-            return False
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -244,9 +226,6 @@ class LibvirtConnection:
 
     def hypervisor_version(self) -> str:
         return version_string(int(self._call("hypervisor version", lambda: self._c().getVersion())))
-
-    def driver_type(self) -> str:
-        return str(self._call("driver type", lambda: self._c().getType()))
 
     def domains(self) -> list[DomainRecord]:
         """Every domain libvirt knows (defined and transient), XML and state. A

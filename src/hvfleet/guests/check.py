@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from hvfleet.discovery.capabilities import parse_cpu_element
-from hvfleet.guests.cpu import expand_cpu
+from hvfleet.guests.cpu import expand_cpu, is_unknown_cpu
 from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.request import HostGroup
 from hvfleet.model.errors import InvalidInput
@@ -64,16 +64,36 @@ def _check_host(dom: etree._Element, name: str, caps: HostCapabilities) -> HostV
         cmap = load_cpu_map()
         want = parse_cpu_element(cpu, "domain cpu")
         guest = expand_cpu(want, cmap, "domain cpu")
-        have = expand_cpu(caps.cpu, cmap, name)
-        missing = sorted(guest - have)
-        if missing:
-            v.problems.append(f"CPU features missing: {', '.join(missing)}")
+        # What the host's QEMU lists as blocking a model, it cannot give.
+        blocked = {
+            cmap.canonical_feature(f)
+            for m in caps.cpu_models or () if m.usable is False for f in m.blockers or ()
+        }
+        if is_unknown_cpu(caps.cpu):
+            v.warnings.append("CPU features unknown (libvirt reported no host CPU model)")
+        else:
+            have = expand_cpu(caps.cpu, cmap, name) - blocked
+            missing = sorted(guest - have)
+            if missing:
+                v.problems.append(f"CPU features missing: {', '.join(missing)}")
         if want.vendor and caps.cpu.vendor and want.vendor != caps.cpu.vendor:
             v.problems.append(f"CPU vendor {want.vendor}, host is {caps.cpu.vendor}")
         if caps.cpu_models is not None:
             info = next((m for m in caps.cpu_models if m.name == want.model), None)
             if info is None:
                 v.problems.append(f"CPU model {want.model} unknown to the host's QEMU")
+            elif info.usable is False and info.blockers is not None:
+                needed = sorted({cmap.canonical_feature(f) for f in info.blockers} & guest)
+                if needed:
+                    v.problems.append(
+                        f"CPU model {want.model} unusable on the host's QEMU unless "
+                        f"{', '.join(needed)} are disabled (its blockers)"
+                    )
+            elif info.usable is False:
+                v.warnings.append(
+                    f"CPU model {want.model} marked unusable by the host's QEMU, which "
+                    "lists no blockers: features checked against cpu_map only"
+                )
     elif mode in ("host-passthrough", "maximum"):
         v.warnings.append(f"CPU mode {mode}: live migration needs identical hosts")
     elif mode == "host-model":
@@ -94,8 +114,16 @@ def _check_host(dom: etree._Element, name: str, caps: HostCapabilities) -> HostV
     if sb is not None and sb.get("enabled") == "yes" and caps.firmware.secure_boot is not True:
         v.problems.append("secure boot firmware missing")
 
+    i440fx = mach == "pc" or mach.startswith("pc-i440fx-")
     for disk in dom.findall("devices/disk/target"):
-        _need(v, caps.disk_buses, disk.get("bus"), "disk bus")
+        bus = disk.get("bus")
+        if bus == "ide" and i440fx and caps.disk_buses is not None and "ide" not in caps.disk_buses:
+            # domcapabilities list the buses of the machine type they were
+            # taken for (q35 has no IDE); i440fx has its IDE controller built in.
+            v.warnings.append("disk bus ide: built into i440fx (domcapabilities are for "
+                              "another machine type)")
+            continue
+        _need(v, caps.disk_buses, bus, "disk bus")
     for video in dom.findall("devices/video/model"):
         _need(v, caps.video_models, video.get("type"), "video model")
     for g in dom.findall("devices/graphics"):

@@ -1,18 +1,24 @@
 """The guest CPU: one definition every host of a group can run and migrate to.
 
 Each host CPU is expanded to its full feature set with libvirt's cpu_map
-(model features + required − disabled). The group's CPU is their
-intersection; the named model closest to it (fewest features to add plus
-remove, so it covers most of the intersection with little outside it)
-becomes `<model>`, the rest `require`, and the model's features missing from
-the intersection `disable`. Features libvirt marks non-migratable (invtsc,
-xsaves) are left out of the intersection first. `check='full'` makes QEMU refuse to start a
-guest whose CPU would differ from what is written.
+(model features + required − disabled; features cpu_map marks removed from a
+model are not the model's). The group's CPU is their intersection; the named
+model closest to it (fewest features to add plus remove, so it covers most of
+the intersection with little outside it) becomes `<model>`, the rest
+`require`, and the model's features missing from the intersection `disable`,
+with the features cpu_map marks removed from it. Features libvirt marks
+non-migratable (invtsc, xsaves) are left out of the intersection first.
+`check='full'` makes QEMU refuse to start a guest whose CPU would differ from
+what is written. The model is chosen only among those every host's QEMU knows
+(its domcapabilities custom-mode list, where libvirt gave one) and can run
+with the guest's features: a model unusable on a host only when its blockers
+are all disabled. Failing the closest, the next closest: an older model plus
+features.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lxml import etree
@@ -20,7 +26,7 @@ from lxml import etree
 from hvfleet.guests.cpumap import CPUMap, CPUModel, load_cpu_map
 from hvfleet.guests.decision import Decision, hosts_list
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hostcaps import HostCapabilities, HostCPU
+from hvfleet.model.hostcaps import CPUModelInfo, HostCapabilities, HostCPU
 
 MODES = ("intersection", "host", "software", "none")
 
@@ -33,6 +39,34 @@ class GuestCPU:
     require: tuple[str, ...]
     disable: tuple[str, ...]
     features: frozenset[str]  # every feature the guest sees
+    # Hosts left out because their CPU is unknown (baseline with skip_unknown).
+    skipped: tuple[str, ...] = ()
+
+
+class UnknownHostCPU(InvalidInput):
+    """Hosts whose CPU libvirt did not identify (no model, as on its test
+    driver): any CPU computed over them would fit no real host (model 486
+    with fpu, pse and vme disabled), so it is refused."""
+
+    def __init__(self, hosts: Sequence[str], skippable: bool) -> None:
+        self.hosts = tuple(hosts)
+        self.skippable = skippable
+        # The message without the hint, for an edge that names its own option.
+        self.reason = (
+            f"hosts: the CPU of {hosts_list(list(hosts))} is unknown (libvirt reported no "
+            "CPU model, as its test driver does)"
+        )
+        how = (
+            "leave them out (skip_unknown) or choose hosts whose CPU is known"
+            if skippable
+            else "a guest must run on every host of its group: choose hosts whose CPU is known"
+        )
+        super().__init__(f"{self.reason}; {how}")
+
+
+def is_unknown_cpu(cpu: HostCPU) -> bool:
+    """True when libvirt gave no CPU model: nothing can be said of its features."""
+    return not cpu.model
 
 
 def expand_cpu(cpu: HostCPU, cmap: CPUMap, where: str) -> frozenset[str]:
@@ -53,12 +87,52 @@ def _group_vendor(hosts: Sequence[tuple[str, HostCPU]]) -> tuple[str, dict[str, 
     return vendor, by_vendor
 
 
-def _best_model(cmap: CPUMap, features: frozenset[str], vendor: str) -> CPUModel:
+QEMUModels = Mapping[str, Sequence[CPUModelInfo]]
+"""Per host name, the CPU models its QEMU offers (domcapabilities custom mode);
+hosts libvirt said nothing about are absent."""
+
+
+def qemu_models_of(hosts: Sequence[tuple[str, HostCapabilities]]) -> dict[str, list[CPUModelInfo]]:
+    return {n: c.cpu_models for n, c in hosts if c.cpu_models is not None}
+
+
+def _blocked(cmap: CPUMap, models: Sequence[CPUModelInfo]) -> frozenset[str]:
+    """Features the host's QEMU says it cannot give (blockers of unusable models)."""
+    return frozenset(
+        cmap.canonical_feature(f) for m in models if m.usable is False for f in m.blockers or ()
+    )
+
+
+def _qemu_refuses(
+    model: CPUModel, common: frozenset[str], qemu_models: QEMUModels, cmap: CPUMap
+) -> list[str]:
+    """Why some host's QEMU cannot run `model` as the guest would ask for it
+    (every feature outside `common` disabled); empty when all can."""
+    why: list[str] = []
+    for host, models in qemu_models.items():
+        info = next((m for m in models if m.name == model.name), None)
+        if info is None:
+            why.append(f"{host}: unknown to its QEMU")
+        elif info.usable is False and info.blockers is not None:
+            needed = sorted({cmap.canonical_feature(f) for f in info.blockers} & common)
+            if needed:
+                why.append(f"{host}: unusable without {', '.join(needed)}")
+        # usable='no' without blockers (libvirt before 10.x does not list
+        # them): what blocks it is what the host CPU lacks of the model, and
+        # the guest disables all of that. Real QEMU agrees: a TCG host marks
+        # EPYC unusable, and EPYC with those features disabled starts there.
+    return why
+
+
+def _best_model(
+    cmap: CPUMap, features: frozenset[str], vendor: str, qemu_models: QEMUModels
+) -> tuple[CPUModel, list[str]]:
+    """The closest model every host's QEMU knows and can run, and evidence for
+    any closer one left out."""
     fits = [m for m in cmap.models.values() if not m.vendor or m.vendor == vendor]
     # Distance = features to require + features to disable; ties go to the
     # richer, vendor-specific, newer model.
-    return min(
-        fits,
+    fits.sort(
         key=lambda m: (
             len(features - m.features) + len(m.features - features),
             -len(m.features),
@@ -66,29 +140,65 @@ def _best_model(cmap: CPUMap, features: frozenset[str], vendor: str) -> CPUModel
             -m.position,
         ),
     )
+    left_out: list[str] = []
+    for m in fits:
+        why = _qemu_refuses(m, features, qemu_models, cmap)
+        if not why:
+            return m, left_out
+        if len(left_out) < 3:
+            left_out.append(f"closer model {m.name} left out: {hosts_list(why, 3)}")
+    hosts = hosts_list(sorted(qemu_models))
+    raise InvalidInput(
+        f"cpu: no CPU model of libvirt's cpu_map is known and usable on the QEMU of "
+        f"every host ({hosts})"
+    )
 
 
 def baseline_cpu(
-    hosts: Sequence[tuple[str, HostCPU]], cmap: CPUMap | None = None
+    hosts: Sequence[tuple[str, HostCPU]],
+    cmap: CPUMap | None = None,
+    qemu_models: QEMUModels | None = None,
+    skip_unknown: bool = False,
+    skippable: bool = True,
 ) -> Decision[GuestCPU]:
-    """The intersection CPU of `hosts` (name, host CPU); InvalidInput on mixed vendors."""
+    """The intersection CPU of `hosts` (name, host CPU); InvalidInput on mixed vendors.
+
+    With `qemu_models` (what each host's QEMU offers, from domcapabilities),
+    the model is one every such host knows and can run with the guest's
+    features, and the features a host's QEMU lists as blockers are taken as
+    missing on that host.
+
+    Hosts whose CPU is unknown (`is_unknown_cpu`) raise UnknownHostCPU, or are
+    left out when `skip_unknown` (listed in the result's `skipped`);
+    `skippable` False says the caller cannot leave hosts out (a guest)."""
     if not hosts:
         raise InvalidInput("cpu baseline: no host CPUs given")
+    unknown_hosts = [n for n, c in hosts if is_unknown_cpu(c)]
+    if unknown_hosts and not (skip_unknown and skippable):
+        raise UnknownHostCPU(unknown_hosts, skippable)
+    if unknown_hosts:
+        hosts = [(n, c) for n, c in hosts if not is_unknown_cpu(c)]
+        if not hosts:
+            raise UnknownHostCPU(unknown_hosts, skippable=False)
     cmap = cmap or load_cpu_map()
     vendor, by_vendor = _group_vendor(hosts)
     if not vendor:
         split = "; ".join(f"{v}: {hosts_list(n, 3)}" for v, n in sorted(by_vendor.items()))
         raise InvalidInput(
             f"cpu baseline: hosts have different CPU vendors ({split}); "
-            "use --mode software or --mode none"
+            "use mode software or none"
         )
     # Hosts of the same hardware share one CPU definition: expand each
     # distinct definition once (a 1000-host fleet has a few dozen).
-    expanded: dict[tuple[str, tuple[str, ...], tuple[str, ...]], frozenset[str]] = {}
+    qemu_models = qemu_models or {}
+    expanded: dict[
+        tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]], frozenset[str]
+    ] = {}
     for name, cpu in hosts:
-        key = (cpu.model, tuple(cpu.features), tuple(cpu.disabled_features))
+        blocked = _blocked(cmap, qemu_models.get(name, ()))
+        key = (cpu.model, tuple(cpu.features), tuple(cpu.disabled_features), blocked)
         if key not in expanded:
-            expanded[key] = expand_cpu(cpu, cmap, name)
+            expanded[key] = expand_cpu(cpu, cmap, name) - blocked
     sets = list(expanded.values())
     common = frozenset.intersection(*sets)
     known = frozenset(cmap.features)
@@ -98,13 +208,15 @@ def baseline_cpu(
     # guest to its host: they are left out, and disabled where the model has them.
     dropped = sorted(common & cmap.non_migratable)
     common -= cmap.non_migratable
-    model = _best_model(cmap, common, vendor)
+    model, left_out = _best_model(cmap, common, vendor, qemu_models)
     require = tuple(sorted(common - model.features))
     # QEMU's own model may carry features libvirt's cpu_map does not list (its
     # EPYC has topoext); a host-model CPU says so by disabling them. Disable
     # every such feature too, so check='full' compares like with like.
     host_disabled = {cmap.canonical_feature(f) for key in expanded for f in key[2]}
-    disable = tuple(sorted((model.features | (host_disabled & known)) - common))
+    # Features cpu_map marks removed from the model are disabled explicitly,
+    # as libvirt's baseline does: the model name alone once carried them.
+    disable = tuple(sorted((model.features | model.removed | (host_disabled & known)) - common))
     features = frozenset((model.features | set(require)) - set(disable))
     assert features <= common
     evidence = [
@@ -114,13 +226,22 @@ def baseline_cpu(
         f"model {model.name}: {len(model.features)} features, "
         f"{len(model.features & common)} of them common",
     ]
+    if qemu_models:
+        evidence.append(
+            f"model known and usable on the QEMU of {len(qemu_models)} host(s) "
+            "(domcapabilities)"
+        )
+    evidence += left_out
+    if unknown_hosts:
+        evidence.append(f"left out, CPU unknown: {hosts_list(unknown_hosts)}")
     if dropped:
         evidence.append(f"non-migratable, left out: {', '.join(dropped)}")
     if unknown:
         evidence.append(f"unknown to this libvirt's cpu_map, left out: {', '.join(unknown)}")
     return Decision(
         "cpu",
-        GuestCPU("intersection", model.name, vendor, require, disable, features),
+        GuestCPU("intersection", model.name, vendor, require, disable, features,
+                 tuple(unknown_hosts)),
         f"{model.name} +{len(require)} -{len(disable)} features",
         "the named model closest to the features every host shares; the rest "
         "required, the model's features some host lacks disabled",
@@ -152,6 +273,9 @@ def software_cpu(
     """A named model with no host-specific extras (software), or the most
     conservative 64-bit model every host runs (none)."""
     cmap = load_cpu_map()
+    blind = [n for n, c in hosts if c.cpu_models is None and is_unknown_cpu(c.cpu)]
+    if blind:
+        raise UnknownHostCPU(blind, skippable=False)
     vendor, _ = _group_vendor([(n, c.cpu) for n, c in hosts])
     models, evidence = _usable_everywhere(hosts, cmap)
     models = [m for m in models if "lm" in m.features and (not m.vendor or m.vendor == vendor)]
@@ -170,7 +294,9 @@ def software_cpu(
         )
     return Decision(
         "cpu",
-        GuestCPU(mode, model.name, vendor if model.vendor else "", (), (), model.features),
+        # Only the features cpu_map marks removed from the model are disabled.
+        GuestCPU(mode, model.name, vendor if model.vendor else "", (),
+                 tuple(sorted(model.removed)), model.features),
         model.name,
         reason,
         (f"{len(models)} models usable on all {len(hosts)} hosts", *evidence[:6]),
@@ -180,10 +306,10 @@ def software_cpu(
 def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
     """host mode: the single host's host-model CPU, written out explicitly."""
     if len(hosts) != 1:
-        raise InvalidInput(f"cpu: --mode host needs exactly one host, got {len(hosts)}")
+        raise InvalidInput(f"host needs exactly one host, got {len(hosts)}", field="mode")
     name, caps = hosts[0]
     cmap = load_cpu_map()
-    d = baseline_cpu([(name, caps.cpu)], cmap)
+    d = baseline_cpu([(name, caps.cpu)], cmap, qemu_models_of(hosts), skippable=False)
     return Decision(
         "cpu",
         GuestCPU("host", *(getattr(d.value, f) for f in ("model", "vendor", "require",
@@ -196,12 +322,14 @@ def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU
 
 def decide_cpu(mode: str, hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
     if mode == "intersection":
-        return baseline_cpu([(n, c.cpu) for n, c in hosts])
+        return baseline_cpu(
+            [(n, c.cpu) for n, c in hosts], qemu_models=qemu_models_of(hosts), skippable=False
+        )
     if mode == "host":
         return host_cpu(hosts)
     if mode in ("software", "none"):
         return software_cpu(hosts, conservative=mode == "none")
-    raise InvalidInput(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+    raise InvalidInput(f"{mode!r} is not one of {', '.join(MODES)}", field="mode")
 
 
 def cpu_element(cpu: GuestCPU, expand: bool = False) -> etree._Element:

@@ -4,7 +4,11 @@ The baseline is computed against the same model and feature names libvirt
 uses, so the `<cpu>` we write means exactly what libvirt will check: every
 named model's full feature set (features inherited through `<model name=.../>`
 included), the feature list with QEMU aliases, and which features libvirt
-marks non-migratable.
+marks non-migratable. A feature marked `removed='yes'` in a model is no longer
+part of it (QEMU dropped it from that model, e.g. intel-pt from the Icelake
+models, monitor from EPYC): it is kept apart in `removed`, so that a host of
+that model is not taken to have it, and a guest of that model disables it
+explicitly, as libvirt's own baseline does.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ CPU_MAP_DIR = "/usr/share/libvirt/cpu_map"
 class CPUModel:
     name: str
     vendor: str  # "" for vendor-neutral models (qemu64, kvm64, ...)
-    features: frozenset[str]
+    features: frozenset[str]  # without the removed ones
     position: int  # order in index.xml: later means newer within a family
+    # Features the model once had and libvirt marks removed='yes'.
+    removed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,7 @@ def _load(directory: str) -> CPUMap:
     features: list[str] = []
     non_migratable: set[str] = set()
     aliases: dict[str, str] = {}
-    raw_models: list[tuple[str, str, list[str], list[str]]] = []
+    raw_models: list[tuple[str, str, list[str], list[str], list[str]]] = []
     vendors: list[str] = []
     for inc in arch.findall("include"):
         fname = inc.get("filename", "")
@@ -79,21 +85,28 @@ def _load(directory: str) -> CPUMap:
                 (
                     m.get("name", ""),
                     vendor_el.get("name", "") if vendor_el is not None else "",
-                    [f.get("name", "") for f in m.findall("feature")],
+                    [f.get("name", "") for f in m.findall("feature")
+                     if f.get("removed") != "yes"],
                     parents,
+                    [f.get("name", "") for f in m.findall("feature")
+                     if f.get("removed") == "yes"],
                 )
             )
     for name in features:
         aliases.pop(name, None)
     models: dict[str, CPUModel] = {}
-    for pos, (name, vendor, feats, parents) in enumerate(raw_models):
+    for pos, (name, vendor, feats, parents, removed) in enumerate(raw_models):
         inherited: set[str] = set()
+        gone = set(removed)
         for p in parents:
             if p not in models:
                 raise InvalidInput(f"cpu_map: model {name!r} inherits unknown model {p!r}")
             inherited |= models[p].features
+            gone |= models[p].removed
             vendor = vendor or models[p].vendor
-        models[name] = CPUModel(name, vendor, frozenset(inherited | set(feats)), pos)
+        # A model that lists a feature its parent had removed has it again.
+        own = (inherited | set(feats)) - set(removed)
+        models[name] = CPUModel(name, vendor, frozenset(own), pos, frozenset(gone - own))
     return CPUMap(tuple(features), frozenset(non_migratable), aliases, models, tuple(vendors))
 
 

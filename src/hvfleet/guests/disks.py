@@ -51,7 +51,7 @@ def decide_disk_bus(os: OSInfo, group: HostGroup, machine: str) -> Decision[str]
 def decide_disks(specs: tuple[DiskSpec, ...], bus: str) -> Decision[tuple[Disk, ...]]:
     prefix = {"virtio": "vd", "sata": "sd", "ide": "hd"}[bus]
     if len(specs) > 26:
-        raise InvalidInput(f"--disk: at most 26 disks, got {len(specs)}")
+        raise InvalidInput(f"at most 26 disks, got {len(specs)}", field="disks")
     disks = []
     evidence = []
     for i, s in enumerate(specs):

@@ -34,7 +34,7 @@ def decide_firmware(req: GuestRequest, os: OSInfo, group: HostGroup) -> Decision
         want, why = True, "EFI asked for" + (" (secure boot)" if req.secure_boot else "")
     elif req.firmware == "bios":
         if os.needs_efi():
-            raise InvalidInput(f"--firmware bios: osinfo says {os.short_id} only boots with EFI")
+            raise InvalidInput(f"bios: osinfo says {os.short_id} only boots with EFI", field="firmware")
         want, why = False, "BIOS asked for"
     elif os.needs_efi():
         want, why = True, f"osinfo: {os.short_id} boots only with EFI"

@@ -28,7 +28,7 @@ def load_caps_dir(directory: str) -> HostGroup:
     try:
         names = sorted(os.listdir(directory))
     except OSError as exc:
-        raise InvalidInput(f"--caps-dir {directory}: {exc.strerror}") from None
+        raise InvalidInput(f"{directory}: {exc.strerror}", field="caps_dir") from None
     hosts: list[tuple[str, HostCapabilities]] = []
     for fname in names:
         if not fname.endswith(".caps.xml"):
@@ -43,7 +43,7 @@ def load_caps_dir(directory: str) -> HostGroup:
             raise InvalidInput(f"{directory}: host {host}: {exc}") from None
         hosts.append((host, caps))
     if not hosts:
-        raise InvalidInput(f"--caps-dir {directory}: no <host>.caps.xml files")
+        raise InvalidInput(f"{directory}: no <host>.caps.xml files", field="caps_dir")
     return HostGroup(tuple(hosts))
 
 
@@ -51,7 +51,7 @@ def group_from_store(hypervisors: list[tuple[str, HostCapabilities | None]]) -> 
     lacking = [n for n, c in hypervisors if c is None]
     if lacking:
         raise InvalidInput(
-            f"--hosts: no status.hostCapabilities yet for {', '.join(lacking)} "
-            "(has their agent run?)"
+            f"no status.hostCapabilities yet for {', '.join(lacking)} (has their agent run?)",
+            field="hosts",
         )
     return HostGroup(tuple((n, c) for n, c in hypervisors if c is not None))

@@ -58,7 +58,7 @@ def decide_machine(os: OSInfo, group: HostGroup, vcpus: int) -> Decision[str]:
         for m in caps.machine_types:
             if m.name == chosen and m.max_cpus is not None and vcpus > m.max_cpus:
                 raise InvalidInput(
-                    f"--vcpus {vcpus}: machine {chosen} on {name} allows at most {m.max_cpus}"
+                    f"{vcpus}: machine {chosen} on {name} allows at most {m.max_cpus}", field="vcpus"
                 )
             if m.name == chosen and m.deprecated:
                 evidence.append(f"{name}: {chosen} is deprecated there")

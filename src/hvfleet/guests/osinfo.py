@@ -164,7 +164,7 @@ class OSDatabase:
         if short_id not in self._by_short:
             close = difflib.get_close_matches(short_id, self.short_ids, n=5, cutoff=0.6)
             hint = f"; closest: {', '.join(close)}" if close else ""
-            raise InvalidInput(f"--os: unknown OS id {short_id!r} in osinfo-db{hint}")
+            raise InvalidInput(f"unknown OS id {short_id!r} in osinfo-db{hint}", field="os")
         os_id = self._by_short[short_id]
         if os_id not in self._cache:
             self._cache[os_id] = self._resolve(os_id, short_id)

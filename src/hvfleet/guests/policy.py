@@ -47,5 +47,5 @@ def get_policy(version: str) -> Policy:
         return POLICIES[version]
     except KeyError:
         raise InvalidInput(
-            f"--policy {version!r}: unknown policy version (known: {', '.join(POLICIES)})"
+            f"{version!r}: unknown policy version (known: {', '.join(POLICIES)})", field="policy"
         ) from None

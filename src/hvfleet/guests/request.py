@@ -21,7 +21,7 @@ NET_PROTOCOLS = ("rbd", "iscsi", "nbd", "gluster", "http", "https")
 _MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 
 
-def _pairs(spec: str, where: str, allowed: tuple[str, ...]) -> dict[str, str]:
+def _pairs(spec: str, field: str, allowed: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
     for part in spec.split(","):
         if not part.strip():
@@ -29,11 +29,11 @@ def _pairs(spec: str, where: str, allowed: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = part.partition("=")
         key = key.strip()
         if not sep or not value.strip():
-            raise InvalidInput(f"{where} {spec!r}: {part!r} is not key=value")
+            raise InvalidInput(f"{spec!r}: {part!r} is not key=value", field=field)
         if key not in allowed:
-            raise InvalidInput(f"{where} {spec!r}: unknown key {key!r} (known: {', '.join(allowed)})")
+            raise InvalidInput(f"{spec!r}: unknown key {key!r} (known: {', '.join(allowed)})", field=field)
         if key in out:
-            raise InvalidInput(f"{where} {spec!r}: {key!r} given twice")
+            raise InvalidInput(f"{spec!r}: {key!r} given twice", field=field)
         out[key] = value.strip()
     return out
 
@@ -47,21 +47,21 @@ class DiskSpec:
 
     @classmethod
     def parse(cls, spec: str) -> DiskSpec:
-        kv = _pairs(spec, "--disk", ("kind", "source", "protocol", "host"))
+        kv = _pairs(spec, "disks", ("kind", "source", "protocol", "host"))
         kind, source = kv.get("kind", ""), kv.get("source", "")
         if kind not in DISK_KINDS:
-            raise InvalidInput(f"--disk {spec!r}: kind must be one of {', '.join(DISK_KINDS)}")
+            raise InvalidInput(f"{spec!r}: kind must be one of {', '.join(DISK_KINDS)}", field="disks")
         if not source:
-            raise InvalidInput(f"--disk {spec!r}: source= is required")
+            raise InvalidInput(f"{spec!r}: source= is required", field="disks")
         if kind == "network":
             if kv.get("protocol") not in NET_PROTOCOLS:
                 raise InvalidInput(
-                    f"--disk {spec!r}: network disks need protocol= one of {', '.join(NET_PROTOCOLS)}"
+                    f"{spec!r}: network disks need protocol= one of {', '.join(NET_PROTOCOLS)}", field="disks"
                 )
         elif "protocol" in kv or "host" in kv:
-            raise InvalidInput(f"--disk {spec!r}: protocol/host only apply to kind=network")
+            raise InvalidInput(f"{spec!r}: protocol/host only apply to kind=network", field="disks")
         elif not source.startswith("/"):
-            raise InvalidInput(f"--disk {spec!r}: source must be an absolute path")
+            raise InvalidInput(f"{spec!r}: source must be an absolute path", field="disks")
         return cls(kind, source, kv.get("protocol", ""), kv.get("host", ""))
 
 
@@ -73,12 +73,12 @@ class NicSpec:
 
     @classmethod
     def parse(cls, spec: str) -> NicSpec:
-        kv = _pairs(spec, "--nic", ("network", "bridge", "mac"))
+        kv = _pairs(spec, "nics", ("network", "bridge", "mac"))
         if ("network" in kv) == ("bridge" in kv):
-            raise InvalidInput(f"--nic {spec!r}: give exactly one of network= or bridge=")
+            raise InvalidInput(f"{spec!r}: give exactly one of network= or bridge=", field="nics")
         mac = kv.get("mac", "").lower()
         if mac and not _MAC_RE.match(mac):
-            raise InvalidInput(f"--nic {spec!r}: mac {mac!r} is not aa:bb:cc:dd:ee:ff")
+            raise InvalidInput(f"{spec!r}: mac {mac!r} is not aa:bb:cc:dd:ee:ff", field="nics")
         return cls(kv.get("network", ""), kv.get("bridge", ""), mac)
 
 
@@ -98,23 +98,23 @@ class GuestRequest:
 
     def __post_init__(self) -> None:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,62}$", self.name):
-            raise InvalidInput(f"--name {self.name!r}: use letters, digits, '_', '.', '+', '-'")
+            raise InvalidInput(f"{self.name!r}: use letters, digits, '_', '.', '+', '-'", field="name")
         if not 1 <= self.vcpus <= 4096:
-            raise InvalidInput(f"--vcpus {self.vcpus}: must be between 1 and 4096")
+            raise InvalidInput(f"{self.vcpus}: must be between 1 and 4096", field="vcpus")
         if self.memory < 16 * 1024 * 1024:
-            raise InvalidInput(f"--memory {self.memory} bytes: at least 16Mi is needed")
+            raise InvalidInput(f"{self.memory} bytes: at least 16Mi is needed", field="memory")
         if self.memory % 1024:
-            raise InvalidInput("--memory: must be a whole number of KiB")
+            raise InvalidInput("must be a whole number of KiB", field="memory")
         if self.firmware not in ("auto", "bios", "efi"):
-            raise InvalidInput(f"--firmware {self.firmware!r}: must be auto, bios or efi")
+            raise InvalidInput(f"{self.firmware!r}: must be auto, bios or efi", field="firmware")
         if self.secure_boot and self.firmware == "bios":
-            raise InvalidInput("--secure-boot needs EFI firmware, not --firmware bios")
+            raise InvalidInput("needs EFI firmware, not firmware bios", field="secure_boot")
 
 
 def parse_memory(text: str) -> int:
-    q = Quantity.parse(text, where="--memory")
+    q = Quantity.parse(text, where="memory")
     if not q.is_integer() or q.floor() <= 0:
-        raise InvalidInput(f"--memory {text!r}: must be a positive whole number of bytes")
+        raise InvalidInput(f"{text!r}: must be a positive whole number of bytes", field="memory")
     return q.floor()
 
 

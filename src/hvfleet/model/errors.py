@@ -8,10 +8,21 @@ from __future__ import annotations
 
 
 class HvfleetError(Exception):
-    """Base class: `str(err)` is the one line shown to a user."""
+    """Base class: `str(err)` is the one line shown to a user.
+
+    `field`, when given, is the input the message is about, named as the core
+    and the API name it (`memory`, `ttl`, `resources.VGPU`); `str(err)` starts
+    with it. An edge that spells the field differently (the CLI's `--memory`)
+    renders `detail` behind its own name for the field.
+    """
 
     exit_code = 1
     http_status = 500
+
+    def __init__(self, message: str = "", *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.detail = message
 
 
 class InvalidInput(HvfleetError):

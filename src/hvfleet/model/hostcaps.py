@@ -33,6 +33,9 @@ class CPUModelInfo(Model):
     name: str
     usable: bool | None = None
     vendor: str = ""
+    # The features that keep an unusable model from running on this host
+    # (`<blockers model=...>`); None when libvirt did not list them.
+    blockers: list[str] | None = None
 
 
 class MachineType(Model):

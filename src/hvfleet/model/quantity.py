@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -42,6 +43,24 @@ _MAX_LENGTH = 64
 Format = Literal["binary", "decimal"]
 
 
+def text_schema(parse: Callable[[Any], Any], input_schema: core_schema.CoreSchema) -> core_schema.CoreSchema:
+    """The pydantic schema of a model type written as text (Quantity, ResourceName):
+    `parse` validates (its InvalidInput becomes pydantic's error, without the
+    field prefix pydantic adds itself), `str` serializes."""
+
+    def validate(v: Any) -> Any:
+        try:
+            return parse(v)
+        except InvalidInput as exc:
+            raise ValueError(exc.detail) from None
+
+    return core_schema.no_info_plain_validator_function(
+        validate,
+        serialization=core_schema.plain_serializer_function_ser_schema(str),
+        json_schema_input_schema=input_schema,
+    )
+
+
 class Quantity:
     """An exact, immutable, comparable Kubernetes quantity."""
 
@@ -65,14 +84,14 @@ class Quantity:
         if isinstance(text, Quantity):
             return text
         if isinstance(text, bool):
-            raise InvalidInput(f"{where}: expected a quantity, got a boolean")
+            raise InvalidInput("expected a quantity, got a boolean", field=where)
         if isinstance(text, int):
             return cls(text)
         if not isinstance(text, str):
-            raise InvalidInput(f"{where}: expected a quantity string, got {type(text).__name__}")
+            raise InvalidInput(f"expected a quantity string, got {type(text).__name__}", field=where)
         parsed = _parse_text(text.strip())
         if isinstance(parsed, str):
-            raise InvalidInput(f"{where}: {text!r} {parsed}")
+            raise InvalidInput(f"{text!r} {parsed}", field=where)
         return parsed
 
     def __str__(self) -> str:
@@ -199,17 +218,10 @@ class Quantity:
                 if not math.isfinite(v):
                     raise ValueError(f"{v!r} is not a finite quantity")
                 v = repr(v)
-            try:
-                return cls.parse(v)
-            except InvalidInput as exc:
-                raise ValueError(str(exc).removeprefix("quantity: ")) from None
+            return cls.parse(v)
 
-        return core_schema.no_info_plain_validator_function(
-            validate,
-            serialization=core_schema.plain_serializer_function_ser_schema(str),
-            json_schema_input_schema=core_schema.union_schema(
-                [core_schema.int_schema(), core_schema.str_schema()]
-            ),
+        return text_schema(
+            validate, core_schema.union_schema([core_schema.int_schema(), core_schema.str_schema()])
         )
 
     @classmethod
@@ -261,7 +273,3 @@ def _exact_decimal(a: Fraction) -> str:
             return digits if places == 0 else f"{digits[:-places]}.{digits[-places:]}"
     # Not a terminating decimal (parsing never produces one); show it rounded.
     return f"{float(a):.12g}"
-
-
-def parse_quantity(text: str | int | Quantity, where: str = "quantity") -> Quantity:
-    return Quantity.parse(text, where=where)

@@ -18,6 +18,7 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.quantity import Quantity, text_schema
 
 _CLASS_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _MAX_LEN = 255  # Placement's limit for a resource class name
@@ -42,6 +43,11 @@ WELL_KNOWN: dict[str, PlacementClass] = {
     "hugepages-1Gi": PlacementClass("CUSTOM_HUGEPAGES_1GI", "pages of 1GiB", 2**30),
 }
 
+# The resources counted in bytes (written in binary suffixes, shown as Gi/Mi,
+# converted to MiB/GiB for Placement). Everything else, the custom Placement
+# classes included, counts whole or decimal units.
+_IN_BYTES = frozenset({"memory", "disk", "hugepages-2Mi", "hugepages-1Gi"})
+
 VALID_FORMS = (
     "one of " + ", ".join(WELL_KNOWN)
     + ", or a Placement resource class matching ^[A-Z][A-Z0-9_]*$ (e.g. VGPU, CUSTOM_NIC_VF)"
@@ -58,10 +64,10 @@ class ResourceName(str):
         if isinstance(text, ResourceName):
             return text
         if not isinstance(text, str):
-            raise InvalidInput(f"{where}: resource name must be a string")
+            raise InvalidInput("resource name must be a string", field=where)
         if text in WELL_KNOWN or (len(text) <= _MAX_LEN and _CLASS_RE.match(text)):
             return cls(text)
-        raise InvalidInput(f"{where}: unknown resource {text!r}: expected {VALID_FORMS}")
+        raise InvalidInput(f"unknown resource {text!r}: expected {VALID_FORMS}", field=where)
 
     @property
     def placement(self) -> PlacementClass:
@@ -71,6 +77,15 @@ class ResourceName(str):
     @property
     def is_custom(self) -> bool:
         return str(self) not in WELL_KNOWN
+
+    @property
+    def counts_bytes(self) -> bool:
+        """Whether amounts of this resource are bytes (memory, disk, hugepage pools)."""
+        return str(self) in _IN_BYTES
+
+    def quantity(self, value: int | Fraction | Quantity) -> Quantity:
+        """`value` as a Quantity of this resource: binary suffixes for bytes."""
+        return Quantity(value, "binary" if self.counts_bytes else "decimal")
 
     def to_placement_units(self, amount: Fraction | int) -> int:
         """An amount in hvfleet's base unit → whole Placement units (rounded down:
@@ -84,17 +99,7 @@ class ResourceName(str):
     def __get_pydantic_core_schema__(
         cls, source: type[Any], handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        def validate(v: Any) -> ResourceName:
-            try:
-                return cls.parse(v)
-            except InvalidInput as exc:
-                raise ValueError(str(exc).removeprefix("resource: ")) from None
-
-        return core_schema.no_info_plain_validator_function(
-            validate,
-            serialization=core_schema.plain_serializer_function_ser_schema(str),
-            json_schema_input_schema=core_schema.str_schema(),
-        )
+        return text_schema(cls.parse, core_schema.str_schema())
 
     @classmethod
     def __get_pydantic_json_schema__(cls, _schema: Any, _handler: Any) -> dict[str, Any]:

@@ -137,10 +137,10 @@ def subject_for(role: Role, name: str | None, hypervisor: str | None) -> str:
     agent, else the given name, else the role's name."""
     if role == "agent":
         if not hypervisor:
-            raise InvalidInput("hypervisor: an agent token is bound to one hypervisor")
+            raise InvalidInput("an agent token is bound to one hypervisor", field="hypervisor")
         subject = AGENT_SUBJECT_PREFIX + hypervisor
         if name and name != subject:
-            raise InvalidInput(f"name: an agent token's name is always {subject}")
+            raise InvalidInput(f"an agent token's name is always {subject}", field="name")
         return subject
     return name or role
 

@@ -29,9 +29,10 @@ from hvfleet.model.hypervisor import (
     ReservationStatus,
 )
 from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.selectors import Selector
-from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
-from hvfleet.scheduling.fit import DEFAULT_STALENESS, check_claim
+from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
+from hvfleet.scheduling.fit import check_claim
 from hvfleet.scheduling.index import FleetIndex, Weigher
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import ClaimCheck, Store
@@ -41,24 +42,6 @@ HYPERVISOR_LABEL = "hvfleet.io/hypervisor"
 SOURCE_LABEL = "hvfleet.io/source"
 DEFAULT_TTL = timedelta(minutes=10)
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str, where: str = "--ttl") -> timedelta | None:
-    """`10m`, `90s`, `1h30m`; `0` or `never` for no expiry."""
-    s = text.strip()
-    if s in ("0", "never"):
-        return None
-    pos, seconds = 0, 0.0
-    for m in _DURATION.finditer(s):
-        if m.start() != pos:
-            break
-        seconds += int(m[1]) * _UNITS[m[2]]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise InvalidInput(f"{where}: {text!r} is not a duration (e.g. 30s, 10m, 1h30m, or 0)")
-    return timedelta(seconds=seconds)
 
 
 def reservation_labels(host: str, source: str) -> dict[str, str]:
@@ -116,7 +99,7 @@ def claim_check(consumer: str, request: Request, staleness: timedelta = DEFAULT_
         now = datetime.now(UTC)
         for other in others:
             if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
-                raise Conflict(f"consumer {consumer} already holds reservation {other.name} on {h.name}")
+                raise ConsumerAlreadyHolds(consumer, other.name, h.name)
         check_claim(h, others, request, now, staleness)
 
     return check
@@ -178,12 +161,9 @@ def reserve_auto(
                 reserve(store, host, request, consumer, ttl, staleness=staleness, manager=manager),
                 attempt,
             )
-        except (DoesNotFit, Unavailable) as exc:
-            last = exc
-            failed_at[host] = index.revision
-        except Conflict as exc:
-            if "already holds" in str(exc):
-                raise
+        except ConsumerAlreadyHolds:
+            raise
+        except (DoesNotFit, Unavailable, Conflict) as exc:
             last = exc
             failed_at[host] = index.revision
     raise NoHostFits(f"no claim for {describe(request)} succeeded in {attempts} attempts: {last}")

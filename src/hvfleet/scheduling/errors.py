@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hvfleet.model.errors import HvfleetError
+from hvfleet.model.errors import Conflict, HvfleetError
 
 if TYPE_CHECKING:
     from hvfleet.scheduling.fit import Rejection
@@ -29,3 +29,14 @@ class NoHostFits(HvfleetError):
 
     exit_code = 3
     http_status = 409
+
+
+class ConsumerAlreadyHolds(Conflict):
+    """The consumer already holds a reservation on that host: a scheduler must
+    not retry elsewhere, or one instance would hold space on two hosts."""
+
+    def __init__(self, consumer: str, reservation: str, host: str) -> None:
+        super().__init__(f"consumer {consumer} already holds reservation {reservation} on {host}")
+        self.consumer = consumer
+        self.reservation = reservation
+        self.host = host

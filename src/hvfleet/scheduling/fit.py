@@ -1,8 +1,9 @@
 """Whether a request fits on a host, and if not, why: the pure reference.
 
-A host is a candidate when it is not in maintenance, its agent's liveness
-lease has not expired (where the store has leases: etcd), its `Ready`
-condition is True and its last heartbeat is fresh. A candidate fits when, for every
+A host is a candidate when `hvfleet.model.readiness.readiness` calls it Ready
+(its agent's liveness lease has not expired where the store has leases, its
+`Ready` condition is True, its last heartbeat is fresh, it is not in
+maintenance) and its scheduling annotations parse. A candidate fits when, for every
 requested resource, `count × request <= free` (free from
 `hvfleet.model.capacity.free_capacity`: effective − allocation − space held
 by reservations), `request <= max_unit` (capacity + extra − reserved: overcommit
@@ -24,17 +25,17 @@ from typing import Any, Literal
 from hvfleet.model.capacity import free_capacity, max_unit
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation
-from hvfleet.model.meta import find_condition
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import (
+    AGENT_LEASE_EXPIRED,
+    DEFAULT_STALENESS,
+    Readiness,
+    ReadinessState,
+    readiness,
+)
 from hvfleet.model.resources import ResourceName
 from hvfleet.scheduling.errors import DoesNotFit
 from hvfleet.scheduling.request import Request
-
-# The node agent's default resync interval (hvfleet.agent.runner; scheduling may not
-# import the agent); a host whose heartbeat is older than three
-# of them is treated as gone (its numbers may be stale).
-DEFAULT_RESYNC = timedelta(seconds=60)
-DEFAULT_STALENESS = 3 * DEFAULT_RESYNC
 
 # Placement's per-inventory constraints, declared on a Hypervisor as annotations
 # because libvirt knows nothing of them: `scheduling.hvfleet.io/min-unit.cpu: "2"`.
@@ -97,42 +98,35 @@ def unit_constraints(h: Hypervisor) -> dict[ResourceName, UnitConstraint]:
     return {r: UnitConstraint(mins.get(r), steps.get(r)) for r in sorted(set(mins) | set(steps), key=str)}
 
 
+_REJECTION_OF_STATE: dict[ReadinessState, Reason] = {
+    "NotReady": "not-ready",
+    "Unknown": "not-ready",
+    "Stale": "stale",
+    "Maintenance": "maintenance",
+}
+
+
+def readiness_rejection(r: Readiness) -> Rejection | None:
+    """A readiness that is not Ready, as the reason `--why` gives."""
+    if r.ready:
+        return None
+    reason = "agent-lease-expired" if r.reason == AGENT_LEASE_EXPIRED else _REJECTION_OF_STATE[r.state]
+    return Rejection(reason, r.message)
+
+
 def candidacy(
     h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS, live: bool | None = None
 ) -> Rejection | None:
     """Why the host is not a scheduling candidate at all, or None. `live` is
     what the store says of the agent's liveness lease (None: no information)."""
-    if h.spec.maintenance:
-        why = f" ({h.spec.maintenance_reason})" if h.spec.maintenance_reason else ""
-        return Rejection("maintenance", f"in maintenance ({h.spec.maintenance}){why}")
+    not_ready = readiness_rejection(readiness(h, now, live, staleness))
+    if not_ready is not None:
+        return not_ready
     try:
         unit_constraints(h)
     except InvalidInput as exc:
         # One host's typo must not break every fit query: that host is out.
         return Rejection("invalid-annotation", str(exc))
-    return health(h, now, staleness, live)
-
-
-def health(
-    h: Hypervisor, now: datetime, staleness: timedelta = DEFAULT_STALENESS, live: bool | None = None
-) -> Rejection | None:
-    if live is False:
-        # Checked first: the stored status is the dead agent's last word, so a
-        # Ready=True and a heartbeat younger than the staleness prove nothing.
-        return Rejection(
-            "agent-lease-expired", "the agent's liveness lease expired (its last status may be stale)"
-        )
-    ready = find_condition(h.status.conditions, "Ready")
-    if ready is None or ready.status != "True":
-        state = "missing" if ready is None else ready.status
-        detail = f": {ready.reason}" if ready is not None and ready.reason else ""
-        return Rejection("not-ready", f"Ready condition is {state}{detail}")
-    beat = h.status.last_heartbeat_time
-    if beat is None:
-        return Rejection("stale", "no heartbeat recorded")
-    if beat < now - staleness:
-        age = int((now - beat).total_seconds())
-        return Rejection("stale", f"last heartbeat {age}s ago, older than {int(staleness.total_seconds())}s")
     return None
 
 

@@ -37,10 +37,10 @@ from hvfleet.model.capacity import (
 )
 from hvfleet.model.errors import Gone, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation
-from hvfleet.model.meta import find_condition
+from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
-from hvfleet.scheduling.fit import DEFAULT_STALENESS, Rejection, rejections, unit_constraints
+from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent
 
@@ -68,29 +68,32 @@ class _Row:
     effective: dict[ResourceName, Fraction]
     min_unit: dict[ResourceName, Fraction]
     step: dict[ResourceName, Fraction]
+    # readiness() apart from the heartbeat's age and the lease, which change
+    # without an event and are compared per query (fresh_until, _lease_ok).
     ready: bool
-    beat: int
+    fresh_until: int
     next_expiry: int
 
 
-def _compute_row(h: Hypervisor, reservations: Iterable[Reservation], now: datetime) -> _Row:
+def _compute_row(
+    h: Hypervisor, reservations: Iterable[Reservation], now: datetime, staleness: timedelta
+) -> _Row:
     held = [r for r in reservations if holds_space(r, h, now)]
     expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
-    ready = find_condition(h.status.conditions, "Ready")
     try:
         units = unit_constraints(h)
         valid = True
     except InvalidInput:
         units, valid = {}, False  # not a candidate; `--why` says which annotation
-    beat = h.status.last_heartbeat_time
+    fresh = fresh_until(h, staleness)
     return _Row(
         free={r: q.value for r, q in free_capacity(h, held, now).items()},
         max_unit={r: q.value for r, q in max_unit(h).items()},
         effective={r: q.value for r, q in hypervisor_effective_capacity(h).items()},
         min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
         step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
-        ready=valid and not h.spec.maintenance and ready is not None and ready.status == "True",
-        beat=_NO_BEAT if beat is None else micros(beat),
+        ready=valid and readiness(h, None, None, staleness).ready,
+        fresh_until=_NO_BEAT if fresh is None else micros(fresh),
         next_expiry=min(expiries, default=_NEVER),
     )
 
@@ -198,7 +201,7 @@ class FleetIndex:
         self._size = 0
         self._present = np.zeros(0, dtype=bool)
         self._ready = np.zeros(0, dtype=bool)
-        self._beat = np.zeros(0, dtype=np.int64)
+        self._fresh_until = np.zeros(0, dtype=np.int64)
         self._next_expiry = np.zeros(0, dtype=np.int64)
         # Per row, False where the host's agent lease expired (from _liveness).
         self._lease_ok = np.zeros(0, dtype=bool)
@@ -267,7 +270,7 @@ class FleetIndex:
         extra = size - len(self._present)
         self._present = np.concatenate([self._present, np.zeros(extra, dtype=bool)])
         self._ready = np.concatenate([self._ready, np.zeros(extra, dtype=bool)])
-        self._beat = np.concatenate([self._beat, np.full(extra, _NO_BEAT, dtype=np.int64)])
+        self._fresh_until = np.concatenate([self._fresh_until, np.full(extra, _NO_BEAT, dtype=np.int64)])
         self._next_expiry = np.concatenate([self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)])
         self._lease_ok = np.concatenate([self._lease_ok, np.ones(extra, dtype=bool)])
         self._rank = np.concatenate([self._rank, np.zeros(extra, dtype=np.int64)])
@@ -307,10 +310,10 @@ class FleetIndex:
     def _compute(self, row: int, now: datetime) -> None:
         name = self._names[row]
         h = self._hosts[name]
-        data = _compute_row(h, self._reservations.get(name, {}).values(), now)
+        data = _compute_row(h, self._reservations.get(name, {}).values(), now, self.staleness)
         self._rows[row] = data
         self._ready[row] = data.ready
-        self._beat[row] = data.beat
+        self._fresh_until[row] = data.fresh_until
         self._next_expiry[row] = data.next_expiry
         previous = set(self._columns)
         for r in set(data.free) | set(data.max_unit) | previous:
@@ -386,8 +389,8 @@ class FleetIndex:
             for event in store.watch(None, since=self.revision, timeout=settle):
                 self.apply(event)
                 n += 1
-                if event.revision >= target:
-                    break
+                if event.revision >= target and event.last_of_revision:
+                    break  # not before: one atomic write's events share a revision
         except Gone:
             self.load_from(store)
         self._caught_up = target
@@ -460,8 +463,8 @@ class FleetIndex:
 
     def candidates_mask(self, now: datetime, selector: Selector | None = None) -> npt.NDArray[np.bool_]:
         n = self._size
-        oldest = micros(now - self.staleness)
-        mask = self._present[:n] & self._ready[:n] & (self._beat[:n] >= oldest)
+        # Together: readiness(h, now, lease, staleness).ready, vectorised.
+        mask = self._present[:n] & self._ready[:n] & (self._fresh_until[:n] >= micros(now))
         mask &= self._lease_ok[:n]
         sel = self._selector_mask(selector)
         return mask if sel is None else mask & sel

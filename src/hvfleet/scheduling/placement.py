@@ -166,7 +166,7 @@ def _from_placement(resources: Mapping[str, int], where: str) -> dict[ResourceNa
             raise InvalidInput(f"{where}: {cls} amount {amount!r} is not a whole number")
         if amount:
             base = r.from_placement_units(amount)
-            out[r] = Quantity(base, "binary") if r.placement.base_per_unit > 1 else Quantity(base)
+            out[r] = r.quantity(base)
     return out
 
 

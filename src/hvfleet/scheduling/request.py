@@ -20,7 +20,7 @@ class Request:
         if self.count < 1:
             raise InvalidInput(f"count: {self.count} must be at least 1")
         if not self.resources:
-            raise InvalidInput("request: ask for at least one resource (--cpu, --memory, --resource)")
+            raise InvalidInput("request: ask for at least one resource (cpu, memory or another)")
         for name, q in self.resources.items():
             if q <= 0:
                 raise InvalidInput(f"request {name}: {q} must be greater than 0")
@@ -28,9 +28,6 @@ class Request:
     def total(self, name: ResourceName) -> Quantity:
         """What `count` instances take together."""
         return self.resources[name] * self.count
-
-    def per_instance_list(self) -> dict[ResourceName, Quantity]:
-        return dict(self.resources)
 
     def total_list(self) -> dict[ResourceName, Quantity]:
         return {r: self.total(r) for r in self.resources}
@@ -42,18 +39,19 @@ def parse_request(
     resources: Iterable[str] = (),
     count: int = 1,
 ) -> Request:
-    """Build a request from CLI-style values (`--cpu 4 --memory 8Gi --resource VGPU=1`)."""
+    """Build a request from its fields as text (`cpu="4"`, `memory="8Gi"`,
+    `resources=["VGPU=1"]`); errors name those fields."""
     out: dict[ResourceName, Quantity] = {}
     if cpu is not None:
-        out[CPU] = Quantity.parse(cpu, where="--cpu")
+        out[CPU] = Quantity.parse(cpu, where="cpu")
     if memory is not None:
-        out[MEMORY] = Quantity.parse(memory, where="--memory")
+        out[MEMORY] = Quantity.parse(memory, where="memory")
     for item in resources:
         name, sep, qty = item.partition("=")
         if not sep or not name.strip() or not qty.strip():
-            raise InvalidInput(f"--resource: {item!r} is not NAME=QUANTITY (e.g. VGPU=1)")
-        r = ResourceName.parse(name.strip(), where="--resource")
+            raise InvalidInput(f"{item!r} is not NAME=QUANTITY (e.g. VGPU=1)", field="resources")
+        r = ResourceName.parse(name.strip(), where="resources")
         if r in out:
-            raise InvalidInput(f"--resource: {r} is requested twice")
-        out[r] = Quantity.parse(qty.strip(), where=f"--resource {r}")
+            raise InvalidInput(f"{r} is requested twice", field="resources")
+        out[r] = Quantity.parse(qty.strip(), where=f"resources.{r}")
     return Request(out, count)

@@ -193,7 +193,7 @@ def role_matrix_markdown() -> str:
     """ROLE_GRANTS as the Markdown table in docs/security.md."""
     lines = [
         "| resource | " + " | ".join(ROLES) + " |",
-        "|---|" + "---|" * len(ROLES),
+        "|---" * (len(ROLES) + 1) + "|",
     ]
     for key in table_resources():
         cells = []

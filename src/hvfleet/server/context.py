@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from hvfleet.model.hypervisor import Resource
-from hvfleet.scheduling.fit import DEFAULT_STALENESS
+from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity
 from hvfleet.server.watch import WatchHub, WatchLimits

@@ -9,8 +9,10 @@ the wide columns are sent with priority 1, which kubectl shows with `-o wide`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from hvfleet.model import views
 from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
 
 TABLE_MEDIA = "as=Table"
@@ -32,16 +34,16 @@ def wants_table(accept: str | None) -> bool:
 
 def rows_for(kind: str, objs: Sequence[Resource],
              liveness: Mapping[str, bool] | None) -> tuple[list[str], list[list[str]]]:
-    """Column names and one row of cells per object, exactly as `hvfleet get -o wide`.
-
-    The single place to switch to `hvfleet.model.views` once the hypervisor table
-    moves out of cli/ (until then the CLI's own row builders are called)."""
-    from hvfleet.cli import resources as cli_rows  # adapter until hvfleet.model.views exists
-
+    """Column names and one row of cells per object, exactly as `hvfleet get -o wide`
+    (hvfleet.model.views). A reservation's phase is derived without its host here."""
+    now = datetime.now(UTC)
     if kind == "Hypervisor":
-        return cli_rows._hypervisor_rows([o for o in objs if isinstance(o, Hypervisor)], True,
-                                         liveness)
-    return cli_rows._reservation_rows([o for o in objs if isinstance(o, Reservation)])
+        live = liveness or {}
+        return ([c.name for c in views.hypervisor_columns(True)],
+                [views.hypervisor_row(o, now, live.get(o.name), True)
+                 for o in objs if isinstance(o, Hypervisor)])
+    return ([c.name for c in views.reservation_columns(True)],
+            [views.reservation_row(o, None, now, True) for o in objs if isinstance(o, Reservation)])
 
 
 def _column(name: str) -> dict[str, Any]:

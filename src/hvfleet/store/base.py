@@ -10,7 +10,9 @@ directly:
 - `watch(since=R)` yields every event with revision > R, in order; history
   that was compacted away raises Gone;
 - `claim()` re-checks a reservation against its host and that host's other
-  reservations and writes it in one atomic step, without a global lock.
+  reservations and writes it in one atomic step, without a global lock;
+- `write_all()` writes several objects all-or-nothing (one SQLite
+  transaction, one etcd txn comparing every object's revision).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import builtins
 import gc
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
@@ -40,6 +42,24 @@ class WatchEvent:
     type: EventType
     object: Resource
     revision: int
+    # Several events share a revision when one atomic write (`write_all` on
+    # etcd) changed several objects; they are delivered one after the other,
+    # and this is True on the last of them. A consumer that stops at a
+    # revision must stop only here, or it loses the rest of that write.
+    last_of_revision: bool = True
+
+
+WriteAction = Literal["create", "update"]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One object of an atomic batch (`Store.write_all`): `create` it (it must
+    not exist), or `update` it by compare-and-swap on the resourceVersion it
+    carries, exactly as `Store.create` and `Store.update` would."""
+
+    action: WriteAction
+    object: Resource
 
 
 @dataclass(frozen=True)
@@ -99,6 +119,17 @@ def fleet_kind_of(kind: str) -> str:
     return name
 
 
+def check_batch(writes: Sequence[Write]) -> None:
+    """A batch names each object at most once (the order of two writes of one
+    object inside one atomic step would mean nothing)."""
+    seen: set[tuple[str, str]] = set()
+    for w in writes:
+        key = (w.object.kind, w.object.metadata.name)
+        if key in seen:
+            raise InvalidInput(f"{key[0]} {key[1]}: appears more than once in one atomic write")
+        seen.add(key)
+
+
 def as_selector(selector: Selector | str | None) -> Selector:
     return selector if isinstance(selector, Selector) else parse_selector(selector)
 
@@ -154,6 +185,19 @@ class Store(ABC):
     def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
         """Create `reservation` only if `check(host, other reservations of that
         host)` passes on the state it is written against, atomically."""
+
+    @abstractmethod
+    def write_all(
+        self, writes: Sequence[Write], manager: str, *, force: bool = False
+    ) -> builtins.list[Resource]:
+        """Every write of `writes`, as `manager`, all or nothing: either each one
+        passes the checks `create`/`update` make (absent for a create; current
+        resourceVersion, field ownership and status writer for an update) against
+        one state of the store and all are written in one atomic step, or the
+        first one that fails raises its error (AlreadyExists, NotFound,
+        StaleVersion, OwnershipConflict, Forbidden, InvalidInput) and nothing is
+        written. No reader ever sees part of a batch. Returns the objects as
+        stored, in order. An object may appear only once in a batch."""
 
     def close(self) -> None:  # noqa: B027 - optional for backends
         """Release connections."""

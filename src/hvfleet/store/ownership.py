@@ -202,7 +202,7 @@ def prepare_update(
         more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
         raise OwnershipConflict(
             f"{new.kind} {new.metadata.name}: {field} is owned by manager {owner!r}{more}; "
-            "pass --force to take it over",
+            "force the write to take it over",
             conflicts,
         )
     set_paths = {p for p in changed if _is_set(new_leaves.get(p))}

@@ -5,8 +5,9 @@ IMMEDIATE` transaction that re-reads what it depends on, checks it (CAS on
 resourceVersion, field ownership, a claim's capacity) and writes, so a check
 and its write can never be split by another process. Revisions come from one
 counter, as in etcd, and every write appends an event, which is what `watch`
-reads. Old events are compacted away beyond `EVENT_HISTORY` revisions; asking
-for them raises Gone, as etcd does.
+reads. Objects and events hold the stored encoding of `hvfleet.store.encoding`
+(the resourceVersion is the row's revision). Old events are compacted away
+beyond `EVENT_HISTORY` revisions; asking for them raises Gone, as etcd does.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -29,7 +30,7 @@ from hvfleet.model.errors import (
     NotFound,
     Unavailable,
 )
-from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
@@ -38,10 +39,13 @@ from hvfleet.store.base import (
     StaleVersion,
     Store,
     WatchEvent,
+    Write,
     as_selector,
+    check_batch,
     gc_paused,
     kind_of,
 )
+from hvfleet.store.encoding import decode, encode, with_version
 from hvfleet.store.ownership import prepare_create, prepare_update
 
 T = TypeVar("T")
@@ -83,12 +87,6 @@ def _now() -> datetime:
 
 def _host_of(obj: Resource) -> str | None:
     return obj.spec.hypervisor if isinstance(obj, Reservation) else None
-
-
-def _decode(kind: str, body: str, rv: int) -> Resource:
-    obj = STORED_KINDS[kind].model_validate_json(body)
-    meta = obj.metadata.model_copy(update={"resource_version": str(rv)})
-    return obj.model_copy(update={"metadata": meta})
 
 
 class SqliteStore(Store):
@@ -169,11 +167,8 @@ class SqliteStore(Store):
 
     def _put(self, db: sqlite3.Connection, obj: Resource, etype: EventType) -> Resource:
         rev = self._bump(db)
-        meta = obj.metadata.model_copy(update={"resource_version": str(rev)})
-        obj = obj.model_copy(update={"metadata": meta})
-        data = obj.to_dict()
-        data["metadata"].pop("resourceVersion", None)
-        body = json.dumps(data, separators=(",", ":"), sort_keys=True)
+        obj = with_version(obj, rev)
+        body = encode(obj).decode()
         db.execute(
             "INSERT OR REPLACE INTO objects (kind, name, rv, labels, host, body) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -189,7 +184,7 @@ class SqliteStore(Store):
         row = db.execute(
             "SELECT body, rv FROM objects WHERE kind = ? AND name = ?", (kind, name)
         ).fetchone()
-        return None if row is None else _decode(kind, row[0], row[1])
+        return None if row is None else decode(kind, row[0], row[1])
 
     # -- the contract --------------------------------------------------------------------
 
@@ -218,7 +213,7 @@ class SqliteStore(Store):
         rows, rev = self._read(read)
         with gc_paused():
             items = [
-                _decode(kind, body, rv)
+                decode(kind, body, rv)
                 for labels, body, rv in rows
                 if sel.matches(json.loads(labels))
             ]
@@ -238,6 +233,29 @@ class SqliteStore(Store):
             new = prepare_update(old, obj, manager, force=force, now=_now())
             return self._put(db, new, "MODIFIED")
 
+    def write_all(
+        self, writes: Sequence[Write], manager: str, *, force: bool = False
+    ) -> builtins.list[Resource]:
+        check_batch(writes)
+        out: builtins.list[Resource] = []
+        # One IMMEDIATE transaction: every check sees the state every write lands
+        # on, and a failure rolls back the writes already made inside it.
+        with self._write() as db:
+            now = _now()
+            for w in writes:
+                obj = w.object
+                old = self._load(db, obj.kind, obj.metadata.name)
+                if w.action == "create":
+                    if old is not None:
+                        raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
+                    out.append(self._put(db, prepare_create(obj, manager, now), "ADDED"))
+                else:
+                    if old is None:
+                        raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+                    new = prepare_update(old, obj, manager, force=force, now=now)
+                    out.append(self._put(db, new, "MODIFIED"))
+        return out
+
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
         kind = kind_of(kind)
         with self._write() as db:
@@ -251,11 +269,9 @@ class SqliteStore(Store):
                 )
             rev = self._bump(db)
             db.execute("DELETE FROM objects WHERE kind = ? AND name = ?", (kind, name))
-            data = old.to_dict()
-            data["metadata"].pop("resourceVersion", None)
             db.execute(
                 "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, 'DELETED', ?)",
-                (rev, kind, name, json.dumps(data, separators=(",", ":"), sort_keys=True)),
+                (rev, kind, name, encode(old).decode()),
             )
 
     def revision(self) -> int:
@@ -301,7 +317,7 @@ class SqliteStore(Store):
                 )
             for rev, k, etype, body in rows:
                 last = rev
-                yield WatchEvent(type=etype, object=_decode(k, body, rev), revision=rev)
+                yield WatchEvent(type=etype, object=decode(k, body, rev), revision=rev)
             if rows:
                 idle_since = time.monotonic()
                 pause = 0.005
@@ -326,7 +342,7 @@ class SqliteStore(Store):
                 "SELECT body, rv FROM objects WHERE kind = 'Reservation' AND host = ?",
                 (host.metadata.name,),
             ).fetchall()
-            others = [_decode("Reservation", body, rv) for body, rv in rows]
+            others = [decode("Reservation", body, rv) for body, rv in rows]
             check(host, [o for o in others if isinstance(o, Reservation)])
             out = self._put(db, prepare_create(reservation, manager, _now()), "ADDED")
             assert isinstance(out, Reservation)

@@ -61,17 +61,18 @@ def issue_token(
         try:
             validate_name(hypervisor, "hypervisor")
         except ValueError as exc:
-            raise InvalidInput(f"hypervisor: {exc}") from None
+            raise InvalidInput(str(exc), field="hypervisor") from None
     if ttl is not None and ttl <= timedelta(0):
-        raise InvalidInput("ttl: must be positive (or 0/never for no expiry)")
+        raise InvalidInput("must be positive (or 0/never for no expiry)", field="ttl")
     subject = subject_for(role, name, hypervisor)
     # One subject speaks for one role: a field manager's fields must not be
     # writable by a token of another role that happens to carry the same name.
     for other in list_tokens(store):
         if other.spec.subject == subject and other.spec.role != role and not other.spec.revoked:
             raise InvalidInput(
-                f"name: {subject!r} is already the subject of {other.spec.role} token "
-                f"{other.name}; one name speaks for one role"
+                f"{subject!r} is already the subject of {other.spec.role} token "
+                f"{other.name}; one name speaks for one role",
+                field="name",
             )
     token_id, secret = new_secret()
     try:

@@ -1,0 +1,122 @@
+"""Readiness: the one judgement of whether a hypervisor's numbers can be trusted
+and it may take new guests, used by every reader (`get`, `capacity`,
+`describe`, fit and claims, the fleet index, the agent's summary, the API).
+
+`readiness(h, now, lease_live, staleness)` weighs, in this order (the first
+that applies decides the state):
+
+| state | when | reason |
+|---|---|---|
+| NotReady | the store says the agent's liveness lease expired (`lease_live is False`) | `AgentLeaseExpired` |
+| Unknown | there is no `Ready` condition (no agent has reported yet) | `NoReadyCondition` |
+| Unknown | `Ready` is `Unknown` | the condition's reason, else `ReadyUnknown` |
+| NotReady | `Ready` is `False` | the condition's reason, else `ReadyFalse` |
+| Stale | no `lastHeartbeatTime` | `NoHeartbeat` |
+| Stale | `lastHeartbeatTime` older than `staleness` | `HeartbeatStale` |
+| Maintenance | healthy, but `spec.maintenance` is set | `Maintenance` |
+| Ready | otherwise | the condition's reason, else `Ready` |
+
+An expired lease comes first: the stored status is then the dead agent's last
+word, so a `Ready=True` and a young heartbeat prove nothing. Health comes
+before maintenance because a host in maintenance whose agent is gone has
+numbers nobody should read, which matters more than that it is cordoned.
+Only `Ready` is `ready` (a scheduling candidate). `lease_live` is what the
+store knows of the agent's liveness lease: True, False, or None where it has
+no information (SQLite; a host that never held a lease).
+
+The staleness default is three agent resync periods (the agent's default
+resync is `DEFAULT_RESYNC`): one missed resync is no reason to distrust a host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from hvfleet.model.hypervisor import Hypervisor
+from hvfleet.model.meta import find_condition
+
+ReadinessState = Literal["Ready", "NotReady", "Stale", "Unknown", "Maintenance"]
+READINESS_STATES: tuple[ReadinessState, ...] = ("Ready", "NotReady", "Stale", "Unknown", "Maintenance")
+
+# The node agent's default full-resync period; its heartbeat is written at least
+# once per period.
+DEFAULT_RESYNC = timedelta(seconds=60)
+DEFAULT_STALENESS = 3 * DEFAULT_RESYNC
+
+READY_CONDITION = "Ready"
+
+# Reasons readiness itself gives (others come from the Ready condition).
+AGENT_LEASE_EXPIRED = "AgentLeaseExpired"
+NO_READY_CONDITION = "NoReadyCondition"
+NO_HEARTBEAT = "NoHeartbeat"
+HEARTBEAT_STALE = "HeartbeatStale"
+MAINTENANCE = "Maintenance"
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """What a reader shows and decides on: `state` (one of READINESS_STATES),
+    `ready` (True only for Ready), a CamelCase `reason` and a sentence."""
+
+    state: ReadinessState
+    ready: bool
+    reason: str
+    message: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"state": self.state, "ready": self.ready, "reason": self.reason, "message": self.message}
+
+
+def _not(state: ReadinessState, reason: str, message: str) -> Readiness:
+    return Readiness(state, False, reason, message)
+
+
+def fresh_until(h: Hypervisor, staleness: timedelta = DEFAULT_STALENESS) -> datetime | None:
+    """The last instant at which the host's heartbeat still counts as fresh
+    (None: there is no heartbeat, so it never is)."""
+    beat = h.status.last_heartbeat_time
+    return None if beat is None else beat + staleness
+
+
+def readiness(
+    h: Hypervisor,
+    now: datetime | None,
+    lease_live: bool | None = None,
+    staleness: timedelta = DEFAULT_STALENESS,
+) -> Readiness:
+    """The host's readiness at `now` (rules in the module docstring).
+
+    `now=None` leaves the heartbeat's age unjudged (a missing heartbeat still
+    counts): for a reader that compares `fresh_until(h)` with the time itself,
+    as the vectorised fleet index does, so that its answer is this function's."""
+    if lease_live is False:
+        return _not(
+            "NotReady",
+            AGENT_LEASE_EXPIRED,
+            "the agent's liveness lease expired (its last status may be stale)",
+        )
+    cond = find_condition(h.status.conditions, READY_CONDITION)
+    if cond is None:
+        return _not("Unknown", NO_READY_CONDITION, "no Ready condition: no agent has reported this host yet")
+    detail = f": {cond.message}" if cond.message else ""
+    if cond.status == "Unknown":
+        return _not("Unknown", cond.reason or "ReadyUnknown", f"Ready condition is Unknown{detail}")
+    if cond.status == "False":
+        why = f" ({cond.reason})" if cond.reason else ""
+        return _not("NotReady", cond.reason or "ReadyFalse", f"Ready condition is False{why}{detail}")
+    beat = h.status.last_heartbeat_time
+    if beat is None:
+        return _not("Stale", NO_HEARTBEAT, "no heartbeat recorded")
+    if now is not None and beat < now - staleness:
+        age = int((now - beat).total_seconds())
+        return _not(
+            "Stale",
+            HEARTBEAT_STALE,
+            f"last heartbeat {age}s ago, older than {int(staleness.total_seconds())}s",
+        )
+    if h.spec.maintenance:
+        why = f" ({h.spec.maintenance_reason})" if h.spec.maintenance_reason else ""
+        return _not("Maintenance", MAINTENANCE, f"in maintenance ({h.spec.maintenance}){why}")
+    return Readiness("Ready", True, cond.reason or "Ready", cond.message or "ready")

@@ -1,0 +1,353 @@
+"""What a person sees of the fleet: table columns and rows, capacity summaries
+and their JSON documents, the same for every edge (the CLI's tables, the HTTP
+API's `Table` output and JSON, the dashboard). Pure: values in, strings and
+dicts out; the numbers come from `model.capacity` and readiness from
+`model.readiness`, never recomputed here.
+
+Columns follow the Kubernetes `Table` column definition (name, type, format,
+description, priority): priority 0 is the default table, 1 shows only with
+`-o wide`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import Any, Literal
+
+from hvfleet.model import capacity as cap
+from hvfleet.model.hypervisor import Hypervisor, Reservation, ResourceList
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import DEFAULT_STALENESS, Readiness, readiness
+from hvfleet.model.resources import CPU, MEMORY, ResourceName
+
+# Resources counted in bytes, shown as Gi/Mi.
+# Free capacity below this share of effective is "low" (the CLI shows it yellow).
+LOW_FREE = Fraction(1, 10)
+
+
+# -- formatting -------------------------------------------------------------------------
+
+
+def human(resource: ResourceName | str, q: Quantity | None) -> str:
+    """A quantity as a person reads it: bytes as Gi/Mi with one decimal."""
+    if q is None:
+        return "-"
+    if ResourceName(resource).counts_bytes:
+        v = float(q.value)
+        for suffix, mult in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if abs(v) >= mult:
+                text = f"{v / mult:.1f}".removesuffix(".0")
+                return f"{text}{suffix}"
+        return f"{v:.0f}"
+    return str(q)
+
+
+def age(ts: datetime | None, now: datetime) -> str:
+    """kubectl's AGE: the largest whole unit (`3d`, `5h`, `12m`, `40s`)."""
+    if ts is None:
+        return "-"
+    seconds = int((now - ts).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def _pairs(values: Mapping[Any, Any], fmt: Any = str) -> str:
+    return ",".join(f"{k}={fmt(k, v)}" for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))) or "-"
+
+
+def _used_of(r: ResourceName, used: Quantity | None, of: Quantity | None) -> str:
+    return f"{human(r, used if used is not None else Quantity(0))}/{human(r, of)}"
+
+
+def _strs(values: Mapping[ResourceName, Quantity]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table, as a Kubernetes Table's columnDefinitions entry."""
+
+    name: str
+    type: Literal["string", "integer", "number", "boolean"] = "string"
+    description: str = ""
+    priority: int = 0
+    format: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "type": self.type, "format": self.format,
+            "description": self.description, "priority": self.priority,
+        }
+
+
+def _visible(columns: Sequence[Column], wide: bool) -> list[Column]:
+    return [c for c in columns if wide or c.priority == 0]
+
+
+# -- hypervisors (`get hypervisors`) ---------------------------------------------------------
+
+_HYPERVISOR_COLUMNS = (
+    Column("NAME", description="metadata.name", format="name"),
+    Column("READY", description="readiness: Ready, NotReady, Stale, Unknown or Maintenance"),
+    Column("CPU", description="cpu allocated / effective"),
+    Column("MEMORY", description="memory allocated / effective"),
+    Column("INSTANCES", "integer", "domains the agent sees"),
+    Column("MAINTENANCE", description="spec.maintenance"),
+    Column("AGE", description="since metadata.creationTimestamp"),
+    Column("OVERCOMMIT", description="spec.overcommit", priority=1),
+    Column("RESERVED", description="spec.reserved", priority=1),
+    Column("LABELS", description="metadata.labels", priority=1),
+)
+
+
+def hypervisor_columns(wide: bool = False) -> list[Column]:
+    return _visible(_HYPERVISOR_COLUMNS, wide)
+
+
+def hypervisor_row(
+    h: Hypervisor,
+    now: datetime,
+    lease_live: bool | None = None,
+    wide: bool = False,
+    staleness: timedelta = DEFAULT_STALENESS,
+) -> list[str]:
+    """The cells of `hypervisor_columns(wide)` for one host."""
+    eff = cap.hypervisor_effective_capacity(h)
+    alloc = h.status.allocation
+    row = [
+        h.name,
+        readiness(h, now, lease_live, staleness).state,
+        _used_of(CPU, alloc.get(CPU), eff.get(CPU)),
+        _used_of(MEMORY, alloc.get(MEMORY), eff.get(MEMORY)),
+        str(len(h.status.instances)),
+        h.spec.maintenance or "-",
+        age(h.metadata.creation_timestamp, now),
+    ]
+    if wide:
+        row += [
+            _pairs(h.spec.overcommit, lambda _r, v: f"{v:g}"),
+            _pairs(h.spec.reserved, lambda _r, q: str(q)),
+            _pairs(h.metadata.labels, lambda _k, v: v),
+        ]
+    return row
+
+
+# -- reservations (`get reservations`) -----------------------------------------------------
+
+_RESERVATION_COLUMNS = (
+    Column("NAME", format="name"),
+    Column("HYPERVISOR", description="spec.hypervisor"),
+    Column("CONSUMER", description="spec.consumer"),
+    Column("RESOURCES", description="spec.resources"),
+    Column("PHASE", description="phase derived now (Confirmed once the instance runs, Expired, ...)"),
+    Column("EXPIRES", description="spec.expiresAt"),
+    Column("AGE", description="since metadata.creationTimestamp"),
+)
+
+
+def reservation_columns(wide: bool = False) -> list[Column]:
+    return _visible(_RESERVATION_COLUMNS, wide)
+
+
+def reservation_row(r: Reservation, h: Hypervisor | None, now: datetime, wide: bool = False) -> list[str]:
+    """The cells of `reservation_columns(wide)`; `h` is the reservation's host
+    (None when it is not known), from which the phase is derived."""
+    return [
+        r.name,
+        r.spec.hypervisor,
+        r.spec.consumer,
+        _pairs(r.spec.resources, human),
+        cap.reservation_phase(r, h, now),
+        r.spec.expires_at.isoformat() if r.spec.expires_at else "-",
+        age(r.metadata.creation_timestamp, now),
+    ]
+
+
+# -- one host's capacity (`describe hypervisor`) ------------------------------------------------
+
+_CAPACITY_DETAIL_COLUMNS = (
+    Column("RESOURCE"),
+    Column("CAPACITY", description="status.capacity (what libvirt shows)"),
+    Column("EXTRA", description="spec.extraCapacity (what libvirt cannot see)"),
+    Column("RESERVED", description="spec.reserved"),
+    Column("OVERCOMMIT", "number", "ratio (1 where none is given)"),
+    Column("EFFECTIVE", description="floor((capacity + extra − reserved) × overcommit)"),
+    Column("ALLOCATED", description="status.allocation"),
+    Column("FREE", description="effective − allocated − held by reservations"),
+    Column("MAX UNIT", description="largest single request: capacity + extra − reserved"),
+)
+
+
+def capacity_detail_columns() -> list[Column]:
+    return list(_CAPACITY_DETAIL_COLUMNS)
+
+
+def capacity_detail_rows(
+    h: Hypervisor, reservations: Iterable[Reservation], now: datetime
+) -> list[list[str]]:
+    """Per resource of `h`, the cells of `capacity_detail_columns()`."""
+    eff = cap.hypervisor_effective_capacity(h)
+    free = cap.free_capacity(h, reservations, now)
+    mx = cap.max_unit(h)
+    names = sorted(set(h.status.capacity) | set(h.spec.extra_capacity) | set(eff), key=str)
+    rows = []
+    for r in names:
+        ratio = h.spec.overcommit.get(r)
+        rows.append([
+            str(r),
+            human(r, h.status.capacity.get(r)),
+            human(r, h.spec.extra_capacity.get(r)) if r in h.spec.extra_capacity else "-",
+            human(r, h.spec.reserved.get(r)) if r in h.spec.reserved else "-",
+            f"{ratio:g}" if ratio is not None else "1",
+            human(r, eff.get(r)),
+            human(r, h.status.allocation.get(r, Quantity(0))),
+            human(r, free.get(r)),
+            human(r, mx.get(r)),
+        ])
+    return rows
+
+
+# -- the fleet's capacity (`capacity`) ----------------------------------------------------------
+
+FreeLevel = Literal["ok", "low", "overcommitted"]
+
+
+def free_level(free: Quantity | None, effective: Quantity | None) -> FreeLevel:
+    """`overcommitted` below 0 (more is used than spec allows), `low` under
+    LOW_FREE of effective, `ok` otherwise."""
+    if free is None:
+        return "ok"
+    if free < 0:
+        return "overcommitted"
+    if effective is not None and effective > 0 and free.value < effective.value * LOW_FREE:
+        return "low"
+    return "ok"
+
+
+@dataclass(frozen=True)
+class HostCapacity:
+    name: str
+    readiness: Readiness | None  # None for the total
+    effective: ResourceList
+    allocation: ResourceList
+    free: ResourceList
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.readiness is not None:
+            out["ready"] = self.readiness.ready
+            out["readiness"] = self.readiness.to_dict()
+        out.update(effective=_strs(self.effective), allocation=_strs(self.allocation), free=_strs(self.free))
+        return out
+
+
+@dataclass(frozen=True)
+class FleetCapacity:
+    hosts: list[HostCapacity]
+    total: HostCapacity
+
+    @property
+    def resources(self) -> list[ResourceName]:
+        """Every resource any host has effective capacity of; cpu and memory first."""
+        found = {r for x in self.hosts for r in x.effective} | {CPU, MEMORY}
+        return sorted(found, key=lambda r: (r not in (CPU, MEMORY), str(r)))
+
+    def to_dict(self) -> dict[str, Any]:
+        total = self.total.to_dict()
+        del total["name"]
+        return {"hosts": [x.to_dict() for x in self.hosts], "total": total}
+
+
+def host_capacity(
+    h: Hypervisor,
+    reservations: Iterable[Reservation],
+    now: datetime,
+    lease_live: bool | None = None,
+    staleness: timedelta = DEFAULT_STALENESS,
+) -> HostCapacity:
+    return HostCapacity(
+        name=h.name,
+        readiness=readiness(h, now, lease_live, staleness),
+        effective=cap.hypervisor_effective_capacity(h),
+        allocation=dict(h.status.allocation),
+        free=cap.free_capacity(h, reservations, now),
+    )
+
+
+def fleet_summary(
+    hosts: Iterable[Hypervisor],
+    reservations: Iterable[Reservation],
+    liveness: Mapping[str, bool],
+    now: datetime,
+    staleness: timedelta = DEFAULT_STALENESS,
+) -> FleetCapacity:
+    """Per host and in total: effective, allocated and free capacity, with each
+    host's readiness. `liveness` is `Store.agent_liveness()`."""
+    by_host: dict[str, list[Reservation]] = {}
+    for r in reservations:
+        by_host.setdefault(r.spec.hypervisor, []).append(r)
+    rows = [
+        host_capacity(h, by_host.get(h.name, []), now, liveness.get(h.name), staleness) for h in hosts
+    ]
+    total = HostCapacity(
+        name="TOTAL",
+        readiness=None,
+        effective=cap.add(x.effective for x in rows),
+        allocation=cap.add(x.allocation for x in rows),
+        free=cap.add(x.free for x in rows),
+    )
+    return FleetCapacity(rows, total)
+
+
+def fleet_capacity(
+    hosts: Iterable[Hypervisor],
+    reservations: Iterable[Reservation],
+    liveness: Mapping[str, bool],
+    now: datetime,
+    staleness: timedelta = DEFAULT_STALENESS,
+) -> dict[str, Any]:
+    """The `capacity -o json` document: `{"hosts": [...], "total": {...}}`."""
+    return fleet_summary(hosts, reservations, liveness, now, staleness).to_dict()
+
+
+@dataclass(frozen=True)
+class CapacityRow:
+    """One row of the `capacity` table: its cells, each cell's FreeLevel (for
+    colour), and whether it is the total."""
+
+    cells: list[str]
+    levels: list[FreeLevel]
+    total: bool = False
+
+
+def capacity_columns(summary: FleetCapacity) -> list[Column]:
+    rs = summary.resources
+    return (
+        [Column("HOST", format="name"), Column("READY", description="readiness")]
+        + [Column(f"{str(r).upper()} USED/EFFECTIVE") for r in rs]
+        + [Column(f"{str(r).upper()} FREE") for r in rs]
+    )
+
+
+def capacity_rows(summary: FleetCapacity) -> list[CapacityRow]:
+    """The cells of `capacity_columns(summary)`: one row per host, then the total."""
+    rs = summary.resources
+    out = []
+    for x in [*summary.hosts, summary.total]:
+        cells = [x.name, x.readiness.state if x.readiness is not None else ""]
+        levels: list[FreeLevel] = ["ok", "ok"]
+        for r in rs:
+            cells.append(_used_of(r, x.allocation.get(r), x.effective.get(r)))
+            levels.append("ok")
+        for r in rs:
+            level = free_level(x.free.get(r), x.effective.get(r))
+            text = human(r, x.free.get(r))
+            cells.append(f"{text} (overcommitted)" if level == "overcommitted" else text)
+            levels.append(level)
+        out.append(CapacityRow(cells, levels, total=x is summary.total))
+    return out

@@ -1,0 +1,260 @@
+"""Watching a key range of etcd over the JSON gateway's streaming HTTP.
+
+`watch_range` yields every event after a revision, in order, and resumes on
+the next endpoint from the last revision delivered when a stream breaks (a
+member dies, loses its leader, or the connection drops), so a consumer sees
+each event exactly once. Compacted history is Gone; an outage longer than the
+transport's `unavailable_after` is Unavailable (unless the watch has an idle
+timeout, which then ends it). `_WatchStream` is one stream, read by a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hvfleet.model.errors import Gone
+from hvfleet.model.hypervisor import Resource
+from hvfleet.store.base import EventType, WatchEvent
+from hvfleet.store.etcd_transport import EtcdTransport, KeyValue, b64
+
+# A watch with a timeout waits at least this long for etcd to send the history
+# it asked for (etcd syncs lagging watchers every 100 ms).
+CATCH_UP_GRACE_S = 0.5
+
+DecodeKv = Callable[[KeyValue], Resource]
+
+
+def watch_range(
+    transport: EtcdTransport,
+    start: str,
+    end: str,
+    since: int,
+    decode: DecodeKv,
+    *,
+    stop: threading.Event | None = None,
+    timeout: float | None = None,
+) -> Iterator[WatchEvent]:
+    """Events on keys in [start, end) with revision > since. With a `timeout`,
+    history up to the revision the watch was created at is delivered first:
+    until it has been, the idle timer is at least CATCH_UP_GRACE_S, as etcd
+    sends the history asynchronously."""
+    last = since
+    idle_base = time.monotonic()
+    created_at: int | None = None  # store revision when the current stream began
+    down_since: float | None = None
+    last_error = ""
+    tried = 0
+    endpoints = transport.endpoints
+
+    def stopped() -> bool:
+        return stop is not None and stop.is_set()
+
+    def idle_deadline() -> float | None:
+        if timeout is None:
+            return None
+        caught_up = created_at is not None and last >= created_at
+        return idle_base + (timeout if caught_up else max(timeout, CATCH_UP_GRACE_S))
+
+    def idle() -> bool:
+        deadline = idle_deadline()
+        return deadline is not None and time.monotonic() >= deadline
+
+    while not stopped() and not idle():
+        index = transport.current
+        endpoint = endpoints[index]
+        try:
+            stream = _WatchStream(endpoint, start, end, last + 1, transport.request_timeout)
+        except OSError as exc:
+            stream = None
+            last_error = f"{endpoint}: {exc}"
+        if stream is not None:
+            opened_at = time.monotonic()
+            # This stream starts after `floor`: nothing at or below it is new. (Not
+            # `last`: one atomic write's events share a revision.)
+            floor = last
+            try:
+                for msg in stream.messages(stopped, idle_deadline):
+                    if msg.get("created"):
+                        created_at = int(msg.get("header", {}).get("revision", 0))
+                        continue
+                    if msg.get("canceled"):
+                        compacted = int(msg.get("compact_revision", 0))
+                        if compacted:
+                            raise Gone(
+                                f"watch: revision {last} was compacted (history starts at "
+                                f"{compacted}); list again and watch from the list's revision"
+                            )
+                        last_error = f"{endpoint}: {msg.get('cancel_reason', 'watch canceled')}"
+                        break
+                    # etcd never splits one revision's events over two messages.
+                    raw = msg.get("events", [])
+                    for i, ev in enumerate(raw):
+                        following = raw[i + 1]["kv"] if i + 1 < len(raw) else None
+                        event = _event(ev, decode, following)
+                        if event.revision <= floor:
+                            continue  # already delivered before a reconnect
+                        last = event.revision
+                        idle_base = time.monotonic()
+                        down_since, tried = None, 0
+                        yield event
+                else:
+                    if stream.error is None:
+                        return  # stopped or idle timeout
+                    last_error = f"{endpoint}: {stream.error}"
+            finally:
+                stream.close()
+        if stopped():
+            return
+        # The stream broke: another endpoint, from the last revision delivered.
+        # A stream that was up for a while starts a new outage; one that breaks
+        # right after it was created (e.g. "no leader") continues the old one.
+        now = time.monotonic()
+        if stream is not None and now - opened_at > transport.unavailable_after:
+            down_since, tried = None, 0
+        if down_since is None:
+            down_since = now
+        elif timeout is None and time.monotonic() - down_since > transport.unavailable_after:
+            raise transport.unavailable(f"watch from revision {last}", last_error)
+        transport.move_on(index)
+        tried += 1
+        if tried % len(endpoints) == 0:
+            pause = min(0.05 * 2 ** (tried // len(endpoints)), 1.0)
+            if stop is not None:
+                stop.wait(pause)
+            else:
+                time.sleep(pause)
+
+
+def _event(ev: dict[str, Any], decode: DecodeKv, following: dict[str, Any] | None) -> WatchEvent:
+    kv = KeyValue.from_json(ev["kv"])
+    last_of_revision = (
+        following is None or int(following.get("mod_revision", 0)) != kv.mod_revision
+    )
+    etype: EventType
+    if ev.get("type") == "DELETE":
+        # A delete carries no value: the object is the last one stored (prev_kv).
+        etype = "DELETED"
+        prev = KeyValue.from_json(ev["prev_kv"])
+        obj = decode(KeyValue(kv.key, prev.value, kv.mod_revision, prev.create_revision, 0))
+    else:
+        etype = "ADDED" if kv.version == 1 else "MODIFIED"
+        obj = decode(kv)
+    return WatchEvent(
+        type=etype, object=obj, revision=kv.mod_revision, last_of_revision=last_of_revision
+    )
+
+
+class _WatchStream:
+    """One etcd watch over the gateway's streaming HTTP, read by a thread.
+
+    The reader thread turns each newline-delimited JSON message into a queue
+    item, so the consumer can wait with a timeout and stop at any time; closing
+    shuts the socket down, which ends the reader's blocking read."""
+
+    def __init__(
+        self, endpoint: str, key: str, range_end: str, start_revision: int, timeout: float
+    ) -> None:
+        host, _, port = endpoint.rpartition(":")
+        self.error: str | None = None
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        body = json.dumps(
+            {
+                "create_request": {
+                    "key": b64(key),
+                    "range_end": b64(range_end),
+                    "start_revision": start_revision,
+                    "prev_kv": True,
+                }
+            }
+        )
+        try:
+            # "hasleader": etcd cancels the watch if this member loses its leader
+            # (a partitioned member would otherwise go silent, not fail).
+            self._conn.request(
+                "POST",
+                "/v3/watch",
+                body=body,
+                headers={"Content-Type": "application/json", "Grpc-Metadata-hasleader": "true"},
+            )
+            self._response = self._conn.getresponse()
+            if self._response.status != 200:
+                detail = self._response.read(2000).decode(errors="replace")
+                with contextlib.suppress(ValueError, AttributeError):
+                    answer = json.loads(detail)
+                    detail = str(answer.get("message") or answer.get("error") or detail)
+                raise OSError(f"watch answered HTTP {self._response.status}: {detail.strip()[:200]}")
+            sock = self._conn.sock
+            if sock is not None:
+                sock.settimeout(None)  # the reader blocks; close() unblocks it
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                if hasattr(socket, "TCP_KEEPIDLE"):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 5)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 2)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+        except (OSError, http.client.HTTPException) as exc:
+            self._conn.close()
+            raise OSError(str(exc) or type(exc).__name__) from None
+        self._thread = threading.Thread(
+            target=self._read, name=f"etcd-watch-{endpoint}", daemon=True
+        )
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                line = self._response.readline()
+                if not line:
+                    self.error = "watch stream closed"
+                    break
+                if not line.strip():
+                    continue
+                msg = json.loads(line)
+                if "error" in msg:
+                    err = msg["error"]
+                    self.error = str(err.get("message", err) if isinstance(err, dict) else err)
+                    break
+                self._queue.put(msg.get("result", {}))
+        except Exception as exc:  # close() from another thread can surface as any error here
+            self.error = str(exc) or type(exc).__name__
+        finally:
+            self._queue.put(None)
+
+    def messages(
+        self, stopped: Callable[[], bool], deadline: Callable[[], float | None]
+    ) -> Iterator[dict[str, Any]]:
+        """Messages until the stream ends (then `error` says why), `stopped()` or the
+        idle deadline passes (then `error` is None)."""
+        while not stopped():
+            wait = 0.1
+            idle_deadline = deadline()
+            if idle_deadline is not None:
+                left = idle_deadline - time.monotonic()
+                if left <= 0:
+                    return
+                wait = min(wait, left)
+            try:
+                msg = self._queue.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if msg is None:
+                if self.error is None:
+                    self.error = "watch stream closed"
+                return
+            yield msg
+
+    def close(self) -> None:
+        sock = self._conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self._conn.close()
+        self._thread.join(timeout=2)
