@@ -381,8 +381,8 @@ def test_two_replicas_over_one_etcd_share_tokens_and_a_revoke(
     url = etcd_session.url(prefix=f"/auth-{uuid.uuid4().hex[:12]}")
     tokens = role_tokens(url)
     replicas = [start_server(tmp_path / f"r{i}", url, tokens) for i in (1, 2)]
+    sessions = [r.session(tokens["operator"]) for r in replicas]
     try:
-        sessions = [r.session(tokens["operator"]) for r in replicas]
         created = sessions[0].post(replicas[0].url + f"{GV}/hypervisors", json={
             "apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "metadata": {"name": "hv1"}},
             timeout=30)
@@ -407,6 +407,8 @@ def test_two_replicas_over_one_etcd_share_tokens_and_a_revoke(
         for r in replicas:
             assert r.session(tokens["viewer"]).get(r.url + f"{GV}/hypervisors", timeout=30).status_code == 200
     finally:
+        for session in sessions:
+            session.close()  # so the servers need not wait out the TLS goodbye on stop
         for r in replicas:
             stop_server(r)
 
@@ -464,3 +466,65 @@ def test_plain_http_is_served_on_loopback_when_asked_for(tmp_path: Path) -> None
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+# -- tokens over the API (admins only) ---------------------------------------------------------------
+
+def test_an_admin_issues_revokes_and_deletes_tokens_over_the_api(
+    server: Server, store: Store, tmp_path: Path
+) -> None:
+    admin = server.session(server.tokens["admin"])
+    base = server.url + f"{GV}/accesstokens"
+    r = admin.post(base, json={"role": "agent", "hypervisor": "hv7", "ttl": "1h"}, timeout=30)
+    assert r.status_code == 201, r.text
+    doc = r.json()
+    text, token_id = doc["status"]["token"], doc["metadata"]["name"]
+    assert doc["spec"]["subject"] == "agent/hv7" and doc["spec"]["role"] == "agent"
+    agent = server.session(text)
+    own = agent.get(server.url + f"{GV}/hypervisors", params={"fieldSelector": "metadata.name=hv7"},
+                    timeout=30)
+    assert own.status_code == 200
+    listed = admin.get(base, timeout=30).json()
+    assert token_id in [t["metadata"]["name"] for t in listed["items"]]
+    assert text.rsplit("_", 1)[-1] not in json.dumps(listed)
+    assert admin.get(f"{base}/{token_id}", timeout=30).json()["spec"]["revoked"] is False
+    r = admin.post(f"{base}/{token_id}/revoke", timeout=30)
+    assert r.status_code == 200 and r.json()["spec"]["revoked"] is True
+    deadline = time.monotonic() + 2.0
+    while agent.get(server.url + f"{GV}/hypervisors", params={"fieldSelector": "metadata.name=hv7"},
+                    timeout=30).status_code != 401:
+        assert time.monotonic() < deadline, "a token revoked over the API still works"
+        time.sleep(0.05)
+    assert admin.delete(f"{base}/{token_id}", timeout=30).status_code == 200
+    assert admin.get(f"{base}/{token_id}", timeout=30).status_code == 404
+    assert admin.post(base, json={"role": "agent"}, timeout=30).status_code == 422
+    assert admin.post(base, json={"role": "viewer", "owner": "x"}, timeout=30).status_code in (400, 422)
+    audit = server.audit_log.read_text()
+    assert text not in audit and text.rsplit("_", 1)[-1] not in audit
+    # kubectl reaches it too, as a raw path (it is not in discovery).
+    body = tmp_path / "request.json"
+    body.write_text(json.dumps({"role": "viewer", "name": "dashboard", "ttl": "12h"}))
+    config = kubeconfig_for(server, server.tokens["admin"], tmp_path / "admin.yaml")
+    out = kubectl(config, "create", "--raw", f"{GV}/accesstokens", "-f", str(body))
+    assert out.returncode == 0, out.stderr
+    viewer_text = json.loads(out.stdout)["status"]["token"]
+    assert server.session(viewer_text).get(server.url + f"{GV}/hypervisors", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "scheduler", "agent"])
+def test_only_admins_reach_tokens_and_a_refusal_writes_nothing(
+    server: Server, store: Store, role: Role
+) -> None:
+    s = server.session(server.tokens[role])
+    base = server.url + f"{GV}/accesstokens"
+    token_id = server.tokens["viewer"].split("_")[1]
+    before = snapshot(store)
+    for method, path, kw in (
+        ("GET", base, {}), ("POST", base, {"json": {"role": "admin"}}),
+        ("GET", f"{base}/{token_id}", {}), ("GET", f"{base}/0123456789abcdef", {}),
+        ("POST", f"{base}/{token_id}/revoke", {}), ("DELETE", f"{base}/{token_id}", {}),
+    ):
+        r = s.request(method, path, timeout=30, **kw)
+        assert r.status_code == 403, (method, path, r.status_code, r.text)
+        assert r.json()["reason"] == "Forbidden"
+    assert snapshot(store) == before

@@ -26,6 +26,7 @@ from hvfleet.server.tls import ServingFiles, ensure_serving_certificate, given_c
 from hvfleet.store import open_store
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
+GRACEFUL_SHUTDOWN_S = 5
 
 
 def default_data_dir() -> Path:
@@ -131,6 +132,9 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
             log_level="warning",
             access_log=False,
             timeout_keep_alive=30,
+            # On SIGTERM, in-flight requests get this long; then open streams (watches,
+            # TLS connections whose client never says goodbye) are closed, not waited on.
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             # The server's own line above is the address; uvicorn's would say :0.
             server_header=False,
         )
