@@ -1,5 +1,6 @@
 """The real `hvfleet agent` process on a test-driver node file: clean exit on
-SIGTERM/SIGINT within 2 s, Prometheus metrics, spec watch, heartbeats."""
+SIGTERM/SIGINT within 2 s, Prometheus metrics, spec watch, the liveness Lease
+and status heartbeats."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hvfleet.store import open_store
+from hvfleet.model.lease import Lease
+from hvfleet.store import Store, open_store
 
 from .conftest import GI, fleet_uri, free_port, hvfleet, scrape, start_agent, wait_for
 
@@ -74,21 +76,50 @@ def test_metrics_and_spec_watch_of_a_running_agent(tmp_path: Path) -> None:
     assert rc == 0, err
 
 
-def test_idle_agent_writes_only_heartbeats_once_per_resync(tmp_path: Path) -> None:
+def _status_writes(store: Store, name: str, since: int) -> int:
+    return len(list(store.watch("Hypervisor", since=since, name=name, timeout=0.3)))
+
+
+def test_idle_agent_renews_its_lease_and_leaves_its_status_alone(tmp_path: Path) -> None:
     db = tmp_path / "hv.db"
     agent = start_agent("--connect", fleet_uri("lab-01"), "--store", f"sqlite:///{db}",
-                        "--resync", "1s")
+                        "--resync", "1s", "--lease-ttl", "3s")
+    try:
+        with open_store(f"sqlite:///{db}") as store:
+            _, first = wait_for(store, "lab-01", lambda h: bool(h.status.capacity), 20)
+            rv = int(first.metadata.resource_version or 0)
+            lease = store.get("Lease", "lab-01")
+            time.sleep(2.6)
+            renewed = store.get("Lease", "lab-01")
+            writes = _status_writes(store, "lab-01", rv)
+            live = store.agent_liveness()
+    finally:
+        rc, _, err = stop(agent, signal.SIGTERM)
+    assert rc == 0, err
+    # Two or three full resyncs found nothing new: no status write at all ...
+    assert writes == 0
+    # ... while the Lease was renewed every second (ttl 3 s / 3).
+    assert isinstance(lease, Lease) and isinstance(renewed, Lease)
+    assert 2 <= renewed.metadata.generation - lease.metadata.generation <= 3
+    assert renewed.spec.holder_identity == "agent/lab-01"
+    assert live == {"lab-01": True}
+
+
+def test_idle_agent_rewrites_its_status_once_per_status_resync(tmp_path: Path) -> None:
+    db = tmp_path / "hv.db"
+    agent = start_agent("--connect", fleet_uri("lab-01"), "--store", f"sqlite:///{db}",
+                        "--resync", "1s", "--status-resync", "1s")
     try:
         with open_store(f"sqlite:///{db}") as store:
             _, first = wait_for(store, "lab-01", lambda h: bool(h.status.capacity), 20)
             rv = int(first.metadata.resource_version or 0)
             time.sleep(2.6)
             h = store.get_hypervisor("lab-01")
+            writes = _status_writes(store, "lab-01", rv)
     finally:
         rc, _, err = stop(agent, signal.SIGTERM)
     assert rc == 0, err
-    writes = int(h.metadata.resource_version or 0) - rv
-    # nothing changed: one heartbeat per 1 s resync (2 or 3 in 2.6 s), never more
+    # nothing changed: one heartbeat per 1 s status resync (2 or 3 in 2.6 s), never more
     assert 2 <= writes <= 3
     assert h.status.last_heartbeat_time is not None
     assert first.status.last_heartbeat_time is not None

@@ -205,7 +205,7 @@ def test_apply_removes_fields_the_applier_dropped_but_keeps_others(
 
 def test_crd_is_structural(run: Run) -> None:
     docs = list(yaml.safe_load_all(run("crd").out))
-    assert [d["spec"]["names"]["kind"] for d in docs] == ["Hypervisor", "Reservation"]
+    assert [d["spec"]["names"]["kind"] for d in docs] == ["Hypervisor", "Reservation", "Lease"]
 
     def check(node: object, path: str) -> None:
         assert isinstance(node, dict), path
@@ -221,7 +221,9 @@ def test_crd_is_structural(run: Run) -> None:
 
     for d in docs:
         version = d["spec"]["versions"][0]
-        assert version["subresources"] == {"status": {}}
+        # A Lease has no status, as coordination.k8s.io's has none.
+        want = {} if d["spec"]["names"]["kind"] == "Lease" else {"status": {}}
+        assert version["subresources"] == want
         check(version["schema"]["openAPIV3Schema"], d["spec"]["names"]["kind"])
 
 
@@ -235,3 +237,25 @@ def test_apply_cannot_create_a_reservation_around_the_capacity_check(
     assert r.code == 2
     assert "hvfleet reserve" in r.err
     assert run("get", "reservations", "-o", "json").out.count('"name"') == 0
+
+
+def test_get_leases_and_ready_follow_the_agents_lease(
+    run: Run, fleet: str, db_url: str, tmp_path: Path
+) -> None:
+    with open_store(db_url) as s:
+        s.keepalive("node-a1", 30)
+        s.keepalive("node-b1", 1)
+        s.release("node-b1")
+    out = run("get", "leases").out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:] if line.strip()}
+    assert rows["node-a1"][1:3] == ["agent/node-a1", "True"]
+    assert rows["node-b1"][1:3] == ["-", "False"]
+    hv = {line.split()[0]: line.split()[1] for line in run("get", "hypervisors").out.splitlines()[1:]
+          if line.strip()}
+    assert hv["node-b1"] == "NotReady"  # released: whatever its status says
+    # Nobody but the host's agent writes its Lease, through apply either.
+    path = tmp_path / "lease.yaml"
+    path.write_text("apiVersion: hvfleet.io/v1\nkind: Lease\n"
+                    "metadata: {name: node-a1}\nspec: {holderIdentity: agent/node-a1}\n")
+    r = run("apply", "-f", str(path))
+    assert r.code != 0 and "written only by 'agent/node-a1'" in r.err, r

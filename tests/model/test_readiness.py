@@ -45,9 +45,12 @@ TABLE = [
     (None, "True", EDGE, "", "Ready", "Reconciled"),
     # The bug: Ready=True with a 2-hour-old heartbeat is Stale, not Ready.
     (None, "True", TWO_HOURS, "", "Stale", "HeartbeatStale"),
-    (True, "True", TWO_HOURS, "", "Stale", "HeartbeatStale"),
     (None, "True", OLD, "", "Stale", "HeartbeatStale"),
     (None, "True", None, "", "Stale", "NoHeartbeat"),
+    # A live lease is the agent's heartbeat (status is rewritten only on change).
+    (True, "True", TWO_HOURS, "", "Ready", "Reconciled"),
+    (True, "True", None, "", "Ready", "Reconciled"),
+    (True, "False", FRESH, "", "NotReady", "Reconciled"),
     # An expired lease wins over everything the stored status says.
     (False, "True", FRESH, "", "NotReady", "AgentLeaseExpired"),
     (False, "True", TWO_HOURS, "drain", "NotReady", "AgentLeaseExpired"),
@@ -94,7 +97,8 @@ COMBOS = list(itertools.product(LIVES, CONDS, BEATS, MAINTENANCES))
 
 def test_ready_exactly_when_every_input_allows_it() -> None:
     for live, cond, beat, maint in COMBOS:
-        expected = live is not False and cond == "True" and beat is not None and beat >= EDGE and not maint
+        fresh = live is True or (beat is not None and beat >= EDGE)
+        expected = live is not False and cond == "True" and fresh and not maint
         assert readiness(hv(cond, beat, maint), NOW, live).ready is expected, (live, cond, beat, maint)
 
 

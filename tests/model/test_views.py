@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hvfleet.model import Condition, Hypervisor, Quantity, Reservation, views
+from hvfleet.model import Condition, Hypervisor, Quantity, Reservation, ResourceName, views
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -26,16 +26,17 @@ def hv(name: str, **spec: Any) -> Hypervisor:
 
 def test_hypervisor_columns_and_row() -> None:
     assert [c.name for c in views.hypervisor_columns()] == [
-        "NAME", "READY", "CPU", "MEMORY", "INSTANCES", "MAINTENANCE", "AGE"]
+        "NAME", "READY", "CPU", "MEMORY", "INSTANCES", "MAINTENANCE", "SYNCED", "AGE"]
     wide = views.hypervisor_columns(wide=True)
-    assert [c.name for c in wide][7:] == ["OVERCOMMIT", "RESERVED", "LABELS"]
-    assert [c.priority for c in wide] == [0] * 7 + [1] * 3
+    assert [c.name for c in wide][8:] == ["OVERCOMMIT", "RESERVED", "LABELS"]
+    assert [c.priority for c in wide] == [0] * 8 + [1] * 3
     assert wide[0].to_dict() == {"name": "NAME", "type": "string", "format": "name",
                                  "description": "metadata.name", "priority": 0}
     h = hv("a", overcommit={"cpu": 4}, reserved={"memory": "4Gi"})
-    assert views.hypervisor_row(h, NOW) == ["a", "Ready", "10/64", "20Gi/60Gi", "1", "-", "5h"]
+    # Never observed by an agent (no observedGeneration): SYNCED Unknown.
+    assert views.hypervisor_row(h, NOW) == ["a", "Ready", "10/64", "20Gi/60Gi", "1", "-", "Unknown", "5h"]
     assert views.hypervisor_row(h, NOW, lease_live=False, wide=True) == [
-        "a", "NotReady", "10/64", "20Gi/60Gi", "1", "-", "5h", "cpu=4", "memory=4Gi", "az=a"]
+        "a", "NotReady", "10/64", "20Gi/60Gi", "1", "-", "Unknown", "5h", "cpu=4", "memory=4Gi", "az=a"]
 
 
 def test_fleet_capacity_document_and_rows() -> None:
@@ -57,13 +58,14 @@ def test_fleet_capacity_document_and_rows() -> None:
     }
     summary = views.fleet_summary([a, b], [res], {}, NOW)
     assert [c.name for c in views.capacity_columns(summary)] == [
-        "HOST", "READY", "CPU USED/EFFECTIVE", "MEMORY USED/EFFECTIVE", "VGPU USED/EFFECTIVE",
+        "HOST", "READY", "SYNCED", "CPU USED/EFFECTIVE", "MEMORY USED/EFFECTIVE", "VGPU USED/EFFECTIVE",
         "CPU FREE", "MEMORY FREE", "VGPU FREE"]
     rows = views.capacity_rows(summary)
-    assert rows[0].cells == ["a", "Ready", "10/8", "20Gi/64Gi", "0/-", "-2 (overcommitted)", "44Gi", "-"]
-    assert rows[0].levels[5] == "overcommitted"
-    assert rows[1].cells[6] == "4Gi" and rows[1].levels[6] == "low"  # 4Gi < 10% of 64Gi
-    assert rows[2].total and rows[2].cells[:2] == ["TOTAL", ""]
+    assert rows[0].cells == [
+        "a", "Ready", "Unknown", "10/8", "20Gi/64Gi", "0/-", "-2 (overcommitted)", "44Gi", "-"]
+    assert rows[0].levels[6] == "overcommitted"
+    assert rows[1].cells[7] == "4Gi" and rows[1].levels[7] == "low"  # 4Gi < 10% of 64Gi
+    assert rows[2].total and rows[2].cells[:3] == ["TOTAL", "", ""]
 
 
 def test_free_level_and_human() -> None:
@@ -76,3 +78,23 @@ def test_free_level_and_human() -> None:
     assert views.human("cpu", None) == "-"
     assert views.age(NOW - timedelta(days=2, hours=3), NOW) == "2d"
     assert views.age(NOW + timedelta(seconds=3), NOW) == "0s"
+
+
+def test_spec_sync_says_when_status_effective_capacity_lags() -> None:
+    h = hv("a", overcommit={"cpu": 1})
+    assert views.spec_sync(h).state == "Unknown"
+    meta = h.metadata.model_copy(update={"generation": 3})
+    lagging = h.model_copy(update={
+        "metadata": meta,
+        "status": h.status.model_copy(update={
+            "observed_generation": 2, "effective_capacity": {ResourceName("cpu"): Quantity(64)}}),
+    })
+    got = views.spec_sync(lagging)
+    assert (got.state, got.pending, got.generation, got.observed_generation) == ("False", True, 3, 2)
+    assert got.message.startswith("spec generation 3 not yet observed by the agent (it saw 2)")
+    assert "cpu=64" in got.message
+    assert views.hypervisor_row(lagging, NOW)[6] == "False"
+    assert views.fleet_capacity([lagging], [], {}, NOW)["hosts"][0]["synced"] == got.to_dict()
+    status = lagging.status.model_copy(update={"observed_generation": 3})
+    observed = lagging.model_copy(update={"status": status})
+    assert views.spec_sync(observed).state == "True"

@@ -243,6 +243,8 @@ def fleets(draw: st.DrawFn) -> tuple[list, list, Request, dict[str, bool]]:  # t
                 annotations=ann,
                 ready=draw(st.sampled_from(["True", "True", "True", "False"])),
                 maintenance=draw(st.sampled_from(["", "", "", "drain"])),
+                extra={"VGPU": draw(st.integers(0, 4))},
+                instances=[f"vm-{i}-0", f"vm-{i}-2"],
             )
         )
         lease = draw(st.sampled_from([None, None, True, False]))  # None: no lease information
@@ -253,8 +255,11 @@ def fleets(draw: st.DrawFn) -> tuple[list, list, Request, dict[str, bool]]:  # t
                 reservation(
                     f"r{i}-{j}",
                     f"h{i:02d}",
-                    {"cpu": draw(st.integers(1, 8))},
-                    phase=draw(st.sampled_from(["Active", "Pending", "Released"])),
+                    # Some with a VGPU, whose instance may run (vm-I-0, vm-I-2): a
+                    # Confirmed claim keeps holding what libvirt cannot see.
+                    {"cpu": draw(st.integers(1, 8)), **({"VGPU": 1} if draw(st.booleans()) else {})},
+                    consumer=f"vm-{i}-{j}",
+                    phase=draw(st.sampled_from(["Active", "Pending", "Released", "Confirmed"])),
                     expires_in=draw(st.sampled_from([None, timedelta(0), timedelta(hours=1)])),
                 )
             )

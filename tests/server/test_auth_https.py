@@ -134,7 +134,9 @@ def store(server: Server) -> Iterator[Store]:
 
 
 def reset_fleet(s: Store) -> None:
-    """hv1 and hv2 with fresh agent status, and reservation r1 on hv1."""
+    """hv1 and hv2 with fresh agent status and live Leases, and reservation r1 on hv1."""
+    for lease in s.list("Lease").items:
+        s.delete("Lease", lease.metadata.name)
     for r in s.list_reservations():
         s.delete("Reservation", r.name)
     for h in s.list_hypervisors():
@@ -146,12 +148,13 @@ def reset_fleet(s: Store) -> None:
         status = hv.status.model_copy(update={"capacity": {"cpu": 16, "memory": "64Gi"},
                                               "last_heartbeat_time": now})
         s.update(hv.model_copy(update={"status": status}), agent_manager(name))
+        s.keepalive(name, 60)
     s.create(Reservation.model_validate({"metadata": {"name": "r1"}, "spec": {
         "hypervisor": "hv1", "resources": {"cpu": 1}, "consumer": "vm-1"}}), SETUP)
 
 
 def snapshot(s: Store) -> tuple[int, list[dict[str, Any]]]:
-    objs = [o.to_dict() for kind in ("Hypervisor", "Reservation", "AccessToken")
+    objs = [o.to_dict() for kind in ("Hypervisor", "Reservation", "Lease", "AccessToken")
             for o in s.list(kind).items]
     return s.revision(), objs
 
@@ -169,7 +172,7 @@ def request_for(s: Store, verb: Verb, key: str, name: str) -> tuple[str, str, di
         return "POST", f"{GV}/{plural}", {"json": body}
     if plural == "release":
         return "POST", f"{GV}/reservations/r1/release", {}
-    obj_name = name if plural == "hypervisors" else "r1"
+    obj_name = "r1" if plural == "reservations" else name
     path = f"{GV}/{plural}/{obj_name}" + (f"/{sub}" if sub else "")
     if verb == "get":
         return "GET", path, {}
@@ -181,15 +184,17 @@ def request_for(s: Store, verb: Verb, key: str, name: str) -> tuple[str, str, di
     if verb == "delete":
         return "DELETE", path, {}
     if verb == "create":
-        if plural == "hypervisors":
-            doc: dict[str, Any] = {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
+        if plural in ("hypervisors", "leases"):
+            doc: dict[str, Any] = {"apiVersion": "hvfleet.io/v1",
+                                   "kind": "Hypervisor" if plural == "hypervisors" else "Lease",
                                    "metadata": {"name": name}}
         else:
             doc = {"apiVersion": "hvfleet.io/v1", "kind": "Reservation",
                    "metadata": {"name": f"r-new-{next(_counter)}"},
                    "spec": {"hypervisor": "hv1", "resources": {"cpu": 1}, "consumer": "vm-2"}}
         return "POST", f"{GV}/{plural}", {"json": doc}
-    current = s.get("Hypervisor" if plural == "hypervisors" else "Reservation", obj_name).to_dict()
+    kind = {"hypervisors": "Hypervisor", "reservations": "Reservation", "leases": "Lease"}[plural]
+    current = s.get(kind, obj_name).to_dict()
     if verb == "update":
         if sub:
             if plural == "hypervisors":
@@ -208,19 +213,20 @@ def request_for(s: Store, verb: Verb, key: str, name: str) -> tuple[str, str, di
                            "headers": {"Content-Type": "application/merge-patch+json"}}
 
 
-HTTP_KEYS = ("hypervisors", "hypervisors/status", "reservations", "reservations/status",
+HTTP_KEYS = ("hypervisors", "hypervisors/status", "reservations", "reservations/status", "leases",
              "fit", "release", "placement")
 # What HTTP has for each: a subresource is get/update/patch; an action endpoint is POST.
 HTTP_VERBS: dict[str, tuple[Verb, ...]] = {
     "hypervisors": ("get", "list", "watch", "create", "update", "patch", "delete"),
     "reservations": ("get", "list", "watch", "create", "update", "patch", "delete"),
+    "leases": ("get", "list", "watch", "create", "update", "patch", "delete"),
     "hypervisors/status": ("get", "update", "patch"),
     "reservations/status": ("get", "update", "patch"),
     "fit": ("create",), "release": ("create",), "placement": ("create",),
 }
 HTTP_CASES = [(role, verb, key, name) for role in ROLES for key in HTTP_KEYS
               for verb in HTTP_VERBS[key] for name in ("hv1", "hv2")
-              if name == "hv1" or key.startswith("hypervisors")]
+              if name == "hv1" or key.startswith(("hypervisors", "leases"))]
 
 
 def test_the_role_matrix_over_https_and_a_403_writes_nothing(server: Server, store: Store) -> None:

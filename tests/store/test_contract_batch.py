@@ -170,3 +170,19 @@ def test_apply_never_creates_a_reservation_around_the_claim(store: Store, make_h
     planned = plan_one(stored, docs[0], "scheduler")
     assert planned.action == "update"
     assert planned.object.metadata.resource_version == stored.metadata.resource_version
+
+
+def test_an_ownership_conflict_lists_every_field_and_owner(store: Store, make_hypervisor: MakeHv) -> None:
+    store.create(make_hypervisor("hv1"), "operator")
+
+    def two(h: Hypervisor) -> Hypervisor:
+        spec = h.spec.model_copy(update={"overcommit": {"cpu": 4.0, "memory": 1.5}})
+        return h.model_copy(update={"spec": spec})
+
+    store.update_hypervisor("hv1", two, "cortex")
+    docs = load_manifests("apiVersion: hvfleet.io/v1\nkind: Hypervisor\nmetadata: {name: hv1}\n"
+                          "spec: {overcommit: {cpu: 2, memory: 2}}\n", "m.yaml")
+    with pytest.raises(OwnershipConflict) as caught:
+        apply_manifests(store, docs, "operator")
+    assert caught.value.conflicts == [("spec.overcommit.cpu", "cortex"),
+                                      ("spec.overcommit.memory", "cortex")]

@@ -220,49 +220,6 @@ def test_watch_resumes_across_a_restart_without_loss_or_repeat(
         writer.close()
 
 
-@pytest.mark.timeout(60)
-def test_lease_keeps_a_host_live_and_expiry_drops_it_within_the_ttl(etcd: EtcdStore) -> None:
-    ttl = 2
-    assert etcd.refresh_lease("hv1", ttl) >= 1
-    etcd.keepalive("hv2", ttl)
-    assert etcd.live_leases() == {"hv1", "hv2"}
-    # Refreshing keeps hv1 live well past its TTL; hv2 stops refreshing.
-    t_last_hv2 = time.monotonic()
-    for _ in range(8):
-        time.sleep(0.5)
-        assert etcd.refresh_lease("hv1", ttl) >= 1
-    assert "hv1" in etcd.live_leases()
-    deadline = t_last_hv2 + ttl + 2.0  # etcd checks expiry every 500 ms
-    while "hv2" in etcd.live_leases():
-        assert time.monotonic() < deadline, "an expired lease still shows live"
-        time.sleep(0.1)
-    assert etcd.live_leases() == {"hv1"}
-    assert etcd.agent_liveness() == {"hv1": True, "hv2": False}
-    etcd.keepalive("hv2", ttl)  # the agent is back
-    assert etcd.agent_liveness() == {"hv1": True, "hv2": True}
-    etcd.release("hv2")
-    # After expiry the agent's next keepalive makes it live again.
-    etcd.release("hv1")
-    assert etcd.live_leases() == set()
-    etcd.keepalive("hv1", ttl)
-    assert etcd.live_leases() == {"hv1"}
-
-
-def test_lease_survives_a_new_store_object_of_the_same_agent(etcd: EtcdStore) -> None:
-    """A restarted agent (new process, new store) takes over its host's lease key."""
-    etcd.keepalive("hv1", 5)
-    other = EtcdStore(etcd.endpoints, etcd.prefix)
-    other.keepalive("hv1", 5)
-    assert etcd.live_leases() == {"hv1"}
-    other.release("hv1")
-    assert etcd.live_leases() == set()
-    # The first store's lease is still alive, but its key went with the other
-    # lease: the next keepalive notices and puts it back.
-    etcd.keepalive("hv1", 5)
-    assert etcd.live_leases() == {"hv1"}
-    other.close()
-
-
 def test_object_over_etcds_request_limit_is_invalid_input_naming_it(
     etcd: EtcdStore, make_hypervisor: MakeHv
 ) -> None:
@@ -271,3 +228,30 @@ def test_object_over_etcds_request_limit_is_invalid_input_naming_it(
         etcd.create(huge, "operator")
     with pytest.raises(NotFound):
         etcd.get("Hypervisor", "hv-huge")
+
+
+def test_a_batch_over_etcds_transaction_limit_is_too_large_and_writes_nothing(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    from hvfleet.model.errors import TooLarge
+    from hvfleet.store.base import Write
+
+    # etcd's --max-txn-ops is 128 by default: 129 puts cannot be one transaction.
+    batch = [Write("create", make_hypervisor(f"hv{i:03d}")) for i in range(129)]
+    with pytest.raises(TooLarge, match="max-txn-ops"):
+        etcd.write_all(batch, "operator")
+    assert etcd.list_hypervisors() == []
+    assert len(etcd.write_all(batch[:128], "operator")) == 128
+
+
+def test_one_batch_is_one_revision_and_a_watch_delivers_all_of_it(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    from hvfleet.store.base import Write
+
+    start = etcd.revision()
+    out = etcd.write_all([Write("create", make_hypervisor(f"hv{i}")) for i in range(3)], "op")
+    assert len({o.metadata.resource_version for o in out}) == 1
+    events = list(etcd.watch("Hypervisor", since=start, timeout=0.5))
+    assert [e.object.metadata.name for e in events] == ["hv0", "hv1", "hv2"]
+    assert [e.last_of_revision for e in events] == [False, False, True]

@@ -87,10 +87,14 @@ class AgentConfig:
     max_delay: float = 0.25
     backoff_initial: float = 0.25
     backoff_cap: float = 10.0
-    # Liveness lease (etcd; a no-op on SQLite): renewed every lease_ttl/3 seconds,
-    # so readers see the host NotReady at most lease_ttl seconds after the agent
-    # stops.
+    # The liveness Lease (hvfleet.model.lease, every backend): renewed every
+    # lease_ttl/3 seconds, so readers see the host NotReady at most lease_ttl
+    # seconds after the agent stops. 0: no Lease; the status heartbeat on every
+    # resync is then the only sign of life (as before leases).
     lease_ttl: int = 30
+    # With a Lease, an unchanged status is rewritten only this often (kubelet's
+    # nodeStatusReportFrequency is 5 minutes too): the Lease is the heartbeat.
+    status_resync: float = 300.0
 
 
 class Agent:
@@ -103,6 +107,10 @@ class Agent:
     ) -> None:
         if config.resync <= 0:
             raise InvalidInput(f"{config.resync} must be greater than 0", field="resync")
+        if config.lease_ttl < 0:
+            raise InvalidInput(f"{config.lease_ttl} must not be negative", field="lease_ttl")
+        if config.status_resync <= 0:
+            raise InvalidInput(f"{config.status_resync} must be greater than 0", field="status_resync")
         self.config = config
         self.store = store
         self.metrics = metrics
@@ -154,9 +162,16 @@ class Agent:
         """The status writer, once the Hypervisor's name is known (from --name at
         once, else from libvirt's answer): an outage at start is recorded too."""
         if self.writer is None and self.name is not None:
-            self.writer = StatusWriter(self.store, self.name, self.config.resync)
+            # With a Lease to prove liveness, an unchanged status waits for the slow
+            # status resync; without one, every resync carries the heartbeat.
+            every = self.config.status_resync if self.leasing else self.config.resync
+            self.writer = StatusWriter(self.store, self.name, every)
             if self.metrics is not None:
                 self.metrics.bind(self.name)
+
+    @property
+    def leasing(self) -> bool:
+        return self.config.lease_ttl > 0
 
     def _on_lifecycle(self, _uuid: str, _event: int, _detail: int) -> None:
         now = time.monotonic()
@@ -244,6 +259,7 @@ class Agent:
         next_resync = 0.0
         retry_write_at: float | None = None
         heartbeat_pending = False
+        next_status_resync = 0.0
         # Wakes the loop when stop is set, whatever it is waiting for.
         def wake_on_stop() -> None:
             stop.wait()
@@ -271,10 +287,11 @@ class Agent:
                             daemon=True,
                         )
                         watcher.start()
-                        threading.Thread(
-                            target=self._keep_lease, args=(stop,), name="agent-lease",
-                            daemon=True,
-                        ).start()
+                        if self.leasing:
+                            threading.Thread(
+                                target=self._keep_lease, args=(stop,), name="agent-lease",
+                                daemon=True,
+                            ).start()
                     if self.metrics is not None:
                         self.metrics.connected.labels(self.name).set(1)
 
@@ -302,8 +319,11 @@ class Agent:
                     if full or libvirt_dirty or self.facts is None:
                         self.observe(full=full or self.facts is None)
                         self._write_pending = True
-                        # the resync pass carries the heartbeat, changed or not
-                        heartbeat_pending = heartbeat_pending or full
+                        # A resync pass carries the heartbeat, changed or not: every
+                        # one without a Lease, one per status resync with a Lease.
+                        if full and (not self.leasing or now >= next_status_resync):
+                            heartbeat_pending = True
+                            next_status_resync = now + self.config.status_resync
                     elif spec_dirty:
                         self._write_pending = True
                 except Unavailable as exc:
@@ -401,8 +421,9 @@ class Agent:
     # -- liveness lease --------------------------------------------------------------------
 
     def _keep_lease(self, stop: threading.Event) -> None:
-        """Renew the liveness lease on its own thread, so neither a slow libvirt nor
-        a status-write backoff can let it lapse while the agent is alive."""
+        """Renew the liveness Lease on its own thread, so neither a slow libvirt nor
+        a status-write backoff can let it lapse while the agent is alive. It is a
+        small object of its own: an idle host does not rewrite its status."""
         assert self.name is not None
         every = max(self.config.lease_ttl / 3, 0.2)
         while not stop.is_set():

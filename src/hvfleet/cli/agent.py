@@ -1,7 +1,8 @@
 """`hvfleet agent`: run the node agent for one libvirt host.
 
     hvfleet agent --connect URI [--name NAME] [--store URL] [--once]
-                  [--resync 60s] [--count defined|running] [--metrics-addr HOST:PORT]
+                  [--resync 60s] [--lease-ttl 30s] [--status-resync 5m] [--count defined|running]
+                  [--metrics-addr HOST:PORT]
 
 `--once` reconciles one time and exits (1 if libvirt cannot be reached);
 otherwise the agent runs until SIGTERM or SIGINT and then exits cleanly.
@@ -13,6 +14,7 @@ generator), so a long-running agent on every host stays small in memory.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 import threading
@@ -72,6 +74,14 @@ def agent(
     ),
     once: bool = typer.Option(False, "--once", help="reconcile once, write status, exit"),
     resync: str = typer.Option("60s", "--resync", help="full resync period, e.g. 60s, 5m"),
+    lease_ttl: str = typer.Option(
+        "30s", "--lease-ttl", help="liveness Lease duration (renewed every third of it): "
+        "readers see the host NotReady this long after the agent stops",
+    ),
+    status_resync: str = typer.Option(
+        "5m", "--status-resync", help="rewrite an unchanged status this often (the liveness "
+        "Lease, renewed every few seconds, is the heartbeat in between)",
+    ),
     count: str = typer.Option(
         "defined", "--count", help="count defined domains (shut-off ones hold their place) "
         "or only running ones",
@@ -93,6 +103,8 @@ def agent(
         name=name,
         count=parse_count(count),
         resync=parse_duration(resync, field="resync", positive=True).total_seconds(),
+        lease_ttl=math.ceil(parse_duration(lease_ttl, field="lease_ttl", positive=True).total_seconds()),
+        status_resync=parse_duration(status_resync, field="status_resync", positive=True).total_seconds(),
     )
     url = store_url(store)
     metrics = AgentMetrics(name or "")

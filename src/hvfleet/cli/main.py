@@ -53,6 +53,8 @@ FLAGS = {
     "ttl": "--ttl",
     "staleness": "--staleness",
     "resync": "--resync",
+    "lease_ttl": "--lease-ttl",
+    "status_resync": "--status-resync",
     "name": "--name",
     "metrics_addr": "--metrics-addr",
     "vcpus": "--vcpus",

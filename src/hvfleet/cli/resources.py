@@ -31,8 +31,8 @@ from hvfleet.model import views
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import validation_message
-from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
@@ -52,7 +52,7 @@ app.add_typer(extra_app, name="extra-capacity")
 
 @app.command("get")
 def get(
-    kind: Annotated[str, typer.Argument(help="hypervisors | reservations")],
+    kind: Annotated[str, typer.Argument(help="hypervisors | reservations | leases")],
     name: Annotated[str | None, typer.Argument(help="One object by name.")] = None,
     selector: SelectorOpt = None,
     output: OutputOpt = OutputFormat.table,
@@ -73,6 +73,9 @@ def get(
         cols = views.hypervisor_columns(wide)
         rows = [views.hypervisor_row(o, now, liveness.get(o.name), wide)
                 for o in objs if isinstance(o, Hypervisor)]
+    elif k == "Lease":
+        cols = views.lease_columns(wide)
+        rows = [views.lease_row(o, now, wide) for o in objs if isinstance(o, Lease)]
     else:
         cols = views.reservation_columns(wide)
         rows = [views.reservation_row(o, hosts.get(o.spec.hypervisor), now, wide)
@@ -106,6 +109,8 @@ def describe(
     console.print(f"[bold]Created:[/bold]     {m.creation_timestamp}  (generation {m.generation}, "
                   f"observed {h.status.observed_generation})")
     console.print(f"[bold]Readiness:[/bold]   {state.state} ({state.reason}): {state.message}")
+    synced = views.spec_sync(h)
+    console.print(f"[bold]Spec synced:[/bold] {synced.state}: {synced.message}")
     console.print(f"[bold]Heartbeat:[/bold]   {h.status.last_heartbeat_time or '-'}")
     maint: str = h.spec.maintenance or "-"
     if h.spec.maintenance_reason:
@@ -122,15 +127,8 @@ def describe(
         title="Capacity",
     ))
     if h.status.cells:
-        rows = []
-        for c in h.status.cells:
-            for r in sorted(c.capacity, key=str):
-                rows.append([str(c.id), str(r), human(r, c.capacity.get(r)),
-                             human(r, c.effective_capacity.get(r)),
-                             human(r, c.allocation.get(r, Quantity(0)))])
         console.print()
-        console.print(table(["CELL", "RESOURCE", "CAPACITY", "EFFECTIVE", "ALLOCATED"], rows,
-                            title="NUMA cells"))
+        console.print(table([c.name for c in views.cell_columns()], views.cell_rows(h), title="NUMA cells"))
     if h.status.conditions:
         console.print()
         console.print(table(

@@ -17,8 +17,10 @@ import typer
 from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
 from hvfleet.cli.output import console, dump, human, table
+from hvfleet.model import views as model_views
 from hvfleet.model.durations import parse_duration, parse_expiry
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -209,7 +211,7 @@ reservations_app = typer.Typer(help="List reservations; `gc` removes ended ones.
 app.add_typer(reservations_app, name="reservations")
 
 
-def _reservation_rows(views: list[Any], output: Output) -> None:
+def _reservation_rows(views: list[Any], hosts: dict[str, Hypervisor], output: Output) -> None:
     if output is not Output.table:
         items = []
         for v in views:
@@ -218,12 +220,12 @@ def _reservation_rows(views: list[Any], output: Output) -> None:
             items.append(d)
         _print_doc({"items": items}, output)
         return
-    rows = [["NAME", "HYPERVISOR", "CONSUMER", "SOURCE", "PHASE", "RESOURCES", "EXPIRES"]]
+    now = datetime.now(UTC)
+    cols = model_views.reservation_columns(wide=True)
+    rows = [[c.name for c in cols]]
     for v in views:
         r = v.reservation
-        res = ",".join(f"{k}={q}" for k, q in sorted(r.spec.resources.items(), key=str))
-        expires = r.spec.expires_at.isoformat() if r.spec.expires_at else "-"
-        rows.append([r.name, r.spec.hypervisor, r.spec.consumer, r.spec.source, v.phase, res, expires])
+        rows.append(model_views.reservation_row(r, hosts.get(r.spec.hypervisor), now, wide=True))
     _table(rows)
 
 
@@ -238,10 +240,10 @@ def reservations_command(
     if ctx.invoked_subcommand is not None:
         return
     with open_store(store) as st:
-        views = derive_phases(
-            st.list_reservations(parse_selector(selector)), st.list_hypervisors(), datetime.now(UTC)
-        )
-    _reservation_rows(views, output)
+        hosts = {h.name: h for h in st.list_hypervisors()}
+        listed = st.list_reservations(parse_selector(selector))
+        views = derive_phases(listed, hosts.values(), datetime.now(UTC))
+    _reservation_rows(views, hosts, output)
 
 
 @reservations_app.command("gc")

@@ -69,14 +69,26 @@ def effective_capacity(
     return out
 
 
+def overcommit_ratios(h: Hypervisor) -> dict[ResourceName, float]:
+    """The overcommit ratios in effect on `h` (1 for a resource not listed): the
+    one place they come from, for effective capacity, its cells and the
+    Placement export's allocation_ratio."""
+    return dict(h.spec.overcommit)
+
+
 def max_unit(h: Hypervisor) -> ResourceList:
     """The largest single request the host accepts per resource."""
     return usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
 
 
 def hypervisor_effective_capacity(h: Hypervisor) -> ResourceList:
+    """THE effective capacity of a host, for every reader: computed from its
+    current spec (ratios, reserve, extra capacity) and the capacity its agent
+    observed. `status.effectiveCapacity` is the agent's copy of this same value
+    (`with_effective_capacity`) for readers of the raw object; it lags while
+    metadata.generation > status.observedGeneration (views say so)."""
     return effective_capacity(
-        h.status.capacity, h.spec.overcommit, h.spec.reserved, h.spec.extra_capacity
+        h.status.capacity, overcommit_ratios(h), h.spec.reserved, h.spec.extra_capacity
     )
 
 
@@ -92,7 +104,7 @@ def cell_effective_capacity(
         cell_total = cell.capacity.get(r)
         if host_total and cell_total is not None:
             reserved[r] = Quantity(q.value * cell_total.value / host_total.value, q.format)
-    return effective_capacity(cell.capacity, h.spec.overcommit, reserved)
+    return effective_capacity(cell.capacity, overcommit_ratios(h), reserved)
 
 
 def with_effective_capacity(h: Hypervisor) -> Hypervisor:
@@ -121,16 +133,34 @@ def subtract(
     return {r: _get(a, r) - _get(b, r) for r in sorted(set(a) | set(b), key=str)}
 
 
+def discovered_resources(h: Hypervisor) -> frozenset[ResourceName]:
+    """The resources the node agent discovers on `h`: exactly those it reports
+    in `status.capacity` or `status.allocation`. The agent counts a resource's
+    allocation from libvirt's domains for every resource it reports capacity
+    of (cpu, memory, hugepages today), so for these the allocation includes a
+    running instance's share. Anything else (VGPU, CUSTOM_NIC_VF, disk, any
+    capacity that only `spec.extraCapacity` gives) libvirt never shows in the
+    allocation, and a reservation keeps holding it while its instance runs."""
+    return frozenset(h.status.capacity) | frozenset(h.status.allocation)
+
+
+def consumer_present(res: Reservation, h: Hypervisor | None) -> bool:
+    """Whether the reservation's instance exists on its host (per the agent)."""
+    return h is not None and any(i.uuid == res.spec.consumer for i in h.status.instances)
+
+
 def reservation_phase(
     res: Reservation, h: Hypervisor | None, now: datetime | None = None
 ) -> ReservationPhase:
     """The phase a reservation is in now, derived the same way everywhere:
     Confirmed once its consumer shows up in the host's instances (the allocation
-    counts it from then on), Expired once expiresAt has passed."""
+    counts what libvirt sees of it from then on), Expired once expiresAt has
+    passed. A stored Confirmed (recorded by gc) stays Confirmed; it holds
+    nothing once the instance is gone (`held_resources`)."""
     phase = res.status.phase
     if phase not in HOLDING_PHASES:
         return phase
-    if h is not None and any(i.uuid == res.spec.consumer for i in h.status.instances):
+    if consumer_present(res, h):
         return "Confirmed"
     if now is not None and res.spec.expires_at is not None and res.spec.expires_at <= now:
         return "Expired"
@@ -138,18 +168,31 @@ def reservation_phase(
 
 
 def holds_space(res: Reservation, h: Hypervisor | None, now: datetime | None = None) -> bool:
+    """Whether the reservation holds all it reserved (it is Pending or Active)."""
     return reservation_phase(res, h, now) in HOLDING_PHASES
+
+
+def held_resources(
+    res: Reservation, h: Hypervisor | None, now: datetime | None = None
+) -> ResourceList:
+    """What the reservation holds on `h` now: everything while Pending or Active;
+    while Confirmed and its instance exists on the host, the resources the agent
+    does not discover there (libvirt's allocation never counts them); nothing
+    otherwise (Released, Expired, or the instance is gone)."""
+    phase = reservation_phase(res, h, now)
+    if phase in HOLDING_PHASES:
+        return dict(res.spec.resources)
+    if phase == "Confirmed" and h is not None and consumer_present(res, h):
+        seen = discovered_resources(h)
+        return {r: q for r, q in res.spec.resources.items() if r not in seen}
+    return {}
 
 
 def free_capacity(
     h: Hypervisor, reservations: Iterable[Reservation] = (), now: datetime | None = None
 ) -> ResourceList:
-    """effective − allocation − space held by reservations on this host.
-    Negative means overcommitted beyond what spec allows."""
-    held = add(
-        r.spec.resources
-        for r in reservations
-        if r.spec.hypervisor == h.name and holds_space(r, h, now)
-    )
+    """effective − allocation − space held by reservations on this host
+    (`held_resources`). Negative means overcommitted beyond what spec allows."""
+    held = add(held_resources(r, h, now) for r in reservations if r.spec.hypervisor == h.name)
     effective = hypervisor_effective_capacity(h)
     return subtract(subtract(effective, h.status.allocation), held)

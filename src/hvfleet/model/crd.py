@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_GROUP
 
 _DROP = {"title", "default", "description_", "discriminator"}
@@ -77,23 +78,28 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def _version(model: type[BaseModel], columns: list[dict[str, Any]]) -> dict[str, Any]:
+    # A Lease has no status (as coordination.k8s.io's), so no status subresource.
+    has_status = "status" in model.model_fields
     return {
         "name": "v1",
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": structural_schema(model)},
-        "subresources": {"status": {}},
+        "subresources": {"status": {}} if has_status else {},
         "additionalPrinterColumns": columns,
     }
 
 
 def crds() -> list[dict[str, Any]]:
-    hv_columns = [
+    hv_columns: list[dict[str, Any]] = [
         {"name": "Ready", "type": "string",
          "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
         {"name": "CPU", "type": "string", "jsonPath": ".status.effectiveCapacity.cpu"},
         {"name": "Memory", "type": "string", "jsonPath": ".status.effectiveCapacity.memory"},
         {"name": "Maintenance", "type": "string", "jsonPath": ".spec.maintenance"},
+        # effectiveCapacity above is the agent's copy; it lags while Generation > Observed.
+        {"name": "Generation", "type": "integer", "jsonPath": ".metadata.generation", "priority": 1},
+        {"name": "Observed", "type": "integer", "jsonPath": ".status.observedGeneration", "priority": 1},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     res_columns = [
@@ -102,11 +108,19 @@ def crds() -> list[dict[str, Any]]:
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
+    lease_columns = [
+        {"name": "Holder", "type": "string", "jsonPath": ".spec.holderIdentity"},
+        {"name": "Renewed", "type": "date", "jsonPath": ".spec.renewTime"},
+        {"name": "Duration", "type": "integer", "jsonPath": ".spec.leaseDurationSeconds"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
     out = []
-    for model, kind, plural, short, columns in (
+    models: list[tuple[type[BaseModel], str, str, list[str], list[dict[str, Any]]]] = [
         (Hypervisor, "Hypervisor", "hypervisors", ["hv"], hv_columns),
         (Reservation, "Reservation", "reservations", ["rsv"], res_columns),
-    ):
+        (Lease, "Lease", "leases", [], lease_columns),
+    ]
+    for model, kind, plural, short, columns in models:
         out.append({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
@@ -116,7 +130,7 @@ def crds() -> list[dict[str, Any]]:
                 "scope": "Cluster",
                 "names": {
                     "kind": kind, "listKind": f"{kind}List", "plural": plural,
-                    "singular": kind.lower(), "shortNames": short,
+                    "singular": kind.lower(), **({"shortNames": short} if short else {}),
                 },
                 "versions": [_version(model, columns)],
             },

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from hvfleet.model.hostcaps import HostCapabilities
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION, Condition, Model, ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
@@ -160,12 +161,13 @@ class Reservation(Model):
         return self.metadata.name
 
 
-Resource = Hypervisor | Reservation | AccessToken
+Resource = Hypervisor | Reservation | Lease | AccessToken
 # The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
 # an all-kinds watch know.
 KINDS: dict[str, type[Resource]] = {
     "Hypervisor": Hypervisor,
     "Reservation": Reservation,
+    "Lease": Lease,
 }
 # Every kind a store backend holds and decodes: the public ones, plus access
 # tokens, which only the token code and admins see (hvfleet.model.token).

@@ -11,8 +11,8 @@ that applies decides the state):
 | Unknown | there is no `Ready` condition (no agent has reported yet) | `NoReadyCondition` |
 | Unknown | `Ready` is `Unknown` | the condition's reason, else `ReadyUnknown` |
 | NotReady | `Ready` is `False` | the condition's reason, else `ReadyFalse` |
-| Stale | no `lastHeartbeatTime` | `NoHeartbeat` |
-| Stale | `lastHeartbeatTime` older than `staleness` | `HeartbeatStale` |
+| Stale | no live lease, and no `lastHeartbeatTime` | `NoHeartbeat` |
+| Stale | no live lease, and `lastHeartbeatTime` older than `staleness` | `HeartbeatStale` |
 | Maintenance | healthy, but `spec.maintenance` is set | `Maintenance` |
 | Ready | otherwise | the condition's reason, else `Ready` |
 
@@ -22,7 +22,10 @@ before maintenance because a host in maintenance whose agent is gone has
 numbers nobody should read, which matters more than that it is cordoned.
 Only `Ready` is `ready` (a scheduling candidate). `lease_live` is what the
 store knows of the agent's liveness lease: True, False, or None where it has
-no information (SQLite; a host that never held a lease).
+no information (a host whose agent never held a lease, e.g. `--once` runs or a
+store without leases). A live lease is the agent's heartbeat: its renewals
+are more recent than any status write, so the heartbeat's age is judged only
+where there is no live lease.
 
 The staleness default is three agent resync periods (the agent's default
 resync is `DEFAULT_RESYNC`): one missed resync is no reason to distrust a host.
@@ -89,8 +92,9 @@ def readiness(
     """The host's readiness at `now` (rules in the module docstring).
 
     `now=None` leaves the heartbeat's age unjudged (a missing heartbeat still
-    counts): for a reader that compares `fresh_until(h)` with the time itself,
-    as the vectorised fleet index does, so that its answer is this function's."""
+    counts): for a reader that compares `fresh_until(h)` with the time itself
+    and the lease separately, as the vectorised fleet index does, so that its
+    answer is this function's."""
     if lease_live is False:
         return _not(
             "NotReady",
@@ -107,9 +111,11 @@ def readiness(
         why = f" ({cond.reason})" if cond.reason else ""
         return _not("NotReady", cond.reason or "ReadyFalse", f"Ready condition is False{why}{detail}")
     beat = h.status.last_heartbeat_time
-    if beat is None:
+    if lease_live is True:
+        pass  # the live lease is the heartbeat
+    elif beat is None:
         return _not("Stale", NO_HEARTBEAT, "no heartbeat recorded")
-    if now is not None and beat < now - staleness:
+    elif now is not None and beat < now - staleness:
         age = int((now - beat).total_seconds())
         return _not(
             "Stale",

@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 from hvfleet.model import capacity as cap
 from hvfleet.model.hypervisor import Hypervisor, Reservation, ResourceList
+from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, Readiness, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 
-# Resources counted in bytes, shown as Gi/Mi.
 # Free capacity below this share of effective is "low" (the CLI shows it yellow).
 LOW_FREE = Fraction(1, 10)
 
@@ -68,6 +68,46 @@ def _strs(values: Mapping[ResourceName, Quantity]) -> dict[str, str]:
     return {str(k): str(v) for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
 
 
+SyncState = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True)
+class SpecSync:
+    """Whether the agent has observed the host's current spec: `True` when
+    status.observedGeneration >= metadata.generation, `False` when the spec is
+    newer (status.effectiveCapacity then lags; every view shows the effective
+    capacity computed from the current spec), `Unknown` before any agent ran."""
+
+    state: SyncState
+    generation: int
+    observed_generation: int | None
+    message: str
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "False"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state, "generation": self.generation,
+            "observedGeneration": self.observed_generation, "message": self.message,
+        }
+
+
+def spec_sync(h: Hypervisor) -> SpecSync:
+    gen, seen = h.metadata.generation, h.status.observed_generation
+    if seen is None:
+        return SpecSync("Unknown", gen, None, "no agent has observed this host's spec yet")
+    if seen >= gen:
+        return SpecSync("True", gen, seen, f"the agent observed generation {gen}")
+    lag = _pairs(h.status.effective_capacity, human)
+    return SpecSync(
+        "False", gen, seen,
+        f"spec generation {gen} not yet observed by the agent (it saw {seen}): "
+        f"status.effectiveCapacity ({lag}) is from then; shown is the capacity under the current spec",
+    )
+
+
 @dataclass(frozen=True)
 class Column:
     """One column of a table, as a Kubernetes Table's columnDefinitions entry."""
@@ -98,8 +138,9 @@ _HYPERVISOR_COLUMNS = (
     Column("MEMORY", description="memory allocated / effective"),
     Column("INSTANCES", "integer", "domains the agent sees"),
     Column("MAINTENANCE", description="spec.maintenance"),
+    Column("SYNCED", description="the agent observed the current spec (False: effectiveCapacity lags)"),
     Column("AGE", description="since metadata.creationTimestamp"),
-    Column("OVERCOMMIT", description="spec.overcommit", priority=1),
+    Column("OVERCOMMIT", description="overcommit ratios in effect", priority=1),
     Column("RESERVED", description="spec.reserved", priority=1),
     Column("LABELS", description="metadata.labels", priority=1),
 )
@@ -126,11 +167,12 @@ def hypervisor_row(
         _used_of(MEMORY, alloc.get(MEMORY), eff.get(MEMORY)),
         str(len(h.status.instances)),
         h.spec.maintenance or "-",
+        spec_sync(h).state,
         age(h.metadata.creation_timestamp, now),
     ]
     if wide:
         row += [
-            _pairs(h.spec.overcommit, lambda _r, v: f"{v:g}"),
+            _pairs(cap.overcommit_ratios(h), lambda _r, v: f"{v:g}"),
             _pairs(h.spec.reserved, lambda _r, q: str(q)),
             _pairs(h.metadata.labels, lambda _k, v: v),
         ]
@@ -145,8 +187,10 @@ _RESERVATION_COLUMNS = (
     Column("CONSUMER", description="spec.consumer"),
     Column("RESOURCES", description="spec.resources"),
     Column("PHASE", description="phase derived now (Confirmed once the instance runs, Expired, ...)"),
+    Column("HOLDS", description="what it holds now (a running instance's VGPU, VFs, ...)"),
     Column("EXPIRES", description="spec.expiresAt"),
     Column("AGE", description="since metadata.creationTimestamp"),
+    Column("SOURCE", description="spec.source: hvfleet, or a mirrored Placement allocation", priority=1),
 )
 
 
@@ -156,15 +200,47 @@ def reservation_columns(wide: bool = False) -> list[Column]:
 
 def reservation_row(r: Reservation, h: Hypervisor | None, now: datetime, wide: bool = False) -> list[str]:
     """The cells of `reservation_columns(wide)`; `h` is the reservation's host
-    (None when it is not known), from which the phase is derived."""
-    return [
+    (None when it is not known), from which phase and holdings are derived."""
+    row = [
         r.name,
         r.spec.hypervisor,
         r.spec.consumer,
         _pairs(r.spec.resources, human),
         cap.reservation_phase(r, h, now),
+        _pairs(cap.held_resources(r, h, now), human),
         r.spec.expires_at.isoformat() if r.spec.expires_at else "-",
         age(r.metadata.creation_timestamp, now),
+    ]
+    if wide:
+        row.append(r.spec.source)
+    return row
+
+
+# -- agent leases (`get leases`) ------------------------------------------------------------------
+
+_LEASE_COLUMNS = (
+    Column("NAME", description="metadata.name: the hypervisor", format="name"),
+    Column("HOLDER", description="spec.holderIdentity (- once released)"),
+    Column("LIVE", "boolean", "held, and renewed less than leaseDurationSeconds ago"),
+    Column("RENEWED", description="time since spec.renewTime"),
+    Column("DURATION", "integer", "spec.leaseDurationSeconds"),
+    Column("AGE", description="time since metadata.creationTimestamp"),
+)
+
+
+def lease_columns(wide: bool = False) -> list[Column]:
+    return _visible(_LEASE_COLUMNS, wide)
+
+
+def lease_row(lease: Lease, now: datetime, wide: bool = False) -> list[str]:
+    """The cells of `lease_columns(wide)`."""
+    return [
+        lease.name,
+        lease.spec.holder_identity or "-",
+        str(lease_live(lease, now)),
+        age(lease.spec.renew_time, now),
+        f"{lease.spec.lease_duration_seconds}s",
+        age(lease.metadata.creation_timestamp, now),
     ]
 
 
@@ -196,8 +272,9 @@ def capacity_detail_rows(
     mx = cap.max_unit(h)
     names = sorted(set(h.status.capacity) | set(h.spec.extra_capacity) | set(eff), key=str)
     rows = []
+    ratios = cap.overcommit_ratios(h)
     for r in names:
-        ratio = h.spec.overcommit.get(r)
+        ratio = ratios.get(r)
         rows.append([
             str(r),
             human(r, h.status.capacity.get(r)),
@@ -209,6 +286,32 @@ def capacity_detail_rows(
             human(r, free.get(r)),
             human(r, mx.get(r)),
         ])
+    return rows
+
+
+_CELL_COLUMNS = (
+    Column("CELL", "integer", "NUMA cell id"),
+    Column("RESOURCE"),
+    Column("CAPACITY", description="the cell's status.capacity"),
+    Column("EFFECTIVE", description="under the current spec (the cell's share of the reserve)"),
+    Column("ALLOCATED", description="the cell's status.allocation"),
+)
+
+
+def cell_columns() -> list[Column]:
+    return list(_CELL_COLUMNS)
+
+
+def cell_rows(h: Hypervisor) -> list[list[str]]:
+    """Per NUMA cell and resource, the cells of `cell_columns()`. Effective
+    capacity is computed from the current spec, as for the host, not read
+    from the agent's (possibly lagging) copy in status."""
+    rows = []
+    for c in h.status.cells:
+        eff = cap.cell_effective_capacity(c, h.status.capacity, h)
+        for r in sorted(c.capacity, key=str):
+            rows.append([str(c.id), str(r), human(r, c.capacity.get(r)), human(r, eff.get(r)),
+                         human(r, c.allocation.get(r, Quantity(0)))])
     return rows
 
 
@@ -236,12 +339,15 @@ class HostCapacity:
     effective: ResourceList
     allocation: ResourceList
     free: ResourceList
+    synced: SpecSync | None = None  # None for the total
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
         if self.readiness is not None:
             out["ready"] = self.readiness.ready
             out["readiness"] = self.readiness.to_dict()
+        if self.synced is not None:
+            out["synced"] = self.synced.to_dict()
         out.update(effective=_strs(self.effective), allocation=_strs(self.allocation), free=_strs(self.free))
         return out
 
@@ -276,6 +382,7 @@ def host_capacity(
         effective=cap.hypervisor_effective_capacity(h),
         allocation=dict(h.status.allocation),
         free=cap.free_capacity(h, reservations, now),
+        synced=spec_sync(h),
     )
 
 
@@ -328,7 +435,8 @@ class CapacityRow:
 def capacity_columns(summary: FleetCapacity) -> list[Column]:
     rs = summary.resources
     return (
-        [Column("HOST", format="name"), Column("READY", description="readiness")]
+        [Column("HOST", format="name"), Column("READY", description="readiness"),
+         Column("SYNCED", description="the agent observed the current spec")]
         + [Column(f"{str(r).upper()} USED/EFFECTIVE") for r in rs]
         + [Column(f"{str(r).upper()} FREE") for r in rs]
     )
@@ -339,8 +447,12 @@ def capacity_rows(summary: FleetCapacity) -> list[CapacityRow]:
     rs = summary.resources
     out = []
     for x in [*summary.hosts, summary.total]:
-        cells = [x.name, x.readiness.state if x.readiness is not None else ""]
-        levels: list[FreeLevel] = ["ok", "ok"]
+        cells = [
+            x.name,
+            x.readiness.state if x.readiness is not None else "",
+            x.synced.state if x.synced is not None else "",
+        ]
+        levels: list[FreeLevel] = ["ok", "ok", "ok"]
         for r in rs:
             cells.append(_used_of(r, x.allocation.get(r), x.effective.get(r)))
             levels.append("ok")

@@ -12,13 +12,14 @@ from the store's watch and tries again.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from hvfleet.model.capacity import reservation_phase
+from hvfleet.model.capacity import held_resources, reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
 from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
@@ -177,17 +178,21 @@ def describe(request: Request) -> str:
 def release(store: Store, name: str, manager: str = MANAGER) -> Reservation:
     """Mark a reservation Released: its space is free from this write on."""
 
+    # A recorded Confirmed may still hold what libvirt cannot see: releasing it
+    # frees that too.
+    releasable = HOLDING_PHASES | {"Confirmed"}
+
     def mutate(obj: object) -> Reservation:
         if not isinstance(obj, Reservation):
             raise NotFound(f"reservation {name} not found")
-        if obj.status.phase not in HOLDING_PHASES:
+        if obj.status.phase not in releasable:
             return obj
         return obj.model_copy(update={"status": obj.status.model_copy(update={"phase": "Released"})})
 
     current = store.get("Reservation", name)
     if not isinstance(current, Reservation):
         raise NotFound(f"reservation {name} not found")
-    if current.status.phase not in HOLDING_PHASES:
+    if current.status.phase not in releasable:
         return current
     out = store.update_with_retry("Reservation", name, mutate, manager)
     assert isinstance(out, Reservation)
@@ -209,15 +214,27 @@ def derive_phases(
     ]
 
 
-def gc(store: Store, now: datetime | None = None) -> list[ReservationView]:
-    """Delete reservations that ended (Confirmed, Released, Expired); returns them.
-    Each delete names the resourceVersion it judged, so a reservation changed in
-    the meantime is left for the next run."""
+def gc(store: Store, now: datetime | None = None, manager: str = MANAGER) -> list[ReservationView]:
+    """Delete reservations that ended (Confirmed, Released, Expired) and hold
+    nothing any more; returns them. A Confirmed one whose instance runs and
+    that still holds resources the agent does not discover (VGPU, VFs) is kept,
+    and its phase is recorded as Confirmed, so that it ends when the instance is
+    gone rather than holding everything again. Every write names the
+    resourceVersion it judged, so a reservation changed in the meantime is left
+    for the next run."""
     now = now or datetime.now(UTC)
     removed: list[ReservationView] = []
-    views = derive_phases(store.list_reservations(), store.list_hypervisors(), now)
+    hosts = {h.name: h for h in store.list_hypervisors()}
+    views = derive_phases(store.list_reservations(), hosts.values(), now)
     for view in views:
         if view.phase in HOLDING_PHASES:
+            continue
+        r = view.reservation
+        if held_resources(r, hosts.get(r.spec.hypervisor), now):
+            if r.status.phase != "Confirmed":
+                status = r.status.model_copy(update={"phase": "Confirmed"})
+                with contextlib.suppress(Conflict, NotFound):
+                    store.update(r.model_copy(update={"status": status}), manager)
             continue
         try:
             store.delete("Reservation", view.reservation.name, view.reservation.metadata.resource_version)

@@ -10,9 +10,12 @@ and as Python ints otherwise, and compares them to the request scaled the same
 way (rounded up: `q <= F/D` iff `ceil(q·D) <= F`). Rows are refreshed from the
 store's watch; a row whose reservations expire is recomputed at the first
 query after the expiry, so phases are derived the same way as everywhere else.
-Agent liveness (etcd leases, `Store.agent_liveness`) is read when the index
-loads and refreshes, never per query: a host whose lease expired is no
-candidate.
+Candidacy is `model.readiness.readiness`, split so a query stays vectorised:
+per row what needs no clock (Ready condition, maintenance), per query the
+heartbeat's `fresh_until` against the time and the agent's lease. Agent
+liveness (Lease objects, `Store.agent_liveness`) is read when the index loads and refreshes,
+never per query: a host whose lease expired is no candidate, a live lease
+stands for a fresh heartbeat.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy.typing as npt
 
 from hvfleet.model.capacity import (
     free_capacity,
+    held_resources,
     holds_space,
     hypervisor_effective_capacity,
     max_unit,
@@ -68,8 +72,8 @@ class _Row:
     effective: dict[ResourceName, Fraction]
     min_unit: dict[ResourceName, Fraction]
     step: dict[ResourceName, Fraction]
-    # readiness() apart from the heartbeat's age and the lease, which change
-    # without an event and are compared per query (fresh_until, _lease_ok).
+    # readiness() apart from the heartbeat and the lease, which change without
+    # an event and are compared per query (fresh_until, _lease_live, _lease_ok).
     ready: bool
     fresh_until: int
     next_expiry: int
@@ -78,8 +82,12 @@ class _Row:
 def _compute_row(
     h: Hypervisor, reservations: Iterable[Reservation], now: datetime, staleness: timedelta
 ) -> _Row:
-    held = [r for r in reservations if holds_space(r, h, now)]
-    expiries = [micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None]
+    # Confirmed reservations may hold what libvirt cannot see (held_resources);
+    # only Pending/Active ones expire, and a host event recomputes the rest.
+    held = [r for r in reservations if held_resources(r, h, now)]
+    expiries = [
+        micros(r.spec.expires_at) for r in held if r.spec.expires_at is not None and holds_space(r, h, now)
+    ]
     try:
         units = unit_constraints(h)
         valid = True
@@ -92,7 +100,9 @@ def _compute_row(
         effective={r: q.value for r, q in hypervisor_effective_capacity(h).items()},
         min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
         step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
-        ready=valid and readiness(h, None, None, staleness).ready,
+        # lease_live=True: everything but the heartbeat and the lease, which the
+        # query masks add (fresh_until, _lease_live, _lease_ok).
+        ready=valid and readiness(h, None, True, staleness).ready,
         fresh_until=_NO_BEAT if fresh is None else micros(fresh),
         next_expiry=min(expiries, default=_NEVER),
     )
@@ -182,7 +192,7 @@ class FleetIndex:
         self.staleness = staleness
         self._lock = threading.RLock()
         # Per host, what the store last said of its agent's liveness lease (absent:
-        # no information, e.g. SQLite). Kept across loads: it is not in the lists.
+        # no information, e.g. only `--once` runs). Kept across loads: not in the lists.
         self._liveness: dict[str, bool] = {}
         self._reset()
 
@@ -205,6 +215,8 @@ class FleetIndex:
         self._next_expiry = np.zeros(0, dtype=np.int64)
         # Per row, False where the host's agent lease expired (from _liveness).
         self._lease_ok = np.zeros(0, dtype=bool)
+        # Per row, True where the lease is live: that stands for a fresh heartbeat.
+        self._lease_live = np.zeros(0, dtype=bool)
         # Name order, the tie-breaker of every ranking: each row's rank, and the
         # names by rank (what a query's result list is taken from).
         self._rank = np.zeros(0, dtype=np.int64)
@@ -232,6 +244,7 @@ class FleetIndex:
                 row = self._row.get(name)
                 if row is not None:
                     self._lease_ok[row] = self._liveness.get(name) is not False
+                    self._lease_live[row] = self._liveness.get(name) is True
 
     def load_from(self, store: Store) -> None:
         hv = store.list("Hypervisor")
@@ -273,6 +286,7 @@ class FleetIndex:
         self._fresh_until = np.concatenate([self._fresh_until, np.full(extra, _NO_BEAT, dtype=np.int64)])
         self._next_expiry = np.concatenate([self._next_expiry, np.full(extra, _NEVER, dtype=np.int64)])
         self._lease_ok = np.concatenate([self._lease_ok, np.ones(extra, dtype=bool)])
+        self._lease_live = np.concatenate([self._lease_live, np.zeros(extra, dtype=bool)])
         self._rank = np.concatenate([self._rank, np.zeros(extra, dtype=np.int64)])
         self._rows.extend([None] * extra)
         for col in self._columns.values():
@@ -298,6 +312,7 @@ class FleetIndex:
             self._row[h.name] = row
             self._names.append(h.name)
             self._lease_ok[row] = self._liveness.get(h.name) is not False
+            self._lease_live[row] = self._liveness.get(h.name) is True
             if rank:
                 self._rerank()
             self._labels_version += 1
@@ -353,6 +368,7 @@ class FleetIndex:
                     self._put_host(obj, now)
             elif isinstance(obj, Reservation):
                 self._apply_reservation(event.type, obj, event.revision, now)
+            # Leases reach the index through set_liveness (Store.agent_liveness).
             self.revision = max(self.revision, event.revision)
 
     def _apply_reservation(self, kind: str, r: Reservation, revision: int, now: datetime) -> None:
@@ -378,8 +394,7 @@ class FleetIndex:
         (SQLite has every event at hand; an etcd watch streams them), waiting at
         most `settle` seconds for revisions that are not ours (etcd counts writes
         under every prefix). A watch that lost its history (Gone) rebuilds from
-        a fresh list. Agent liveness is re-read too (one read on etcd, none on
-        SQLite)."""
+        a fresh list. Agent liveness is re-read too (one list of the Leases)."""
         self.set_liveness(store.agent_liveness())
         target = store.revision()
         if target <= max(self.revision, self._caught_up):
@@ -464,7 +479,8 @@ class FleetIndex:
     def candidates_mask(self, now: datetime, selector: Selector | None = None) -> npt.NDArray[np.bool_]:
         n = self._size
         # Together: readiness(h, now, lease, staleness).ready, vectorised.
-        mask = self._present[:n] & self._ready[:n] & (self._fresh_until[:n] >= micros(now))
+        fresh = (self._fresh_until[:n] >= micros(now)) | self._lease_live[:n]
+        mask = self._present[:n] & self._ready[:n] & fresh
         mask &= self._lease_ok[:n]
         sel = self._selector_mask(selector)
         return mask if sel is None else mask & sel

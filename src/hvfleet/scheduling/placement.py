@@ -12,7 +12,9 @@ room the host does not have.
 
 `sync` reads a real Placement's providers and allocations and keeps one
 Reservation (source `placement`) per Placement consumer per host, so space
-Placement has promised counts in hvfleet until libvirt shows the instance.
+Placement has promised counts in hvfleet until libvirt shows the instance, and
+its VGPUs, VFs and other resources the agent does not discover count for as
+long as the instance runs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from hvfleet.model.capacity import add, holds_space, usable_capacity
+from hvfleet.model.capacity import (
+    add,
+    discovered_resources,
+    held_resources,
+    overcommit_ratios,
+    usable_capacity,
+)
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import Hypervisor, Reservation, ReservationSpec, ReservationStatus
 from hvfleet.model.meta import ObjectMeta
@@ -65,6 +73,7 @@ def provider_uuid(h: Hypervisor) -> str:
 def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
     """Placement inventories for `h`, keyed by resource class."""
     units = unit_constraints(h)
+    ratios = overcommit_ratios(h)
     physical = add([h.status.capacity, h.spec.extra_capacity])
     usable = usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
     out: dict[str, dict[str, Any]] = {}
@@ -81,15 +90,16 @@ def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
             # Placement wants max_unit >= 1; with nothing usable the capacity is 0.
             "max_unit": max(1, min(total - reserved, _units_down(r, usable.get(r, Quantity(0))))),
             "step_size": _units_down(r, c.step_size) if c and c.step_size else 1,
-            "allocation_ratio": float(h.spec.overcommit.get(r, 1.0)),
+            "allocation_ratio": float(ratios.get(r, 1.0)),
         }
     return out
 
 
 def export_usages(h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None) -> dict[str, int]:
-    """What Placement would count as used: the allocation libvirt sees plus the
-    reservations still holding space (phases derived as everywhere)."""
-    held = [r.spec.resources for r in reservations if holds_space(r, h, now)]
+    """What Placement would count as used: the allocation libvirt sees plus what
+    reservations hold (`held_resources`: all of a Pending/Active one, and of a
+    Confirmed one what the agent does not discover, while its instance runs)."""
+    held = [held_resources(r, h, now) for r in reservations if r.spec.hypervisor == h.name]
     used = add([h.status.allocation, *held])
     return {
         r.placement.resource_class: _units_up(r, q)
@@ -173,10 +183,13 @@ def _from_placement(resources: Mapping[str, int], where: str) -> dict[ResourceNa
 def desired_mirrors(
     client: PlacementClient, hosts: Mapping[str, Hypervisor]
 ) -> tuple[dict[tuple[str, str], dict[ResourceName, Quantity]], list[str]]:
-    """(host, consumer) → resources Placement has allocated and libvirt does not
-    show yet; plus the names of providers that match no hypervisor. A nested
-    provider (a GPU or NIC under a compute node) belongs to the hypervisor of
-    its root, and a consumer's allocations on a host's providers add up."""
+    """(host, consumer) → resources Placement has allocated that libvirt does not
+    count: every allocation before its instance shows up, and after that the
+    allocations that have resources the agent does not discover (kept whole;
+    `held_resources` holds only that part while the instance runs). Plus the
+    names of providers that match no hypervisor. A nested provider (a GPU or
+    NIC under a compute node) belongs to the hypervisor of its root, and a
+    consumer's allocations on a host's providers add up."""
     by_uid = {h.metadata.uid: h for h in hosts.values() if h.metadata.uid}
     providers = client.get("/resource_providers")["resource_providers"]
     by_uuid = {rp["uuid"]: rp for rp in providers}
@@ -195,22 +208,27 @@ def desired_mirrors(
         if h is None:
             unknown.append(rp["name"])
             continue
-        running = {i.uuid for i in h.status.instances}
         allocations = client.get(f"/resource_providers/{rp['uuid']}/allocations")["allocations"]
         for consumer, alloc in allocations.items():
-            if consumer in running:
-                continue  # libvirt shows it: the allocation counts it already
             resources = _from_placement(alloc["resources"], f"placement consumer {consumer}")
             if resources:
                 mine = desired.setdefault((h.name, consumer), {})
                 for r, q in resources.items():
                     mine[r] = mine[r] + q if r in mine else q
+    for (host, consumer), resources in list(desired.items()):
+        h = hosts[host]
+        seen = discovered_resources(h)
+        if any(i.uuid == consumer for i in h.status.instances) and all(r in seen for r in resources):
+            # libvirt shows the instance and its allocation counts all of it. A
+            # running instance with a VGPU or VF keeps its mirror: that part
+            # holds space (held_resources) until the instance is gone.
+            del desired[(host, consumer)]
     return desired, sorted(unknown)
 
 
 def sync(store: Store, client: PlacementClient, manager: str = MANAGER) -> SyncReport:
     """Make the store's placement-sourced reservations equal what Placement has
-    promised and libvirt does not show yet. Idempotent."""
+    promised and libvirt does not count (`desired_mirrors`). Idempotent."""
     hosts = {h.name: h for h in store.list_hypervisors()}
     desired, unknown = desired_mirrors(client, hosts)
     report = SyncReport(unknown_providers=unknown)

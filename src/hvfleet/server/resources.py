@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from hvfleet.model.errors import BadRequest, HvfleetError, NotFound, UnsupportedMediaType
 from hvfleet.model.hypervisor import Reservation, Resource
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import claim_reservation
@@ -349,6 +350,8 @@ def _same_name(obj: Resource, name: str) -> None:
 
 
 def _with_status_of(base: Resource, source: Resource) -> Resource:
+    if isinstance(base, Lease) or isinstance(source, Lease):
+        return base  # a Lease has no status (merging main's Lease kind)
     return base.model_copy(update={"status": source.status})
 
 

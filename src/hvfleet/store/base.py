@@ -12,7 +12,9 @@ directly:
 - `claim()` re-checks a reservation against its host and that host's other
   reservations and writes it in one atomic step, without a global lock;
 - `write_all()` writes several objects all-or-nothing (one SQLite
-  transaction, one etcd txn comparing every object's revision).
+  transaction, one etcd txn comparing every object's revision);
+- agent liveness is a small Lease object per hypervisor (`keepalive`,
+  `agent_liveness`), written like any other object, so every backend has it.
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ import gc
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
-from hvfleet.model.errors import Conflict, InvalidInput
+from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.lease import Lease, lease_live, released, renewed
 from hvfleet.model.selectors import Selector, parse_selector
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+# Renewals of one Lease that may collide (two stores of one agent) before giving up.
+_LEASE_ATTEMPTS = 20
 
 # A claim's capacity check: raises (e.g. DoesNotFit) when the reservation no
 # longer fits on the host given the host's other reservations.
@@ -75,13 +81,14 @@ class StaleVersion(Conflict):
 
 
 class OwnershipConflict(Conflict):
-    """A spec field is owned by another manager (pass force to take it over).
-    `conflicts` lists every (field path, owning manager), e.g. ("spec.overcommit.cpu",
-    "ops"): the API turns each into a FieldManagerConflict cause."""
+    """A spec field is owned by another manager (force the write to take it over).
 
-    def __init__(self, message: str, conflicts: builtins.list[tuple[str, str]] | None = None) -> None:
+    `conflicts` lists every (field path, owning manager), sorted: what a
+    server-side apply answers as FieldManagerConflict causes."""
+
+    def __init__(self, message: str, conflicts: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(message)
-        self.conflicts = conflicts or []
+        self.conflicts: list[tuple[str, str]] = list(conflicts)
 
 
 @contextmanager
@@ -202,20 +209,58 @@ class Store(ABC):
     def close(self) -> None:  # noqa: B027 - optional for backends
         """Release connections."""
 
-    # -- agent liveness (optional: backends with leases, i.e. etcd) -----------------------
+    # -- agent liveness: Lease objects (hvfleet.model.lease), on every backend --------------
 
-    def keepalive(self, name: str, ttl: int) -> None:  # noqa: B027 - optional for backends
-        """The agent of hypervisor `name` is alive; if it stops calling this, readers
-        see it not live `ttl` seconds later. A no-op where the backend has no
-        leases (SQLite): there, liveness is status.lastHeartbeatTime."""
+    def keepalive(self, name: str, ttl: int) -> Lease:
+        """The agent of hypervisor `name` is alive: renew (or take) the Lease `name`
+        for `ttl` seconds, as `agent/<name>`. If it stops calling this, readers
+        see it not live `ttl` seconds after the last renewal. One small object
+        write; the Hypervisor's status is not touched."""
+        from hvfleet.store.ownership import agent_manager
 
-    def release(self, name: str) -> None:  # noqa: B027 - optional for backends
-        """The agent of `name` stops cleanly: not live from now on."""
+        if ttl < 1:
+            raise InvalidInput(f"Lease {name}: leaseDurationSeconds: {ttl} must be at least 1")
+        holder = agent_manager(name)
+        last: StaleVersion | AlreadyExists | None = None
+        for attempt in range(_LEASE_ATTEMPTS):
+            try:
+                current = self.get("Lease", name)
+            except NotFound:
+                current = None
+            assert current is None or isinstance(current, Lease)
+            new = renewed(current, name, holder, ttl, datetime.now(UTC))
+            try:
+                out = self.create(new, holder) if current is None else self.update(new, holder)
+            except (StaleVersion, AlreadyExists) as exc:
+                last = exc  # another store of the same agent renewed it in between
+                self.pause_after_conflict(attempt)
+                continue
+            assert isinstance(out, Lease)
+            return out
+        assert last is not None
+        raise last
 
-    def agent_liveness(self) -> dict[str, bool]:
-        """For each hypervisor whose agent has held a liveness lease: whether the
-        lease is still live. Hosts not listed have no lease information."""
-        return {}
+    def release(self, name: str) -> None:
+        """The agent of `name` stops cleanly: its Lease is released, so it is not
+        live from now on (rather than one lease duration later)."""
+        from hvfleet.store.ownership import agent_manager
+
+        def let_go(obj: Resource) -> Resource:
+            assert isinstance(obj, Lease)
+            return released(obj)
+
+        with suppress(NotFound):
+            self.update_with_retry("Lease", name, let_go, agent_manager(name))
+
+    def agent_leases(self) -> dict[str, Lease]:
+        """Every hypervisor agent's Lease, by hypervisor name."""
+        return {o.metadata.name: o for o in self.list("Lease").items if isinstance(o, Lease)}
+
+    def agent_liveness(self, now: datetime | None = None) -> dict[str, bool]:
+        """For each hypervisor whose agent has held a Lease: whether it is live
+        (`lease_live`). Hosts not listed have no lease information."""
+        at = now or datetime.now(UTC)
+        return {name: lease_live(lease, at) for name, lease in self.agent_leases().items()}
 
     def __enter__(self) -> Store:
         return self

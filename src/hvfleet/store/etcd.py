@@ -12,8 +12,8 @@ revision the transaction then compares, so the check and the write cannot be
 split by another writer. The key layout is in docs/etcd.md.
 
 The other jobs live beside it: endpoints, failover, errors and the lost-answer
-recovery in `etcd_transport`, the watch stream in `etcd_watch`, agent liveness
-leases in `etcd_leases`.
+recovery in `etcd_transport`, the watch stream in `etcd_watch`. Agent liveness
+is the contract's Lease objects, stored like every other object.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from hvfleet.store.base import (
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
-from hvfleet.store.etcd_leases import EtcdLeases
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
     KeyValue,
@@ -93,7 +92,6 @@ class EtcdStore(Store):
         self.transport = EtcdTransport(
             endpoints, url, request_timeout=request_timeout, unavailable_after=unavailable_after
         )
-        self._leases = EtcdLeases(self.transport, self.prefix)
         # key -> (mod_revision, value) of objects this store read or wrote. A key's
         # value at a given mod_revision never changes, so an update naming that
         # revision can skip reading the old object again: one round trip, and a
@@ -497,25 +495,6 @@ class EtcdStore(Store):
             return
         # Access tokens live under the same prefix but are not in the all-kinds feed.
         yield from (e for e in events if e.object.kind in KINDS)
-
-    # -- agent liveness (etcd leases, see etcd_leases) ---------------------------------------
-
-    def keepalive(self, name: str, ttl: int) -> None:
-        self._leases.refresh(name, ttl)
-
-    def refresh_lease(self, name: str, ttl: int) -> int:
-        """Renew `name`'s liveness lease; the seconds it now has left."""
-        return self._leases.refresh(name, ttl)
-
-    def release(self, name: str) -> None:
-        self._leases.release(name)
-
-    def live_leases(self) -> set[str]:
-        """Names whose liveness lease has not expired."""
-        return {name for name, live in self.agent_liveness().items() if live}
-
-    def agent_liveness(self) -> dict[str, bool]:
-        return self._leases.liveness()
 
     def close(self) -> None:
         self.transport.close()

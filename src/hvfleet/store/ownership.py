@@ -5,7 +5,9 @@ each leaf of `spec` (e.g. `spec.overcommit.cpu`) is owned by the manager that
 last set it, recorded in `metadata.managedFields` as FieldsV1. A different
 manager changing an owned leaf gets a Conflict naming the owner, unless it
 forces, which moves ownership. `status` of a Hypervisor is written only by
-`agent/<name>`, and agents never write `spec` (the seed's split of duties).
+`agent/<name>`, and agents never write its `spec` (the seed's split of
+duties). A liveness `Lease` is the agent's alone: only `agent/<name>` creates
+or renews the Lease `<name>`, holding it as itself.
 
 Backends call `prepare_create` / `prepare_update` inside their atomic write, so
 the check and the write can never be separated by another writer.
@@ -20,6 +22,7 @@ from typing import Any
 
 from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec, Resource
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import ManagedFieldsEntry
 from hvfleet.store.base import OwnershipConflict, StaleVersion
 
@@ -88,6 +91,11 @@ def owners(obj: Resource) -> dict[Path, str]:
     return out
 
 
+def _status_of(obj: Resource) -> object:
+    """The object's status (a Lease has none, as in Kubernetes)."""
+    return None if isinstance(obj, Lease) else obj.status
+
+
 def _status_writer(obj: Resource) -> str | None:
     """The only manager allowed to write this object's status (None: anyone)."""
     return agent_manager(obj.metadata.name) if isinstance(obj, Hypervisor) else None
@@ -127,6 +135,22 @@ def _managed_fields(
     return sorted(out, key=lambda e: e.manager)
 
 
+def _check_lease_writer(obj: Resource, manager: str) -> None:
+    """A Lease is written only by the agent it names, holding it as itself."""
+    if not isinstance(obj, Lease):
+        return
+    agent = agent_manager(obj.metadata.name)
+    if manager != agent:
+        raise Forbidden(
+            f"Lease {obj.metadata.name}: written only by {agent!r}, not by {manager!r}"
+        )
+    if obj.spec.holder_identity not in ("", agent):
+        raise InvalidInput(
+            f"Lease {obj.metadata.name}: spec.holderIdentity: must be {agent!r} "
+            f"(or empty once released), not {obj.spec.holder_identity!r}"
+        )
+
+
 def _check_status_writer(obj: Resource, manager: str) -> None:
     writer = _status_writer(obj)
     if writer is not None and manager != writer:
@@ -139,6 +163,7 @@ def _check_status_writer(obj: Resource, manager: str) -> None:
 def prepare_create(obj: Resource, manager: str, now: datetime) -> Resource:
     """The object as stored on create (resourceVersion is set by the backend)."""
     check_manager(manager)
+    _check_lease_writer(obj, manager)
     writer = _status_writer(obj)
     if (
         manager.startswith(AGENT_PREFIX)
@@ -147,7 +172,7 @@ def prepare_create(obj: Resource, manager: str, now: datetime) -> Resource:
     ):
         raise Forbidden(f"{obj.kind} {obj.metadata.name}: agents do not write spec ({manager!r})")
     status_written = writer is None or manager == writer
-    if not status_written:
+    if not status_written and isinstance(obj, Hypervisor):
         # As in Kubernetes with a status subresource: status in a create is ignored.
         obj = obj.model_copy(update={"status": type(obj.status)()})
     spec_paths = {p for p, v in _spec_leaves(obj).items() if _is_set(v)}
@@ -162,7 +187,17 @@ def prepare_create(obj: Resource, manager: str, now: datetime) -> Resource:
             ),
         }
     )
-    return obj.model_copy(update={"metadata": meta})
+    return _without_lease_fields(obj.model_copy(update={"metadata": meta}))
+
+
+def _without_lease_fields(obj: Resource) -> Resource:
+    """A Lease records no managedFields: it has one possible writer (its agent),
+    so per-field ownership would say nothing, and would be 45% of the bytes of
+    every renewal."""
+    if isinstance(obj, Lease) and obj.metadata.managed_fields:
+        meta = obj.metadata.model_copy(update={"managed_fields": []})
+        return obj.model_copy(update={"metadata": meta})
+    return obj
 
 
 def prepare_update(
@@ -184,14 +219,15 @@ def prepare_update(
             f"{new.kind} {new.metadata.name}: resourceVersion {new.metadata.resource_version} "
             f"is stale (current is {old.metadata.resource_version}); re-read and retry"
         )
-    status_changed = new.status != old.status
+    _check_lease_writer(new, manager)
+    status_changed = _status_of(new) != _status_of(old)
     if status_changed:
         _check_status_writer(new, manager)
     old_leaves, new_leaves = _spec_leaves(old), _spec_leaves(new)
     changed = {
         p for p in set(old_leaves) | set(new_leaves) if old_leaves.get(p) != new_leaves.get(p)
     }
-    if changed and manager.startswith(AGENT_PREFIX):
+    if changed and manager.startswith(AGENT_PREFIX) and not isinstance(new, Lease):
         raise Forbidden(f"{new.kind} {new.metadata.name}: agents do not write spec ({manager!r})")
     owned = owners(old)
     conflicts = sorted(
@@ -219,7 +255,7 @@ def prepare_update(
             ),
         }
     )
-    return new.model_copy(update={"metadata": meta})
+    return _without_lease_fields(new.model_copy(update={"metadata": meta}))
 
 
 def apply_spec(current: Resource, manifest: Resource, manager: str) -> Resource:

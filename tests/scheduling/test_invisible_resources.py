@@ -1,0 +1,203 @@
+"""Resources the agent does not discover (VGPU, CUSTOM_NIC_VF, anything libvirt
+does not report) keep holding space for as long as the claim's instance exists
+on that host, and stop when it is gone: in free capacity, describe, capacity,
+fit, claims, the Placement export and gc. Through the real `hvfleet` entry
+point on a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sched_fleet import host, now, put_host
+
+from hvfleet.model import Quantity, ResourceName
+from hvfleet.model.capacity import discovered_resources, free_capacity, held_resources
+from hvfleet.model.hypervisor import Hypervisor, Instance
+from hvfleet.scheduling.index import FleetIndex
+from hvfleet.scheduling.request import parse_request
+from hvfleet.store import Store, open_store
+from hvfleet.store.ownership import agent_manager
+
+VM = "00000000-0000-0000-0000-00000000a001"
+VGPU = ResourceName("VGPU")
+NIC_VF = ResourceName("CUSTOM_NIC_VF")
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    url = f"sqlite:///{tmp_path}/hvfleet.db"
+    monkeypatch.setenv("HVFLEET_STORE", url)
+    s = open_store(url)
+    put_host(
+        s,
+        host("gpu-01", {"cpu": 16, "memory": "64Gi"}, extra={"VGPU": 8, "CUSTOM_NIC_VF": 4}, beat=now()),
+    )
+    yield s
+    s.close()
+
+
+def _agent_sees(store: Store, running: bool) -> None:
+    """The agent's next status: the VM's domain with its cpu and memory, or not."""
+
+    def observe(h: Hypervisor) -> Hypervisor:
+        resources = {ResourceName("cpu"): Quantity(4), ResourceName("memory"): Quantity.parse("8Gi")}
+        vm = Instance(uuid=VM, name="gpu-vm", state="running", resources=resources)
+        status = h.status.model_copy(update={
+            "instances": [vm] if running else [],
+            "allocation": {
+                ResourceName("cpu"): Quantity(4 if running else 0),
+                ResourceName("memory"): Quantity.parse("8Gi" if running else "0"),
+            },
+            "last_heartbeat_time": now(),
+        })
+        return h.model_copy(update={"status": status})
+
+    store.update_hypervisor("gpu-01", observe, agent_manager("gpu-01"))
+
+
+def _free(run: Any) -> dict[str, str]:
+    doc = json.loads(run("capacity", "-o", "json").out)
+    return doc["hosts"][0]["free"]  # type: ignore[no-any-return]
+
+
+def test_vgpu_and_vfs_stay_held_while_the_instance_runs_and_free_when_it_is_gone(
+    store: Store, run: Any
+) -> None:
+    r = run("reserve", "gpu-01", "--cpu", "4", "--memory", "8Gi", "--resource", "VGPU=2",
+            "--resource", "CUSTOM_NIC_VF=1", "--consumer", VM, "--ttl", "0")
+    assert r.code == 0, r.err
+    name = r.out.strip()
+    assert _free(run) == {"CUSTOM_NIC_VF": "3", "VGPU": "6", "cpu": "12", "memory": "56Gi"}
+
+    _agent_sees(store, running=True)
+    # cpu and memory are now in libvirt's allocation; VGPU and the VF are not,
+    # so the reservation keeps holding them (and only them).
+    assert _free(run) == {"CUSTOM_NIC_VF": "3", "VGPU": "6", "cpu": "12", "memory": "56Gi"}
+    describe = run("describe", "hypervisor", "gpu-01").out
+    vgpu = next(line for line in describe.splitlines() if line.startswith("VGPU "))
+    assert vgpu.split()[7] == "6"  # FREE
+    doc = json.loads(run("reservations", "-o", "json").out)
+    assert doc["items"][0]["status"]["phase"] == "Confirmed"
+    listed = run("reservations").out.splitlines()
+    header, row = listed[0].split(), listed[1].split()
+    assert row[header.index("PHASE")] == "Confirmed"
+    assert row[header.index("HOLDS")] == "CUSTOM_NIC_VF=1,VGPU=2"
+    got = run("get", "reservations").out.splitlines()[1].split()
+    assert got[4:6] == ["Confirmed", "CUSTOM_NIC_VF=1,VGPU=2"]
+
+    fit = json.loads(run("fit", "--cpu", "1", "--resource", "VGPU=7", "-o", "json").out)
+    assert fit["candidates"] == []
+    fit = json.loads(run("fit", "--cpu", "1", "--resource", "VGPU=6", "-o", "json").out)
+    assert [c["name"] for c in fit["candidates"]] == ["gpu-01"]
+    assert run("reserve", "gpu-01", "--cpu", "1", "--resource", "VGPU=7", "--consumer", "vm-2").code == 3
+
+    export = json.loads(run("placement", "export", "-o", "json").out)
+    assert export["resource_providers"][0]["usages"] == {
+        "CUSTOM_NIC_VF": 1, "MEMORY_MB": 8192, "VCPU": 4, "VGPU": 2}
+
+    # gc keeps it while it holds space, and records that the instance showed up.
+    assert run("reservations", "gc").out == ""
+    assert store.get("Reservation", name).status.phase == "Confirmed"  # type: ignore[union-attr]
+
+    _agent_sees(store, running=False)
+    assert _free(run) == {"CUSTOM_NIC_VF": "4", "VGPU": "8", "cpu": "16", "memory": "64Gi"}
+    export = json.loads(run("placement", "export", "-o", "json").out)
+    assert export["resource_providers"][0]["usages"] == {}
+    assert run("reservations", "gc").out.strip() == f"{name} Confirmed deleted"
+
+
+def test_what_the_agent_discovers_is_what_it_reports_for_the_host() -> None:
+    h = host("a", {"cpu": 8, "memory": "8Gi", "hugepages-2Mi": "1Gi"}, extra={"VGPU": 2},
+             allocation={"hugepages-1Gi": "1Gi"}, instances=["vm"], beat=now())
+    assert discovered_resources(h) == {"cpu", "memory", "hugepages-2Mi", "hugepages-1Gi"}
+    from sched_fleet import reservation
+
+    r = reservation("r", "a", {"cpu": 2, "VGPU": 1, "disk": "10Gi"}, consumer="vm")
+    assert held_resources(r, h, now()) == {VGPU: Quantity(1), ResourceName("disk"): Quantity.parse("10Gi")}
+    assert free_capacity(h, [r], now())[VGPU] == 1
+    index = FleetIndex()
+    index.load([h], [r], now=now())
+    assert index.free("a")[VGPU] == 1
+    assert index.fit(parse_request("1", None, ["VGPU=2"])).names == []
+    assert index.fit(parse_request("1", None, ["VGPU=1"])).names == ["a"]
+
+
+def test_placement_sync_keeps_the_mirror_of_a_running_instance_with_a_vgpu(
+    store: Store, run: Any
+) -> None:
+    from real_placement import RealPlacement
+
+    doc = json.loads(run("placement", "export", "-o", "json").out)
+    [rp] = doc["resource_providers"]
+    other = "00000000-0000-0000-0000-00000000a002"  # cpu and memory only
+    with RealPlacement() as p:
+        c = p.client("1.27")
+        c.request("PUT", "/resource_classes/CUSTOM_NIC_VF", expect=(201, 204))
+        c.request("POST", "/resource_providers", {"name": rp["name"], "uuid": rp["uuid"]})
+        inventories = {k: v for k, v in rp["inventories"].items() if k in ("VCPU", "MEMORY_MB")}
+        c.request("PUT", f"/resource_providers/{rp['uuid']}/inventories",
+                  {"resource_provider_generation": 0, "inventories": inventories})
+        gpu = "00000000-0000-0000-0000-0000000000f0"
+        c.request("POST", "/resource_providers",
+                  {"name": "gpu-01-pgpu0", "uuid": gpu, "parent_provider_uuid": rp["uuid"]})
+        c.request("PUT", f"/resource_providers/{gpu}/inventories",
+                  {"resource_provider_generation": 0,
+                   "inventories": {"VGPU": rp["inventories"]["VGPU"]}})
+        for consumer, gpus in ((VM, 2), (other, 0)):
+            allocations: dict[str, Any] = {rp["uuid"]: {"resources": {"VCPU": 4, "MEMORY_MB": 8192}}}
+            if gpus:
+                allocations[gpu] = {"resources": {"VGPU": gpus}}
+            c.request("PUT", f"/allocations/{consumer}",
+                      {"allocations": allocations, "project_id": "p", "user_id": "u"})
+
+        def sync() -> dict[str, Any]:
+            r = run("placement", "sync", "--url", p.url, "-o", "json")
+            assert r.code == 0, r.err
+            return json.loads(r.out)  # type: ignore[no-any-return]
+
+        assert len(sync()["created"]) == 2
+        assert _free(run)["VGPU"] == "6"
+        # libvirt shows both instances now.
+        def both_run(h: Hypervisor) -> Hypervisor:
+            vms = [Instance(uuid=u, name=u[-4:], state="running") for u in (VM, other)]
+            status = h.status.model_copy(update={
+                "instances": vms,
+                "allocation": {
+                    ResourceName("cpu"): Quantity(8), ResourceName("memory"): Quantity.parse("16Gi")},
+            })
+            return h.model_copy(update={"status": status})
+
+        store.update_hypervisor("gpu-01", both_run, agent_manager("gpu-01"))
+        report = sync()
+        # The cpu-and-memory-only mirror goes (the allocation counts all of it);
+        # the vGPU one stays, whole, and holds only its VGPU.
+        assert len(report["deleted"]) == 1 and report["unchanged"] == 1
+        [mirror] = store.list_reservations()
+        assert mirror.spec.consumer == VM and mirror.spec.resources[VGPU] == 2
+        assert _free(run) == {"CUSTOM_NIC_VF": "4", "VGPU": "6", "cpu": "8", "memory": "48Gi"}
+        usages = json.loads(run("placement", "export", "-o", "json").out)["resource_providers"][0]["usages"]
+        theirs = c.get(f"/resource_providers/{rp['uuid']}/usages")["usages"]
+        theirs_gpu = c.get(f"/resource_providers/{gpu}/usages")["usages"]
+        assert usages == {
+            "MEMORY_MB": theirs["MEMORY_MB"], "VCPU": theirs["VCPU"], "VGPU": theirs_gpu["VGPU"]}
+        assert sync()["unchanged"] == 1
+        # The instance is deleted: nova drops its allocation, libvirt its domain.
+        c.request("DELETE", f"/allocations/{VM}")
+        _agent_sees(store, running=False)
+        assert len(sync()["deleted"]) == 1
+        assert _free(run)["VGPU"] == "8"
+
+
+def test_releasing_a_recorded_confirmed_claim_frees_its_vgpu(store: Store, run: Any) -> None:
+    name = run("reserve", "gpu-01", "--cpu", "4", "--memory", "8Gi", "--resource", "VGPU=2",
+               "--consumer", VM).out.strip()
+    _agent_sees(store, running=True)
+    run("reservations", "gc")
+    assert store.get("Reservation", name).status.phase == "Confirmed"  # type: ignore[union-attr]
+    assert _free(run)["VGPU"] == "6"
+    assert run("release", name).out.strip() == f"{name} Released"
+    assert _free(run)["VGPU"] == "8"
