@@ -21,7 +21,15 @@ import pytest
 import requests
 
 from hvfleet.model import Hypervisor, ObjectMeta, Reservation
-from hvfleet.model.token import ROLES, Role
+from hvfleet.model.token import (
+    ROLES,
+    AccessToken,
+    AccessTokenSpec,
+    Role,
+    hash_secret,
+    new_secret,
+    token_text,
+)
 from hvfleet.server.identity import Verb
 from hvfleet.store import Store, open_store
 from hvfleet.store.etcd_local import EtcdCluster
@@ -534,3 +542,42 @@ def test_only_admins_reach_tokens_and_a_refusal_writes_nothing(
         assert r.status_code == 403, (method, path, r.status_code, r.text)
         assert r.json()["reason"] == "Forbidden"
     assert snapshot(store) == before
+
+
+def test_token_records_travel_the_generic_store_mapping_without_their_secret(
+    server: Server, store: Store
+) -> None:
+    """What a remote Store backend does for `hvfleet token create`: the client
+    hashes, the server stores the record, and the secret never crosses the wire."""
+    token_id, secret = new_secret()
+    record = AccessToken(
+        metadata=ObjectMeta(name=token_id),
+        spec=AccessTokenSpec(subject="remote-viewer", role="viewer", secret_sha256=hash_secret(secret)),
+    )
+    admin = server.session(server.tokens["admin"])
+    base = server.url + f"{GV}/accesstokens"
+    r = admin.post(base, json=record.to_dict(), timeout=30)
+    assert r.status_code == 201, r.text
+    stored = r.json()
+    assert "token" not in stored.get("status", {})
+    viewer = server.session(token_text(token_id, secret))
+    assert viewer.get(server.url + f"{GV}/hypervisors", timeout=30).status_code == 200
+    # Every role but admin is refused the write, and nothing changes.
+    before = snapshot(store)
+    stored["spec"]["revoked"] = True
+    for role in ("viewer", "operator", "scheduler", "agent"):
+        r = server.session(server.tokens[role]).put(f"{base}/{token_id}", json=stored, timeout=30)
+        assert r.status_code == 403, (role, r.text)
+    assert snapshot(store) == before
+    stale = {**stored, "metadata": {**stored["metadata"], "resourceVersion": "1"}}
+    assert admin.put(f"{base}/{token_id}", json=stale, timeout=30).status_code == 409
+    r = admin.put(f"{base}/{token_id}", params={"force": "true"}, json=stored, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["revoked"] is True
+    deadline = time.monotonic() + 2.0
+    while viewer.get(server.url + f"{GV}/hypervisors", timeout=30).status_code != 401:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    bad = {**stored, "spec": {**stored["spec"], "subject": "agent/hv1"}}
+    bad["metadata"] = {"name": "00000000000000aa"}
+    assert admin.post(base, json=bad, timeout=30).status_code == 422
