@@ -581,3 +581,30 @@ def test_token_records_travel_the_generic_store_mapping_without_their_secret(
     bad = {**stored, "spec": {**stored["spec"], "subject": "agent/hv1"}}
     bad["metadata"] = {"name": "00000000000000aa"}
     assert admin.post(base, json=bad, timeout=30).status_code == 422
+
+
+def test_the_kubernetes_python_client_uses_the_kubeconfig_as_is(
+    server: Server, store: Store, tmp_path: Path
+) -> None:
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+    from kubernetes.client.rest import ApiException
+
+    def objects(role: Role) -> Any:
+        path = kubeconfig_for(server, server.tokens[role], tmp_path / f"{role}.yaml")
+        return k8s.CustomObjectsApi(k8s_config.new_client_from_config(config_file=str(path)))
+
+    viewer = objects("viewer")
+    listed = viewer.list_cluster_custom_object("hvfleet.io", "v1", "hypervisors")
+    assert [o["metadata"]["name"] for o in listed["items"]] == ["hv1", "hv2"]
+    before = snapshot(store)
+    with pytest.raises(ApiException) as err:
+        viewer.patch_cluster_custom_object("hvfleet.io", "v1", "hypervisors", "hv1",
+                                           {"spec": {"maintenance": "drain"}})
+    assert err.value.status == 403
+    assert json.loads(err.value.body)["reason"] == "Forbidden"
+    assert snapshot(store) == before
+    patched = objects("operator").patch_cluster_custom_object(
+        "hvfleet.io", "v1", "hypervisors", "hv1", {"spec": {"maintenance": "drain"}})
+    owners = {e["manager"]: e["fieldsV1"] for e in patched["metadata"]["managedFields"]}
+    assert owners["operator"] == {"f:spec": {"f:maintenance": {}}}
