@@ -37,6 +37,7 @@ from hvfleet.model.errors import BadRequest, Forbidden, NotFound, UnsupportedMed
 from hvfleet.model.meta import API_VERSION, Model
 from hvfleet.model.token import AccessToken, Role
 from hvfleet.server import bodies
+from hvfleet.server.auth import TokenAuthenticator
 from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import audited, authenticate, code_of, error_response
@@ -121,6 +122,7 @@ def _replace(ctx: ApiContext, who: Identity, record: AccessToken, force: bool) -
 
     out = audited(ctx, who, action, current, write)
     assert isinstance(out, AccessToken)
+    _forget(ctx, record.name)
     return out
 
 
@@ -187,7 +189,15 @@ def _revoke(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
 
     out = audited(ctx, who, action, current, write)
     assert isinstance(out, AccessToken)
+    _forget(ctx, token_id)
     return out
+
+
+def _forget(ctx: ApiContext, token_id: str) -> None:
+    """This replica stops accepting the token at once; the others within their
+    cache age."""
+    if isinstance(ctx.authenticator, TokenAuthenticator):
+        ctx.authenticator.forget([token_id])
 
 
 def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
@@ -201,6 +211,7 @@ def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
 
     out = audited(ctx, who, action, current, write)
     assert isinstance(out, AccessToken)
+    _forget(ctx, token_id)
     return out
 
 
