@@ -45,6 +45,9 @@ BUDGET: list[tuple[list[str], set[str]]] = [
     (["get", "overcommitpolicies"], {"pydantic", "rich"}),
     (["placement", "export"], {"pydantic"}),
     (["overcommit", "set", "--help"], {"pydantic"}),
+    (["token", "list"], {"pydantic", "rich"}),
+    (["serve", "--help"], {"pydantic"}),
+    (["kubeconfig", "--help"], {"pydantic", "yaml"}),  # it writes YAML
     (["capacity"], {"pydantic", "rich"}),
     (["capacity", "-o", "json"], {"pydantic"}),
     (["describe", "hypervisor", "edge-01"], {"pydantic", "rich"}),

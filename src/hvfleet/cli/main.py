@@ -119,6 +119,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reserve": ("scheduling", "Take space on a host before the VM exists; prints the reservation "
                               "name."),
     "reserved": ("resources", "Set or unset the host reserve (spec.reserved)."),
+    "kubeconfig": ("kubeconfig", "Write a kubeconfig (CA embedded) that kubectl and the Kubernetes "
+                                 "clients use as is."),
+    "serve": ("serve", "Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."),
+    "token": ("token", "Bearer tokens for the API (hvfleet serve)."),
 }
 
 

@@ -33,7 +33,6 @@ from hvfleet.scheduling.claims import (
     reserve,
     reserve_auto,
 )
-from hvfleet.scheduling.fit import reservations_by_host
 from hvfleet.scheduling.placement_push import PushIdentity
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import open_store
@@ -278,13 +277,11 @@ def placement_export_command(
     expects them, and current usages."""
     if output != "json":
         raise InvalidInput(f"-o: {output!r} is not supported here (json)")
-    from hvfleet.scheduling.placement import export
+    from hvfleet.scheduling.placement import export_fleet
 
     with open_store(store) as st:
-        hosts = st.list_hypervisors(parse_selector(selector))
-        by_host = reservations_by_host(st.list_reservations())
-        policies = st.list_overcommit_policies()
-    _print_doc(export(hosts, by_host, datetime.now(UTC), policies))
+        doc = export_fleet(st, parse_selector(selector))
+    _print_doc(doc)
 
 
 @placement_app.command("sync")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -25,6 +25,7 @@ from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
 from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
     Hypervisor,
+    OvercommitPolicy,
     Reservation,
     ReservationPhase,
     ReservationSpec,
@@ -36,7 +37,7 @@ from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
 from hvfleet.scheduling.fit import check_claim
 from hvfleet.scheduling.request import Request
-from hvfleet.store.base import Store
+from hvfleet.store.base import ClaimCheck, Store
 
 if TYPE_CHECKING:
     # numpy comes with the index: only `reserve_auto` needs it, not claiming on a host.
@@ -95,6 +96,18 @@ def reserve(
     # Read before the atomic write, which covers the host and its reservations:
     # a policy changed in between counts as changed just after the claim.
     policies = store.list_overcommit_policies()
+    return store.claim(reservation, manager, claim_check(consumer, request, staleness, policies))
+
+
+def claim_check(
+    consumer: str,
+    request: Request,
+    staleness: timedelta = DEFAULT_STALENESS,
+    policies: Sequence[OvercommitPolicy] = (),
+) -> ClaimCheck:
+    """The check every claim runs inside the store's atomic write: the consumer
+    holds nothing else on that host, and `request` fits there (under the
+    fleet's overcommit `policies`, read before the write)."""
 
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         # The time is taken inside the atomic write: what expired by now is free.
@@ -104,7 +117,28 @@ def reserve(
                 raise ConsumerAlreadyHolds(consumer, other.name, h.name)
         check_claim(h, others, request, now, staleness, policies)
 
-    return store.claim(reservation, manager, check)
+    return check
+
+
+def claim_reservation(
+    store: Store,
+    reservation: Reservation,
+    manager: str,
+    *,
+    staleness: timedelta = DEFAULT_STALENESS,
+) -> Reservation:
+    """Claim a reservation someone wrote out whole (the API's create): the same
+    atomic check as `reserve`, with the same labels and an Active phase."""
+    labels = {**reservation_labels(reservation.spec.hypervisor, reservation.spec.source),
+              **reservation.metadata.labels}
+    reservation = reservation.model_copy(update={
+        "metadata": reservation.metadata.model_copy(update={"labels": labels}),
+        "status": ReservationStatus(phase="Active"),
+    })
+    request = Request(dict(reservation.spec.resources))
+    policies = store.list_overcommit_policies()
+    return store.claim(reservation, manager,
+                       claim_check(reservation.spec.consumer, request, staleness, policies))
 
 
 @dataclass
