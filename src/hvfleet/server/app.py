@@ -25,6 +25,7 @@ from hvfleet.server.identity import Authenticator, Authorizer
 from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
 from hvfleet.server.resources import authenticate, collection, error_response, item
 from hvfleet.server.status import ApiError, Target
+from hvfleet.server.token_api import token_routes
 from hvfleet.store.base import Store
 
 GV = "/apis/hvfleet.io/v1"
@@ -85,6 +86,7 @@ def routes() -> list[Route]:
         Route("/openapi/v3", _document(openapi.openapi_v3_root)),
         Route(f"/openapi/v3/{openapi.GV_PATH}", _document(openapi.openapi_v3_group)),
         # Action endpoints first: their paths would otherwise match {plural}/{name}.
+        *token_routes(),
         Route(f"{GV}/fit", actions.fit, methods=["POST"]),
         Route(f"{GV}/placement", actions.placement, methods=["POST"]),
         Route(f"{GV}/cpubaseline", actions.cpubaseline, methods=["POST"]),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from hvfleet.model.hypervisor import KINDS, Resource
+from hvfleet.model.hypervisor import STORED_KINDS, Resource
 
 
 def encode(obj: Resource) -> bytes:
@@ -24,7 +24,7 @@ def decode(kind: str, value: bytes | str, revision: int) -> Resource:
     """The object stored as `value`, written at `revision`. (Parsing the JSON in
     pydantic and then setting the version is about 20% faster than json.loads
     and one validation of the dict, which matters when listing 10k objects.)"""
-    return with_version(KINDS[kind].model_validate_json(value), revision)
+    return with_version(STORED_KINDS[kind].model_validate_json(value), revision)
 
 
 def with_version(obj: Resource, revision: int) -> Resource:
