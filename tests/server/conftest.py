@@ -13,7 +13,7 @@ from hvfleet.server.context import Limits
 from hvfleet.server.identity import Identity
 from hvfleet.store import Store, open_store
 from tests.server.running import Client, ServerThread
-from tests.server.static_auth import AllowAll, StaticTokens
+from tests.server.static_auth import AllowAll, RecordingAudit, StaticTokens
 from tests.server.tls_files import make_tls_files
 
 TOKENS = {
@@ -41,10 +41,11 @@ class Api:
 def make_api(tmp_path: Path) -> Iterator[Callable[..., Api]]:
     started: list[tuple[ServerThread, Store]] = []
 
-    def make(limits: Limits | None = None, store_url: str | None = None, tls: bool = False) -> Api:
+    def make(limits: Limits | None = None, store_url: str | None = None, tls: bool = False,
+             authorizer: AllowAll | None = None, audit: RecordingAudit | None = None) -> Api:
         store = open_store(store_url or f"sqlite:///{tmp_path}/hvfleet.db")
-        authorizer = AllowAll()
-        app = create_app(store, StaticTokens(TOKENS), authorizer, limits=limits)
+        authorizer = authorizer or AllowAll()
+        app = create_app(store, StaticTokens(TOKENS), authorizer, audit=audit, limits=limits)
         files = make_tls_files(tmp_path / f"tls-{len(started)}") if tls else None
         server = ServerThread(app, files).__enter__()
         started.append((server, store))

@@ -94,7 +94,8 @@ def test_discovery_documents(api: Api) -> None:
     assert groups["groups"][0]["preferredVersion"]["groupVersion"] == "hvfleet.io/v1"
     assert c.get("/apis/hvfleet.io").json()["kind"] == "APIGroup"
     resources = {r["name"]: r for r in c.get("/apis/hvfleet.io/v1").json()["resources"]}
-    assert set(resources) == {"hypervisors", "hypervisors/status", "reservations", "reservations/status"}
+    assert set(resources) == {"hypervisors", "hypervisors/status", "reservations", "reservations/status",
+                              "leases"}
     hv = resources["hypervisors"]
     assert (hv["singularName"], hv["kind"], hv["namespaced"]) == ("hypervisor", "Hypervisor", False)
     assert "hv" in hv["shortNames"]
@@ -164,7 +165,9 @@ def test_creating_a_reservation_is_a_claim(api: Api) -> None:
     r = c.patch(f"{RES}/r4", __import__("yaml").safe_dump(reservation("r4", "3", consumer="vm-4")),
                 "application/apply-patch+yaml")
     status_of(409, "Conflict", r.json())
-    status_of(404, "NotFound", c.post(RES, json=reservation("r5", "1", host="nowhere")).json())
+    r = c.post(RES, json=reservation("r5", "1", host="nowhere"))
+    status_of(422, "Invalid", r.json())
+    assert r.json()["details"]["causes"][0]["field"] == "spec.hypervisor"
     # Applying an existing reservation (YAML, an unquoted timestamp) keeps its phase.
     text = ("apiVersion: hvfleet.io/v1\nkind: Reservation\nmetadata: {name: r1}\n"
             "spec: {hypervisor: hv1, consumer: vm-1, resources: {cpu: '6'},\n"
@@ -173,3 +176,19 @@ def test_creating_a_reservation_is_a_claim(api: Api) -> None:
     assert r.status_code == 200, r.text
     assert r.json()["spec"]["expiresAt"].startswith("2030-01-01T00:00:00")
     assert r.json()["status"]["phase"] == "Active"
+
+
+def test_agent_leases(api: Api) -> None:
+    lease = {"apiVersion": "hvfleet.io/v1", "kind": "Lease", "metadata": {"name": "hv1"},
+             "spec": {"holderIdentity": "agent/hv1", "leaseDurationSeconds": 30,
+                      "renewTime": datetime.now(UTC).isoformat()}}
+    agent = api.client("agent-hv1-token")
+    r = agent.post("/apis/hvfleet.io/v1/leases", json=lease)
+    assert r.status_code == 201, r.text
+    # Only agent/hv1 writes hv1's Lease, whatever the authorizer allowed.
+    r = api.client().patch("/apis/hvfleet.io/v1/leases/hv1", {"spec": {"leaseDurationSeconds": 99}})
+    status_of(403, "Forbidden", r.json())
+    body = api.client("viewer-token").get("/apis/hvfleet.io/v1/leases", headers={"Accept": TABLE}).json()
+    assert [c["name"] for c in body["columnDefinitions"]] == [c.name for c in views.lease_columns(wide=True)]
+    assert body["rows"][0]["cells"][:3] == ["hv1", "agent/hv1", "True"]
+    status_of(404, "NotFound", agent.get("/apis/hvfleet.io/v1/leases/hv1/status").json())

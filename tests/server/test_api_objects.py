@@ -5,11 +5,13 @@ meta/v1 Status — against a real uvicorn server over a real SQLite store."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from tests.server.conftest import Api
+from tests.server.static_auth import ReadOnly, RecordingAudit
 
 HV = "/apis/hvfleet.io/v1/hypervisors"
 RES = "/apis/hvfleet.io/v1/reservations"
@@ -257,9 +259,52 @@ def test_every_handler_asks_the_authorizer_before_writing(api: Api) -> None:
     c.patch(f"{HV}/hv1", {"spec": {"maintenance": "drain"}})
     c.get(HV)
     c.delete(f"{HV}/hv1")
-    asked = [(a.verb, a.resource, a.name) for _, a, _, _ in api.authorizer.asked]
-    assert asked == [("create", "hypervisors", "hv1"), ("patch", "hypervisors", "hv1"),
-                     ("list", "hypervisors", None), ("delete", "hypervisors", "hv1")]
-    who, _, current, new = api.authorizer.asked[1]
+    asked = [(a.verb, a.name, cur is not None, new is not None) for _, a, cur, new in api.authorizer.asked]
+    # A write is asked about twice: before the store is read (no objects), then
+    # with the stored and the new object, just before the write.
+    assert asked == [("create", "hv1", False, True),
+                     ("patch", "hv1", False, False), ("patch", "hv1", True, True),
+                     ("list", None, False, False),
+                     ("delete", "hv1", False, False), ("delete", "hv1", True, False)]
+    who, _, current, new = api.authorizer.asked[2]
     assert who.subject == "ops" and current is not None and new is not None
     assert new.spec.maintenance == "drain" and current.spec.maintenance == ""
+
+
+def test_every_write_is_audited_once_whatever_its_result(make_api: Callable[..., Api]) -> None:
+    audit = RecordingAudit()
+    api = make_api(audit=audit)
+    c = api.client()
+    made = c.post(HV, json=hypervisor()).json()
+    c.patch(f"{HV}/hv1", {"spec": {"maintenance": "drain"}})
+    api.client("ops2-token").patch(f"{HV}/hv1", {"spec": {"maintenance": ""}})  # ops owns it: 409
+    api.client(None).delete(f"{HV}/hv1")  # no token: 401
+    c.get(HV)  # reads are not audited
+    c.delete(f"{HV}/hv1")
+    got = [(r.who.subject if r.who else None, r.action.verb, r.action.name, r.before, r.after, r.code)
+           for r in audit.records]
+    rv1 = made["metadata"]["resourceVersion"]
+    rv2 = str(int(rv1) + 1)
+    assert got == [
+        ("ops", "create", "hv1", None, rv1, 201),
+        ("ops", "patch", "hv1", rv1, rv2, 200),
+        ("ops2", "patch", "hv1", rv2, None, 409),
+        (None, "delete", "hv1", None, None, 401),
+        ("ops", "delete", "hv1", rv2, None, 200),
+    ]
+
+
+def test_a_refused_write_is_403_before_the_store_is_read(make_api: Callable[..., Api]) -> None:
+    audit = RecordingAudit()
+    api = make_api(authorizer=ReadOnly(), audit=audit)
+    c = api.client("viewer-token")
+    # Forbidden whether or not the object exists: the refusal tells nothing about it.
+    for path in (f"{HV}/hv1", f"{HV}/absent"):
+        status_of(403, "Forbidden", c.patch(path, {"spec": {"maintenance": "drain"}}).json())
+        status_of(403, "Forbidden", c.delete(path).json())
+        status_of(403, "Forbidden", c.put(path, json={**hypervisor(path.rsplit("/", 1)[1]),
+                                                      "metadata": {"name": path.rsplit("/", 1)[1],
+                                                                   "resourceVersion": "1"}}).json())
+    status_of(403, "Forbidden", c.post(HV, json=hypervisor("hv2")).json())
+    assert api.store.list("Hypervisor").items == []
+    assert {r.code for r in audit.records} == {403} and len(audit.records) == 7

@@ -63,8 +63,10 @@ class ApiContext:
         if time.monotonic() - at > self.limits.liveness_max_age:
             if kind == "Hypervisor":
                 value = TableInputs(liveness=self.store.agent_liveness())
-            else:
+            elif kind == "Reservation":
                 value = TableInputs(hosts={h.name: h for h in self.store.list_hypervisors()})
+            else:
+                value = TableInputs()
             self._table_inputs[kind] = (time.monotonic(), value)
         return value
 

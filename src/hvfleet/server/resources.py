@@ -23,8 +23,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hvfleet.model.errors import BadRequest, HvfleetError, NotFound, UnsupportedMediaType
+from hvfleet.model.errors import (
+    BadRequest,
+    HvfleetError,
+    InvalidInput,
+    NotFound,
+    UnsupportedMediaType,
+)
 from hvfleet.model.hypervisor import Reservation, Resource
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import claim_reservation
@@ -69,9 +76,29 @@ def _info(request: Request) -> ResourceInfo:
     return info
 
 
-async def authenticate(ctx: ApiContext, request: Request) -> Identity:
-    return await run_in_threadpool(ctx.authenticator.authenticate,
-                                   request.headers.get("authorization"))
+async def authenticate(ctx: ApiContext, request: Request, write: Action | None = None) -> Identity:
+    """The caller. A write refused here (401) is audited too, with no identity."""
+    try:
+        return await run_in_threadpool(ctx.authenticator.authenticate,
+                                       request.headers.get("authorization"))
+    except Exception as exc:
+        if write is not None and ctx.audit is not None:
+            code, reason = code_of(exc)
+            ctx.audit.record(None, write, before=None, after=None, code=code, reason=reason)
+        raise
+
+
+def precheck(ctx: ApiContext, who: Identity, action: Action) -> None:
+    """Ask before reading what the write is about: a caller who may not write
+    gets 403 without learning whether the object exists. The full check, with
+    the stored and the new object, follows before the write."""
+    try:
+        ctx.authorize(who, action)
+    except Exception as exc:
+        if ctx.audit is not None:
+            code, reason = code_of(exc)
+            ctx.audit.record(who, action, before=None, after=None, code=code, reason=reason)
+        raise
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -268,8 +295,8 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
     target = Target(info.plural, str(name), info.kind)
     try:
+        who = await authenticate(ctx, request, Action("create", info.plural, name=target.name or None))
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-        who = await authenticate(ctx, request)
         out = await run_in_threadpool(create_object, ctx, who, info, obj)
         return render(request, ctx, info, out, 201, warnings)
     except Exception as exc:
@@ -283,8 +310,13 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
     def write() -> Resource:
         ctx.authorize(who, action, None, obj)
         if isinstance(obj, Reservation):
-            return claim_reservation(ctx.store, obj, who.manager,
-                                     staleness=ctx.limits.claim_staleness)
+            try:
+                return claim_reservation(ctx.store, obj, who.manager,
+                                         staleness=ctx.limits.claim_staleness)
+            except NotFound as exc:
+                # The missing object is the host the reservation names, not the
+                # reservation: a 404 would read as "reservation not found".
+                raise InvalidInput(str(exc), field="spec.hypervisor") from None
         return ctx.store.create(obj, who.manager)
 
     out = audited(ctx, who, action, None, write)
@@ -300,6 +332,8 @@ async def item(request: Request) -> Response:
     try:
         info = _info(request)
         name = request.path_params["name"]
+        if sub is not None and not info.has_status:
+            raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
         if request.method == "GET":
             who = await authenticate(ctx, request)
             ctx.authorize(who, Action("get", info.plural, name=name, subresource=sub))
@@ -324,7 +358,8 @@ async def item(request: Request) -> Response:
             raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
         body = await bodies.read_body(request, ctx.limits.max_body)
         doc = bodies.decode_document(body, media)
-        who = await authenticate(ctx, request)
+        who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
+                                                      force))
         target = Target(info.plural, name, info.kind)
         if request.method == "PUT":
             obj, warnings = bodies.to_object(doc, info.kind, target, validation)
@@ -350,6 +385,8 @@ def _same_name(obj: Resource, name: str) -> None:
 
 
 def _with_status_of(base: Resource, source: Resource) -> Resource:
+    if isinstance(base, Lease) or isinstance(source, Lease):
+        return base  # a Lease has no status
     return base.model_copy(update={"status": source.status})
 
 
@@ -362,6 +399,7 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     """PUT: compare-and-swap on the body's resourceVersion. The main resource
     keeps the stored status, /status keeps everything but status."""
     action = Action("update", info.plural, obj.metadata.name, sub, force)
+    precheck(ctx, who, action)
     current = ctx.store.get(info.kind, obj.metadata.name)
     if sub is None:
         new = _with_status_of(obj, current)
@@ -389,6 +427,7 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
     else:
         pinned = isinstance(patch.get("metadata"), dict) and "resourceVersion" in patch["metadata"]
     action = Action("patch", info.plural, name, sub, force)
+    precheck(ctx, who, action)
     warnings: list[str] = []
 
     def attempt() -> Resource:
@@ -431,6 +470,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
     name = manifest.metadata.name
     pinned = manifest.metadata.resource_version is not None
     created = False
+    precheck(ctx, who, Action("patch", info.plural, name, sub, force))
 
     def attempt() -> Resource:
         nonlocal created
@@ -478,7 +518,7 @@ async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: st
     _no_dry_run(request)
     body = await bodies.read_body(request, ctx.limits.max_body)
     uid, rv = _delete_options(body)
-    who = await authenticate(ctx, request)
+    who = await authenticate(ctx, request, Action("delete", info.plural, name))
     out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv)
     return render(request, ctx, info, out)
 
@@ -487,6 +527,7 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
                   rv: str | None) -> Resource:
     """Delete with preconditions; without them, with the version that was authorized."""
     action = Action("delete", info.plural, name)
+    precheck(ctx, who, action)
 
     def attempt() -> Resource:
         current = ctx.store.get(info.kind, name)

@@ -16,6 +16,7 @@ from typing import Any
 
 from hvfleet.model import views
 from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.lease import Lease
 
 
 def wants_table(accept: str | None) -> bool:
@@ -48,10 +49,13 @@ def rows_for(kind: str, objs: Sequence[Resource],
         cols = views.hypervisor_columns(wide=True)
         rows = [views.hypervisor_row(o, now, inputs.liveness.get(o.name), wide=True)
                 for o in objs if isinstance(o, Hypervisor)]
-    else:
+    elif kind == "Reservation":
         cols = views.reservation_columns(wide=True)
         rows = [views.reservation_row(o, inputs.hosts.get(o.spec.hypervisor), now, wide=True)
                 for o in objs if isinstance(o, Reservation)]
+    else:
+        cols = views.lease_columns(wide=True)
+        rows = [views.lease_row(o, now, wide=True) for o in objs if isinstance(o, Lease)]
     return [c.to_dict() for c in cols], rows
 
 

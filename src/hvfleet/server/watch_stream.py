@@ -135,8 +135,12 @@ class WatchResponse(Response):
                 if ev.revision <= last:
                     continue
                 last = ev.revision
-                if self._wanted(ev.object):
+                if not self._wanted(ev.object):
+                    continue
+                if self.as_table:
                     await self._event(ev.type, ev.object, inputs)
+                else:
+                    await self._write(self.fanout.encoded(ev))
 
         try:
             for obj in self.initial or []:
