@@ -21,7 +21,7 @@ Printed per backend:
   sustains;
 - resources after the run: etcd's RSS per member (now and peak), its data
   directory size and database size; SQLite's file sizes;
-- etcd only: Lease renewals/s at saturation (`Store.keepalive`: get + CAS
+- etcd only: Lease renewals/s at saturation (`Store.keepalive`: a CAS
   update of the agent's small Lease object, one revision each; before Lease
   objects this was an etcd lease keepalive that wrote no revision).
 
@@ -356,7 +356,7 @@ def main() -> None:
                     print(f"  CPU in the {phase} phase: 3 etcd members {e / w:.2f} cores, "
                           f"hvfleet writers+scheduler {g / w:.2f} cores (of {os.cpu_count()})")
                 kps, kp99 = keepalive_rate(url, args.agents, args.saturate, args.threads)
-                print(f"  Lease renewal (get + CAS update of a Lease object): {kps:.0f}/s at saturation, "
+                print(f"  Lease renewal (CAS update of the Lease object): {kps:.0f}/s at saturation, "
                       f"p99 {kp99:.1f} ms")
                 for m in cluster.members:
                     assert m.process is not None

@@ -255,3 +255,25 @@ def test_one_batch_is_one_revision_and_a_watch_delivers_all_of_it(
     events = list(etcd.watch("Hypervisor", since=start, timeout=0.5))
     assert [e.object.metadata.name for e in events] == ["hv0", "hv1", "hv2"]
     assert [e.last_of_revision for e in events] == [False, False, True]
+
+
+def test_a_lease_renewal_is_one_request(etcd: EtcdStore) -> None:
+    etcd.keepalive("hv1", 30)
+    posts: list[str] = []
+    real = etcd.transport.post
+
+    def counted(path: str, body: dict, what: str) -> tuple[dict, bool]:  # type: ignore[type-arg]
+        posts.append(path)
+        return real(path, body, what)
+
+    etcd.transport.post = counted  # type: ignore[method-assign]
+    etcd.keepalive("hv1", 30)
+    assert posts == ["kv/txn"]  # the CAS update, no read before it
+    # Another store of the same agent renewed it: the next renewal reads, then writes.
+    other = EtcdStore(etcd.endpoints, etcd.prefix)
+    other.keepalive("hv1", 30)
+    other.close()
+    posts.clear()
+    renewed = etcd.keepalive("hv1", 30)
+    assert posts == ["kv/txn", "kv/range", "kv/txn"]
+    assert etcd.get("Lease", "hv1") == renewed

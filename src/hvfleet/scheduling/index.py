@@ -13,9 +13,10 @@ query after the expiry, so phases are derived the same way as everywhere else.
 Candidacy is `model.readiness.readiness`, split so a query stays vectorised:
 per row what needs no clock (Ready condition, maintenance), per query the
 heartbeat's `fresh_until` against the time and the agent's lease. Agent
-liveness (Lease objects, `Store.agent_liveness`) is read when the index loads and refreshes,
-never per query: a host whose lease expired is no candidate, a live lease
-stands for a fresh heartbeat.
+liveness (Lease objects) is read when the index loads, then follows the
+Leases' watch events and is judged (`lease_live`) at each refresh, never per
+query: a host whose lease expired is no candidate, a live lease stands for a
+fresh heartbeat.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from hvfleet.model.capacity import (
 )
 from hvfleet.model.errors import Gone, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
@@ -194,6 +196,9 @@ class FleetIndex:
         # Per host, what the store last said of its agent's liveness lease (absent:
         # no information, e.g. only `--once` runs). Kept across loads: not in the lists.
         self._liveness: dict[str, bool] = {}
+        # Per host, its agent's Lease as last seen (loaded, then from the watch):
+        # liveness is judged from these at each refresh, without a store read.
+        self._leases: dict[str, Lease] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -254,7 +259,12 @@ class FleetIndex:
         # Watching from the older of the two revisions replays what changed in
         # between; replays are recognised by resourceVersion and skipped.
         self.load(hosts, reservations, min(hv.revision, res.revision))
-        self.set_liveness(store.agent_liveness())
+        self._leases = store.agent_leases()
+        self.set_liveness(self._lease_liveness(datetime.now(UTC)))
+
+    def _lease_liveness(self, now: datetime) -> dict[str, bool]:
+        with self._lock:
+            return {name: lease_live(lease, now) for name, lease in self._leases.items()}
 
     def load(
         self,
@@ -368,7 +378,12 @@ class FleetIndex:
                     self._put_host(obj, now)
             elif isinstance(obj, Reservation):
                 self._apply_reservation(event.type, obj, event.revision, now)
-            # Leases reach the index through set_liveness (Store.agent_liveness).
+            elif isinstance(obj, Lease):
+                # Judged at the next refresh (a lease expires without an event).
+                if event.type == "DELETED":
+                    self._leases.pop(obj.name, None)
+                else:
+                    self._leases[obj.name] = obj
             self.revision = max(self.revision, event.revision)
 
     def _apply_reservation(self, kind: str, r: Reservation, revision: int, now: datetime) -> None:
@@ -394,28 +409,29 @@ class FleetIndex:
         (SQLite has every event at hand; an etcd watch streams them), waiting at
         most `settle` seconds for revisions that are not ours (etcd counts writes
         under every prefix). A watch that lost its history (Gone) rebuilds from
-        a fresh list. Agent liveness is re-read too (one list of the Leases)."""
-        self.set_liveness(store.agent_liveness())
+        a fresh list. Agent liveness is then judged from the Leases the watch
+        delivered (renewals are events; an expiry is the clock), so a refresh
+        reads no Lease list."""
         target = store.revision()
-        if target <= max(self.revision, self._caught_up):
-            return 0
         n = 0
-        try:
-            for event in store.watch(None, since=self.revision, timeout=settle):
-                self.apply(event)
-                n += 1
-                if event.revision >= target and event.last_of_revision:
-                    break  # not before: one atomic write's events share a revision
-        except Gone:
-            self.load_from(store)
-        self._caught_up = target
+        if target > max(self.revision, self._caught_up):
+            try:
+                for event in store.watch(None, since=self.revision, timeout=settle):
+                    self.apply(event)
+                    n += 1
+                    if event.revision >= target and event.last_of_revision:
+                        break  # not before: one atomic write's events share a revision
+            except Gone:
+                self.load_from(store)
+            self._caught_up = target
+        self.set_liveness(self._lease_liveness(datetime.now(UTC)))
         return n
 
     def follow(
         self, store: Store, stop: threading.Event, liveness_every: float = 1.0
     ) -> threading.Thread:
         """Keep the index current in a background thread until `stop` is set;
-        agent liveness is re-read every `liveness_every` seconds."""
+        agent liveness is judged again every `liveness_every` seconds."""
 
         def run() -> None:
             read_at = time.monotonic()
@@ -427,7 +443,7 @@ class FleetIndex:
                             break
                 except Gone:
                     self.load_from(store)
-                self.set_liveness(store.agent_liveness())
+                self.set_liveness(self._lease_liveness(datetime.now(UTC)))
                 read_at = time.monotonic()
 
         t = threading.Thread(target=run, name="fleet-index-watch", daemon=True)

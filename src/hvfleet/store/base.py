@@ -81,14 +81,13 @@ class StaleVersion(Conflict):
 
 
 class OwnershipConflict(Conflict):
-    """A spec field is owned by another manager (force the write to take it over).
+    """A spec field is owned by another manager (pass force to take it over).
+    `conflicts` lists every (field path, owning manager), e.g. ("spec.overcommit.cpu",
+    "ops"): the API turns each into a FieldManagerConflict cause."""
 
-    `conflicts` lists every (field path, owning manager), sorted: what a
-    server-side apply answers as FieldManagerConflict causes."""
-
-    def __init__(self, message: str, conflicts: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(self, message: str, conflicts: builtins.list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
-        self.conflicts: list[tuple[str, str]] = list(conflicts)
+        self.conflicts = conflicts or []
 
     @classmethod
     def of(cls, kind: str, name: str, conflicts: Sequence[tuple[str, str]]) -> OwnershipConflict:
@@ -256,35 +255,53 @@ class Store(ABC):
         """The agent of hypervisor `name` is alive: renew (or take) the Lease `name`
         for `ttl` seconds, as `agent/<name>`. If it stops calling this, readers
         see it not live `ttl` seconds after the last renewal. One small object
-        write; the Hypervisor's status is not touched."""
+        write; the Hypervisor's status is not touched. The Lease this store
+        wrote last is renewed by CAS without reading it first; if anything else
+        wrote it since (another process of the same agent), it is read again."""
         from hvfleet.store.ownership import agent_manager
 
         if ttl < 1:
-            raise InvalidInput(f"Lease {name}: leaseDurationSeconds: {ttl} must be at least 1")
+            raise InvalidInput(f"{ttl} must be at least 1", field="leaseDurationSeconds")
         holder = agent_manager(name)
-        last: StaleVersion | AlreadyExists | None = None
+        held = self._held_leases()
+        current = held.get(name)
+        must_read = current is None
+        last: StaleVersion | AlreadyExists | NotFound | None = None
         for attempt in range(_LEASE_ATTEMPTS):
-            try:
-                current = self.get("Lease", name)
-            except NotFound:
-                current = None
-            assert current is None or isinstance(current, Lease)
+            if must_read:
+                try:
+                    got = self.get("Lease", name)
+                    assert isinstance(got, Lease)
+                    current = got
+                except NotFound:
+                    current = None
             new = renewed(current, name, holder, ttl, datetime.now(UTC))
             try:
                 out = self.create(new, holder) if current is None else self.update(new, holder)
-            except (StaleVersion, AlreadyExists) as exc:
-                last = exc  # another store of the same agent renewed it in between
+            except (StaleVersion, AlreadyExists, NotFound) as exc:
+                last, must_read = exc, True  # written or deleted by someone else since
+                held.pop(name, None)
                 self.pause_after_conflict(attempt)
                 continue
             assert isinstance(out, Lease)
+            held[name] = out
             return out
         assert last is not None
         raise last
+
+    def _held_leases(self) -> dict[str, Lease]:
+        """The Leases this store object last wrote, by name."""
+        held: dict[str, Lease] | None = self.__dict__.get("_held")
+        if held is None:
+            held = self.__dict__.setdefault("_held", {})
+        return held
 
     def release(self, name: str) -> None:
         """The agent of `name` stops cleanly: its Lease is released, so it is not
         live from now on (rather than one lease duration later)."""
         from hvfleet.store.ownership import agent_manager
+
+        self._held_leases().pop(name, None)
 
         def let_go(obj: Resource) -> Resource:
             assert isinstance(obj, Lease)
