@@ -19,7 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from hvfleet.server import actions, batch, discovery, impersonation, openapi
+from hvfleet.server import actions, discovery, impersonation, openapi
+from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.identity import Authenticator, Authorizer
 from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
@@ -87,8 +88,8 @@ def routes() -> list[Route]:
         Route(f"/openapi/v3/{openapi.GV_PATH}", _document(openapi.openapi_v3_group)),
         # Action endpoints first: their paths would otherwise match {plural}/{name}.
         *token_routes(),
-        Route(batch.PATH, batch.batch, methods=["POST"]),
         Route(impersonation.WHOAMI_PATH, impersonation.whoami, methods=["POST"]),
+        Route(f"{GV}/batch", batch, methods=["POST"]),
         Route(f"{GV}/fit", actions.fit, methods=["POST"]),
         Route(f"{GV}/placement", actions.placement, methods=["POST"]),
         Route(f"{GV}/cpubaseline", actions.cpubaseline, methods=["POST"]),

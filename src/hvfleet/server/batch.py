@@ -1,17 +1,15 @@
-"""The atomic batch endpoint: `Store.write_all` over the API.
+"""`POST /apis/hvfleet.io/v1/batch`: several writes, all or nothing (`Store.write_all`).
 
-    POST /apis/hvfleet.io/v1/batch[?force=true]
-    {"writes": [{"action": "create" | "update", "object": {...}}, ...]}
-    → 200 {"kind": "BatchResult", "items": [the stored objects, in order]}
-
-Each write is authorized for the caller as the single request it stands for
-(a create; an update of the main resource and/or of /status, by what it
-changes), all before anything is written; then one `store.write_all` writes
-them all or none, as the caller's field manager. A failure is the Status of
-the first write that failed (404, 409 with its causes, 403, 422), and nothing
-is written. A Reservation is never created here: creating one is a claim
-(POST …/reservations), as `hvfleet apply` says too. The remote store's
-`write_all` and `update` of both status and spec use this endpoint.
+The body is `{"writes": [{"action": "create"|"update", "object": {...}}, ...]}`
+(docs/store.md: what a remote Store backend sends for `write_all`, and what
+`apply -f` of several documents becomes). Each object is decoded strictly;
+each write is authorized as its own create or update — and as an update of
+`/status` where it changes the status — with the stored and the new object,
+all of them before any store error is answered; then one `write_all` writes them all as
+the caller, or raises the first failure and writes nothing. Objects are
+written whole, with Store semantics (status included, checked by the store's
+ownership rules). A new Reservation cannot be created here: only a claim
+(`POST reservations`) checks free capacity.
 """
 
 from __future__ import annotations
@@ -22,110 +20,124 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hvfleet.model.errors import BadRequest, InvalidInput, UnsupportedMediaType
+from hvfleet.model.errors import BadRequest, InvalidInput, NotFound, UnsupportedMediaType
 from hvfleet.model.hypervisor import Reservation, Resource
+from hvfleet.model.meta import API_VERSION
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import BY_KIND
 from hvfleet.server.identity import Action, Identity
-from hvfleet.server.resources import _flag, _no_dry_run, authenticate, code_of, error_response
-from hvfleet.server.status import Target
-from hvfleet.store.base import OwnershipConflict, Write, changed_parts, check_batch
-
-PATH = "/apis/hvfleet.io/v1/batch"
+from hvfleet.server.resources import authenticate, code_of, error_response
+from hvfleet.server.status import ApiError, Target
+from hvfleet.store.base import Write
 
 
-def parse_writes(doc: dict[str, Any], validation: str) -> list[Write]:
-    writes = doc.get("writes")
-    if not isinstance(writes, list):
-        raise BadRequest('batch: the body must be {"writes": [{"action": ..., "object": ...}, ...]}')
-    out: list[Write] = []
-    for i, item in enumerate(writes):
-        if not isinstance(item, dict) or item.get("action") not in ("create", "update"):
-            raise BadRequest(f"writes[{i}]: needs action create or update, and an object")
-        obj = item.get("object")
+def _decode(doc: Any, validation: str) -> list[Write]:
+    if not isinstance(doc, dict) or set(doc) != {"writes"} or not isinstance(doc["writes"], list):
+        raise BadRequest('batch: the body must be {"writes": [{"action": ..., "object": {...}}, ...]}')
+    writes: list[Write] = []
+    for i, item in enumerate(doc["writes"]):
+        where = f"writes[{i}]"
+        if not isinstance(item, dict) or set(item) != {"action", "object"}:
+            raise InvalidInput("must be {action, object}", field=where)
+        if item["action"] not in ("create", "update"):
+            raise InvalidInput(f"action: {item['action']!r} is not create or update", field=where)
+        obj = item["object"]
         kind = obj.get("kind") if isinstance(obj, dict) else None
-        info = BY_KIND.get(kind) if isinstance(kind, str) else None
-        if info is None or not isinstance(obj, dict):
-            raise BadRequest(f"writes[{i}].object: kind must be one of {', '.join(BY_KIND)}")
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-        target = Target(info.plural, str((meta or {}).get("name", "")), info.kind)
-        parsed, _ = bodies.to_object(obj, info.kind, target, validation)
-        out.append(Write(item["action"], parsed))
-    check_batch(out)
-    return out
+        if kind not in BY_KIND:
+            raise InvalidInput(f"object.kind: {kind!r} is not one of {', '.join(BY_KIND)}", field=where)
+        meta = obj.get("metadata")
+        name = meta.get("name", "") if isinstance(meta, dict) else ""
+        try:
+            resource, _ = bodies.to_object(obj, kind, Target(BY_KIND[kind].plural, str(name), kind),
+                                           validation)
+        except ApiError as exc:
+            raise ApiError(exc.code, exc.reason, f"{where}: {exc.message}",
+                           [{**c, "field": f"{where}.object.{c['field']}"} for c in exc.causes]) from None
+        if item["action"] == "create" and isinstance(resource, Reservation):
+            raise InvalidInput("a new Reservation must be claimed (POST reservations), which checks "
+                               "free capacity atomically", field=where)
+        writes.append(Write(item["action"], resource))
+    if not writes:
+        raise BadRequest("batch: no writes")
+    return writes
 
 
-def _actions(ctx: ApiContext, write: Write, force: bool) -> tuple[list[Action], Resource | None]:
-    """The requests this write stands for, and the stored object it replaces."""
-    obj = write.object
-    plural, name = BY_KIND[obj.kind].plural, obj.metadata.name
+def _actions(write: Write, current: Resource | None, force: bool) -> list[Action]:
+    """What a write asks to do: create; or update the object, its /status, or both."""
+    info = BY_KIND[write.object.kind]
+    name = write.object.metadata.name
     if write.action == "create":
-        if isinstance(obj, Reservation):
-            raise InvalidInput(f"Reservation {name}: is created only by a claim "
-                               "(POST /apis/hvfleet.io/v1/reservations, `hvfleet reserve`)")
-        return [Action("create", plural, name)], None
-    current = ctx.store.get(obj.kind, name)
-    status_changed, rest_changed = changed_parts(current, obj)
-    actions = []
+        return [Action("create", info.plural, name)]
+    new = write.object
+    status_changed = (current is not None and info.has_status
+                      and getattr(current, "status", None) != getattr(new, "status", None))
+    rest_changed = (current is None or current.spec != new.spec
+                    or current.metadata.labels != new.metadata.labels
+                    or current.metadata.annotations != new.metadata.annotations)
+    out = []
     if rest_changed or not status_changed:
-        actions.append(Action("update", plural, name, None, force))
+        out.append(Action("update", info.plural, name, None, force))
     if status_changed:
-        actions.append(Action("update", plural, name, "status", force))
-    return actions, current
+        out.append(Action("update", info.plural, name, "status", force))
+    return out
 
 
 def write_batch(ctx: ApiContext, who: Identity, writes: list[Write], force: bool) -> list[Resource]:
-    planned: list[tuple[Action, Resource | None]] = []
-    try:
-        for w in writes:
-            actions, current = _actions(ctx, w, force)
-            for action in actions:
-                planned.append((action, current))
+    # Every write is authorized before any store error is answered: a refusal
+    # comes first and tells nothing of which objects exist.
+    checked: list[tuple[Write, Resource | None, list[Action]]] = []
+    for w in writes:
+        current: Resource | None = None
+        if w.action == "update":
+            try:
+                current = ctx.store.get(w.object.kind, w.object.metadata.name)
+            except NotFound:
+                current = None  # write_all answers NotFound for it, writing nothing
+        actions = _actions(w, current, force)
+        for action in actions:
+            try:
                 ctx.authorize(who, action, current, w.object)
+            except Exception as exc:
+                if ctx.audit is not None:
+                    code, reason = code_of(exc)
+                    before = current.metadata.resource_version if current is not None else None
+                    ctx.audit.record(who, action, before=before, after=None, code=code, reason=reason)
+                raise
+        checked.append((w, current, actions))
+    try:
         out = ctx.store.write_all(writes, who.manager, force=force)
     except Exception as exc:
-        if ctx.audit is not None and planned:
+        if ctx.audit is not None:
             code, reason = code_of(exc)
-            for action, current in planned:
-                ctx.audit.record(who, action, before=_rv(current), after=None, code=code,
-                                 reason=reason)
+            for _, current, actions in checked:
+                before = current.metadata.resource_version if current is not None else None
+                ctx.audit.record(who, actions[0], before=before, after=None, code=code, reason=reason)
         raise
     if ctx.audit is not None:
-        stored: dict[tuple[str, str], Resource] = {(o.kind, o.metadata.name): o for o in out}
-        for action, current in planned:
-            after = stored.get((BY_KIND_PLURAL[action.resource], action.name or ""))
-            code, reason = (201, "Created") if action.verb == "create" else (200, "OK")
-            ctx.audit.record(who, action, before=_rv(current),
-                             after=None if after is None else after.metadata.resource_version,
-                             code=code, reason=reason)
+        for (w, current, actions), stored in zip(checked, out, strict=True):
+            before = current.metadata.resource_version if current is not None else None
+            ctx.audit.record(who, actions[0], before=before, after=stored.metadata.resource_version,
+                             code=201 if w.action == "create" else 200,
+                             reason="Created" if w.action == "create" else "OK")
     return out
-
-
-BY_KIND_PLURAL = {info.plural: kind for kind, info in BY_KIND.items()}
-
-
-def _rv(obj: Resource | None) -> str | None:
-    return None if obj is None else obj.metadata.resource_version
 
 
 async def batch(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     try:
-        _no_dry_run(request)
-        force = _flag(request, "force")
-        validation = bodies.field_validation(request.query_params.get("fieldValidation"))
+        if request.query_params.get("dryRun"):
+            raise BadRequest("dryRun: not supported by this server")
         media = bodies.media_type(request)
         if media not in ("application/json", "*/*"):
             raise UnsupportedMediaType(f"batch: the body must be application/json, not {media!r}")
-        who = await authenticate(ctx, request)
-        doc = bodies.decode_document(await bodies.read_body(request, ctx.limits.max_body), media)
-        writes = parse_writes(doc, validation)
+        validation = bodies.field_validation(request.query_params.get("fieldValidation"))
+        force = request.query_params.get("force", "").lower() in ("true", "1")
+        raw = await bodies.read_body(request, ctx.limits.max_body)
+        who = await authenticate(ctx, request, Action("create", "batch"))
+        writes = _decode(bodies.decode_document(raw, "application/json"), validation)
         out = await run_in_threadpool(write_batch, ctx, who, writes, force)
-    except OwnershipConflict as exc:
-        plural = BY_KIND[exc.kind].plural if exc.kind in BY_KIND else ""
-        return error_response(exc, Target(plural, exc.name, exc.kind))
+        return JSONResponse({"apiVersion": API_VERSION, "kind": "BatchResult",
+                             "items": [o.to_dict() for o in out]})
     except Exception as exc:
-        return error_response(exc, Target())
-    return JSONResponse({"kind": "BatchResult", "apiVersion": "hvfleet.io/v1",
-                         "items": [o.to_dict() for o in out]})
+        return error_response(exc, Target(name="batch"))

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from hvfleet.model.errors import (
     BadRequest,
+    Forbidden,
     HvfleetError,
     InvalidInput,
     NotFound,
@@ -32,7 +33,7 @@ from hvfleet.model.errors import (
 )
 from hvfleet.model.hypervisor import Reservation, Resource
 from hvfleet.model.lease import Lease
-from hvfleet.model.meta import API_VERSION
+from hvfleet.model.meta import API_GROUP, API_VERSION
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
@@ -128,11 +129,19 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
-            write: Callable[[], Resource | None]) -> Resource | None:
-    """Run one write and record it in the audit log, whatever its result."""
+            check: Callable[[], None], write: Callable[[], Resource | None]) -> Resource | None:
+    """Authorize (`check`) and run one write, and record it in the audit log
+    whatever its result. A refusal by the store's own rules (only agent/<name>
+    writes that host's status, agents never write spec) is worded as
+    kube-apiserver words a refusal, with the store's reason after it."""
     rv_before = before.metadata.resource_version if before is not None else None
     try:
-        out = write()
+        check()
+        try:
+            out = write()
+        except Forbidden as exc:
+            target = f'{action.resource}.{API_GROUP} "{action.name}"' if action.name else action.resource
+            raise Forbidden(f"{target} is forbidden: {exc}") from None
     except Exception as exc:
         if ctx.audit is not None:
             code, reason = code_of(exc)
@@ -312,7 +321,6 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
     action = Action("create", info.plural, name=obj.metadata.name)
 
     def write() -> Resource:
-        ctx.authorize(who, action, None, obj)
         if isinstance(obj, Reservation):
             try:
                 return claim_reservation(ctx.store, obj, who.manager,
@@ -323,7 +331,7 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
                 raise InvalidInput(str(exc), field="spec.hypervisor") from None
         return ctx.store.create(obj, who.manager)
 
-    out = audited(ctx, who, action, None, write)
+    out = audited(ctx, who, action, None, lambda: ctx.authorize(who, action, None, obj), write)
     assert out is not None
     return out
 
@@ -412,11 +420,8 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
         new = new.model_copy(update={"metadata": current.metadata.model_copy(
             update={"resource_version": obj.metadata.resource_version})})
 
-    def write() -> Resource:
-        ctx.authorize(who, action, current, new)
-        return ctx.store.update(new, who.manager, force=force)
-
-    out = audited(ctx, who, action, current, write)
+    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
+                  lambda: ctx.store.update(new, who.manager, force=force))
     assert out is not None
     return out
 
@@ -453,11 +458,8 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
             new = new.model_copy(update={"metadata": current.metadata.model_copy(
                 update={"resource_version": patched.metadata.resource_version})})
 
-        def write() -> Resource:
-            ctx.authorize(who, action, current, new)
-            return ctx.store.update(new, who.manager, force=force)
-
-        out = audited(ctx, who, action, current, write)
+        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
+                      lambda: ctx.store.update(new, who.manager, force=force))
         assert out is not None
         return out
 
@@ -495,11 +497,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
                     update={"resource_version": manifest.metadata.resource_version})})
         action = Action("patch", info.plural, name, sub, force)
 
-        def write() -> Resource:
-            ctx.authorize(who, action, current, new)
-            return ctx.store.update(new, who.manager, force=force)
-
-        out = audited(ctx, who, action, current, write)
+        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
+                      lambda: ctx.store.update(new, who.manager, force=force))
         assert out is not None
         return out
 
@@ -537,14 +536,14 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
         current = ctx.store.get(info.kind, name)
 
         def write() -> Resource:
-            ctx.authorize(who, action, current, None)
             if uid is not None and uid != current.metadata.uid:
                 raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
                                    f"uid in object meta: {current.metadata.uid}")
             ctx.store.delete(info.kind, name, rv or current.metadata.resource_version)
             return current
 
-        out = audited(ctx, who, action, current, write)
+        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, None),
+                      write)
         assert out is not None
         return out
 

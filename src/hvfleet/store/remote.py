@@ -187,9 +187,11 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
         if owned:
             conflicts = [(str(c.get("field", "")).lstrip("."), _owner(str(c.get("message", ""))))
                          for c in owned]
-            kind = str(details.get("kind") or "")
-            singular = next((k for k in KINDS if plural_of(k) == kind), kind)
-            return OwnershipConflict.of(singular, str(details.get("name") or ""), conflicts)
+            plural = str(details.get("kind") or "")
+            kind = next((k for k in KINDS if plural_of(k) == plural), None)
+            if kind is None:  # not about one object (a batch): the server's words
+                return OwnershipConflict(message, conflicts)
+            return OwnershipConflict.of(kind, str(details.get("name") or ""), conflicts)
         if any(c.get("field") == "metadata.resourceVersion" for c in causes):
             return StaleVersion(message)
         if claim_host is not None and causes:
