@@ -206,6 +206,30 @@ def test_fit_reserve_release_as_a_scheduler(fleet: Fleet) -> None:
         assert {e.manager for e in r.metadata.managed_fields} == {"scheduler"}
 
 
+def test_the_kubeconfig_hvfleet_writes_is_all_a_command_needs(fleet: Fleet, tmp_path: Path) -> None:
+    srv = fleet.server
+    config = tmp_path / "viewer.kubeconfig"
+    subprocess.run([HVFLEET, "kubeconfig", "--server", srv.url, "--token", srv.tokens["viewer"],
+                    "--ca", str(srv.ca), "-o", str(config)],
+                   check=True, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("HVFLEET_TOKEN", "HVFLEET_CA", "KUBECONFIG")}
+    env["HOME"] = str(fleet.home)
+    got = subprocess.run([HVFLEET, "get", "hypervisors", "--store", srv.url, "--kubeconfig", str(config)],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0 and HOST in got.stdout, got.stderr
+    # $KUBECONFIG gives the CA; $HVFLEET_TOKEN overrides its token (here: the operator's).
+    env.update(KUBECONFIG=str(config), HVFLEET_TOKEN=srv.tokens["operator"])
+    wrote = subprocess.run([HVFLEET, "overcommit", "set", "rack-1", "memory=1.5", "--store", srv.url],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert wrote.returncode == 0, wrote.stderr
+    # No token anywhere: 401, in one line.
+    env.pop("HVFLEET_TOKEN")
+    config.write_text(config.read_text().replace(srv.tokens["viewer"], "hvf_0123456789abcdef_" + "x" * 43))
+    denied = subprocess.run([HVFLEET, "get", "hypervisors", "--store", srv.url],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert denied.returncode == 1 and len(denied.stderr.strip().splitlines()) == 1, denied.stderr
+
+
 def test_a_stopped_agent_shows_not_ready_to_a_viewer(fleet: Fleet) -> None:
     # Last in this module: the agent stops and releases its Lease.
     fleet.agent.send_signal(signal.SIGTERM)
