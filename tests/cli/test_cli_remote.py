@@ -230,6 +230,22 @@ def test_the_kubeconfig_hvfleet_writes_is_all_a_command_needs(fleet: Fleet, tmp_
     assert denied.returncode == 1 and len(denied.stderr.strip().splitlines()) == 1, denied.stderr
 
 
+def test_tokens_over_the_api_as_an_admin_only(fleet: Fleet) -> None:
+    made = fleet.hvfleet("admin", "token", "create", "--role", "viewer", "--name", "remote-ro")
+    assert made.returncode == 0, made.stderr
+    new_token = made.stdout.strip()
+    token_id = new_token.split("_")[1]
+    listed = fleet.ok("admin", "token", "list")
+    assert token_id in listed and "remote-ro" in listed
+    # The new token works at once, and as a viewer only.
+    assert HOST in fleet.hvfleet("viewer", "get", "hypervisors", token=new_token).stdout
+    refused = fleet.hvfleet("viewer", "token", "list")
+    assert refused.returncode == 2 and "forbidden" in refused.stderr.lower(), refused.stderr
+    assert f"token {token_id} (remote-ro) revoked" in fleet.ok("admin", "token", "revoke", token_id)
+    gone = fleet.hvfleet("viewer", "get", "hypervisors", token=new_token)
+    assert gone.returncode == 1 and "revoked" in gone.stderr, gone.stderr
+
+
 def test_a_stopped_agent_shows_not_ready_to_a_viewer(fleet: Fleet) -> None:
     # Last in this module: the agent stops and releases its Lease.
     fleet.agent.send_signal(signal.SIGTERM)

@@ -91,7 +91,14 @@ _WATCH_SERVER_TIMEOUT_S = 1800  # a watch call's length; the client reconnects a
 
 
 def plural_of(kind: str) -> str:
-    return f"{kind.lower()}s"
+    return "accesstokens" if kind == "AccessToken" else f"{kind.lower()}s"
+
+
+# Where each kind is served: the fleet kinds under their plurals, access tokens
+# at the admins' token endpoints (hvfleet.server.token_api), which speak the same
+# object mapping (a record whose hash the client made: the secret never travels).
+def _collection(kind: str) -> str:
+    return f"{GV}/{plural_of(kind)}"
 
 
 def _bool_param(url: str, query: dict[str, list[str]], key: str) -> bool:
@@ -354,10 +361,7 @@ class RemoteStore(Store):
     # -- objects ------------------------------------------------------------------------
 
     def _path(self, kind: str, name: str | None = None, sub: str | None = None) -> str:
-        if kind not in KINDS:
-            raise InvalidInput(f"store {self.url}: {kind} objects are not served through the API "
-                               "(access tokens: `hvfleet token` on the server's own store)")
-        path = f"{GV}/{plural_of(kind)}"
+        path = _collection(kind)
         if name is not None:
             path += "/" + quote(name, safe="")
         return f"{path}/{sub}" if sub else path
@@ -389,7 +393,9 @@ class RemoteStore(Store):
         model = STORED_KINDS[k]
         with gc_paused():
             items = [self._remember(model.model_validate(item)) for item in doc.get("items") or []]
-        return ListResult(items=items, revision=int(doc["metadata"]["resourceVersion"]))
+        rv = (doc.get("metadata") or {}).get("resourceVersion")
+        # The token list carries no version (tokens are not watched): the store's, read after.
+        return ListResult(items=items, revision=int(rv) if rv else self.revision())
 
     def create(self, obj: Resource, manager: str) -> Resource:
         """POST; a Reservation's create is a claim on the server (its check)."""
@@ -407,6 +413,8 @@ class RemoteStore(Store):
         if base is None:
             base = self.get(kind, name)
         status_changed, rest_changed = changed_parts(base, obj)
+        if obj.kind not in KINDS:  # an access token: one object, no /status
+            status_changed, rest_changed = False, True
         if status_changed and rest_changed:
             out = self.write_all([Write("update", obj)], manager, force=force)
             return out[0]
