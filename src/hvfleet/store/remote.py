@@ -22,11 +22,15 @@ its message; a server that cannot be reached is Unavailable, naming the URL.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import http.client
+import ipaddress
 import json
 import os
 import queue
+import random
+import socket
 import ssl
 import threading
 import time
@@ -52,6 +56,7 @@ from hvfleet.model.errors import (
     UnsupportedMediaType,
 )
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Reservation, Resource
+from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
     ClaimRefused,
@@ -91,7 +96,11 @@ _WATCH_SERVER_TIMEOUT_S = 1800  # a watch call's length; the client reconnects a
 
 
 def plural_of(kind: str) -> str:
-    return "accesstokens" if kind == "AccessToken" else f"{kind.lower()}s"
+    """The API's plural of a kind (as its CRD names it: policy → policies)."""
+    if kind == "AccessToken":
+        return "accesstokens"
+    singular = kind.lower()
+    return singular[:-1] + "ies" if singular.endswith("y") else singular + "s"
 
 
 # Where each kind is served: the fleet kinds under their plurals, access tokens
@@ -385,7 +394,7 @@ class RemoteStore(Store):
         k = kind_of(kind)
         return self._decode(k, self._call("GET", self._path(k, name)))
 
-    def list(self, kind: str, selector: Any = None) -> ListResult:
+    def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
         k = kind_of(kind)
         sel = str(as_selector(selector))
         path = self._path(k) + (f"?{urlencode({'labelSelector': sel})}" if sel else "")
@@ -457,6 +466,11 @@ class RemoteStore(Store):
             raise
         assert isinstance(out, Reservation)
         return out
+
+    def pause_after_conflict(self, attempt: int) -> None:
+        """A short jittered pause (as on etcd): clients of one server retrying a
+        stale write at once collide again, each round trip apart."""
+        time.sleep(random.random() * min(0.002 * 2**attempt, 0.2))
 
     def revision(self) -> int:
         """The store revision, from a list of one object of a collection the caller
@@ -654,19 +668,13 @@ class _WatchReader(threading.Thread):
             conn = self._conn
         if conn is not None and conn.sock is not None:
             # Unblocks the reader's readline; the thread then sees `ended` and stops.
-            try:
-                import socket
-
+            with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
-    import ipaddress
-
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
