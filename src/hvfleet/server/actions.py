@@ -188,8 +188,8 @@ async def fit(request: Request) -> Response:
 def _release(ctx: ApiContext, who: Identity, name: str) -> Any:
     action = Action("create", "release", name=name)
 
-    return audited(ctx, who, action, None, lambda: ctx.authorize(who, action),
-                   lambda: release(ctx.store, name, manager=who.manager))
+    return audited(ctx, who, action, None, lambda: release(ctx.store, name, manager=who.manager),
+                   check=lambda: ctx.authorize(who, action))
 
 
 async def release_reservation(request: Request) -> Response:
