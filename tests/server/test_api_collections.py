@@ -115,7 +115,7 @@ def test_discovery_documents(api: Api) -> None:
             "leases"} <= expected
     hv = resources["hypervisors"]
     assert (hv["singularName"], hv["kind"], hv["namespaced"]) == ("hypervisor", "Hypervisor", False)
-    assert "hv" in hv["shortNames"]
+    assert "hv" in hv["shortNames"] and "res" in resources["reservations"]["shortNames"]
     assert set(hv["verbs"]) == {"get", "list", "watch", "create", "update", "patch", "delete"}
     assert set(resources["hypervisors/status"]["verbs"]) == {"get", "update", "patch"}
     # /version needs no token; the rest does.

@@ -19,7 +19,8 @@ from hvfleet.store.sqlite import SqliteStore
 VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")
 RESOURCES = (
     "hypervisors", "hypervisors/status", "reservations", "reservations/status", "leases",
-    "overcommitpolicies", "overcommitpolicies/status", "tokens", "fit", "release", "placement", "cpubaseline", "guests",
+    "overcommitpolicies", "overcommitpolicies/status", "tokens", "fit", "release", "placement",
+    "cpubaseline", "guests",
     # Not served: nobody, not even admin, gets them.
     "hypervisors/scale", "secrets",
 )

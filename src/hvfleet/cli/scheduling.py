@@ -33,9 +33,8 @@ from hvfleet.scheduling.claims import (
     reserve,
     reserve_auto,
 )
-from hvfleet.scheduling.fit import reservations_by_host
 from hvfleet.scheduling.index import FitResult, FleetIndex
-from hvfleet.scheduling.placement import export, sync
+from hvfleet.scheduling.placement import export_fleet, sync
 from hvfleet.scheduling.placement_client import PlacementClient
 from hvfleet.scheduling.placement_push import PushIdentity
 from hvfleet.scheduling.request import Request, parse_request
@@ -275,10 +274,8 @@ def placement_export_command(
     if output != "json":
         raise InvalidInput(f"-o: {output!r} is not supported here (json)")
     with open_store(store) as st:
-        hosts = st.list_hypervisors(parse_selector(selector))
-        by_host = reservations_by_host(st.list_reservations())
-        policies = st.list_overcommit_policies()
-    _print_doc(export(hosts, by_host, datetime.now(UTC), policies))
+        doc = export_fleet(st, parse_selector(selector))
+    _print_doc(doc)
 
 
 @placement_app.command("sync")

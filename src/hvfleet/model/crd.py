@@ -121,7 +121,7 @@ def crds() -> list[dict[str, Any]]:
     out = []
     models: list[tuple[type[BaseModel], str, str, list[str], list[dict[str, Any]]]] = [
         (Hypervisor, "Hypervisor", "hypervisors", ["hv"], hv_columns),
-        (Reservation, "Reservation", "reservations", ["rsv"], res_columns),
+        (Reservation, "Reservation", "reservations", ["res", "rsv"], res_columns),
         (Lease, "Lease", "leases", [], lease_columns),
         (OvercommitPolicy, "OvercommitPolicy", "overcommitpolicies", ["ocp"], policy_columns),
     ]

@@ -48,8 +48,9 @@ from hvfleet.model.hypervisor import (
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import WELL_KNOWN, ResourceName
+from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
-from hvfleet.scheduling.fit import unit_constraints
+from hvfleet.scheduling.fit import reservations_by_host, unit_constraints
 from hvfleet.scheduling.placement_client import PlacementClient
 from hvfleet.scheduling.placement_push import PushIdentity, push
 from hvfleet.scheduling.request import Request
@@ -132,6 +133,16 @@ def export_provider(
         "inventories": export_inventories(h, policies),
         "usages": export_usages(h, reservations, now),
     }
+
+
+def export_fleet(
+    store: Store, selector: Selector | None = None, now: datetime | None = None
+) -> dict[str, Any]:
+    """The Placement view of the hosts matching `selector`, read from `store`:
+    what `hvfleet placement export` prints and the API's placement action answers."""
+    hosts = store.list_hypervisors(selector)
+    by_host = reservations_by_host(store.list_reservations())
+    return export(hosts, by_host, now or datetime.now(UTC), store.list_overcommit_policies())
 
 
 def export(
