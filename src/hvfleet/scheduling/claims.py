@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from hvfleet.model.capacity import held_resources, reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
@@ -33,11 +33,12 @@ from hvfleet.model.hypervisor import (
 )
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.readiness import DEFAULT_STALENESS
+from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
-from hvfleet.scheduling.fit import check_claim
+from hvfleet.scheduling.fit import Reason, Rejection, check_claim
 from hvfleet.scheduling.request import Request
-from hvfleet.store.base import ClaimCheck, Store
+from hvfleet.store.base import ClaimCheck, ClaimRefused, Store
 
 if TYPE_CHECKING:
     # numpy comes with the index: only `reserve_auto` needs it, not claiming on a host.
@@ -96,7 +97,21 @@ def reserve(
     # Read before the atomic write, which covers the host and its reservations:
     # a policy changed in between counts as changed just after the claim.
     policies = store.list_overcommit_policies()
-    return store.claim(reservation, manager, claim_check(consumer, request, staleness, policies))
+    return _claim(store, reservation, manager, claim_check(consumer, request, staleness, policies))
+
+
+def _claim(store: Store, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
+    """store.claim; a refusal by the check a remote store's server ran itself is
+    the same DoesNotFit a local check raises."""
+    try:
+        return store.claim(reservation, manager, check)
+    except ClaimRefused as exc:
+        rejections = [
+            Rejection(cast(Reason, reason), message,
+                      None if resource is None else ResourceName.parse(resource))
+            for reason, message, resource in exc.rejections
+        ]
+        raise DoesNotFit(exc.host, rejections) from None
 
 
 def claim_check(
@@ -137,8 +152,8 @@ def claim_reservation(
     })
     request = Request(dict(reservation.spec.resources))
     policies = store.list_overcommit_policies()
-    return store.claim(reservation, manager,
-                       claim_check(reservation.spec.consumer, request, staleness, policies))
+    return _claim(store, reservation, manager,
+                  claim_check(reservation.spec.consumer, request, staleness, policies))
 
 
 @dataclass

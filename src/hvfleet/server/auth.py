@@ -53,6 +53,8 @@ _READ_FLEET = (
     _grant("reservations", "get list watch"),
     _grant("reservations/status", "get"),
     _grant("leases", "get list watch"),
+    _grant("overcommitpolicies", "get list watch"),
+    _grant("overcommitpolicies/status", "get"),
     # Answers computed from what a reader can list anyway; they write nothing.
     _grant("placement", "create"),
     _grant("cpubaseline", "create"),
@@ -60,6 +62,8 @@ _READ_FLEET = (
 )
 _OPERATE = (
     _grant("hypervisors", "create update patch delete"),
+    # Fleet-wide ratios are the operator's, like each host's spec.overcommit.
+    _grant("overcommitpolicies", "create update patch delete"),
     _grant("reservations", "delete"),
     _grant("fit", "create"),
 )
@@ -99,6 +103,25 @@ _WHY: dict[Role, str] = {
     "agent": "role agent touches only its own hypervisor",
     "admin": "role admin does not write a hypervisor's status (only its agent does)",
 }
+
+
+_WRITES = frozenset({"create", "update", "patch", "delete"})
+
+
+def _agent_only(who: Identity, action: Action, name: str | None) -> str | None:
+    """The reason for refusing a write only a host's agent makes, said as the
+    store says it (hvfleet.store.ownership), so a client sees the same words
+    whether the API or the store refused it."""
+    key = _resource_key(action)
+    if name is None or action.verb not in _WRITES:
+        return None
+    if key == "hypervisors/status":
+        return f"status is written only by 'agent/{name}'"
+    if key == "leases":
+        return f"Lease {name}: written only by 'agent/{name}'"
+    if key == "hypervisors" and who.role == "agent" and action.verb in ("update", "patch"):
+        return "agents do not write spec (an agent writes its hypervisor's status and Lease)"
+    return None
 
 
 def _target_name(action: Action, current: Resource | None, new: Resource | None) -> str | None:
@@ -148,15 +171,16 @@ class RoleAuthorizer:
                 continue
             if grant.own and (who.hypervisor is None or name != who.hypervisor):
                 what = "a list or watch narrowed to its own name" if name is None else "its own"
+                only = _agent_only(who, action, name)
                 raise _denied(
                     who, action, name,
                     f"role agent, bound to hypervisor {who.hypervisor}, may {action.verb} "
-                    f"only {what} (metadata.name={who.hypervisor})",
+                    f"only {what} (metadata.name={who.hypervisor})" + (f"; {only}" if only else ""),
                 )
             allowed = True
             break
         if not allowed:
-            raise _denied(who, action, name, _WHY[who.role])
+            raise _denied(who, action, name, _agent_only(who, action, name) or _WHY[who.role])
         if action.force and who.role not in FORCE_ROLES:
             raise _denied(
                 who, action, name,

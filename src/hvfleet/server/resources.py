@@ -40,6 +40,7 @@ from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
+from hvfleet.server.impersonation import acting_identity
 from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
@@ -79,10 +80,13 @@ def _info(request: Request) -> ResourceInfo:
 
 
 async def authenticate(ctx: ApiContext, request: Request, write: Action | None = None) -> Identity:
-    """The caller. A write refused here (401) is audited too, with no identity."""
+    """The caller, as its token says or as whom it impersonates (admins only,
+    hvfleet.server.impersonation). A write refused here (401, or 403 for an
+    impersonation) is audited too, with no identity."""
     try:
-        return await run_in_threadpool(ctx.authenticator.authenticate,
-                                       request.headers.get("authorization"))
+        who = await run_in_threadpool(ctx.authenticator.authenticate,
+                                      request.headers.get("authorization"))
+        return acting_identity(who, request)
     except Exception as exc:
         if write is not None and ctx.audit is not None:
             code, reason = code_of(exc)
