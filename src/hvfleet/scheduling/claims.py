@@ -29,6 +29,7 @@ from hvfleet.model.hypervisor import (
     ReservationSpec,
     ReservationStatus,
 )
+from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.selectors import Selector
@@ -91,6 +92,9 @@ def reserve(
     # Read before the atomic write, which covers the host and its reservations:
     # a policy changed in between counts as changed just after the claim.
     policies = store.list_overcommit_policies()
+    # The agent's Lease, read the same way: readiness weighs it as fit and the
+    # index do (a live lease is the heartbeat; an expired one outweighs the status).
+    lease = agent_lease(store, host)
 
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         # The time is taken inside the atomic write: what expired by now is free.
@@ -98,9 +102,19 @@ def reserve(
         for other in others:
             if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
                 raise ConsumerAlreadyHolds(consumer, other.name, h.name)
-        check_claim(h, others, request, now, staleness, policies)
+        live = None if lease is None else lease_live(lease, now)
+        check_claim(h, others, request, now, staleness, policies, live)
 
     return store.claim(reservation, manager, check)
+
+
+def agent_lease(store: Store, host: str) -> Lease | None:
+    """The Lease of `host`'s agent, or None where it never held one."""
+    try:
+        lease = store.get("Lease", host)
+    except NotFound:
+        return None
+    return lease if isinstance(lease, Lease) else None
 
 
 @dataclass
