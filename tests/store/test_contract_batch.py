@@ -207,7 +207,7 @@ def _released(r: Reservation) -> Reservation:
 
 def test_a_batch_may_hold_several_reservations_of_one_host(store: Store, make_hypervisor: MakeHv) -> None:
     # Both bump the host's reservation set key on etcd: one txn must name it once.
-    store.create(make_hypervisor("hv1"), "operator")
+    ready_host(store, "hv1", 8)
     a, b = _claimed_cpu(store, "r1", "hv1", 2), _claimed_cpu(store, "r2", "hv1", 2)
     out = store.write_all([Write("update", _released(a)), Write("update", _released(b))], "scheduler")
     assert [o.status.phase for o in out if isinstance(o, Reservation)] == ["Released", "Released"]

@@ -7,10 +7,13 @@ stay allowed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from tests.store.conftest import STORE_BACKENDS
+from tests.store.hosts import ready_host
 
 from hvfleet.model import Hypervisor, InvalidInput, Quantity, Reservation, ResourceName
 from hvfleet.model.hypervisor import ReservationSpec, ReservationStatus
@@ -21,6 +24,15 @@ from hvfleet.store.apply import apply_manifests, load_manifests
 MakeHv = Callable[..., Hypervisor]
 CPU = ResourceName("cpu")
 
+
+
+@pytest.fixture(params=["etcd", "sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Backends that take Reservation updates as they come. Over the API
+    (remote) no role updates a Reservation's spec at all (server/auth.py:
+    a claim's spec changes only by a new claim), which tests/server covers."""
+    with STORE_BACKENDS[request.param](request, tmp_path) as url:
+        yield url
 
 def _claimed(store: Store, name: str, host: str, cpu: int, **spec: object) -> Reservation:
     r = Reservation(
@@ -41,8 +53,8 @@ def _with(r: Reservation, spec: dict[str, object] | None = None, phase: str | No
 
 
 def test_an_update_never_makes_a_reservation_hold_more(store: Store, make_hypervisor: MakeHv) -> None:
-    store.create(make_hypervisor("hv1"), "operator")
-    store.create(make_hypervisor("hv2"), "operator")
+    ready_host(store, "hv1", 8)
+    ready_host(store, "hv2", 8)
     r = _claimed(store, "r1", "hv1", 2)
     for grown in (
         _with(r, {"resources": {CPU: Quantity(4)}}),
@@ -67,7 +79,7 @@ def test_an_update_never_makes_a_reservation_hold_more(store: Store, make_hyperv
 
 
 def test_apply_cannot_grow_a_reservation_around_the_claim(store: Store, make_hypervisor: MakeHv) -> None:
-    store.create(make_hypervisor("hv1"), "operator")
+    ready_host(store, "hv1", 8)
     _claimed(store, "r1", "hv1", 2)
     docs = load_manifests(
         "apiVersion: hvfleet.io/v1\nkind: Reservation\nmetadata: {name: r1}\n"
@@ -82,7 +94,7 @@ def test_apply_cannot_grow_a_reservation_around_the_claim(store: Store, make_hyp
 
 def test_a_placement_mirror_follows_placement(store: Store, make_hypervisor: MakeHv) -> None:
     # `placement sync` mirrors what Placement allocated: Placement decided, not a claim.
-    store.create(make_hypervisor("hv1"), "operator")
+    ready_host(store, "hv1", 8)
     r = _claimed(store, "m1", "hv1", 2, source="placement")
     grown = store.update(_with(r, {"resources": {CPU: Quantity(3)}}), "scheduler")
     assert isinstance(grown, Reservation) and grown.spec.resources == {CPU: 3}

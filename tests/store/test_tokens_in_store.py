@@ -4,9 +4,12 @@ tokens and a revoke, and an all-kinds watch never carries a token record."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from tests.store.conftest import STORE_BACKENDS
 
 from hvfleet.model import Hypervisor, ObjectMeta
 from hvfleet.model.errors import Unauthorized
@@ -14,6 +17,14 @@ from hvfleet.server.auth import TokenAuthenticator
 from hvfleet.store import Store, open_store
 from hvfleet.store.tokens import issue_token, list_tokens, revoke_token
 
+
+@pytest.fixture(params=["etcd", "sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Token records as each backend stores them. Over the API (remote), tokens
+    live behind the admins' token endpoints, are never watched, and the
+    fixture's own admin token is among them: tests/server covers that."""
+    with STORE_BACKENDS[request.param](request, tmp_path) as url:
+        yield url
 
 def test_replicas_share_tokens_and_see_a_revoke_within_the_cache_age(store: Store, store_url: str) -> None:
     record, text = issue_token(store, "scheduler", manager="admin", now=datetime.now(UTC),
