@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -13,7 +13,8 @@ from hvfleet.server.context import Limits
 from hvfleet.server.identity import Identity
 from hvfleet.store import Store, open_store
 from tests.server.running import Client, ServerThread
-from tests.server.static_auth import AllowAll, StaticTokens
+from tests.server.static_auth import AllowAll, RecordingAudit, StaticTokens
+from tests.server.tls_files import make_tls_files
 
 TOKENS = {
     "ops-token": Identity("ops", "operator", token_id="t-ops"),
@@ -30,23 +31,25 @@ class Api:
     store: Store
     authorizer: AllowAll
     server: ServerThread
-    clients: dict[str, Client] = field(default_factory=dict)
+    ca: Path | None = None
 
     def client(self, token: str | None = "ops-token") -> Client:
-        return Client(self.url, token)
+        return Client(self.url, token, self.ca)
 
 
 @pytest.fixture
 def make_api(tmp_path: Path) -> Iterator[Callable[..., Api]]:
     started: list[tuple[ServerThread, Store]] = []
 
-    def make(limits: Limits | None = None, store_url: str | None = None) -> Api:
+    def make(limits: Limits | None = None, store_url: str | None = None, tls: bool = False,
+             authorizer: AllowAll | None = None, audit: RecordingAudit | None = None) -> Api:
         store = open_store(store_url or f"sqlite:///{tmp_path}/hvfleet.db")
-        authorizer = AllowAll()
-        app = create_app(store, StaticTokens(TOKENS), authorizer, limits=limits)
-        server = ServerThread(app).__enter__()
+        authorizer = authorizer or AllowAll()
+        app = create_app(store, StaticTokens(TOKENS), authorizer, audit=audit, limits=limits)
+        files = make_tls_files(tmp_path / f"tls-{len(started)}") if tls else None
+        server = ServerThread(app, files).__enter__()
         started.append((server, store))
-        return Api(server.url, store, authorizer, server)
+        return Api(server.url, store, authorizer, server, files.ca if files else None)
 
     yield make
     for server, store in reversed(started):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import socket
 import threading
 import time
@@ -12,17 +13,21 @@ from typing import Any
 import requests
 import uvicorn
 import yaml
-from starlette.applications import Starlette
+
+from tests.server.tls_files import TlsFiles
 
 
 class ServerThread:
-    def __init__(self, app: Starlette) -> None:
+    def __init__(self, app: Any, tls: TlsFiles | None = None) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2,
+                                ssl_certfile=str(tls.cert) if tls else None,
+                                ssl_keyfile=str(tls.key) if tls else None)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name=f"uvicorn-{self.port}", daemon=True)
@@ -45,14 +50,17 @@ class ServerThread:
 class Client:
     """requests against one server with one bearer token."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | None, ca: Path | None = None) -> None:
         self.url = url
         self.session = requests.Session()
+        # Per request: a session's verify loses to $REQUESTS_CA_BUNDLE.
+        self.verify: str | bool = str(ca) if ca is not None else True
         if token is not None:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
     def call(self, method: str, path: str, **kw: Any) -> requests.Response:
         kw.setdefault("timeout", 30)
+        kw.setdefault("verify", self.verify)
         return self.session.request(method, self.url + path, **kw)
 
     def get(self, path: str, **kw: Any) -> requests.Response:
@@ -73,11 +81,16 @@ class Client:
         return self.call("PATCH", path, data=data, headers={"Content-Type": content_type}, **kw)
 
 
-def write_kubeconfig(path: Path, server: str, token: str, name: str = "hvfleet") -> Path:
-    """A kubeconfig as kubectl and the client libraries read it (plain HTTP on loopback)."""
+def write_kubeconfig(path: Path, server: str, token: str, ca: Path | None = None,
+                     name: str = "hvfleet") -> Path:
+    """A kubeconfig as kubectl and the client libraries read it. kubectl sends the
+    token only over HTTPS, so tests with it serve TLS and pass the CA."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca.read_bytes()).decode()
     doc = {
         "apiVersion": "v1", "kind": "Config", "current-context": name,
-        "clusters": [{"name": name, "cluster": {"server": server}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": name, "user": {"token": token}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
     }

@@ -7,7 +7,9 @@ ones (hvfleet.server.auth) are tested on their own and against the app.
 
 from __future__ import annotations
 
-from hvfleet.model.errors import Unauthorized
+from dataclasses import dataclass
+
+from hvfleet.model.errors import Forbidden, Unauthorized
 from hvfleet.model.hypervisor import Resource
 from hvfleet.server.identity import Action, Identity
 
@@ -36,3 +38,36 @@ class AllowAll:
         self, who: Identity, action: Action, current: Resource | None, new: Resource | None
     ) -> None:
         self.asked.append((who, action, current, new))
+
+
+class ReadOnly(AllowAll):
+    """Allows reads only; every write is Forbidden (a viewer, in miniature)."""
+
+    def authorize(
+        self, who: Identity, action: Action, current: Resource | None, new: Resource | None
+    ) -> None:
+        super().authorize(who, action, current, new)
+        if action.verb not in ("get", "list", "watch"):
+            raise Forbidden(f'{action.resource}.hvfleet.io "{action.name}" is forbidden: '
+                            f'User "{who.subject}" cannot {action.verb}')
+
+
+@dataclass
+class AuditRecord:
+    who: Identity | None
+    action: Action
+    before: str | None
+    after: str | None
+    code: int
+    reason: str
+
+
+class RecordingAudit:
+    """An AuditLog (hvfleet.server.context) that keeps its records in a list."""
+
+    def __init__(self) -> None:
+        self.records: list[AuditRecord] = []
+
+    def record(self, who: Identity | None, action: Action, *, before: str | None,
+               after: str | None, code: int, reason: str) -> None:
+        self.records.append(AuditRecord(who, action, before, after, code, reason))

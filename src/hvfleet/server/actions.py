@@ -190,7 +190,7 @@ async def release_reservation(request: Request) -> Response:
     name = request.path_params["name"]
     try:
         await bodies.read_body(request, ctx.limits.max_body)
-        who = await authenticate(ctx, request)
+        who = await authenticate(ctx, request, Action("create", "release", name=name))
         out = await run_in_threadpool(_release, ctx, who, name)
         return render(request, ctx, RESOURCES["reservations"], out)
     except Exception as exc:

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from hvfleet.server import actions, discovery, openapi
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.identity import Authenticator, Authorizer
+from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
 from hvfleet.server.resources import authenticate, collection, error_response, item
 from hvfleet.server.status import ApiError, Target
 from hvfleet.server.token_api import token_routes
@@ -44,10 +45,16 @@ def _document(build: Callable[[], dict[str, Any]], public: bool = False) -> Call
 
 async def _openapi_v2(request: Request) -> Response:
     accept = request.headers.get("accept", "")
+    if PROTOBUF_MEDIA in accept:
+        # What kubectl 1.2x asks for to validate manifests and to explain fields.
+        try:
+            await authenticate(request.app.state.ctx, request)
+        except Exception as exc:
+            return error_response(exc, Target())
+        return Response(openapi_v2_protobuf(), media_type=PROTOBUF_CONTENT_TYPE)
     if accept and "json" not in accept and "*/*" not in accept:
-        # Only the protobuf encoding was asked for; JSON is what this server speaks.
         return error_response(ApiError(406, "NotAcceptable",
-                                       "only application/json is served for /openapi/v2"), Target())
+                                       "/openapi/v2 is served as JSON or protobuf"), Target())
     response: Response = await _document(openapi.openapi_v2)(request)
     return response
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -15,6 +14,7 @@ from hvfleet.model.hypervisor import Resource
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity
+from hvfleet.server.table import TableInputs
 from hvfleet.server.watch import WatchHub, WatchLimits
 from hvfleet.store.base import Store
 
@@ -27,7 +27,8 @@ class Limits:
     claim_staleness: timedelta = DEFAULT_STALENESS
     # Read-modify-write handlers (PATCH, DELETE) retry this often on a stale version.
     write_attempts: int = 20
-    liveness_max_age: float = 1.0  # seconds an agent-liveness read is reused for tables
+    # Seconds the inputs of Table rows (agent liveness, hosts) are reused for.
+    liveness_max_age: float = 1.0
 
 
 class AuditLog(Protocol):
@@ -46,7 +47,7 @@ class ApiContext:
         self.audit = audit
         self.limits = limits
         self.hub = WatchHub(store, limits.watch)
-        self._liveness: tuple[float, Mapping[str, bool]] = (0.0, {})
+        self._table_inputs: dict[str, tuple[float, TableInputs]] = {}
         self._index: FleetIndex | None = None
         self.index_lock = threading.Lock()
 
@@ -54,11 +55,19 @@ class ApiContext:
                   new: Resource | None = None) -> None:
         self.authorizer.authorize(who, action, current, new)
 
-    def liveness(self) -> Mapping[str, bool]:
-        at, value = self._liveness
+    def table_inputs(self, kind: str) -> TableInputs:
+        """Liveness (and, for reservations, their hosts) for Table rows, read at
+        most once per `liveness_max_age` seconds: a watch with many events must
+        not re-read them per event."""
+        at, value = self._table_inputs.get(kind, (0.0, TableInputs()))
         if time.monotonic() - at > self.limits.liveness_max_age:
-            value = self.store.agent_liveness()
-            self._liveness = (time.monotonic(), value)
+            if kind == "Hypervisor":
+                value = TableInputs(liveness=self.store.agent_liveness())
+            elif kind == "Reservation":
+                value = TableInputs(hosts={h.name: h for h in self.store.list_hypervisors()})
+            else:
+                value = TableInputs()
+            self._table_inputs[kind] = (time.monotonic(), value)
         return value
 
     def fleet_index(self) -> FleetIndex:

@@ -33,6 +33,11 @@ class ResourceInfo:
         return cols
 
     @property
+    def has_status(self) -> bool:
+        """Whether the kind has a /status subresource (a Lease has no status)."""
+        return "status" in self.crd["spec"]["versions"][0].get("subresources", {})
+
+    @property
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = self.crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         return out
@@ -86,9 +91,12 @@ def api_resource_list() -> dict[str, Any]:
             "name": r.plural, "singularName": r.singular, "namespaced": False, "kind": r.kind,
             "verbs": VERBS, "shortNames": list(r.short_names), "categories": ["hvfleet"],
         })
-        resources.append({
-            "name": f"{r.plural}/status", "singularName": "", "namespaced": False, "kind": r.kind,
-            "verbs": STATUS_VERBS,
-        })
+        if not r.short_names:
+            del resources[-1]["shortNames"]
+        if r.has_status:
+            resources.append({
+                "name": f"{r.plural}/status", "singularName": "", "namespaced": False,
+                "kind": r.kind, "verbs": STATUS_VERBS,
+            })
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
             "resources": resources}

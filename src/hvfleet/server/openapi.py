@@ -91,7 +91,7 @@ def _paths2(r: ResourceInfo) -> dict[str, Any]:
         "delete": _op2(r, "delete", "delete", f"delete the {r.kind}", [], False, r.kind),
         "parameters": name_param,
     }
-    status = {
+    status: dict[str, Any] = {
         "get": _op2(r, "get", "read", f"read status of the {r.kind}", [], False, r.kind, "status"),
         "put": _op2(r, "put", "replace", f"replace status of the {r.kind}", _WRITE_PARAMS, True,
                     r.kind, "status"),
@@ -99,15 +99,17 @@ def _paths2(r: ResourceInfo) -> dict[str, Any]:
                       r.kind, "status"),
         "parameters": name_param,
     }
-    return {
+    paths: dict[str, Any] = {
         base: {
             "get": _op2(r, "list", "list", f"list or watch {r.kind}s", _LIST_PARAMS, False,
                         f"{r.kind}List"),
             "post": _op2(r, "post", "create", f"create a {r.kind}", _WRITE_PARAMS, True, r.kind),
         },
         f"{base}/{{name}}": item,
-        f"{base}/{{name}}/status": status,
     }
+    if r.has_status:
+        paths[f"{base}/{{name}}/status"] = status
+    return paths
 
 
 def _to_v2(node: Any) -> Any:

@@ -5,7 +5,7 @@ authorizer, makes one store call and renders the answer. Writes always name
 `Identity.manager` as the field manager (a client's `fieldManager` is ignored);
 creating a Reservation is a claim (`hvfleet.scheduling.claims.claim_reservation`,
 the same atomic check as `hvfleet reserve`); server-side apply merges with
-the store's ownership rules (`hvfleet.store.ownership.apply_spec`). A write
+the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`). A write
 that reads first (PATCH, DELETE) writes with the version it read and
 authorized, and starts over if that version went stale meanwhile.
 """
@@ -23,7 +23,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from hvfleet.model.errors import BadRequest, HvfleetError, NotFound, UnsupportedMediaType
+from hvfleet.model.errors import (
+    BadRequest,
+    HvfleetError,
+    InvalidInput,
+    NotFound,
+    UnsupportedMediaType,
+)
 from hvfleet.model.hypervisor import Reservation, Resource
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION
@@ -36,8 +42,8 @@ from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
+from hvfleet.store.apply import plan_one
 from hvfleet.store.base import StaleVersion
-from hvfleet.store.ownership import apply_spec
 
 log = logging.getLogger("hvfleet.server")
 
@@ -70,9 +76,29 @@ def _info(request: Request) -> ResourceInfo:
     return info
 
 
-async def authenticate(ctx: ApiContext, request: Request) -> Identity:
-    return await run_in_threadpool(ctx.authenticator.authenticate,
-                                   request.headers.get("authorization"))
+async def authenticate(ctx: ApiContext, request: Request, write: Action | None = None) -> Identity:
+    """The caller. A write refused here (401) is audited too, with no identity."""
+    try:
+        return await run_in_threadpool(ctx.authenticator.authenticate,
+                                       request.headers.get("authorization"))
+    except Exception as exc:
+        if write is not None and ctx.audit is not None:
+            code, reason = code_of(exc)
+            ctx.audit.record(None, write, before=None, after=None, code=code, reason=reason)
+        raise
+
+
+def precheck(ctx: ApiContext, who: Identity, action: Action) -> None:
+    """Ask before reading what the write is about: a caller who may not write
+    gets 403 without learning whether the object exists. The full check, with
+    the stored and the new object, follows before the write."""
+    try:
+        ctx.authorize(who, action)
+    except Exception as exc:
+        if ctx.audit is not None:
+            code, reason = code_of(exc)
+            ctx.audit.record(who, action, before=None, after=None, code=code, reason=reason)
+        raise
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -91,7 +117,7 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
            warnings: list[str] | None = None) -> Response:
     headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
     if wants_table(request.headers.get("accept")):
-        body = table(info.kind, [obj], ctx.liveness(), obj.metadata.resource_version or "",
+        body = table(info.kind, [obj], ctx.table_inputs(info.kind), obj.metadata.resource_version or "",
                      request.query_params.get("includeObject", "PartialObjectMetadata"))
         return JSONResponse(body, status_code=code, headers=headers)
     return JSONResponse(obj.to_dict(), status_code=code, headers=headers)
@@ -111,7 +137,8 @@ def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | N
     if ctx.audit is not None:
         after = (out.metadata.resource_version
                  if out is not None and action.verb != "delete" else None)
-        ctx.audit.record(who, action, before=rv_before, after=after, code=200, reason="")
+        code, reason = (201, "Created") if before is None and action.verb == "create" else (200, "OK")
+        ctx.audit.record(who, action, before=rv_before, after=after, code=code, reason=reason)
     return out
 
 
@@ -209,8 +236,8 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
         token = _encode_continue(result.revision, items[-1].metadata.name)
     rv = str(result.revision)
     if wants_table(request.headers.get("accept")):
-        liveness = await run_in_threadpool(ctx.liveness)
-        body = table(info.kind, items, liveness, rv, q.get("includeObject", "PartialObjectMetadata"),
+        inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
+        body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
                      token)
         return JSONResponse(body)
     meta: dict[str, Any] = {"resourceVersion": rv}
@@ -268,8 +295,8 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
     target = Target(info.plural, str(name), info.kind)
     try:
+        who = await authenticate(ctx, request, Action("create", info.plural, name=target.name or None))
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-        who = await authenticate(ctx, request)
         out = await run_in_threadpool(create_object, ctx, who, info, obj)
         return render(request, ctx, info, out, 201, warnings)
     except Exception as exc:
@@ -283,8 +310,13 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
     def write() -> Resource:
         ctx.authorize(who, action, None, obj)
         if isinstance(obj, Reservation):
-            return claim_reservation(ctx.store, obj, who.manager,
-                                     staleness=ctx.limits.claim_staleness)
+            try:
+                return claim_reservation(ctx.store, obj, who.manager,
+                                         staleness=ctx.limits.claim_staleness)
+            except NotFound as exc:
+                # The missing object is the host the reservation names, not the
+                # reservation: a 404 would read as "reservation not found".
+                raise InvalidInput(str(exc), field="spec.hypervisor") from None
         return ctx.store.create(obj, who.manager)
 
     out = audited(ctx, who, action, None, write)
@@ -300,6 +332,8 @@ async def item(request: Request) -> Response:
     try:
         info = _info(request)
         name = request.path_params["name"]
+        if sub is not None and not info.has_status:
+            raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
         if request.method == "GET":
             who = await authenticate(ctx, request)
             ctx.authorize(who, Action("get", info.plural, name=name, subresource=sub))
@@ -317,14 +351,15 @@ async def item(request: Request) -> Response:
             raise UnsupportedMediaType(
                 "strategic merge patch is not supported for custom resources; "
                 "use a merge patch (application/merge-patch+json) or server-side apply")
-        if request.method == "PATCH" and media not in (bodies.MERGE_PATCH, bodies.APPLY_PATCH):
+        if request.method == "PATCH" and media not in bodies.PATCH_TYPES:
             raise UnsupportedMediaType(f"PATCH: the media type {media!r} is not supported "
-                                       f"(use {bodies.MERGE_PATCH} or {bodies.APPLY_PATCH})")
+                                       f"(use one of {', '.join(bodies.PATCH_TYPES)})")
         if request.method == "PUT" and media not in ("application/json", "*/*"):
             raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
         body = await bodies.read_body(request, ctx.limits.max_body)
         doc = bodies.decode_document(body, media)
-        who = await authenticate(ctx, request)
+        who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
+                                                      force))
         target = Target(info.plural, name, info.kind)
         if request.method == "PUT":
             obj, warnings = bodies.to_object(doc, info.kind, target, validation)
@@ -337,7 +372,7 @@ async def item(request: Request) -> Response:
             out, created = await run_in_threadpool(server_side_apply, ctx, who, info, obj, sub, force)
             return render(request, ctx, info, out, 201 if created else 200, warnings)
         out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
-                                                validation)
+                                                validation, media)
         return render(request, ctx, info, out, 200, warnings)
     except Exception as exc:
         return error_response(exc, target_of(request))
@@ -351,7 +386,7 @@ def _same_name(obj: Resource, name: str) -> None:
 
 def _with_status_of(base: Resource, source: Resource) -> Resource:
     if isinstance(base, Lease) or isinstance(source, Lease):
-        return base  # a Lease has no status (merging main's Lease kind)
+        return base  # a Lease has no status
     return base.model_copy(update={"status": source.status})
 
 
@@ -364,6 +399,7 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     """PUT: compare-and-swap on the body's resourceVersion. The main resource
     keeps the stored status, /status keeps everything but status."""
     action = Action("update", info.plural, obj.metadata.name, sub, force)
+    precheck(ctx, who, action)
     current = ctx.store.get(info.kind, obj.metadata.name)
     if sub is None:
         new = _with_status_of(obj, current)
@@ -381,16 +417,27 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     return out
 
 
-def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: dict[str, Any],
-          sub: str | None, force: bool, validation: str) -> tuple[Resource, list[str]]:
-    """PATCH with a JSON merge patch (RFC 7386) over the stored object."""
-    pinned = isinstance(patch.get("metadata"), dict) and "resourceVersion" in patch["metadata"]
+def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: Any,
+          sub: str | None, force: bool, validation: str, media: str) -> tuple[Resource, list[str]]:
+    """PATCH with a JSON merge patch (RFC 7386) or JSON patch (RFC 6902) over the
+    stored object."""
+    if media == bodies.JSON_PATCH:
+        pinned = any(isinstance(op, dict) and op.get("path") == "/metadata/resourceVersion"
+                     for op in patch)
+    else:
+        pinned = isinstance(patch.get("metadata"), dict) and "resourceVersion" in patch["metadata"]
     action = Action("patch", info.plural, name, sub, force)
+    precheck(ctx, who, action)
     warnings: list[str] = []
 
     def attempt() -> Resource:
         current = ctx.store.get(info.kind, name)
-        doc = bodies.merge_patch(current.to_dict(), patch)
+        if media == bodies.JSON_PATCH:
+            doc = bodies.json_patch(current.to_dict(), patch)
+            if not isinstance(doc, dict):
+                raise BadRequest("json patch: the result is not an object")
+        else:
+            doc = bodies.merge_patch(current.to_dict(), patch)
         patched, found = bodies.to_object(doc, info.kind, Target(info.plural, name, info.kind),
                                           validation)
         warnings[:] = found
@@ -423,6 +470,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
     name = manifest.metadata.name
     pinned = manifest.metadata.resource_version is not None
     created = False
+    precheck(ctx, who, Action("patch", info.plural, name, sub, force))
 
     def attempt() -> Resource:
         nonlocal created
@@ -434,14 +482,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             created = True
             return create_object(ctx, who, info, manifest)
         if sub is None:
-            merged = apply_spec(current, manifest, who.manager)
-            meta = merged.metadata.model_copy(update={
-                "labels": {**current.metadata.labels, **manifest.metadata.labels},
-                "annotations": {**current.metadata.annotations, **manifest.metadata.annotations},
-                "resource_version": manifest.metadata.resource_version
-                or current.metadata.resource_version,
-            })
-            new = merged.model_copy(update={"metadata": meta})
+            # The one apply planning (as `hvfleet apply`); status is /status's business.
+            new = _with_status_of(plan_one(current, manifest, who.manager).object, current)
         else:
             new = _with_status_of(current, manifest)
             if manifest.metadata.resource_version is not None:
@@ -476,7 +518,7 @@ async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: st
     _no_dry_run(request)
     body = await bodies.read_body(request, ctx.limits.max_body)
     uid, rv = _delete_options(body)
-    who = await authenticate(ctx, request)
+    who = await authenticate(ctx, request, Action("delete", info.plural, name))
     out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv)
     return render(request, ctx, info, out)
 
@@ -485,6 +527,7 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
                   rv: str | None) -> Resource:
     """Delete with preconditions; without them, with the version that was authorized."""
     action = Action("delete", info.plural, name)
+    precheck(ctx, who, action)
 
     def attempt() -> Resource:
         current = ctx.store.get(info.kind, name)

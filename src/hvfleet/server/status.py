@@ -179,4 +179,7 @@ def from_error(exc: Exception, target: Target) -> dict[str, Any]:
         message = f'{target.kind or q} "{name}" is invalid: {detail}'
     else:
         message = detail
+    if isinstance(exc, InvalidInput) and exc.field and not causes:
+        # The core names the field it refused (hvfleet.model.errors): one cause.
+        causes = [{"reason": "FieldValueInvalid", "message": exc.detail, "field": exc.field}]
     return status(code, reason, message, target, causes)

@@ -2,22 +2,21 @@
 
 A client asks with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`;
 lists, single objects and every watch event are then answered as Tables. The
-rows themselves come from one place shared with `hvfleet get` (`rows_for`):
-the wide columns are sent with priority 1, which kubectl shows with `-o wide`.
+columns and rows come from the one place `hvfleet get` takes them from
+(`hvfleet.model.views`); the wide columns have priority 1, which kubectl shows
+with `-o wide`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from hvfleet.model import views
 from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
-
-TABLE_MEDIA = "as=Table"
-# Columns kubectl shows only with -o wide.
-_WIDE = {"OVERCOMMIT", "RESERVED", "LABELS"}
+from hvfleet.model.lease import Lease
 
 
 def wants_table(accept: str | None) -> bool:
@@ -32,28 +31,32 @@ def wants_table(accept: str | None) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class TableInputs:
+    """What rows need besides the objects: each agent's liveness lease (READY)
+    and, for reservations, their hosts (phase and what is held are derived)."""
+
+    liveness: Mapping[str, bool] = field(default_factory=dict)
+    hosts: Mapping[str, Hypervisor] = field(default_factory=dict)
+
+
 def rows_for(kind: str, objs: Sequence[Resource],
-             liveness: Mapping[str, bool] | None) -> tuple[list[str], list[list[str]]]:
-    """Column names and one row of cells per object, exactly as `hvfleet get -o wide`
-    (hvfleet.model.views). A reservation's phase is derived without its host here."""
+             inputs: TableInputs) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """Column definitions and one row of cells per object, exactly as
+    `hvfleet get -o wide` (hvfleet.model.views); wide columns have priority 1."""
     now = datetime.now(UTC)
     if kind == "Hypervisor":
-        live = liveness or {}
-        return ([c.name for c in views.hypervisor_columns(True)],
-                [views.hypervisor_row(o, now, live.get(o.name), True)
-                 for o in objs if isinstance(o, Hypervisor)])
-    return ([c.name for c in views.reservation_columns(True)],
-            [views.reservation_row(o, None, now, True) for o in objs if isinstance(o, Reservation)])
-
-
-def _column(name: str) -> dict[str, Any]:
-    return {
-        "name": "Name" if name == "NAME" else name,
-        "type": "string",
-        "format": "name" if name == "NAME" else "",
-        "description": "",
-        "priority": 1 if name in _WIDE else 0,
-    }
+        cols = views.hypervisor_columns(wide=True)
+        rows = [views.hypervisor_row(o, now, inputs.liveness.get(o.name), wide=True)
+                for o in objs if isinstance(o, Hypervisor)]
+    elif kind == "Reservation":
+        cols = views.reservation_columns(wide=True)
+        rows = [views.reservation_row(o, inputs.hosts.get(o.spec.hypervisor), now, wide=True)
+                for o in objs if isinstance(o, Reservation)]
+    else:
+        cols = views.lease_columns(wide=True)
+        rows = [views.lease_row(o, now, wide=True) for o in objs if isinstance(o, Lease)]
+    return [c.to_dict() for c in cols], rows
 
 
 def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
@@ -65,10 +68,10 @@ def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
 
 
-def table(kind: str, objs: Sequence[Resource], liveness: Mapping[str, bool] | None,
+def table(kind: str, objs: Sequence[Resource], inputs: TableInputs,
           resource_version: str, include_object: str = "PartialObjectMetadata",
           continue_token: str = "") -> dict[str, Any]:
-    cols, rows = rows_for(kind, objs, liveness)
+    cols, rows = rows_for(kind, objs, inputs)
     out_rows = []
     for obj, cells in zip(objs, rows, strict=True):
         row: dict[str, Any] = {"cells": cells}
@@ -81,5 +84,5 @@ def table(kind: str, objs: Sequence[Resource], liveness: Mapping[str, bool] | No
         meta["continue"] = continue_token
     return {
         "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
-        "columnDefinitions": [_column(c) for c in cols], "rows": out_rows,
+        "columnDefinitions": cols, "rows": out_rows,
     }

@@ -14,20 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from hvfleet.model.errors import Gone, HvfleetError, TooManyRequests
 from hvfleet.store.base import Store, WatchEvent
 
+# Encoded event lines kept for clients that are a little behind the others.
+_ENCODED_KEPT = 1024
+
 
 @dataclass(frozen=True)
 class WatchLimits:
     per_token: int = 16  # open watches per token (Identity.token_id)
     queue: int = 1000  # events queued for one client before it is dropped
-    history: int = 10_000  # events the fan-out keeps for watches that start a little back
+    history: int = 1000  # events the fan-out keeps for watches that start a little back
     send_timeout: float = 30.0  # seconds one write to a client may take before it is dropped
     max_timeout: float = 1800.0  # longest watch call (timeoutSeconds is capped to this)
     bookmark_interval: float = 60.0  # seconds between BOOKMARK events (allowWatchBookmarks)
@@ -91,6 +95,7 @@ class KindFanout:
         self._lock = threading.Lock()
         self._history: deque[WatchEvent] = deque(maxlen=history)
         self._subs: set[Subscription] = set()
+        self._encoded: OrderedDict[int, bytes] = OrderedDict()
         self._stop = threading.Event()
         self.position = store.revision()
         # The history holds every event of this kind with horizon < revision <= position.
@@ -137,6 +142,22 @@ class KindFanout:
     def unsubscribe(self, sub: Subscription) -> None:
         with self._lock:
             self._subs.discard(sub)
+
+    def encoded(self, event: WatchEvent) -> bytes:
+        """The event's JSON line, built once however many clients receive it."""
+        with self._lock:
+            line = self._encoded.get(event.revision)
+        if line is None:
+            line = json.dumps({"type": event.type, "object": event.object.to_dict()}).encode() + b"\n"
+            with self._lock:
+                self._encoded[event.revision] = line
+                while len(self._encoded) > _ENCODED_KEPT:
+                    self._encoded.popitem(last=False)
+        return line
+
+    def watchers(self) -> int:
+        with self._lock:
+            return len(self._subs)
 
     def close(self) -> None:
         self._stop.set()

@@ -15,7 +15,6 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 from starlette.concurrency import run_in_threadpool
@@ -28,7 +27,7 @@ from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector
 from hvfleet.server.context import ApiContext
 from hvfleet.server.status import status
-from hvfleet.server.table import table
+from hvfleet.server.table import TableInputs, table
 from hvfleet.server.watch import KindFanout, catch_up_batch
 from hvfleet.store.base import WatchEvent
 
@@ -102,11 +101,11 @@ class WatchResponse(Response):
         return ((self.name is None or n == self.name) and (self.not_name is None or n != self.not_name)
                 and self.selector.matches(obj.metadata.labels))
 
-    async def _event(self, type_: str, obj: Resource, liveness: Any = None) -> None:
+    async def _event(self, type_: str, obj: Resource, inputs: TableInputs | None = None) -> None:
         if self.as_table:
-            if liveness is None:
-                liveness = await run_in_threadpool(self.ctx.liveness)
-            body = table(self.kind, [obj], liveness, obj.metadata.resource_version or "",
+            if inputs is None:
+                inputs = await run_in_threadpool(self.ctx.table_inputs, self.kind)
+            body = table(self.kind, [obj], inputs, obj.metadata.resource_version or "",
                          self.include_object)
         else:
             body = obj.to_dict()
@@ -130,13 +129,18 @@ class WatchResponse(Response):
 
         async def deliver(events: list[WatchEvent]) -> None:
             nonlocal last
-            liveness = await run_in_threadpool(self.ctx.liveness) if self.as_table and events else None
+            inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
+                      if self.as_table and events else None)
             for ev in events:
                 if ev.revision <= last:
                     continue
                 last = ev.revision
-                if self._wanted(ev.object):
-                    await self._event(ev.type, ev.object, liveness)
+                if not self._wanted(ev.object):
+                    continue
+                if self.as_table:
+                    await self._event(ev.type, ev.object, inputs)
+                else:
+                    await self._write(self.fanout.encoded(ev))
 
         try:
             for obj in self.initial or []:
