@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from hvfleet.server import actions, discovery, openapi
+from hvfleet.server import actions, dashboard, discovery, openapi
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.identity import Authenticator, Authorizer
 from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
@@ -74,8 +74,9 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
                           Target())
 
 
-def routes() -> list[Route]:
+def routes() -> list[Any]:
     return [
+        *dashboard.routes(),  # the dashboard's pages: /, /login, /hosts/..., /dashboard/...
         Route("/version", _document(discovery.version, public=True)),
         Route("/healthz", _healthy), Route("/livez", _healthy), Route("/readyz", _healthy),
         Route("/api", _document(discovery.api_versions)),
@@ -114,9 +115,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(actions.preload)
+        await dashboard.start(app)
         try:
             yield
         finally:
+            await dashboard.stop(app)
             ctx.close()
 
     app = Starlette(routes=routes(), lifespan=lifespan,

@@ -1,0 +1,337 @@
+"""The dashboard's live picture of the fleet, kept by following the API's own
+watch fan-out (`WatchHub`, server/watch.py) for Hypervisors and Reservations:
+every host's overview row (feed.host_row) recomputed when that host or one of
+its reservations changes, and again for all hosts at most every
+`refresh_seconds` (readiness and reservation expiry move with the clock, agent
+liveness with its Lease). It also keeps, in bounded memory, each host's recent
+changes and a ring buffer of samples per host and for the fleet (history),
+and tells the page's event streams (SSE) which hosts changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.selectors import Selector
+from hvfleet.server.dashboard.feed import HostRow, host_row, totals
+from hvfleet.store.base import Store, WatchEvent
+from hvfleet.store.ownership import owners
+
+
+@dataclass(frozen=True)
+class HistoryLimits:
+    host_samples: int = 240  # per host, one per change (at most one per `min_gap` s)
+    fleet_samples: int = 720  # for the fleet, one per `fleet_interval` s (6 h at 30 s)
+    fleet_interval: float = 30.0
+    min_gap: float = 5.0
+    recent_changes: int = 20  # per host, for its page
+
+
+@dataclass(frozen=True)
+class Change:
+    """One watch event of a host, as its page lists it."""
+
+    at: str
+    type: str
+    kind: str
+    name: str
+    resource_version: str
+    manager: str
+    fields: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "type": self.type, "kind": self.kind, "name": self.name,
+                "resourceVersion": self.resource_version, "manager": self.manager,
+                "fields": self.fields}
+
+
+def _sample(at: float, doc: dict[str, Any]) -> dict[str, Any]:
+    return {"t": at, "allocation": {r: v["allocation"] for r, v in doc["resources"].items()},
+            "free": {r: v["free"] for r, v in doc["resources"].items()},
+            "use": {r: v["use"] for r, v in doc["resources"].items()}}
+
+
+def _last_writer(obj: Hypervisor | Reservation) -> str:
+    latest = max(obj.metadata.managed_fields, key=lambda e: e.time or datetime.min.replace(tzinfo=UTC),
+                 default=None)
+    return latest.manager if latest is not None else "-"
+
+
+def _changed_fields(before: Hypervisor | None, after: Hypervisor) -> list[str]:
+    """Top-level spec and status fields that differ (what a person scans for)."""
+    if before is None:
+        return ["created"]
+    out = []
+    for part in ("spec", "status"):
+        a, b = getattr(before, part).model_dump(), getattr(after, part).model_dump()
+        out += [f"{part}.{k}" for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k) and k != "last_heartbeat_time"]
+    return out or ["heartbeat"]
+
+
+class FleetState:
+    def __init__(self, store: Store, refresh_seconds: float = 5.0,
+                 history: HistoryLimits | None = None) -> None:
+        self.store = store
+        self.refresh_seconds = refresh_seconds
+        self.limits = history or HistoryLimits()
+        self.lock = threading.RLock()
+        self.hosts: dict[str, Hypervisor] = {}
+        self.reservations: dict[str, Reservation] = {}
+        self.rows: dict[str, HostRow] = {}
+        self.version = 0  # bumped on every change of any row
+        self.revision = 0
+        self._liveness: dict[str, bool] = {}
+        self._refreshed = 0.0
+        self._sorted: list[HostRow] | None = None
+        self._totals: dict[tuple[int, str], dict[str, Any]] = {}
+        self.recent: dict[str, deque[Change]] = {}
+        self.history: dict[str, deque[dict[str, Any]]] = {}
+        self.fleet_history: deque[dict[str, Any]] = deque(maxlen=self.limits.fleet_samples)
+        self._listeners: set[asyncio.Queue[set[str]]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- loading and refreshing ----------------------------------------------------------------
+
+    def load(self) -> int:
+        """Everything from the store; returns the revision to watch from."""
+        hv = self.store.list("Hypervisor")
+        rs = self.store.list("Reservation")
+        with self.lock:
+            self.hosts = {o.metadata.name: o for o in hv.items if isinstance(o, Hypervisor)}
+            self.reservations = {o.metadata.name: o for o in rs.items if isinstance(o, Reservation)}
+            self.revision = min(hv.revision, rs.revision)
+            self._recompute_all()
+            return self.revision
+
+    def _by_host(self) -> dict[str, list[Reservation]]:
+        out: dict[str, list[Reservation]] = {}
+        for r in self.reservations.values():
+            out.setdefault(r.spec.hypervisor, []).append(r)
+        return out
+
+    def _recompute_all(self) -> set[str]:
+        """Every row again; the hosts whose row changed (the version moves only then)."""
+        now = datetime.now(UTC)
+        self._liveness = self.store.agent_liveness(now)
+        by_host = self._by_host()
+        rows = {n: host_row(h, by_host.get(n, []), now, self._liveness.get(n))
+                for n, h in self.hosts.items()}
+        changed = {n for n, x in rows.items() if n not in self.rows or self.rows[n].doc != x.doc}
+        changed |= set(self.rows) - set(rows)
+        self.rows = rows
+        for n in changed & set(rows):
+            self._record(n, rows[n])
+        self._refreshed = time.monotonic()
+        if changed:
+            self._changed()
+        return changed
+
+    def _recompute(self, names: Iterable[str]) -> None:
+        now = datetime.now(UTC)
+        for n in names:
+            h = self.hosts.get(n)
+            if h is None:
+                self.rows.pop(n, None)
+                continue
+            mine = [r for r in self.reservations.values() if r.spec.hypervisor == n]
+            self.rows[n] = host_row(h, mine, now, self._liveness.get(n))
+            self._record(n, self.rows[n])
+        self._changed()
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._sorted = None
+        self._totals.clear()
+
+    def _record(self, name: str, row: HostRow) -> None:
+        ring = self.history.get(name)
+        if ring is None:
+            ring = self.history[name] = deque(maxlen=self.limits.host_samples)
+        now = time.time()
+        if ring and now - ring[-1]["t"] < self.limits.min_gap:
+            ring[-1] = _sample(now, row.doc)  # the latest state within the gap
+        else:
+            ring.append(_sample(now, row.doc))
+
+    def fresh(self) -> set[str]:
+        """Recompute every row if the last full pass is older than refresh_seconds;
+        the hosts whose row changed."""
+        with self.lock:
+            if time.monotonic() - self._refreshed > self.refresh_seconds:
+                return self._recompute_all()
+            return set()
+
+    # -- applying watch events ---------------------------------------------------------------------
+
+    def apply(self, events: list[WatchEvent]) -> set[str]:
+        """Apply events (idempotent for ones already loaded); the hosts touched."""
+        touched: set[str] = set()
+        with self.lock:
+            for e in events:
+                obj = e.object
+                name = obj.metadata.name
+                if isinstance(obj, Hypervisor):
+                    before = self.hosts.get(name)
+                    if before is not None and e.type != "DELETED" and \
+                            int(before.metadata.resource_version or 0) >= e.revision:
+                        continue
+                    if e.type == "DELETED":
+                        self.hosts.pop(name, None)
+                        self.history.pop(name, None)
+                    else:
+                        self.hosts[name] = obj
+                    self._note(name, Change(datetime.now(UTC).isoformat(timespec="seconds"), e.type,
+                                            "Hypervisor", name, str(e.revision), _last_writer(obj),
+                                            _changed_fields(before, obj) if e.type != "DELETED" else []))
+                    touched.add(name)
+                elif isinstance(obj, Reservation):
+                    host = obj.spec.hypervisor
+                    if e.type == "DELETED":
+                        self.reservations.pop(name, None)
+                    else:
+                        self.reservations[name] = obj
+                    self._note(host, Change(datetime.now(UTC).isoformat(timespec="seconds"), e.type,
+                                            "Reservation", name, str(e.revision), _last_writer(obj),
+                                            [f"phase={obj.status.phase}"]))
+                    touched.add(host)
+                self.revision = max(self.revision, e.revision)
+            if touched:
+                self._recompute(touched)
+        return touched
+
+    def _note(self, host: str, change: Change) -> None:
+        ring = self.recent.get(host)
+        if ring is None:
+            ring = self.recent[host] = deque(maxlen=self.limits.recent_changes)
+        ring.appendleft(change)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def sorted_rows(self) -> list[HostRow]:
+        with self.lock:
+            if self._sorted is None:
+                self._sorted = [self.rows[n] for n in sorted(self.rows)]
+            return self._sorted
+
+    def select(self, selector: Selector) -> list[HostRow]:
+        rows = self.sorted_rows()
+        if not selector.requirements:
+            return rows
+        return [x for x in rows if selector.matches(x.labels)]
+
+    def totals_for(self, selector: Selector, rows: list[HostRow]) -> dict[str, Any]:
+        key = (self.version, str(selector))
+        with self.lock:
+            got = self._totals.get(key)
+        if got is None:
+            got = totals(rows)
+            with self.lock:
+                self._totals[key] = got
+        return got
+
+    def owners_of(self, name: str) -> dict[str, str]:
+        with self.lock:
+            h = self.hosts.get(name)
+        if h is None:
+            return {}
+        return {".".join(p): m for p, m in owners(h).items()}
+
+    def sample_fleet(self) -> None:
+        rows = self.sorted_rows()
+        t = totals(rows)
+        with self.lock:
+            self.fleet_history.append({
+                "t": time.time(),
+                "allocation": {r: v["allocation"] for r, v in t["resources"].items()},
+                "free": {r: v["free"] for r, v in t["resources"].items()},
+                "use": {r: (1 - v["bar"]["free"] / v["bar"]["effective"]) if v["bar"]["effective"] else None
+                        for r, v in t["resources"].items()},
+            })
+
+    # -- telling the pages -------------------------------------------------------------------------
+
+    def listen(self) -> asyncio.Queue[set[str]]:
+        q: asyncio.Queue[set[str]] = asyncio.Queue(maxsize=64)
+        self._listeners.add(q)
+        return q
+
+    def unlisten(self, q: asyncio.Queue[set[str]]) -> None:
+        self._listeners.discard(q)
+
+    def notify(self, names: set[str]) -> None:
+        for q in list(self._listeners):
+            if q.full():
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    q.get_nowait()  # a slow page gets "everything changed" (the empty set)
+                names = set()
+            with contextlib.suppress(asyncio.QueueFull):
+                q.put_nowait(set(names))
+
+
+@dataclass
+class Follower:
+    """The tasks that keep a FleetState current from the hub (one per kind) and
+    sample the fleet's history."""
+
+    state: FleetState
+    hub: Any  # hvfleet.server.watch.WatchHub
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        since = await loop.run_in_executor(None, self.state.load)
+        for kind in ("Hypervisor", "Reservation"):
+            self.tasks.append(asyncio.create_task(self._follow(kind, since)))
+        self.tasks.append(asyncio.create_task(self._tick()))
+
+    async def _follow(self, kind: str, since: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            fanout = self.hub.fanout(kind)
+            sub, replay, catch_up = fanout.subscribe(since, None, 10_000, loop)
+            try:
+                if catch_up is not None:
+                    since = await loop.run_in_executor(None, self.state.load)
+                    self.state.notify(set())
+                elif replay:
+                    self.state.notify(self.state.apply(replay))
+                while not (sub.overflowed or sub.expired):
+                    events, _ = await sub.next_batch(5.0)
+                    if events:
+                        touched = await loop.run_in_executor(None, self.state.apply, events)
+                        since = events[-1].revision
+                        self.state.notify(touched)
+            finally:
+                fanout.unsubscribe(sub)
+            # Lost events (a full queue or a compacted store): start again from a list.
+            since = await loop.run_in_executor(None, self.state.load)
+            self.state.notify(set())
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_sample = 0.0
+        while True:
+            await asyncio.sleep(self.state.refresh_seconds)
+            changed = await loop.run_in_executor(None, self.state.fresh)
+            if changed:
+                self.state.notify(changed)
+            if time.monotonic() - last_sample >= self.state.limits.fleet_interval:
+                last_sample = time.monotonic()
+                await loop.run_in_executor(None, self.state.sample_fleet)
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
