@@ -133,7 +133,8 @@ def test_an_agents_change_and_another_managers_overcommit_show_within_2s(fleet: 
     assert time.monotonic() - t0 < 2.0
 
     # Another manager sets an overcommit ratio with the CLI.
-    hvfleet("overcommit", "set", "compute-03", "cpu=4", "--manager", "someone-else", "--store", fleet.store_url)
+    hvfleet("overcommit", "set", "compute-03", "cpu=4", "--manager", "someone-else",
+            "--store", fleet.store_url)
     t0 = time.monotonic()
     eff = json.loads(hvfleet("capacity", "-o", "json", "-l", "az=az2", "--store", fleet.store_url).stdout)
     want = next(h for h in eff["hosts"] if h["name"] == "compute-03")["effective"]["cpu"]
@@ -250,7 +251,8 @@ def test_writes_need_the_sessions_csrf_token_and_this_origin(fleet: Fleet, page:
     url = f"{fleet.url}/hosts/lab-01/actions"
     body = {"action": "overcommit-set", "resource": "cpu", "ratio": "2"}
     assert page.request.post(url, headers={"Origin": fleet.url}, form=body).status == 403
-    assert page.request.post(url, headers={"Origin": fleet.url}, form={**body, "csrf": "0" * 64}).status == 403
+    wrong = {**body, "csrf": "0" * 64}
+    assert page.request.post(url, headers={"Origin": fleet.url}, form=wrong).status == 403
     assert page.request.post(url, headers={"Origin": "https://evil.example"},
                              form={**body, "csrf": csrf}).status == 403
     assert _get(fleet, "lab-01").metadata.resource_version == before
