@@ -300,3 +300,91 @@ def test_pages_run_under_their_content_security_policy(fleet: Fleet, browser: An
         assert problems == []
     finally:
         ctx.close()
+
+
+GROUPS = Path(__file__).resolve().parents[2] / "examples" / "hosts" / "groups"
+
+
+def _group_in_store(fleet: Fleet, group: str) -> list[str]:
+    from hvfleet.discovery.capabilities import parse_host_capabilities
+    from hvfleet.store.ownership import agent_manager
+
+    names = []
+    with open_store(fleet.store_url) as s:
+        for f in sorted((GROUPS / group).glob("*.caps.xml")):
+            name = f.name.removesuffix(".caps.xml")
+            caps = parse_host_capabilities(f.read_text(), (f.parent / f"{name}.domcaps.xml").read_text())
+            hv = Hypervisor.model_validate({"metadata": {"name": name, "labels": {"group": group}},
+                                            "status": {"hostCapabilities": caps.to_dict()}})
+            s.create(hv, agent_manager(name))
+            names.append(name)
+    return names
+
+
+def test_guest_generate_download_and_check_answer_as_the_cli(fleet: Fleet, page: Any,
+                                                              tmp_path: Path) -> None:
+    names = _group_in_store(fleet, "intel-mixed")
+    login(page, fleet, fleet.tokens["viewer"], "/guests")
+    page.fill("#g-selector", "group=intel-mixed")
+    page.fill("#g-os", "rhel9.1")
+    page.fill("#g-name", "s")
+    page.fill("#g-vcpus", "2")
+    page.fill("#g-memory", "2Gi")
+    page.click("form.guests button[type=submit]")
+    page.wait_for_selector("#xml")
+    cli = hvfleet("guest", "generate", "--os", "rhel9.1", "--name", "s", "--vcpus", "2", "--memory", "2Gi",
+                  "--hosts", "group=intel-mixed", "--explain", "--store", fleet.store_url)
+    assert page.inner_text("#xml") + "\n" == cli.stdout or page.inner_text("#xml") == cli.stdout
+    assert page.locator("#xml").text_content() == cli.stdout  # byte for byte
+    assert page.locator("#explain").text_content() == cli.stderr  # every decision and why
+    with page.expect_download() as got:
+        page.click("#download")
+    assert Path(got.value.path()).read_text() == cli.stdout
+    assert got.value.suggested_filename == "s.xml"
+
+    domain = tmp_path / "s.xml"
+    domain.write_text(cli.stdout)
+    page.fill("#c-selector", "group=intel-mixed")
+    page.set_input_files("#c-file", str(domain))
+    page.wait_for_function("document.getElementById('c-domain').value.length > 100")
+    page.click("#check-form button[type=submit]")
+    page.wait_for_selector("#check-verdict")
+    assert "runs on every host" in page.inner_text("#check-verdict")
+    shown = page.locator("table.verdicts tbody td:nth-child(1)").all_inner_texts()
+    checked = hvfleet("guest", "check", str(domain), "--hosts", "group=intel-mixed", "--store",
+                      fleet.store_url)
+    assert sorted(shown) == sorted(names) == sorted(
+        line.split(":")[0] for line in checked.stdout.splitlines() if line.endswith(": ok"))
+
+    # Bad input: a message by the field, from the same core as the CLI.
+    page.goto(fleet.url + "/guests?go=1&selector=group%3Dintel-mixed&os=no-such-os&name=s&vcpus=2&memory=2Gi")
+    assert "no-such-os" in page.inner_text("#g-os-error")
+    page.goto(fleet.url + "/guests?go=1&selector=group%3Dnothing&os=rhel9.1&name=s&vcpus=2&memory=2Gi")
+    assert "no hypervisor matches" in page.inner_text("#g-selector-error")
+    page.goto(fleet.url + "/guests?go=1&selector=group%3Dintel-mixed&os=rhel9.1&name=s&vcpus=two&memory=2Gi")
+    assert "whole number" in page.inner_text("#g-vcpus-error")
+    with open_store(fleet.store_url) as s:
+        for n in names:
+            s.delete("Hypervisor", n)
+
+
+def test_axe_finds_no_serious_or_critical_violations(fleet: Fleet, page: Any, axe_js: str) -> None:
+    login(page, fleet, fleet.tokens["ops"])
+    found: dict[str, list[str]] = {}
+    for path in ("/", "/hosts/compute-01", "/fit?go=1&cpu=4&memory=8Gi", "/guests", "/login",
+                 "/hosts/lab-01/actions"):
+        if path.endswith("/actions"):  # a form answered with a field error
+            page.goto(fleet.url + "/hosts/lab-01")
+            page.fill("#ocs-ratio", "x")
+            page.click("form.action:has(#ocs-ratio) button[type=submit]")
+            page.wait_for_selector("#ocs-ratio-error")
+        else:
+            page.goto(fleet.url + path)
+        page.wait_for_load_state("networkidle")
+        page.add_script_tag(content=axe_js)
+        result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+        bad = [f"{v['id']} ({v['impact']}): {v['help']} — {[n['target'] for n in v['nodes']][:3]}"
+               for v in result["violations"] if v["impact"] in ("serious", "critical")]
+        if bad:
+            found[path] = bad
+    assert found == {}
