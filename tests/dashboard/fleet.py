@@ -105,7 +105,7 @@ def serving(tmp: Path, store_url: str) -> Iterator[Fleet]:
         try:
             if fleet.http().get(fleet.url + "/readyz", timeout=5).status_code == 200:
                 break
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             pass
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.kill()

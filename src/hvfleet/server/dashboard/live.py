@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from hvfleet.model.errors import HvfleetError
 from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.model.selectors import Selector
-from hvfleet.server.dashboard.feed import HostRow, host_row, totals
+from hvfleet.server.dashboard.feed import HostRow, Sums, host_row, totals, with_readiness
 from hvfleet.store.base import Store, WatchEvent
 from hvfleet.store.ownership import owners
 
@@ -94,10 +95,13 @@ class FleetState:
         self._refreshed = 0.0
         self._sorted: list[HostRow] | None = None
         self._totals: dict[tuple[int, str], dict[str, Any]] = {}
+        # Running totals of every host (key None) and of each label value (key, value).
+        self._sums: dict[tuple[str, str] | None, Sums] = {}
         self.recent: dict[str, deque[Change]] = {}
         self.history: dict[str, deque[dict[str, Any]]] = {}
         self.fleet_history: deque[dict[str, Any]] = deque(maxlen=self.limits.fleet_samples)
         self._listeners: set[asyncio.Queue[set[str]]] = set()
+        self.loaded = threading.Event()  # set once the first load is done
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- loading and refreshing ----------------------------------------------------------------
@@ -111,7 +115,8 @@ class FleetState:
             self.reservations = {o.metadata.name: o for o in rs.items if isinstance(o, Reservation)}
             self.revision = min(hv.revision, rs.revision)
             self._recompute_all()
-            return self.revision
+        self.loaded.set()
+        return self.revision
 
     def _by_host(self) -> dict[str, list[Reservation]]:
         out: dict[str, list[Reservation]] = {}
@@ -124,10 +129,22 @@ class FleetState:
         now = datetime.now(UTC)
         self._liveness = self.store.agent_liveness(now)
         by_host = self._by_host()
-        rows = {n: host_row(h, by_host.get(n, []), now, self._liveness.get(n))
-                for n, h in self.hosts.items()}
+        rows = {}
+        for n, h in self.hosts.items():
+            old, live = self.rows.get(n), self._liveness.get(n)
+            if old is not None and n not in by_host and old.version == h.metadata.resource_version:
+                rows[n] = with_readiness(old, h, now, live)  # only the clock moved
+            else:
+                rows[n] = host_row(h, by_host.get(n, []), now, live)
         changed = {n for n, x in rows.items() if n not in self.rows or self.rows[n].doc != x.doc}
         changed |= set(self.rows) - set(rows)
+        if not self.rows or len(changed) > len(rows) // 2:
+            self._sums = {}
+            for x in rows.values():
+                self._account(None, x)
+        else:
+            for n in changed:
+                self._account(self.rows.get(n), rows.get(n))
         self.rows = rows
         for n in changed & set(rows):
             self._record(n, rows[n])
@@ -141,12 +158,29 @@ class FleetState:
         for n in names:
             h = self.hosts.get(n)
             if h is None:
-                self.rows.pop(n, None)
+                self._account(self.rows.pop(n, None), None)
                 continue
             mine = [r for r in self.reservations.values() if r.spec.hypervisor == n]
-            self.rows[n] = host_row(h, mine, now, self._liveness.get(n))
-            self._record(n, self.rows[n])
+            row = host_row(h, mine, now, self._liveness.get(n))
+            self._account(self.rows.get(n), row)
+            self.rows[n] = row
+            self._record(n, row)
         self._changed()
+
+    def _account(self, old: HostRow | None, new: HostRow | None) -> None:
+        for x, adding in ((old, False), (new, True)):
+            if x is None:
+                continue
+            for key in [None, *x.labels.items()]:
+                sums = self._sums.get(key)
+                if sums is None:
+                    sums = self._sums[key] = Sums()
+                if adding:
+                    sums.add(x)
+                else:
+                    sums.remove(x)
+                    if not sums.hosts:
+                        del self._sums[key]
 
     def _changed(self) -> None:
         self.version += 1
@@ -229,10 +263,18 @@ class FleetState:
             return rows
         return [x for x in rows if selector.matches(x.labels)]
 
-    def totals_for(self, selector: Selector, rows: list[HostRow]) -> dict[str, Any]:
-        key = (self.version, str(selector))
+    def totals_for(self, selector: Selector, rows: list[HostRow],
+                   label: tuple[str, str] | None = None) -> dict[str, Any]:
+        """Totals of `rows` (the hosts `selector` matches, within the label value
+        `label` if given): from the running sums without a selector, else added
+        up once per version of the fleet."""
+        key = (self.version, f"{selector}|{label}")
         with self.lock:
             got = self._totals.get(key)
+            if got is None and not selector.requirements:
+                sums = self._sums.get(label)
+                got = sums.document() if sums is not None else totals([])
+                self._totals[key] = got
         if got is None:
             got = totals(rows)
             with self.lock:
@@ -247,8 +289,7 @@ class FleetState:
         return {".".join(p): m for p, m in owners(h).items()}
 
     def sample_fleet(self) -> None:
-        rows = self.sorted_rows()
-        t = totals(rows)
+        t = self.totals_for(Selector(), self.sorted_rows())
         with self.lock:
             self.fleet_history.append({
                 "t": time.time(),
@@ -288,11 +329,20 @@ class Follower:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def start(self) -> None:
+        """Start following; the first load runs in the background (pages wait for
+        `state.loaded`), so the server answers the API at once however big the fleet."""
+        self.tasks.append(asyncio.create_task(self._run()))
+
+    async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        since = await loop.run_in_executor(None, self.state.load)
-        for kind in ("Hypervisor", "Reservation"):
-            self.tasks.append(asyncio.create_task(self._follow(kind, since)))
-        self.tasks.append(asyncio.create_task(self._tick()))
+        while True:
+            try:
+                since = await loop.run_in_executor(None, self.state.load)
+                break
+            except HvfleetError:
+                await asyncio.sleep(1.0)  # the store is unavailable: try again
+        followers = [asyncio.create_task(self._follow(kind, since)) for kind in ("Hypervisor", "Reservation")]
+        self.tasks += [*followers, asyncio.create_task(self._tick())]
 
     async def _follow(self, kind: str, since: int) -> None:
         loop = asyncio.get_running_loop()

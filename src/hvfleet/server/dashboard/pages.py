@@ -76,6 +76,16 @@ def _state(request: Request) -> FleetState:
     return state
 
 
+async def _loaded(request: Request) -> Response | None:
+    """None once the dashboard's picture of the fleet is loaded; else (after a
+    short wait) a 503 that says so."""
+    state = _state(request)
+    if state.loaded.is_set() or await run_in_threadpool(state.loaded.wait, 30.0):
+        return None
+    return _html(page("Loading", "<h1>Loading the fleet</h1><p>The server is still reading the fleet; "
+                      "reload in a moment.</p>"), 503)
+
+
 def _html(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers=_SECURITY_HEADERS)
 
@@ -91,9 +101,12 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 async def _who(request: Request) -> Identity | Response:
-    """The caller, or the response that sends them to the login form."""
+    """The caller, or the response that sends them to the login form (or says
+    the fleet is still loading)."""
     try:
-        return await identify(_ctx(request), request)
+        who = await identify(_ctx(request), request)
+        waiting = await _loaded(request)
+        return waiting if waiting is not None else who
     except Unauthorized:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         if request.url.path.startswith("/dashboard/"):
@@ -200,8 +213,7 @@ def overview_document(state: FleetState, selector_text: str, sort: str, page_no:
 
 def _group_totals(state: FleetState, selector_text: str, key: str, value: str,
                   members: list[Any]) -> dict[str, Any]:
-    joined = ",".join(p for p in (selector_text.strip(), f"{key}={value}") if p)
-    return state.totals_for(parse_selector(joined), members)
+    return state.totals_for(parse_selector(selector_text), members, (key, value))
 
 
 def heat_document(state: FleetState, selector_text: str, sort: str) -> dict[str, Any]:

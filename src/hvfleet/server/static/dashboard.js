@@ -213,6 +213,7 @@
   render();
   document.body.dataset.version = String(doc.version);
   document.body.dataset.ready = "1";
+  if (window.performance && performance.mark) performance.mark("hvfleet-rendered");
   connect();
   setTimeout(loadHeat, 0);
   setTimeout(loadHistory, 0);
