@@ -9,6 +9,7 @@ from starlette.applications import Starlette
 
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard.live import FleetState, Follower
+from hvfleet.server.dashboard.metrics import registry_for
 from hvfleet.server.dashboard.pages import routes
 
 __all__ = ["routes", "start", "stop"]
@@ -19,6 +20,7 @@ async def start(app: Starlette) -> None:
     state = FleetState(ctx.store)
     follower = Follower(state, ctx.hub)
     app.state.dashboard = state
+    app.state.dashboard_metrics = registry_for(state)
     app.state.dashboard_follower = follower
     await follower.start()
 

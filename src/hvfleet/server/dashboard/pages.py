@@ -40,6 +40,7 @@ from hvfleet.server.dashboard import operate
 from hvfleet.server.dashboard.feed import resource_names, sort_rows
 from hvfleet.server.dashboard.html import bar, csrf_field, esc, field, page, table
 from hvfleet.server.dashboard.live import FleetState
+from hvfleet.server.dashboard.metrics import metrics
 from hvfleet.server.dashboard.session import (
     check_csrf,
     check_origin,
@@ -877,4 +878,5 @@ def routes() -> list[Route]:
         Route("/guests", guests_page),
         Route("/guests/check", guest_check, methods=["POST"]),
         Route("/static/{name}", static),
+        Route("/metrics", metrics),
     ]
