@@ -341,6 +341,7 @@ class Follower:
                 break
             except HvfleetError:
                 await asyncio.sleep(1.0)  # the store is unavailable: try again
+        await loop.run_in_executor(None, self.state.sample_fleet)  # the history's first sample
         followers = [asyncio.create_task(self._follow(kind, since)) for kind in ("Hypervisor", "Reservation")]
         self.tasks += [*followers, asyncio.create_task(self._tick())]
 
