@@ -164,19 +164,6 @@ class RoleAuthorizer:
             )
 
 
-def allowed(
-    role: Role, verb: Verb, resource: str, subresource: str | None = None,
-    *, own: bool | None = None,
-) -> bool:
-    """Whether the table lets `role` do `verb` on `resource[/subresource]`
-    (`own`: on the caller's own hypervisor; None: either)."""
-    key = f"{resource}/{subresource}" if subresource else resource
-    for grant in ROLE_GRANTS[role]:
-        if grant.resource == key and verb in grant.verbs:
-            return own is not False or not grant.own
-    return False
-
-
 VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")
 
 

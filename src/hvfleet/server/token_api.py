@@ -10,7 +10,12 @@ store) is reachable.
     DELETE /apis/hvfleet.io/v1/accesstokens/{id}
 
 A create answers 201 with the stored record and, in `status.token`, the bearer
-token itself, as Kubernetes' TokenRequest does: the one time it is shown. The
+token itself, as Kubernetes' TokenRequest does: the one time it is shown.
+The same paths also speak the generic Store mapping (docs/store.md), so a
+remote Store backend needs nothing special for tokens: POST of an AccessToken
+record (its hash made by the client, which then never sends the secret at all),
+PUT of a record (compare-and-swap on resourceVersion; `force=true` to take
+fields over), GET and DELETE as above. The
 resource is not in discovery (it is no CRD and no fleet kind); it is authorized
 as "tokens", which only admins hold (hvfleet.server.auth.ROLE_GRANTS), and
 every write is audited.
@@ -19,7 +24,7 @@ every write is audited.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
@@ -28,10 +33,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hvfleet.model.durations import parse_expiry
-from hvfleet.model.errors import Forbidden, NotFound, UnsupportedMediaType
+from hvfleet.model.errors import BadRequest, Forbidden, NotFound, UnsupportedMediaType
 from hvfleet.model.meta import API_VERSION, Model
 from hvfleet.model.token import AccessToken, Role
 from hvfleet.server import bodies
+from hvfleet.server.auth import TokenAuthenticator
 from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import audited, authenticate, code_of, error_response
@@ -39,6 +45,7 @@ from hvfleet.server.status import Target, invalid_object, unknown_fields
 from hvfleet.store.tokens import KIND, find_token, issue_token, list_tokens, revoke_token
 
 PATH = "/apis/hvfleet.io/v1/accesstokens"
+M = TypeVar("M", bound=Model)
 _TARGET_KIND = "AccessToken"
 
 
@@ -60,20 +67,63 @@ def _record(ctx: ApiContext, token_id: str) -> AccessToken:
     return record
 
 
-async def _request_body(request: Request, ctx: ApiContext) -> TokenRequestBody:
+async def _document(request: Request, ctx: ApiContext) -> dict[str, Any]:
     media = bodies.media_type(request)
     if media not in ("application/json", "*/*"):
         raise UnsupportedMediaType(f"accesstokens: the body must be application/json, not {media!r}")
     raw = await bodies.read_body(request, ctx.limits.max_body)
-    doc = bodies.decode_document(raw, "application/json") if raw.strip() else {}
+    return bodies.decode_document(raw, "application/json") if raw.strip() else {}
+
+
+def _validated(model: type[M], doc: dict[str, Any], target: Target, what: str) -> M:
     try:
-        return TokenRequestBody.model_validate(doc)
+        return model.model_validate(doc)
     except ValidationError as exc:
         unknown = [".".join(str(p) for p in e["loc"]) for e in exc.errors()
                    if e["type"] == "extra_forbidden"]
         if unknown:
             raise unknown_fields(unknown) from None
-        raise invalid_object(exc, _target(), "accesstokens") from None
+        raise invalid_object(exc, target, what) from None
+
+
+def _is_record(doc: dict[str, Any]) -> bool:
+    return doc.get("kind") == _TARGET_KIND
+
+
+def _as_record(doc: dict[str, Any], target: Target) -> AccessToken:
+    if doc.get("apiVersion") != API_VERSION:
+        raise BadRequest(f"the body must be an AccessToken of apiVersion {API_VERSION}")
+    return _validated(AccessToken, doc, target, _TARGET_KIND)
+
+
+def _store_record(ctx: ApiContext, who: Identity, record: AccessToken) -> AccessToken:
+    action = Action("create", "tokens", name=record.name)
+
+    def write() -> AccessToken:
+        ctx.authorize(who, action, None, record)
+        out = ctx.store.create(record, who.manager)
+        assert isinstance(out, AccessToken)
+        return out
+
+    out = audited(ctx, who, action, None, write)
+    assert isinstance(out, AccessToken)
+    return out
+
+
+def _replace(ctx: ApiContext, who: Identity, record: AccessToken, force: bool) -> AccessToken:
+    current = _record(ctx, record.name)
+    action = Action("update", "tokens", name=record.name, force=force)
+
+    def write() -> AccessToken:
+        ctx.authorize(who, action, current, record)
+        out = ctx.store.update(record, who.manager, force=force)
+        assert isinstance(out, AccessToken)
+        return out
+
+    out = audited(ctx, who, action, current, write)
+    assert isinstance(out, AccessToken)
+    _forget(ctx, record.name)
+    return out
 
 
 def _issue(ctx: ApiContext, who: Identity, body: TokenRequestBody) -> dict[str, Any]:
@@ -100,8 +150,13 @@ async def collection(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     try:
         if request.method == "POST":
-            body = await _request_body(request, ctx)
+            doc = await _document(request, ctx)
             who = await authenticate(ctx, request)
+            if _is_record(doc):
+                record = _as_record(doc, _target(str((doc.get("metadata") or {}).get("name", ""))))
+                stored = await run_in_threadpool(_store_record, ctx, who, record)
+                return JSONResponse(stored.to_dict(), status_code=201)
+            body = _validated(TokenRequestBody, doc, _target(), "accesstokens")
             return JSONResponse(await run_in_threadpool(_issue, ctx, who, body), status_code=201)
         who = await authenticate(ctx, request)
         ctx.authorize(who, Action("list", "tokens"))
@@ -134,7 +189,15 @@ def _revoke(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
 
     out = audited(ctx, who, action, current, write)
     assert isinstance(out, AccessToken)
+    _forget(ctx, token_id)
     return out
+
+
+def _forget(ctx: ApiContext, token_id: str) -> None:
+    """This replica stops accepting the token at once; the others within their
+    cache age."""
+    if isinstance(ctx.authenticator, TokenAuthenticator):
+        ctx.authenticator.forget([token_id])
 
 
 def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
@@ -148,6 +211,7 @@ def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
 
     out = audited(ctx, who, action, current, write)
     assert isinstance(out, AccessToken)
+    _forget(ctx, token_id)
     return out
 
 
@@ -161,6 +225,16 @@ async def item(request: Request) -> Response:
             ctx.authorize(who, Action("get", "tokens", name=token_id))
             record = await run_in_threadpool(_record, ctx, token_id)
             return JSONResponse(record.to_dict())
+        if request.method == "PUT":
+            doc = await _document(request, ctx)
+            _guarded(ctx, who, Action("update", "tokens", name=token_id))
+            record = _as_record(doc, _target(token_id))
+            if record.name != token_id:
+                raise BadRequest(f"the name of the object ({record.name}) does not match the name "
+                                 f"on the URL ({token_id})")
+            force = request.query_params.get("force", "").lower() in ("true", "1")
+            out = await run_in_threadpool(_replace, ctx, who, record, force)
+            return JSONResponse(out.to_dict())
         await bodies.read_body(request, ctx.limits.max_body)
         if request.method == "DELETE":
             _guarded(ctx, who, Action("delete", "tokens", name=token_id))
@@ -176,5 +250,5 @@ def token_routes() -> list[Route]:
     return [
         Route(PATH, collection, methods=["GET", "POST"]),
         Route(f"{PATH}/{{name}}/revoke", item, methods=["POST"]),
-        Route(f"{PATH}/{{name}}", item, methods=["GET", "DELETE"]),
+        Route(f"{PATH}/{{name}}", item, methods=["GET", "PUT", "DELETE"]),
     ]
