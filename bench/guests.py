@@ -1,7 +1,8 @@
 """Benchmark: guest generation and CPU baseline, against their peers in the same run.
 
 1. Guest generation: hvfleet `generate()` (in-process, warm) and the `hvfleet
-   guest generate` command (one process per guest) vs `virt-install
+   guest generate` command (one process per guest: with only the guest
+   commands loaded, as the console script, and with a cold data cache) vs `virt-install
    --print-xml --dry-run` (Debian virtinst, one process per guest, on libvirt's
    test driver: virt-install cannot open qemu:///embed) for the same OS and
    resources.
@@ -19,14 +20,16 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import libvirt
 from lxml import etree
 
-from hvfleet.guests.cpu import baseline_cpu, cpus_from_texts, expand_cpu
+from hvfleet.guests.cpu import baseline_cpu, expand_cpu
 from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.guests.cpuxml import cpus_from_texts
 from hvfleet.guests.generate import generate
 from hvfleet.guests.hosts import load_caps_dir
 from hvfleet.guests.osinfo import load_os_database
@@ -112,26 +115,53 @@ def bench_generate(quick: bool) -> None:
         ]
 
     procs = 4 if quick else 12
-    cli_t: list[float] = []
-    vi_t: list[float] = []
-    for i in range(procs):
-        os = OSES[i % len(OSES)]
-        for cmd, out in ((cli(os), cli_t), (virt_install(os), vi_t)):
-            t = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True)
-            out.append(time.perf_counter() - t)
-    ours_ms, cli_ms, vi_ms = median_ms(ours), median_ms(cli_t), median_ms(vi_t)
+    script = str(Path(sys.executable).with_name("hvfleet"))
+    rows: dict[str, list[float]] = {
+        k: [] for k in ("floor", "imports", "family", "script", "cold", "virt-install")
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        warm_env = {**os_env(), "HVFLEET_CACHE_DIR": f"{tmp}/warm"}
+        subprocess.run(cli(OSES[0]), check=True, capture_output=True, env=warm_env)  # fill it
+        for i in range(procs):
+            os = OSES[i % len(OSES)]
+            runs = (
+                ("floor", [PY, "-c", "import lxml.etree"], warm_env),
+                ("imports", [PY, "-c", "import typer, lxml.etree, hvfleet.model.hostcaps"], warm_env),
+                ("family", cli(os), warm_env),
+                ("script", [script, *cli(os)[3:]], warm_env),
+                ("cold", cli(os), {**os_env(), "HVFLEET_CACHE_DIR": f"{tmp}/cold{i}"}),
+                ("virt-install", virt_install(os), os_env()),
+            )
+            for label, cmd, env in runs:
+                t = time.perf_counter()
+                subprocess.run(cmd, check=True, capture_output=True, env=env)
+                rows[label].append(time.perf_counter() - t)
+    ours_ms = median_ms(ours)
+    vi_ms = median_ms(rows["virt-install"])
     print("## Guest generation (median per guest)")
     print(
         f"hvfleet generate(), in-process, warm: {ours_ms:8.3f} ms  "
         f"({1000 / ours_ms:8.0f} guests/s, {reps} guests, 3-host group)"
     )
     print(f"hvfleet one-time load (osinfo-db, cpu_map, caps): {cold * 1000:.0f} ms")
-    print(f"hvfleet guest generate, one process per guest: {cli_ms:8.1f} ms  ({procs} runs)")
     print(f"virt-install --print-xml --dry-run, per process: {vi_ms:8.1f} ms  ({procs} runs)")
+    for label, what in (
+        ("family", "hvfleet guest generate, guest commands only, cache warm"),
+        ("cold", "the same, cache cold (osinfo-db and cpu_map parsed)"),
+        ("script", "hvfleet guest generate (console script, every command family)"),
+        ("floor", "floor: python -c 'import lxml.etree'"),
+        ("imports", "floor: python importing typer, lxml and hvfleet.model.hostcaps"),
+    ):
+        ms = median_ms(rows[label])
+        print(f"{what}: {ms:8.1f} ms per process, {vi_ms / ms:5.1f}x virt-install's speed")
     print(f"ratio guests/s, hvfleet in-process vs virt-install: {vi_ms / ours_ms:8.0f}x")
-    print(f"ratio per guest, hvfleet process vs virt-install process: {vi_ms / cli_ms:8.1f}x")
     print()
+
+
+def os_env() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)
 
 
 def _libvirt_features(xml: str) -> set[str]:
@@ -151,19 +181,35 @@ def bench_baseline(quick: bool) -> None:
     print("## CPU baseline (median)")
     print("input: 'same-hw' = hosts of one hardware type send identical <cpu> XML (the")
     print("domcapabilities host-model form); 'unique' = every host's XML differs (a")
-    print("<microcode> line per host, as in `virsh capabilities`); 'store' = host CPUs")
-    print("already parsed into status.hostCapabilities (the --hosts path), no XML.")
+    print("<microcode> line per host, as in `virsh capabilities`), the CPU definitions")
+    print("repeat; 'distinct' = no two hosts share a CPU definition (3 random extra")
+    print("features each); 'store' = host CPUs already parsed into")
+    print("status.hostCapabilities (the --hosts path), no XML.")
     print(
         f"{'hosts':>6} {'input':>8} {'hvfleet ms':>11} {'libvirt ms':>11} {'speedup':>8} "
         f"{'hvfleet feats':>13} {'libvirt feats':>13} superset+within"
     )
+    extra = sorted(cmap.features)
     for n in (10, 100, 1000):
         rng = random.Random(n)
         same = [rng.choice(recent) if rng.random() < 0.8 else rng.choice(intel) for _ in range(n)]
         unique = [x.replace("<arch>", f"<microcode version='{i}'/><arch>", 1) for i, x in enumerate(same)]
+        # Worst case: no two hosts share a CPU definition (3 random extra
+        # features each), so every document is parsed and expanded.
+        distinct = [
+            x.replace(
+                "</cpu>",
+                "".join(
+                    f"<feature name='{f}'/>"
+                    for f in rng.sample([f for f in extra if f'"{f}"' not in x and f"'{f}'" not in x], 3)
+                )
+                + "</cpu>",
+            )
+            for x in unique
+        ]
         reps = 3 if quick else 7
         parsed = cpus_from_texts([(f"h{i}", x) for i, x in enumerate(unique)])
-        for label, xmls in (("same-hw", same), ("unique", unique), ("store", None)):
+        for label, xmls in (("same-hw", same), ("unique", unique), ("distinct", distinct), ("store", None)):
             # libvirt always gets XML (it has no other input): same-hw texts
             # for the store row, the row's own texts otherwise.
             theirs_t: list[float] = []
@@ -182,8 +228,10 @@ def bench_baseline(quick: bool) -> None:
                 result = baseline_cpu(cpus, cmap).value
                 ours_t.append(time.perf_counter() - t)
             assert result is not None
+            named = [(f"h{i}", x) for i, x in enumerate(xmls or [])]
+            hosts_of_row = parsed if xmls is None else cpus_from_texts(named)
             ok = not (theirs - result.features) and all(
-                result.features <= expand_cpu(c, cmap, h) for h, c in parsed
+                result.features <= expand_cpu(c, cmap, h) for h, c in hosts_of_row
             )
             o = median_ms(ours_t)
             print(

@@ -26,8 +26,16 @@ cgroup_controllers = [ ]
 
 
 class PrivateLibvirtd:
-    def __init__(self, base: Path) -> None:
+    """`host_uuid` gives the daemon its own host UUID (two daemons on one
+    machine must differ for libvirt to migrate between them); `netns_of` joins
+    the network namespace of that PID (another private daemon's) instead of a
+    new one, so the two daemons' QEMUs reach each other over 127.0.0.1."""
+
+    def __init__(
+        self, base: Path, host_uuid: str | None = None, netns_of: int | None = None
+    ) -> None:
         self.base = base
+        self.netns_of = netns_of
         self.proc: subprocess.Popen[bytes] | None = None
         etc = base / "etc"
         if not etc.exists():
@@ -35,6 +43,9 @@ class PrivateLibvirtd:
             (etc / "qemu.conf").write_text(QEMU_CONF)
             # Never bring up the default network of a copied config.
             shutil.rmtree(etc / "qemu" / "networks" / "autostart", ignore_errors=True)
+            if host_uuid:
+                with open(etc / "libvirtd.conf", "a") as conf:
+                    conf.write(f'\nhost_uuid = "{host_uuid}"\n')
         for d in ("run", "var/lib/libvirt", "var/cache/libvirt", "var/log/libvirt", "var/tmp"):
             (base / d).mkdir(parents=True, exist_ok=True)
         for link, target in (("var/run", "/run"), ("var/lock", "/run/lock")):
@@ -56,13 +67,20 @@ class PrivateLibvirtd:
 
     def start(self, timeout: float = 60) -> None:
         b = self.base
-        script = (
+        # A new network namespace starts with its loopback down.
+        lo_up = "ip link set lo up && " if self.netns_of is None else ""
+        script = lo_up + (
             f"mount --bind {b}/etc /etc/libvirt && mount --bind {b}/run /run/libvirt && "
             f"mount --bind {b}/var /var && exec libvirtd --pid-file {b}/libvirtd.pid"
         )
         log = open(b / "libvirtd.log", "ab")  # noqa: SIM115 - lives as long as the daemon
+        if self.netns_of is None:
+            argv = ["unshare", "-m", "-n", "--propagation", "private", "sh", "-c", script]
+        else:
+            argv = ["nsenter", f"--net=/proc/{self.netns_of}/ns/net", "unshare", "-m",
+                    "--propagation", "private", "sh", "-c", script]
         self.proc = subprocess.Popen(
-            ["unshare", "-m", "-n", "--propagation", "private", "sh", "-c", script],
+            argv,
             stdout=log, stderr=log, stdin=subprocess.DEVNULL,
         )
         log.close()

@@ -40,3 +40,11 @@ def test_a_burst_of_qemu_events_is_debounced_into_few_writes(
     embed_root: Path, tmp_path: Path
 ) -> None:
     run_scenario("burst", embed_root, tmp_path / "hv.db")
+
+
+def test_a_real_guest_panic_is_recorded_on_the_instance_with_a_metric_and_a_dump(
+    embed_root: Path, tmp_path: Path
+) -> None:
+    # A policy-2026.2 guest whose boot sector writes to its pvpanic port: a real
+    # guest crash on QEMU, reported by libvirt as lifecycle CRASHED.
+    run_scenario("guest_crash", embed_root, tmp_path / "hv.db")

@@ -38,6 +38,9 @@ def request(os: str, policy: str) -> GuestRequest:
         ),
         nics=(NicSpec.parse("network=default"), NicSpec.parse("bridge=br0,mac=52:54:00:aa:bb:cc")),
         policy=policy,
+        # From 2026.2 on, the Windows cases declare the virtio-win drivers
+        # (2026.1 predates declared drivers, its files stay as released).
+        drivers=("virtio-win",) if os.startswith("win") and policy != "2026.1" else (),
     )
 
 

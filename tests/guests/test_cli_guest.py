@@ -76,7 +76,8 @@ def test_explain_prints_the_table_without_xml() -> None:
 
 def test_policies_lists_versions_with_changelog() -> None:
     r = run("guest", "policies")
-    assert r.exit_code == 0 and r.stdout.startswith("2026.1 (latest): first release")
+    assert r.exit_code == 0 and r.stdout.startswith("2026.1: first release")
+    assert "2026.2 (latest): " in r.stdout
 
 
 def test_check_exit_0_on_own_group_and_3_with_reasons_elsewhere(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from hvfleet.discovery.xmlsafe import read_xml_file
-from hvfleet.guests.cpu import baseline_cpu, cpu_element, cpus_from_document, expand_cpu
+from hvfleet.guests.cpu import baseline_cpu, cpu_element, expand_cpu
 from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.guests.cpuxml import cpus_from_document
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCPU
 
@@ -313,3 +314,22 @@ def test_features_removed_from_a_model_are_not_the_models() -> None:
     with_pt = HostCPU(vendor="Intel", model="Icelake-Server", features=["intel-pt"])
     d = baseline_cpu([("icx", with_pt)]).value
     assert "intel-pt" in d.features and "intel-pt" not in d.disable
+
+
+def test_check_warns_of_a_removed_feature_the_guest_leaves_unsaid() -> None:
+    from hvfleet.guests.check import check_domain
+    from hvfleet.guests.generate import generate
+    from hvfleet.guests.hosts import load_caps_dir
+    from hvfleet.guests.request import GuestRequest
+
+    group = load_caps_dir(str(HOSTS / "groups" / "single"))
+    xml, plan = generate(GuestRequest(os="rhel9.1", name="g", vcpus=1, memory=1 << 30), group)
+    assert plan.cpu.value.model == "Icelake-Server"
+    dom = etree.fromstring(xml.encode())
+    assert not any("removed" in w for v in check_domain(dom, group) for w in v.warnings)
+    cpu = dom.find("cpu")
+    for f in cpu.findall("feature[@name='intel-pt']"):
+        cpu.remove(f)
+    (verdict,) = check_domain(dom, group)
+    assert verdict.ok  # the host lacks intel-pt and the guest does not ask for it
+    assert any("intel-pt" in w and "removed" in w for w in verdict.warnings), verdict.warnings

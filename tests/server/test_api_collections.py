@@ -57,6 +57,15 @@ def test_list_pages_with_limit_and_continue(api: Api) -> None:
     assert names == [f"hv{i}" for i in range(7)] and pages == 3
     status_of(400, "BadRequest", c.get(HV, params={"continue": "garbage!"}).json())
 
+    # The pages of one list come from one read: an object created between two
+    # pages is not in them, and every page carries the first page's version.
+    first = c.get(HV, params={"limit": 3}).json()
+    c.post(HV, json=hypervisor("hv35"))
+    rest = c.get(HV, params={"limit": 10, "continue": first["metadata"]["continue"]}).json()
+    assert [o["metadata"]["name"] for o in rest["items"]] == [f"hv{i}" for i in range(3, 7)]
+    assert rest["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert "hv35" in [o["metadata"]["name"] for o in c.get(HV).json()["items"]]
+
 
 def test_table_has_the_columns_of_hvfleet_get(api: Api) -> None:
     c = api.client()

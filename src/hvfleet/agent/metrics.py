@@ -63,6 +63,12 @@ class AgentMetrics:
             "hvfleet_agent_store_errors", "Status writes that failed and will be retried",
             ["hypervisor"], registry=self.registry,
         )
+        self.guest_crashes = Counter(
+            "hvfleet_guest_crashes",
+            "Guest crashes (libvirt lifecycle CRASHED: pvpanic, Hyper-V crash MSRs), "
+            "recorded in status.instances[].crashCount",
+            ["hypervisor", "domain"], registry=self.registry,
+        )
         self._server: Any = None
         self._thread: threading.Thread | None = None
 

@@ -47,6 +47,11 @@ COUNT_MODES: tuple[CountMode, ...] = ("defined", "running")
 LIBVIRT_CONNECTED = "LibvirtConnected"
 READY = "Ready"
 
+# virDomainEventType VIR_DOMAIN_EVENT_CRASHED and its details
+# (virDomainEventCrashedDetailType), as libvirt numbers them.
+CRASHED_EVENT = 8
+CRASH_REASONS = {0: "panicked", 1: "crashloaded"}
+
 # virDomainState values of a domain with no QEMU process holding resources.
 _INACTIVE_STATES = frozenset({5, 6})  # shutoff, crashed
 
@@ -65,6 +70,15 @@ class Observation:
     hypervisor_version: str
     domains: tuple[DomainRecord, ...]
     at: datetime
+
+
+@dataclass(frozen=True)
+class CrashEvent:
+    """One lifecycle CRASHED event libvirt delivered for a domain."""
+
+    uuid: str
+    at: datetime
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,11 @@ class Facts:
     libvirt_version: str
     hypervisor_version: str
     now: datetime
+    # Crash events seen since the last status write; added to the counts the
+    # stored status already has (so they survive agent restarts).
+    crashes: tuple[CrashEvent, ...] = ()
+    # The agent's configured core dump directory, if usable (see AgentConfig).
+    dump_location: str | None = None
 
 
 Parsed = tuple[DomainDemand, CellUnits] | InvalidInput
@@ -184,15 +203,30 @@ def add_capacity(h: Hypervisor, facts: Facts) -> Hypervisor:
 
 
 def add_instances(h: Hypervisor, facts: Facts) -> Hypervisor:
-    instances = [
-        Instance(
-            uuid=d.demand.uuid,
+    before = {i.uuid: i for i in h.status.instances}
+    crashes: dict[str, list[CrashEvent]] = defaultdict(list)
+    for c in facts.crashes:
+        crashes[c.uuid].append(c)
+    instances = []
+    for d in facts.domains:
+        uuid = d.demand.uuid
+        old = before.get(uuid)
+        count = old.crash_count if old else None
+        last_time = old.last_crash_time if old else None
+        last_reason = old.last_crash_reason if old else None
+        if crashes.get(uuid):
+            latest = max(crashes[uuid], key=lambda c: c.at)
+            count = (count or 0) + len(crashes[uuid])
+            last_time, last_reason = latest.at, latest.reason
+        instances.append(Instance(
+            uuid=uuid,
             name=d.demand.name,
             state=state_name(d.record.state),
             resources=d.demand.resources(),
-        )
-        for d in facts.domains
-    ]
+            crash_count=count,
+            last_crash_time=last_time,
+            last_crash_reason=last_reason,
+        ))
     return _status(h, instances=instances)
 
 
@@ -234,6 +268,7 @@ def add_host_capabilities(h: Hypervisor, facts: Facts) -> Hypervisor:
         update={
             "libvirt_version": facts.libvirt_version,
             "hypervisor_version": facts.hypervisor_version or caps.hypervisor_version,
+            "dump_location": facts.dump_location,
             "notes": notes,
         }
     )

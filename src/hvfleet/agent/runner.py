@@ -20,10 +20,11 @@ observation, so nothing older ever lands.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -32,8 +33,11 @@ from hvfleet.agent.backoff import Backoff
 from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.observe import HostFacts, observe
 from hvfleet.agent.reconcile import (
+    CRASH_REASONS,
+    CRASHED_EVENT,
     CapabilitiesParser,
     CountMode,
+    CrashEvent,
     DomainParseCache,
     Facts,
     digest,
@@ -76,6 +80,13 @@ def default_name(uri: str, libvirt_hostname: str) -> str:
         ) from None
 
 
+def usable_dump_location(path: str | None) -> str | None:
+    """`path` if it is a directory this process can write into, else None."""
+    if path and os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK):
+        return os.path.abspath(path)
+    return None
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     uri: str
@@ -95,6 +106,10 @@ class AgentConfig:
     # With a Lease, an unchanged status is rewritten only this often (kubelet's
     # nodeStatusReportFrequency is 5 minutes too): the Lease is the heartbeat.
     status_resync: float = 300.0
+    # The host's guest core dump directory (qemu.conf auto_dump_path), if the
+    # operator names one; reported in hostCapabilities.dumpLocation while it is
+    # a writable directory, so the guest generator may choose a dumping on_crash.
+    dump_location: str | None = None
 
 
 class Agent:
@@ -132,6 +147,9 @@ class Agent:
         self._last_event_at = 0.0
         self._last_spec: HypervisorSpec | None = None
         self._last_skipped: tuple[tuple[str, str], ...] = ()
+        # Crash events not yet in a written status (guarded by _lock).
+        self._crashes: list[CrashEvent] = []
+        self._dump_ok: bool | None = None  # last dump location check, to warn on change
         self.reconnects = 0
         # libvirt passes and status writes, for tests and benchmarks
         self.observations = 0
@@ -173,9 +191,13 @@ class Agent:
     def leasing(self) -> bool:
         return self.config.lease_ttl > 0
 
-    def _on_lifecycle(self, _uuid: str, _event: int, _detail: int) -> None:
+    def _on_lifecycle(self, uuid: str, event: int, detail: int) -> None:
         now = time.monotonic()
         with self._lock:
+            if event == CRASHED_EVENT and uuid:
+                reason = CRASH_REASONS.get(detail, f"detail {detail}")
+                log.warning("guest %s crashed (%s)", uuid, reason)
+                self._crashes.append(CrashEvent(uuid, datetime.now(UTC), reason))
             self._libvirt_dirty = True
             self._last_event_at = now
             if self._first_event_at is None:
@@ -200,6 +222,12 @@ class Agent:
             self.observations += 1
         obs, host = observe(self.conn, host)
         facts = digest(obs, self.config.count, self.capabilities_parser, self._cache)
+        dump = usable_dump_location(self.config.dump_location)
+        if self.config.dump_location and dump is None and self._dump_ok is not False:
+            log.warning("dump location %s is not a writable directory: not reported",
+                        self.config.dump_location)
+        self._dump_ok = dump is not None
+        facts = replace(facts, dump_location=dump)
         if facts.skipped != self._last_skipped:  # warn on change, not on every pass
             for name, reason in facts.skipped:
                 log.warning("skipping domain %s: %s", name, reason)
@@ -225,7 +253,20 @@ class Agent:
     def write_facts(self, heartbeat: bool = False) -> WriteResult:
         facts = self.facts
         assert facts is not None
-        return self.write(lambda h: reconcile(h, facts, datetime.now(UTC)), heartbeat)
+        with self._lock:
+            crashes = tuple(self._crashes)
+        # A CAS retry rebuilds from the newest stored status, so the same
+        # pending crashes are added exactly once to whatever was stored.
+        with_crashes = replace(facts, crashes=crashes)
+        result = self.write(lambda h: reconcile(h, with_crashes, datetime.now(UTC)), heartbeat)
+        if crashes:
+            with self._lock:
+                del self._crashes[: len(crashes)]
+            if self.metrics is not None:
+                names = {i.uuid: i.name for i in result.hypervisor.status.instances}
+                for c in crashes:
+                    self.metrics.guest_crashes.labels(self.name, names.get(c.uuid, c.uuid)).inc()
+        return result
 
     def write_disconnected(self, message: str) -> WriteResult | None:
         if self.writer is None:

@@ -89,6 +89,10 @@ def agent(
     metrics_addr: str | None = typer.Option(
         None, "--metrics-addr", metavar="HOST:PORT", help="serve Prometheus metrics here",
     ),
+    dump_dir: str | None = typer.Option(
+        None, "--dump-dir", metavar="DIR", help="where libvirt writes guest core dumps on "
+        "this host (qemu.conf auto_dump_path); reported as hostCapabilities.dumpLocation",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="log every reconcile"),
 ) -> None:
     """Keep one hypervisor's status (capacity, allocation, instances, host
@@ -105,6 +109,7 @@ def agent(
         resync=parse_duration(resync, field="resync", positive=True).total_seconds(),
         lease_ttl=math.ceil(parse_duration(lease_ttl, field="lease_ttl", positive=True).total_seconds()),
         status_resync=parse_duration(status_resync, field="status_resync", positive=True).total_seconds(),
+        dump_location=dump_dir,
     )
     url = store_url(store)
     metrics = AgentMetrics(name or "")

@@ -11,19 +11,15 @@ from lxml import etree
 
 from hvfleet.cli.main import app
 from hvfleet.discovery.xmlsafe import read_xml_file
+from hvfleet.guests.abi import regenerate, upgrade
 from hvfleet.guests.check import check_domain
-from hvfleet.guests.cpu import (
-    UnknownHostCPU,
-    baseline_cpu,
-    cpu_element,
-    cpus_from_document,
-    qemu_models_of,
-)
+from hvfleet.guests.cpu import UnknownHostCPU, baseline_cpu, cpu_element, qemu_models_of
+from hvfleet.guests.cpuxml import cpus_from_document
 from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.generate import plan_guest
 from hvfleet.guests.hosts import group_from_store, load_caps_dir
-from hvfleet.guests.policy import LATEST, POLICIES
+from hvfleet.guests.policy import LATEST, changelog_text
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, parse_memory
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCPU
@@ -116,12 +112,13 @@ def cpu_baseline(
 
 def _request(os: str, name: str, vcpus: int, memory: str, disk: list[str] | None,
              nic: list[str] | None, firmware: str, secure_boot: bool, tpm: bool,
-             mode: str, policy: str) -> GuestRequest:
+             mode: str, policy: str, drivers: list[str] | None = None) -> GuestRequest:
     return GuestRequest(
         os=os, name=name, vcpus=vcpus, memory=parse_memory(memory),
         disks=tuple(DiskSpec.parse(s) for s in disk or []),
         nics=tuple(NicSpec.parse(s) for s in nic or []),
         firmware=firmware, secure_boot=secure_boot, tpm=tpm, mode=mode, policy=policy,
+        drivers=tuple(drivers or ()),
     )
 
 
@@ -136,34 +133,93 @@ SbOpt = Annotated[bool, typer.Option("--secure-boot")]
 TpmOpt = Annotated[bool, typer.Option("--tpm")]
 ModeOpt = Annotated[str, typer.Option("--mode", help="intersection, host, software or none")]
 PolicyOpt = Annotated[str, typer.Option("--policy")]
+DriversOpt = Annotated[list[str] | None, typer.Option(
+    "--drivers", help="extra drivers the guest's installer has (virtio-win)")]
 
 
-@guest_app.command("generate")
-def guest_generate(
-    os: OsOpt, name: NameOpt, vcpus: VcpuOpt, memory: MemOpt,
-    disk: DiskOpt = None, nic: NicOpt = None, firmware: FwOpt = "auto",
-    secure_boot: SbOpt = False, tpm: TpmOpt = False,
-    hosts: HostsOpt = None, caps_dir: CapsDirOpt = None, store: StoreOpt = None,
-    policy: PolicyOpt = LATEST, mode: ModeOpt = "intersection",
-    explain: Annotated[bool, typer.Option("--explain", help="also print the decisions "
-                                                          "(stderr when XML goes to stdout)")] = False,
-    output: Annotated[str | None, typer.Option("-o", "--output", help="write XML here")] = None,
-) -> None:
-    """Domain XML that starts and live-migrates on every host of the group."""
-    req = _request(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy)
-    xml, plan = generate_guest(req, _group(hosts, caps_dir, store))
+OptOs = Annotated[str | None, typer.Option("--os", help="osinfo short id, e.g. win11, rhel9.1")]
+OptName = Annotated[str | None, typer.Option("--name")]
+OptVcpu = Annotated[int | None, typer.Option("--vcpus")]
+OptMem = Annotated[str | None, typer.Option("--memory", help="e.g. 4Gi")]
+OptFw = Annotated[str | None, typer.Option("--firmware", help="auto, bios or efi")]
+OptMode = Annotated[str | None, typer.Option("--mode", help="intersection, host, software or none")]
+OptPolicy = Annotated[str | None, typer.Option("--policy", help=f"default {LATEST}; with "
+                                                "--from, the existing guest's")]
+FromOpt = Annotated[str | None, typer.Option("--from", help="regenerate this existing domain "
+                                             "XML, keeping its name, UUID and ABI")]
+AllowOpt = Annotated[bool, typer.Option("--allow-abi-change", help="with --from: accept the ABI "
+                                        "changes the group needs")]
+OutOpt = Annotated[str | None, typer.Option("-o", "--output", help="write XML here")]
+
+
+def _write_xml(xml: str, output: str | None, extra: str) -> None:
+    """XML to `output` (extra text then to stdout) or to stdout (extra text to stderr)."""
     if output:
         try:
             with open(output, "w") as f:
                 f.write(xml)
         except OSError as exc:
             raise InvalidInput(f"-o {output}: {exc.strerror}") from None
-        if explain:
-            sys.stdout.write(explain_plan(plan))
+        sys.stdout.write(extra)
     else:
         sys.stdout.write(xml)
-        if explain:
-            sys.stderr.write(explain_plan(plan))
+        sys.stderr.write(extra)
+
+
+@guest_app.command("generate")
+def guest_generate(
+    os: OptOs = None, name: OptName = None, vcpus: OptVcpu = None, memory: OptMem = None,
+    disk: DiskOpt = None, nic: NicOpt = None, firmware: OptFw = None,
+    secure_boot: SbOpt = False, tpm: TpmOpt = False,
+    hosts: HostsOpt = None, caps_dir: CapsDirOpt = None, store: StoreOpt = None,
+    policy: OptPolicy = None, mode: OptMode = None, drivers: DriversOpt = None,
+    from_: FromOpt = None, allow_abi_change: AllowOpt = False,
+    explain: Annotated[bool, typer.Option("--explain", help="also print the decisions "
+                                                          "(stderr when XML goes to stdout)")] = False,
+    output: OutOpt = None,
+) -> None:
+    """Domain XML that starts and live-migrates on every host of the group."""
+    group = _group(hosts, caps_dir, store)
+    if from_ is not None:
+        given: dict[str, object] = {
+            "os": os, "vcpus": vcpus, "memory": parse_memory(memory) if memory else None,
+            "disks": tuple(DiskSpec.parse(s) for s in disk) if disk else None,
+            "nics": tuple(NicSpec.parse(s) for s in nic) if nic else None,
+            "firmware": firmware, "secure_boot": secure_boot or None, "tpm": tpm or None,
+            "mode": mode, "policy": policy, "drivers": tuple(drivers) if drivers else None,
+        }
+        if name is not None:
+            raise InvalidInput("a regenerated guest keeps the existing name", field="name")
+        overrides = {k: v for k, v in given.items() if v is not None}
+        result = regenerate(read_xml_file(from_), group, overrides, allow_abi_change)
+        extra = result.report() + (explain_plan(result.plan) if explain else "")
+        _write_xml(result.xml, output, extra)
+        return
+    missing = [f for f, v in (("--os", os), ("--name", name), ("--vcpus", vcpus),
+                              ("--memory", memory)) if v is None]
+    if missing:
+        raise InvalidInput(f"give {', '.join(missing)} (or --from EXISTING.xml)")
+    assert os is not None and name is not None and vcpus is not None and memory is not None
+    req = _request(os, name, vcpus, memory, disk, nic, firmware or "auto", secure_boot, tpm,
+                   mode or "intersection", policy or LATEST, drivers)
+    xml, plan = generate_guest(req, group)
+    for w in plan.warnings:
+        sys.stderr.write(f"warning: {w}\n")
+    _write_xml(xml, output, explain_plan(plan) if explain else "")
+
+
+@guest_app.command("upgrade")
+def guest_upgrade(
+    domain: Annotated[str, typer.Argument(help="existing domain XML file")],
+    policy: Annotated[str, typer.Option("--policy", help="the policy version to move to")],
+    hosts: HostsOpt = None, caps_dir: CapsDirOpt = None, store: StoreOpt = None,
+    drivers: DriversOpt = None, output: OutOpt = None,
+) -> None:
+    """The guest under another policy version (same name and UUID), with the
+    ABI-relevant settings that change."""
+    overrides: dict[str, object] = {"drivers": tuple(drivers)} if drivers else {}
+    result = upgrade(read_xml_file(domain), _group(hosts, caps_dir, store), policy, overrides)
+    _write_xml(result.xml, output, result.report())
 
 
 @guest_app.command("explain")
@@ -172,18 +228,18 @@ def guest_explain(
     memory: MemOpt = "4Gi", disk: DiskOpt = None, nic: NicOpt = None,
     firmware: FwOpt = "auto", secure_boot: SbOpt = False, tpm: TpmOpt = False,
     hosts: HostsOpt = None, caps_dir: CapsDirOpt = None, store: StoreOpt = None,
-    mode: ModeOpt = "intersection",
+    mode: ModeOpt = "intersection", drivers: DriversOpt = None,
 ) -> None:
     """The decision table (value, reason, evidence), without XML."""
-    req = _request(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy)
+    req = _request(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy,
+                   drivers)
     sys.stdout.write(explain_plan(plan_guest(req, _group(hosts, caps_dir, store))))
 
 
 @guest_app.command("policies")
 def guest_policies() -> None:
-    """Policy versions, each with its one-line changelog."""
-    for v, p in POLICIES.items():
-        sys.stdout.write(f"{v}{' (latest)' if v == LATEST else ''}: {p.changelog}\n")
+    """Policy versions, each with what it changed relative to the one before."""
+    sys.stdout.write(changelog_text())
 
 
 @guest_app.command("check")

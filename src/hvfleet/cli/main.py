@@ -68,6 +68,9 @@ FLAGS = {
     "caps_dir": "--caps-dir",
     "hosts": "--hosts",
     "force": "--force",
+    "drivers": "--drivers",
+    "allow_abi_change": "--allow-abi-change",
+    "dump_location": "--dump-dir",
 }
 
 

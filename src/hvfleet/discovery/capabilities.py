@@ -17,6 +17,7 @@ from hvfleet.discovery.xmlsafe import parse_xml
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import (
     CPUModelInfo,
+    CPUTopology,
     FirmwareInfo,
     HostCapabilities,
     HostCPU,
@@ -84,6 +85,14 @@ def _parse_capabilities(root: etree._Element, caps: HostCapabilities) -> None:
         raise InvalidInput("capabilities: no <host><cpu> element")
     caps.arch = _text(host_cpu.find("arch"))
     caps.cpu = parse_cpu_element(host_cpu, "capabilities host cpu")
+    topo = host_cpu.find("topology")
+    if topo is not None:
+        try:
+            caps.cpu_topology = CPUTopology(
+                **{k: int(topo.get(k, "1")) for k in ("sockets", "dies", "cores", "threads")}
+            )
+        except ValueError:
+            caps.notes.append("capabilities: <topology> is not whole numbers; topology unknown")
     guest = None
     for g in root.findall("guest"):
         arch = g.find("arch")

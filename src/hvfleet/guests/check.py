@@ -64,6 +64,15 @@ def _check_host(dom: etree._Element, name: str, caps: HostCapabilities) -> HostV
         cmap = load_cpu_map()
         want = parse_cpu_element(cpu, "domain cpu")
         guest = expand_cpu(want, cmap, "domain cpu")
+        model = cmap.models.get(want.model)
+        if model is not None and model.removed:
+            named = {cmap.canonical_feature(f) for f in [*want.features, *want.disabled_features]}
+            if silent := sorted(model.removed - named):
+                # The model name alone carried them in older libvirt and QEMU.
+                v.warnings.append(
+                    f"CPU model {want.model}: cpu_map marks {', '.join(silent)} removed from "
+                    "it; say require or disable, or libvirt/QEMU versions may differ"
+                )
         # What the host's QEMU lists as blocking a model, it cannot give.
         blocked = {
             cmap.canonical_feature(f)

@@ -74,9 +74,11 @@ def expand_cpu(cpu: HostCPU, cmap: CPUMap, where: str) -> frozenset[str]:
     base: frozenset[str] = frozenset()
     if cpu.model:
         base = cmap.model(cpu.model, where).features
-    added = {cmap.canonical_feature(f) for f in cpu.features}
-    removed = {cmap.canonical_feature(f) for f in cpu.disabled_features}
-    return frozenset((base | added) - removed)
+    canonical = cmap.aliases.get
+    out = base.union([canonical(f, f) for f in cpu.features])
+    if cpu.disabled_features:
+        out = out.difference([canonical(f, f) for f in cpu.disabled_features])
+    return out
 
 
 def _group_vendor(hosts: Sequence[tuple[str, HostCPU]]) -> tuple[str, dict[str, list[str]]]:
@@ -191,16 +193,28 @@ def baseline_cpu(
     # Hosts of the same hardware share one CPU definition: expand each
     # distinct definition once (a 1000-host fleet has a few dozen).
     qemu_models = qemu_models or {}
-    expanded: dict[
-        tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]], frozenset[str]
-    ] = {}
+    # Only the intersection and the smallest set are kept, not every set.
+    seen_cpus: set[int] = set()
+    seen: set[tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]]] = set()
+    disabled_seen: set[str] = set()
+    running: frozenset[str] | None = None
+    smallest = 0
+    nothing: frozenset[str] = frozenset()
     for name, cpu in hosts:
-        blocked = _blocked(cmap, qemu_models.get(name, ()))
+        blocked = _blocked(cmap, qemu_models[name]) if name in qemu_models else nothing
+        if not blocked and id(cpu) in seen_cpus:
+            continue  # the very same parsed definition (cpus_from_texts shares them)
         key = (cpu.model, tuple(cpu.features), tuple(cpu.disabled_features), blocked)
-        if key not in expanded:
-            expanded[key] = expand_cpu(cpu, cmap, name) - blocked
-    sets = list(expanded.values())
-    common = frozenset.intersection(*sets)
+        if key in seen:
+            continue
+        seen.add(key)
+        seen_cpus.add(id(cpu))
+        disabled_seen.update(cpu.disabled_features)
+        full = expand_cpu(cpu, cmap, name) - blocked
+        smallest = len(full) if running is None else min(smallest, len(full))
+        running = full if running is None else running & full
+    assert running is not None
+    common = running
     known = frozenset(cmap.features)
     unknown = sorted(common - known)
     common &= known
@@ -213,7 +227,7 @@ def baseline_cpu(
     # QEMU's own model may carry features libvirt's cpu_map does not list (its
     # EPYC has topoext); a host-model CPU says so by disabling them. Disable
     # every such feature too, so check='full' compares like with like.
-    host_disabled = {cmap.canonical_feature(f) for key in expanded for f in key[2]}
+    host_disabled = {cmap.canonical_feature(f) for f in disabled_seen}
     # Features cpu_map marks removed from the model are disabled explicitly,
     # as libvirt's baseline does: the model name alone once carried them.
     disable = tuple(sorted((model.features | model.removed | (host_disabled & known)) - common))
@@ -222,7 +236,7 @@ def baseline_cpu(
     evidence = [
         f"{len(hosts)} host(s), vendor {vendor}: {hosts_list([n for n, _ in hosts])}",
         f"{len(common)} migratable features common to all hosts "
-        f"({len(sets)} distinct host CPU definitions, smallest has {min(len(s) for s in sets)})",
+        f"({len(seen)} distinct host CPU definitions, smallest has {smallest})",
         f"model {model.name}: {len(model.features)} features, "
         f"{len(model.features & common)} of them common",
     ]
@@ -268,11 +282,12 @@ def _usable_everywhere(
 
 
 def software_cpu(
-    hosts: Sequence[tuple[str, HostCapabilities]], conservative: bool
+    hosts: Sequence[tuple[str, HostCapabilities]], conservative: bool,
+    cmap: CPUMap | None = None,
 ) -> Decision[GuestCPU]:
     """A named model with no host-specific extras (software), or the most
     conservative 64-bit model every host runs (none)."""
-    cmap = load_cpu_map()
+    cmap = cmap or load_cpu_map()
     blind = [n for n, c in hosts if c.cpu_models is None and is_unknown_cpu(c.cpu)]
     if blind:
         raise UnknownHostCPU(blind, skippable=False)
@@ -303,12 +318,14 @@ def software_cpu(
     )
 
 
-def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
+def host_cpu(
+    hosts: Sequence[tuple[str, HostCapabilities]], cmap: CPUMap | None = None
+) -> Decision[GuestCPU]:
     """host mode: the single host's host-model CPU, written out explicitly."""
     if len(hosts) != 1:
         raise InvalidInput(f"host needs exactly one host, got {len(hosts)}", field="mode")
     name, caps = hosts[0]
-    cmap = load_cpu_map()
+    cmap = cmap or load_cpu_map()
     d = baseline_cpu([(name, caps.cpu)], cmap, qemu_models_of(hosts), skippable=False)
     return Decision(
         "cpu",
@@ -320,15 +337,18 @@ def host_cpu(hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU
     )
 
 
-def decide_cpu(mode: str, hosts: Sequence[tuple[str, HostCapabilities]]) -> Decision[GuestCPU]:
+def decide_cpu(
+    mode: str, hosts: Sequence[tuple[str, HostCapabilities]], cmap: CPUMap | None = None
+) -> Decision[GuestCPU]:
     if mode == "intersection":
         return baseline_cpu(
-            [(n, c.cpu) for n, c in hosts], qemu_models=qemu_models_of(hosts), skippable=False
+            [(n, c.cpu) for n, c in hosts], cmap, qemu_models=qemu_models_of(hosts),
+            skippable=False,
         )
     if mode == "host":
-        return host_cpu(hosts)
+        return host_cpu(hosts, cmap)
     if mode in ("software", "none"):
-        return software_cpu(hosts, conservative=mode == "none")
+        return software_cpu(hosts, conservative=mode == "none", cmap=cmap)
     raise InvalidInput(f"{mode!r} is not one of {', '.join(MODES)}", field="mode")
 
 
@@ -349,41 +369,26 @@ def cpu_element(cpu: GuestCPU, expand: bool = False) -> etree._Element:
     return el
 
 
-def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
-    """(name, HostCPU) for (name, XML text) pairs; identical texts are parsed once."""
-    from hvfleet.discovery.xmlsafe import parse_xml
-
-    parsed: dict[str, list[HostCPU]] = {}
-    out: list[tuple[str, HostCPU]] = []
-    for name, text in docs:
-        if text not in parsed:
-            parsed[text] = cpus_from_document(parse_xml(text, name), name)
-        found = parsed[text]
-        if len(found) == 1:
-            out.append((name, found[0]))
-        else:
-            out += [(f"{name}#{i + 1}", c) for i, c in enumerate(found)]
-    return out
-
-
-def cpus_from_document(root: etree._Element, where: str) -> list[HostCPU]:
-    """Host CPUs in a `virsh cpu-baseline`-style file, a `<capabilities>` or a
-    `<domainCapabilities>` document (its host-model CPU)."""
-    from hvfleet.discovery.capabilities import parse_cpu_element
-
-    if root.tag == "cpu":
-        return [parse_cpu_element(root, where)]
-    if root.tag == "capabilities":
-        cpu = root.find("host/cpu")
-        if cpu is None:
-            raise InvalidInput(f"{where}: <capabilities> without <host><cpu>")
-        return [parse_cpu_element(cpu, where)]
-    if root.tag == "domainCapabilities":
-        for mode in root.findall("cpu/mode"):
-            if mode.get("name") == "host-model" and mode.get("supported") == "yes":
-                return [parse_cpu_element(mode, where)]
-        raise InvalidInput(f"{where}: <domainCapabilities> has no supported host-model CPU")
-    found = list(root.iter("cpu"))
-    if not found:
-        raise InvalidInput(f"{where}: no <cpu> element")
-    return [parse_cpu_element(c, f"{where} cpu #{i + 1}") for i, c in enumerate(found)]
+def floor_cpu(
+    hosts: Sequence[tuple[str, HostCapabilities]], model_name: str, require: tuple[str, ...],
+    policy_version: str, cmap: CPUMap | None = None,
+) -> Decision[GuestCPU]:
+    """mode none (policies with mode_scope "all"): the policy's fixed model,
+    chosen without looking at the hosts, then checked to be usable on each
+    host whose domcapabilities say."""
+    cmap = cmap or load_cpu_map()
+    model = cmap.model(model_name, f"policy {policy_version}")
+    lacking = [n for n, c in hosts if c.cpu_models is not None
+               and not any(m.name == model_name and m.usable is not False for m in c.cpu_models)]
+    if lacking:
+        raise InvalidInput(
+            f"mode none uses policy {policy_version}'s model {model_name}, which is not "
+            f"usable on {hosts_list(lacking)}", field="cpu",
+        )
+    return Decision(
+        "cpu",
+        GuestCPU("none", model.name, "", require, (), model.features | set(require)),
+        model.name + "".join(f" +{f}" for f in require),
+        f"mode none: policy {policy_version}'s fixed model, no host-specific features",
+        (f"{model_name} usable on every host that lists its models",),
+    )

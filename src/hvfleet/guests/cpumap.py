@@ -14,8 +14,10 @@ explicitly, as libvirt's own baseline does.
 from __future__ import annotations
 
 import functools
+import glob
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from hvfleet.discovery.xmlsafe import read_xml_file
 from hvfleet.model.errors import InvalidInput
@@ -110,7 +112,45 @@ def _load(directory: str) -> CPUMap:
     return CPUMap(tuple(features), frozenset(non_migratable), aliases, models, tuple(vendors))
 
 
+def _dump(cmap: CPUMap) -> dict[str, Any]:
+    return {
+        "features": list(cmap.features),
+        "non_migratable": sorted(cmap.non_migratable),
+        "aliases": cmap.aliases,
+        "models": [
+            [m.name, m.vendor, sorted(m.features), m.position, sorted(m.removed)]
+            for m in cmap.models.values()
+        ],
+        "vendors": list(cmap.vendors),
+    }
+
+
+def _undump(doc: dict[str, Any]) -> CPUMap:
+    models = {
+        name: CPUModel(name, vendor, frozenset(feats), pos, frozenset(removed))
+        for name, vendor, feats, pos, removed in doc["models"]
+    }
+    return CPUMap(
+        tuple(doc["features"]),
+        frozenset(doc["non_migratable"]),
+        dict(doc["aliases"]),
+        models,
+        tuple(doc["vendors"]),
+    )
+
+
 @functools.lru_cache(maxsize=4)
 def load_cpu_map(directory: str = CPU_MAP_DIR) -> CPUMap:
-    """The x86 cpu_map in `directory`, parsed once per process."""
-    return _load(directory)
+    """The x86 cpu_map in `directory`: parsed once per process, and kept in the
+    on-disk cache (`datacache`) across processes while its files are unchanged."""
+    from hvfleet.guests import datacache
+
+    return datacache.cached(
+        "cpu_map",
+        directory,
+        sources=sorted(glob.glob(os.path.join(directory, "*.xml"))),
+        code=[__file__, datacache.__file__],
+        build=lambda: _load(directory),
+        dump=_dump,
+        load=_undump,
+    )

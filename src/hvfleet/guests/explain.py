@@ -21,6 +21,9 @@ def explain(plan: Plan, evidence_limit: int = 8) -> str:
             lines.append(f"{'':<12}   - {e}")
         if len(d.evidence) > evidence_limit:
             lines.append(f"{'':<12}   - … {len(d.evidence) - evidence_limit} more")
+    if plan.warnings:
+        lines.append("")
+        lines.extend(f"warning: {w}" for w in plan.warnings)
     if plan.notes:
         lines.append("")
         lines.append("notes:")

@@ -1,8 +1,9 @@
 """`generate()`: a short pipeline of named decisions, then rendering.
 
 Each step is a pure function of the request, the OS, the host group, the
-policy and earlier decisions; the plan holds every decision with its reason
-and evidence so `--explain` and the XML come from the same place.
+policy (and the mode's scope) and earlier decisions; the plan holds every
+decision with its reason and evidence so `--explain` and the XML come from
+the same place.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hvfleet.guests.clock import Clock, decide_clock
-from hvfleet.guests.cpu import GuestCPU, decide_cpu
+from hvfleet.guests.cpu import GuestCPU, decide_cpu, floor_cpu
+from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.guests.datasets import DEFAULT_DATA, DataSources, changed_versions
 from hvfleet.guests.decision import Decision
 from hvfleet.guests.devices import (
     decide_balloon,
     decide_graphics,
+    decide_lifecycle,
     decide_nic,
     decide_panic,
     decide_rng,
@@ -30,9 +34,16 @@ from hvfleet.guests.disks import Disk, decide_disk_bus, decide_disks
 from hvfleet.guests.firmware import TPM, Firmware, decide_firmware, decide_tpm
 from hvfleet.guests.hyperv import HyperV, decide_hyperv
 from hvfleet.guests.machine import decide_domain_type, decide_machine
-from hvfleet.guests.osinfo import OSInfo, os_info
+from hvfleet.guests.osinfo import OSInfo, load_os_database
 from hvfleet.guests.policy import Policy, get_policy
 from hvfleet.guests.request import GuestRequest, HostGroup
+from hvfleet.guests.scope import Scope
+from hvfleet.guests.topology import Topology, decide_topology
+
+# Request fields and host facts added after policy 2026.1: a 2026.1 digest
+# leaves them out (while at their defaults), so 2026.1 digests stay as they were.
+_LATER_REQUEST_FIELDS = ("drivers", "uuid")
+_LATER_HOST_FIELDS = ("cpuTopology", "dumpLocation")
 
 
 @dataclass(frozen=True)
@@ -41,9 +52,11 @@ class Plan:
     policy: Policy
     os: OSInfo
     digest: str
+    data_versions: dict[str, str]
     domain_type: Decision[str]
     machine: Decision[str]
     cpu: Decision[GuestCPU]
+    topology: Decision[Topology | None]
     firmware: Decision[Firmware]
     tpm: Decision[TPM | None]
     hyperv: Decision[HyperV | None]
@@ -58,70 +71,111 @@ class Plan:
     panic: Decision[str | None]
     vmcoreinfo: Decision[bool]
     graphics: Decision[str]
+    lifecycle: Decision[tuple[str, str, str]]
     notes: tuple[str, ...]
+    # What an operator must see even without --explain: the data sets differ
+    # from those the policy was released with, so its output may differ too.
+    warnings: tuple[str, ...] = ()
 
     def decisions(self) -> list[Decision[Any]]:
         return [
-            self.domain_type, self.machine, self.cpu, self.firmware, self.tpm, self.hyperv,
-            self.clock, self.disk_bus, self.disks, self.nic, self.usb, self.video,
-            self.balloon, self.rng, self.panic, self.vmcoreinfo, self.graphics,
+            self.domain_type, self.machine, self.cpu, self.topology, self.firmware, self.tpm,
+            self.hyperv, self.clock, self.disk_bus, self.disks, self.nic, self.usb, self.video,
+            self.balloon, self.rng, self.panic, self.vmcoreinfo, self.graphics, self.lifecycle,
         ]
 
 
-def inputs_digest(req: GuestRequest, group: HostGroup) -> str:
-    """sha256 over the request and every host's capabilities, order-independent."""
-    doc = {
-        "request": dataclasses.asdict(req),
-        "hosts": sorted([name, caps.to_dict()] for name, caps in group.hosts),
-    }
+def inputs_digest(
+    req: GuestRequest, group: HostGroup, policy: Policy, versions: dict[str, str]
+) -> str:
+    """sha256 over the request and every host's capabilities, order-independent;
+    with the data sets' versions for policies that record them."""
+    request = dataclasses.asdict(req)
+    hosts = []
+    for name, caps in group.hosts:
+        d = caps.to_dict()
+        if not policy.record_data_versions:
+            for key in _LATER_HOST_FIELDS:
+                d.pop(key, None)
+        hosts.append([name, d])
+    if not policy.record_data_versions:
+        defaults = {f.name: f.default for f in dataclasses.fields(GuestRequest)}
+        for key in _LATER_REQUEST_FIELDS:
+            if request[key] == defaults[key]:
+                request.pop(key)
+    doc: dict[str, Any] = {"request": request, "hosts": sorted(hosts)}
+    if policy.record_data_versions:
+        doc["data"] = versions
     raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def plan_guest(req: GuestRequest, group: HostGroup) -> Plan:
+def plan_guest(req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_DATA) -> Plan:
     policy = get_policy(req.policy)
-    os = os_info(req.os)
+    scope = Scope(req.mode, policy)
+    os = load_os_database(data.osinfo_dir).get(req.os)
+    versions = data.versions()
+    cmap = load_cpu_map(data.cpu_map_dir)
     domain_type = decide_domain_type(group)
-    machine = decide_machine(os, group, req.vcpus)
-    cpu = decide_cpu(req.mode, group.hosts)
+    machine = decide_machine(os, group, req.vcpus, scope)
+    cpu = (decide_cpu(req.mode, group.hosts, cmap) if scope.software
+           else floor_cpu(group.hosts, policy.floor_cpu_model, policy.floor_cpu_require,
+                     policy.version, cmap))
     firmware = decide_firmware(req, os, group)
     tpm = decide_tpm(req, os, group, firmware.value, policy)
-    hyperv = decide_hyperv(os, group, domain_type.value, policy)
+    hyperv = decide_hyperv(os, group, domain_type.value, scope)
     hv = frozenset(hyperv.value.features if hyperv.value else ())
-    clock = decide_clock(os, hv)
-    disk_bus = decide_disk_bus(os, group, machine.value)
+    clock = decide_clock(os, hv, policy)
+    disk_bus = decide_disk_bus(os, group, machine.value, req, scope)
     notes = [f"{name}: {n}" for name, caps in group.hosts for n in caps.notes]
     if os.min_ram and req.memory < os.min_ram:
         notes.append(f"osinfo: {os.short_id} wants at least {os.min_ram} bytes of RAM")
+    if req.drivers and not set(req.drivers) & set(policy.honoured_drivers):
+        notes.append(f"policy {policy.version} does not use declared drivers "
+                     f"({', '.join(req.drivers)}); a later policy does")
+    changed = changed_versions(dict(policy.data_versions), versions)
+    warnings = []
+    if changed:
+        warnings.append(
+            f"data sets differ from those policy {policy.version} was released with "
+            f"({'; '.join(changed)}): decisions that read them may differ from the released "
+            "policy's; regenerating an existing guest from its definition keeps its ABI"
+        )
     return Plan(
         request=req,
         policy=policy,
         os=os,
-        digest=inputs_digest(req, group),
+        digest=inputs_digest(req, group, policy, versions),
+        data_versions=versions,
         domain_type=domain_type,
         machine=machine,
         cpu=cpu,
+        topology=decide_topology(os, group, req.vcpus, scope),
         firmware=firmware,
         tpm=tpm,
         hyperv=hyperv,
         clock=clock,
         disk_bus=disk_bus,
-        disks=decide_disks(req.disks, disk_bus.value),
-        nic=decide_nic(os),
-        usb=decide_usb(os),
-        video=decide_video(os, group),
-        balloon=decide_balloon(os, policy),
-        rng=decide_rng(os, group, policy),
-        panic=decide_panic(os, group, hv, domain_type.value),
-        vmcoreinfo=decide_vmcoreinfo(group),
+        disks=decide_disks(req.disks, disk_bus.value, group, scope),
+        nic=decide_nic(os, req, policy),
+        usb=decide_usb(os, policy),
+        video=decide_video(os, group, scope),
+        balloon=decide_balloon(os, req, policy),
+        rng=decide_rng(os, group, req, scope),
+        panic=decide_panic(os, group, hv, domain_type.value, scope),
+        vmcoreinfo=decide_vmcoreinfo(group, scope),
         graphics=decide_graphics(group, policy),
+        lifecycle=decide_lifecycle(group, scope),
         notes=tuple(notes),
+        warnings=tuple(warnings),
     )
 
 
-def generate(req: GuestRequest, group: HostGroup) -> tuple[str, Plan]:
+def generate(
+    req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_DATA
+) -> tuple[str, Plan]:
     """The domain XML for `req` on `group`, and the plan it came from."""
     from hvfleet.guests.render import render_domain
 
-    plan = plan_guest(req, group)
+    plan = plan_guest(req, group, data)
     return render_domain(plan, sorted(group.names)), plan

@@ -2,8 +2,13 @@
 
 The machine type is always a versioned name present on every host (the
 highest common `pc-q35-X.Y`), never the bare `q35` alias: the alias moves when
-QEMU is upgraded and changes the guest ABI under a running fleet. i440fx only
-when osinfo does not list q35 for the OS.
+QEMU is upgraded and changes the guest ABI under a running fleet. The policy's
+fallback chipset (i440fx) only when osinfo does not list q35 for the OS. In
+mode none (policies with mode_scope "all") the machine type is the policy
+floor's (`pc-q35-4.2`), checked to exist on every host.
+
+The domain type follows the hosts in every mode: it is the accelerator, not
+guest ABI, and libvirt refuses to define a domain type a host does not offer.
 """
 
 from __future__ import annotations
@@ -12,7 +17,9 @@ from hvfleet.discovery.capabilities import machine_version
 from hvfleet.guests.decision import Decision, hosts_list
 from hvfleet.guests.osinfo import OSInfo
 from hvfleet.guests.request import HostGroup
+from hvfleet.guests.scope import Scope
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hostcaps import MachineType
 
 
 def decide_domain_type(group: HostGroup) -> Decision[str]:
@@ -31,29 +38,43 @@ def decide_domain_type(group: HostGroup) -> Decision[str]:
     )
 
 
-def decide_machine(os: OSInfo, group: HostGroup, vcpus: int) -> Decision[str]:
-    family = "q35" if os.supports("q35") else "i440fx"
+def _names(machine_types: list[MachineType], prefix: str) -> set[str]:
+    return {n for m in machine_types for n in (m.canonical, m.name) if n.startswith(prefix)}
+
+
+def decide_machine(os: OSInfo, group: HostGroup, vcpus: int, scope: Scope) -> Decision[str]:
+    policy = scope.policy
+    family = policy.chipset if os.supports(policy.chipset) else policy.chipset_fallback
     why_family = (
-        f"osinfo lists the q35 chipset for {os.short_id}"
-        if family == "q35"
-        else f"osinfo does not list q35 for {os.short_id}: i440fx"
+        f"osinfo lists the {family} chipset for {os.short_id}"
+        if family == policy.chipset
+        else f"osinfo does not list {policy.chipset} for {os.short_id}: {family}"
     )
     prefix = f"pc-{family}-"
-    common: set[str] | None = None
-    for _, caps in group.hosts:
-        names = {m.canonical for m in caps.machine_types if m.canonical.startswith(prefix)}
-        names |= {m.name for m in caps.machine_types if m.name.startswith(prefix)}
-        common = names if common is None else common & names
-    versioned = sorted(
-        (n for n in common or () if machine_version(n)), key=lambda n: machine_version(n) or (0, 0)
-    )
-    if not versioned:
-        raise InvalidInput(f"machine: no versioned {prefix}* machine type is on every host")
-    chosen = versioned[-1]
-    evidence = [why_family, f"{len(versioned)} versioned {prefix}* types on all hosts"]
+    evidence = [why_family]
+    if not scope.software:
+        major, minor = policy.floor_qemu
+        chosen = f"{prefix}{major}.{minor}"
+        lacking = [n for n, c in group.hosts if chosen not in _names(c.machine_types, prefix)]
+        scope.refuse_lacking("machine", chosen, lacking)
+        reason = f"mode none: the policy floor's machine type ({scope.floor}), on every host"
+    else:
+        common: set[str] | None = None
+        for _, caps in group.hosts:
+            names = _names(caps.machine_types, prefix)
+            common = names if common is None else common & names
+        versioned = sorted(
+            (n for n in common or () if machine_version(n)),
+            key=lambda n: machine_version(n) or (0, 0),
+        )
+        if not versioned:
+            raise InvalidInput(f"machine: no versioned {prefix}* machine type is on every host")
+        chosen = versioned[-1]
+        evidence.append(f"{len(versioned)} versioned {prefix}* types on all hosts")
+        reason = "the highest versioned machine type every host has, pinned (never the bare alias)"
     for name, caps in group.hosts:
         alias = next((m for m in caps.machine_types if m.name == family), None)
-        if alias:
+        if alias and scope.software:
             evidence.append(f"{name}: {family} → {alias.canonical}")
         for m in caps.machine_types:
             if m.name == chosen and m.max_cpus is not None and vcpus > m.max_cpus:
@@ -62,8 +83,4 @@ def decide_machine(os: OSInfo, group: HostGroup, vcpus: int) -> Decision[str]:
                 )
             if m.name == chosen and m.deprecated:
                 evidence.append(f"{name}: {chosen} is deprecated there")
-    return Decision(
-        "machine", chosen, chosen,
-        "the highest versioned machine type every host has, pinned (never the bare alias)",
-        tuple(evidence),
-    )
+    return Decision("machine", chosen, chosen, reason, tuple(evidence))

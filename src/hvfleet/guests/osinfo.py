@@ -1,7 +1,8 @@
 """What the generator knows about a guest OS, from Debian's osinfo-db.
 
-The database (`/usr/share/osinfo/os/*/*.xml`) is read once per process with
-`derives-from` inheritance: an OS sees the devices and firmware of the OS it
+The database (`/usr/share/osinfo/os/*/*.xml`) is read once per process (and
+its parsed tables kept on disk by `datacache` while the files are unchanged),
+with `derives-from` inheritance: an OS sees the devices and firmware of the OS it
 derives from unless it overrides them (`supported="false"` removes). Only the
 facts the policies use are kept. In-box support is what matters: a device
 only reachable through extra drivers (virtio-win for Windows) does not count,
@@ -10,16 +11,18 @@ because the installer would not see a disk on it.
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
 import functools
 import glob
 import os
 from dataclasses import dataclass
-
-from lxml import etree
+from typing import TYPE_CHECKING, Any
 
 from hvfleet.discovery.xmlsafe import read_xml_file
 from hvfleet.model.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from lxml import etree
 
 OSINFO_DIR = "/usr/share/osinfo"
 
@@ -136,25 +139,61 @@ def _parse_os(el: etree._Element, drivers: set[str]) -> _Raw:
     )
 
 
+def _parse_tables(directory: str) -> tuple[dict[str, _Raw], dict[str, str]]:
+    raw_by_id: dict[str, _Raw] = {}
+    by_short: dict[str, str] = {}
+    for path in sorted(glob.glob(os.path.join(directory, "os", "*", "*.xml"))):
+        drivers: set[str] = set()
+        for dpath in sorted(glob.glob(path[:-4] + ".d/*.xml")):
+            droot = read_xml_file(dpath, f"osinfo {dpath}")
+            drivers |= {d.get("id", "") for d in droot.iter("device")}
+        for el in read_xml_file(path, f"osinfo {path}").findall("os"):
+            raw = _parse_os(el, drivers)
+            raw_by_id[raw.os_id] = raw
+            for s in raw.short_ids:
+                by_short.setdefault(s, raw.os_id)
+    return raw_by_id, by_short
+
+
+def _dump(tables: tuple[dict[str, _Raw], dict[str, str]]) -> dict[str, Any]:
+    raw_by_id, by_short = tables
+    rows = []
+    for r in raw_by_id.values():
+        row = dataclasses.asdict(r)
+        row["drivers"] = sorted(r.drivers)
+        rows.append(row)
+    return {"raw": rows, "by_short": by_short}
+
+
+def _undump(doc: dict[str, Any]) -> tuple[dict[str, _Raw], dict[str, str]]:
+    raw_by_id: dict[str, _Raw] = {}
+    for row in doc["raw"]:
+        r = _Raw(**{**row, "drivers": set(row["drivers"])})
+        raw_by_id[r.os_id] = r
+    return raw_by_id, dict(doc["by_short"])
+
+
 class OSDatabase:
     def __init__(self, directory: str = OSINFO_DIR) -> None:
+        from hvfleet.guests import datacache
+
         self.directory = directory
-        self._raw: dict[str, _Raw] = {}
-        self._by_short: dict[str, str] = {}
         self._cache: dict[str, OSInfo] = {}
-        files = sorted(glob.glob(os.path.join(directory, "os", "*", "*.xml")))
-        if not files:
+        os_dir = os.path.join(directory, "os")
+        sources = datacache.tree_files(os_dir)
+        if not sources:
             raise InvalidInput(f"osinfo: no OS definitions under {directory}/os")
-        for path in files:
-            drivers: set[str] = set()
-            for dpath in sorted(glob.glob(path[:-4] + ".d/*.xml")):
-                droot = read_xml_file(dpath, f"osinfo {dpath}")
-                drivers |= {d.get("id", "") for d in droot.iter("device")}
-            for el in read_xml_file(path, f"osinfo {path}").findall("os"):
-                raw = _parse_os(el, drivers)
-                self._raw[raw.os_id] = raw
-                for s in raw.short_ids:
-                    self._by_short.setdefault(s, raw.os_id)
+        # Parsing ~800 files takes longer than the rest of a guest generation:
+        # the parsed tables are kept on disk while the files are unchanged.
+        self._raw, self._by_short = datacache.cached(
+            "osinfo",
+            directory,
+            sources=[*sources, os.path.join(directory, "VERSION")],
+            code=[__file__, datacache.__file__],
+            build=lambda: _parse_tables(directory),
+            dump=_dump,
+            load=_undump,
+        )
 
     @property
     def short_ids(self) -> list[str]:
@@ -162,6 +201,8 @@ class OSDatabase:
 
     def get(self, short_id: str) -> OSInfo:
         if short_id not in self._by_short:
+            import difflib  # only for the hint
+
             close = difflib.get_close_matches(short_id, self.short_ids, n=5, cutoff=0.6)
             hint = f"; closest: {', '.join(close)}" if close else ""
             raise InvalidInput(f"unknown OS id {short_id!r} in osinfo-db{hint}", field="os")

@@ -34,6 +34,11 @@ def _metadata(dom: etree._Element, plan: Plan, hosts: list[str]) -> None:
         ("inputs-digest", plan.digest),
     ):
         etree.SubElement(g, f"{{{NS}}}{tag}").text = value
+    if plan.policy.record_data_versions:
+        for tag, value in sorted(plan.data_versions.items()):
+            etree.SubElement(g, f"{{{NS}}}{tag.replace('_', '-')}").text = value
+        if plan.request.drivers:
+            etree.SubElement(g, f"{{{NS}}}drivers").text = ",".join(plan.request.drivers)
     hs = etree.SubElement(g, f"{{{NS}}}hosts")
     for h in hosts:
         etree.SubElement(hs, f"{{{NS}}}host").text = h
@@ -53,6 +58,8 @@ def _features(dom: etree._Element, plan: Plan) -> None:
                 s = _sub(h, "stimer", state="on")
                 if hv.stimer_direct:
                     _sub(s, "direct", state="on")
+            elif f == "vendor_id":
+                _sub(h, "vendor_id", state="on", value=hv.vendor_id)
             else:
                 _sub(h, f, state="on")
     if plan.vmcoreinfo.value:
@@ -61,12 +68,24 @@ def _features(dom: etree._Element, plan: Plan) -> None:
         _sub(feats, "smm", state="on")
 
 
+def _cpu(plan: Plan) -> etree._Element:
+    el = cpu_element(plan.cpu.value)
+    el.set("check", plan.policy.cpu_check)
+    topo = plan.topology.value
+    if topo:
+        # libvirt's order: model, vendor, topology, features.
+        at = len([c for c in el if c.tag in ("model", "vendor")])
+        t = etree.Element("topology", sockets=str(topo.sockets), dies="1",
+                          cores=str(topo.cores), threads=str(topo.threads))
+        el.insert(at, t)
+    return el
+
+
 def _clock(dom: etree._Element, plan: Plan) -> None:
     c = plan.clock.value
     clock = _sub(dom, "clock", offset=c.offset)
-    _sub(clock, "timer", name="rtc", tickpolicy="catchup")
-    _sub(clock, "timer", name="pit", tickpolicy="delay")
-    _sub(clock, "timer", name="hpet", present="no")
+    for name, attr, value in c.timers:
+        _sub(clock, "timer", name=name, **{attr: value})
     if c.hypervclock:
         _sub(clock, "timer", name="hypervclock", present="yes")
 
@@ -128,6 +147,8 @@ def render_domain(plan: Plan, hosts: list[str]) -> str:
     req = plan.request
     dom = etree.Element("domain", type=plan.domain_type.value)
     _sub(dom, "name", req.name)
+    if req.uuid:
+        _sub(dom, "uuid", req.uuid)
     _metadata(dom, plan, hosts)
     kib = str(req.memory // 1024)
     _sub(dom, "memory", kib, unit="KiB")
@@ -142,10 +163,11 @@ def render_domain(plan: Plan, hosts: list[str]) -> str:
         _sub(f, "feature", enabled="yes" if fw.secure_boot else "no", name="secure-boot")
     _sub(os_el, "boot", dev="hd")
     _features(dom, plan)
-    dom.append(cpu_element(plan.cpu.value))
+    dom.append(_cpu(plan))
     _clock(dom, plan)
-    _sub(dom, "on_poweroff", "destroy")
-    _sub(dom, "on_reboot", "restart")
-    _sub(dom, "on_crash", "destroy")
+    poweroff, reboot, crash = plan.lifecycle.value
+    _sub(dom, "on_poweroff", poweroff)
+    _sub(dom, "on_reboot", reboot)
+    _sub(dom, "on_crash", crash)
     _devices(dom, plan)
     return etree.tostring(dom, pretty_print=True, encoding="unicode")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from hvfleet.guests.policy import KNOWN_DRIVERS
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.quantity import Quantity
@@ -19,6 +20,7 @@ from hvfleet.model.quantity import Quantity
 DISK_KINDS = ("qcow2", "raw", "raw-preallocated", "block", "network")
 NET_PROTOCOLS = ("rbd", "iscsi", "nbd", "gluster", "http", "https")
 _MAC_RE = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 def _pairs(spec: str, field: str, allowed: tuple[str, ...]) -> dict[str, str]:
@@ -95,6 +97,10 @@ class GuestRequest:
     tpm: bool = False
     mode: str = "intersection"
     policy: str = "2026.1"
+    # Added after 2026.1; left out of the inputs digest while at their defaults
+    # so 2026.1 digests stay as they were.
+    drivers: tuple[str, ...] = ()  # extra drivers the installer has, e.g. virtio-win
+    uuid: str = ""  # kept from an existing definition (generate --from)
 
     def __post_init__(self) -> None:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,62}$", self.name):
@@ -109,6 +115,14 @@ class GuestRequest:
             raise InvalidInput(f"{self.firmware!r}: must be auto, bios or efi", field="firmware")
         if self.secure_boot and self.firmware == "bios":
             raise InvalidInput("needs EFI firmware, not firmware bios", field="secure_boot")
+        for d in self.drivers:
+            if d not in KNOWN_DRIVERS:
+                raise InvalidInput(
+                    f"{d!r} is not a known driver set (known: {', '.join(KNOWN_DRIVERS)})",
+                    field="drivers",
+                )
+        if self.uuid and not _UUID_RE.match(self.uuid):
+            raise InvalidInput(f"{self.uuid!r} is not a UUID", field="uuid")
 
 
 def parse_memory(text: str) -> int:

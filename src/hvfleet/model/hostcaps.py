@@ -27,6 +27,15 @@ class HostCPU(Model):
     source: str = ""
 
 
+class CPUTopology(Model):
+    """The host CPU's topology as capabilities `<host><cpu><topology>` states it."""
+
+    sockets: int = 1
+    dies: int = 1
+    cores: int = 1
+    threads: int = 1
+
+
 class CPUModelInfo(Model):
     """A named CPU model from domcapabilities' custom mode."""
 
@@ -82,4 +91,12 @@ class HostCapabilities(Model):
     vmcoreinfo: bool | None = None
     sev: bool | None = None
     sgx: bool | None = None
+    # Fields added after policy 2026.1 stay None when unknown (and out of the
+    # 2026.1 inputs digest).
+    cpu_topology: CPUTopology | None = None
+    # A directory where libvirt writes guest core dumps on this host (qemu.conf
+    # `auto_dump_path`), which the node agent was told about and found to be a
+    # writable directory. None: no dump location known, so a crash action that
+    # dumps would fill /var/lib/libvirt/qemu/dump or fail.
+    dump_location: str | None = None
     notes: list[str] = Field(default_factory=list)

@@ -87,6 +87,13 @@ class Instance(Model):
     name: str
     state: str
     resources: ResourceList = Field(default_factory=dict)
+    # Guest crashes the node agent saw (libvirt's lifecycle event CRASHED, which
+    # pvpanic and the Hyper-V crash MSRs raise), counted for as long as the
+    # instance is listed. Absent until the first crash, so documents written
+    # before these fields existed, and instances that never crashed, read the same.
+    crash_count: int | None = Field(default=None, ge=0)
+    last_crash_time: datetime | None = None
+    last_crash_reason: str | None = None  # "panicked" (pvpanic, Hyper-V) or "crashloaded"
 
 
 class HypervisorStatus(Model):

@@ -1,0 +1,112 @@
+"""An on-disk cache of what the generator parses from read-only system data
+(libvirt's cpu_map, osinfo-db), so a one-shot `hvfleet guest generate` does not
+parse hundreds of XML files on every run.
+
+An entry is a JSON file in the cache directory (`$HVFLEET_CACHE_DIR`, else
+`$XDG_CACHE_HOME/hvfleet`, else `~/.cache/hvfleet`), keyed by the versions of
+everything its content depends on: each source file's path, size and
+modification time, hvfleet's version, and the same for the modules whose code
+turns the sources into the entry (so an edited parser never reads what an older
+one wrote). An entry whose key differs, or that cannot be read or decoded, is
+ignored and rebuilt. Entries are written to a temporary file and renamed into
+place, so concurrent processes see either a whole old entry or a whole new one.
+A cache directory that cannot be written only costs the speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Bump when the layout of any entry changes.
+FORMAT = 1
+
+
+def cache_dir() -> str:
+    explicit = os.environ.get("HVFLEET_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "hvfleet")
+
+
+def tree_files(root: str, suffix: str = ".xml") -> list[str]:
+    """Every file under `root` ending in `suffix`, sorted (one directory walk)."""
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        out += [os.path.join(dirpath, f) for f in filenames if f.endswith(suffix)]
+    out.sort()
+    return out
+
+
+def _versions(paths: Iterable[str]) -> list[tuple[str, int, int]]:
+    out = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            out.append((p, -1, -1))
+        else:
+            out.append((p, st.st_mtime_ns, st.st_size))
+    return out
+
+
+def fingerprint(sources: Iterable[str], code: Iterable[str]) -> str:
+    import hvfleet
+
+    doc = [FORMAT, hvfleet.__version__, _versions(sources), _versions(code)]
+    return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
+
+
+def entry_path(kind: str, root: str) -> str:
+    tag = hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:16]
+    return os.path.join(cache_dir(), f"{kind}-{tag}.json")
+
+
+def cached(
+    kind: str,
+    root: str,
+    sources: Iterable[str],
+    code: Iterable[str],
+    build: Callable[[], T],
+    dump: Callable[[T], Any],
+    load: Callable[[Any], T],
+) -> T:
+    """`load` of the cached entry for (`kind`, `root`) when its key still holds,
+    else `build()`, stored through `dump` for the next process."""
+    key = fingerprint(sources, code)
+    path = entry_path(kind, root)
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+        if isinstance(doc, dict) and doc.get("key") == key:
+            return load(doc["data"])
+    except Exception:  # unreadable, corrupt or foreign: rebuilt below
+        pass
+    value = build()
+    _write(path, {"key": key, "data": dump(value)})
+    return value
+
+
+def _write(path: str, doc: dict[str, Any]) -> None:
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
