@@ -388,3 +388,73 @@ def test_axe_finds_no_serious_or_critical_violations(fleet: Fleet, page: Any, ax
         if bad:
             found[path] = bad
     assert found == {}
+
+
+def test_stale_host_highlighted_pagination_and_heat_map_by_keyboard(fleet: Fleet, page: Any) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from hvfleet.store.ownership import agent_manager
+
+    old = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    with open_store(fleet.store_url) as s:
+        s.create(Hypervisor.model_validate({
+            "metadata": {"name": "aaa-stale", "labels": {"az": "az9"}},
+            "status": {"capacity": {"cpu": 4, "memory": "8Gi"}, "allocation": {"cpu": 1},
+                       "conditions": [{"type": "Ready", "status": "True"}], "lastHeartbeatTime": old}}),
+            agent_manager("aaa-stale"))
+    try:
+        login(page, fleet, fleet.tokens["viewer"], "/?perPage=3")
+        page.wait_for_selector("tr[data-host='aaa-stale']")
+        row = page.locator("tr[data-host='aaa-stale']")
+        assert row.locator(".state").inner_text() == "Stale"  # the word, not only a colour
+        assert "older than 180s" in (row.locator(".state").get_attribute("title") or "")
+        assert "row-Stale" in (row.get_attribute("class") or "")
+        assert page.locator("table.hosts tbody tr").count() == 3
+        first = page.locator("table.hosts tbody tr").first.get_attribute("data-host")
+        page.click("#pager button:has-text('Next page')")
+        page.wait_for_function(f"document.querySelector('table.hosts tbody tr').dataset.host !== '{first}'")
+        assert "Page 2 of" in page.inner_text("#pager")
+
+        page.wait_for_selector("#heat canvas")
+        page.focus("#heat-0")
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowLeft")
+        assert "aaa-stale (Stale): cpu 25.0% of effective capacity in use" in page.inner_text("#heat-cell")
+        page.keyboard.press("Enter")
+        page.wait_for_url(re.compile(r".*/hosts/aaa-stale$"))
+    finally:
+        with open_store(fleet.store_url) as s:
+            s.delete("Hypervisor", "aaa-stale")
+
+
+def test_reserve_form_claims_space_and_shows_phase_and_expiry(fleet: Fleet, page: Any) -> None:
+    login(page, fleet, fleet.tokens["ops"], "/hosts/gpu-01")
+    assert page.locator("#rs-cpu").count() == 0  # operators do not create reservations (role table)
+    login(page, fleet, fleet.tokens["admin"], "/hosts/gpu-01")
+    page.fill("#rs-cpu", "lots")
+    page.fill("#rs-consumer", "7b0c1d1e-0000-4000-8000-000000000001")
+    page.click("form.action:has(#rs-cpu) button[type=submit]")
+    assert "lots" in page.inner_text("#rs-cpu-error")
+    with open_store(fleet.store_url) as s:
+        assert s.list_reservations() == []
+    page.fill("#rs-cpu", "2")
+    page.fill("#rs-memory", "4Gi")
+    page.fill("#rs-consumer", "7b0c1d1e-0000-4000-8000-000000000001")
+    page.fill("#rs-ttl", "1h")
+    page.click("form.action:has(#rs-cpu) button[type=submit]")
+    page.wait_for_selector("p.notice:has-text('Active')")
+    with open_store(fleet.store_url) as s:
+        [r] = s.list_reservations()
+    live = page.inner_text("#live")
+    assert r.name in live and "Active" in live and r.spec.expires_at is not None
+    assert r.spec.expires_at.isoformat() in live
+    cell = page.locator(".bars .res").first.inner_text()
+    assert "+ 2 held" in cell  # held by the reservation, shown in the host's bar
+    # Too much: the claim does not fit; the message says why and nothing is written.
+    page.fill("#rs-cpu", "100000")
+    page.fill("#rs-consumer", "7b0c1d1e-0000-4000-8000-000000000002")
+    page.click("form.action:has(#rs-cpu) button[type=submit]")
+    assert "does not fit on gpu-01" in page.inner_text("main")
+    with open_store(fleet.store_url) as s:
+        assert [x.name for x in s.list_reservations()] == [r.name]
+        s.delete("Reservation", r.name)
