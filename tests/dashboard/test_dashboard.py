@@ -242,6 +242,14 @@ def test_bad_form_input_gives_a_message_by_the_field_and_writes_nothing(fleet: F
     assert "memory" in page.inner_text("#memory-error")
     page.goto(fleet.url + "/fit?go=1&cpu=2&resources=VGPU")
     assert "RESOURCE=QUANTITY" in page.inner_text("#resources-error")
+    page.goto(fleet.url + "/fit?go=1&cpu=2&selector=az+in+%28")
+    assert "cannot parse" in page.inner_text("#selector-error")
+    page.goto(fleet.url + "/guests")
+    page.fill("#c-selector", "az=az1")
+    page.fill("#c-domain", "<domain><name>broken")
+    page.click("#check-form button[type=submit]")
+    assert page.locator("p.error[role=alert], #c-domain-error").count() >= 1
+    assert page.locator("#check-verdict").count() == 0
 
 
 def test_writes_need_the_sessions_csrf_token_and_this_origin(fleet: Fleet, page: Any) -> None:

@@ -653,14 +653,34 @@ def _fit_body(q: dict[str, str]) -> tuple[actions.FitBody, dict[str, str]]:
     return body, errors
 
 
-def _field_of(exc: InvalidInput) -> str:
-    where = exc.field or str(exc).split(":", 1)[0]
+def _field_of(exc: InvalidInput, fields: dict[str, str]) -> str:
+    """The form field a core error is about, from the field it names (never its
+    text); `_form` when it names none of this form's."""
+    where = exc.field or ""
     if where.startswith("resources."):
         r = where.removeprefix("resources.")
         return r if r in ("cpu", "memory") else "resources"
-    if "selector" in where.lower():
-        return "selector"
-    return "resources" if where.startswith("resources") else "cpu"
+    return fields.get(where, "_form")
+
+
+def _form_error(errors: dict[str, str]) -> str:
+    message = errors.get("_form")
+    return f'<p class="error" role="alert">Error: {esc(message)}</p>' if message else ""
+
+
+async def _selector_error(ctx: ApiContext, text: str, must_match: bool) -> str | None:
+    """Why a label selector typed into a form is unusable (None: it is fine)."""
+    try:
+        selector = parse_selector(text)
+    except InvalidInput as exc:
+        return str(exc)
+    if must_match and not await run_in_threadpool(ctx.store.list_hypervisors, selector):
+        return f"{text!r}: no hypervisor matches"
+    return None
+
+
+_FIT_FIELDS = {"resources": "resources", "count": "count", "weigher": "weigher"}
+_GUEST_FIELDS = {k: k for k in ("os", "name", "vcpus", "memory", "disks", "firmware")}
 
 
 async def fit_page(request: Request) -> Response:
@@ -674,17 +694,21 @@ async def fit_page(request: Request) -> Response:
     status = 200
     if any(q.get(k) for k in ("cpu", "memory", "resources")) or "go" in q:
         body, errors = _fit_body(q)
+        wrong = await _selector_error(ctx, q.get("selector", ""), must_match=False)
+        if wrong:
+            errors["selector"] = wrong
         if not errors:
             try:
                 doc = await run_in_threadpool(actions._fit, ctx, who, body)
                 result = _fit_result_html(doc)
             except InvalidInput as exc:
-                errors[_field_of(exc)] = str(exc)
+                errors[_field_of(exc, _FIT_FIELDS)] = str(exc)
             except Forbidden as exc:
                 return _error_page(who, request, exc)
         if errors:
             status = 422
-    form = ('<form method="get" action="/fit" class="fit"><input type="hidden" name="go" value="1">'
+    form = (_form_error(errors) + '<form method="get" action="/fit" class="fit">'
+            '<input type="hidden" name="go" value="1">'
             + field("cpu", "CPU", q.get("cpu", ""), errors, hint="e.g. 4")
             + field("memory", "Memory", q.get("memory", ""), errors, hint="e.g. 8Gi")
             + field("resources", "Other resources", q.get("resources", ""), errors,
@@ -736,16 +760,6 @@ def _guest_body(q: dict[str, str]) -> tuple[actions.GuestBody | None, dict[str, 
                              label_selector=q["selector"].strip(), explain=True), {}
 
 
-def _guest_field(exc: InvalidInput) -> str:
-    text = (exc.field or "") + " " + str(exc)
-    for key, words in (("selector", ("labelSelector", "selector")), ("os", ("os", "OS")),
-                       ("memory", ("memory",)), ("vcpus", ("vcpus",)), ("disks", ("disk",)),
-                       ("firmware", ("firmware",)), ("name", ("name",))):
-        if any(text.lstrip().startswith(w) or f"{w}:" in text for w in words):
-            return key
-    return "os"
-
-
 async def guests_page(request: Request) -> Response:
     who = await _who(request)
     if isinstance(who, Response):
@@ -757,6 +771,11 @@ async def guests_page(request: Request) -> Response:
     status = 200
     if "go" in q:
         body, errors = _guest_body(q)
+        if body is not None:
+            wrong = await _selector_error(ctx, body.label_selector, must_match=True)
+            if wrong:
+                errors["selector"] = wrong
+                body = None
         if body is not None:
             try:
                 doc = await run_in_threadpool(actions._generate, ctx, who, body)
@@ -772,12 +791,13 @@ async def guests_page(request: Request) -> Response:
                           '<pre id="explain" tabindex="0" aria-label="Explanation">'
                           f'{esc(doc["explain"])}</pre>')
             except InvalidInput as exc:
-                errors[_guest_field(exc)] = str(exc)
+                errors[_field_of(exc, _GUEST_FIELDS)] = str(exc)
             except Forbidden as exc:
                 return _error_page(who, request, exc)
         if errors:
             status = 422
-    gen = ('<form method="get" action="/guests" class="guests"><input type="hidden" name="go" value="1">'
+    gen = (_form_error(errors) + '<form method="get" action="/guests" class="guests">'
+           '<input type="hidden" name="go" value="1">'
            + field("selector", "Host group (label selector)", q.get("selector", ""), errors, form="g",
                    hint="e.g. group=intel-mixed")
            + field("os", "Guest OS", q.get("os", ""), errors, form="g",
@@ -799,7 +819,8 @@ async def guests_page(request: Request) -> Response:
 
 def _check_form(request: Request, errors: dict[str, str], values: dict[str, str], result: str) -> str:
     return ('<section aria-labelledby="check-h"><h2 id="check-h">Check a domain XML against a group</h2>'
-            '<form method="post" action="/guests/check" class="check" id="check-form">'
+            + _form_error(errors)
+            + '<form method="post" action="/guests/check" class="check" id="check-form">'
             + csrf_field(_csrf(request))
             + field("selector", "Host group (label selector)", values.get("selector", ""), errors, form="c")
             + '<div class="field"><label for="c-file">Domain XML file</label>'
@@ -827,6 +848,10 @@ async def guest_check(request: Request) -> Response:
         errors["domain"] = "required: choose a file or paste the XML"
     result = ""
     if not errors:
+        wrong = await _selector_error(ctx, form["selector"].strip(), must_match=True)
+        if wrong:
+            errors["selector"] = wrong
+    if not errors:
         try:
             doc = await run_in_threadpool(actions._check, ctx, who, actions.GuestCheckBody(
                 domain=form["domain"], label_selector=form["selector"].strip()))
@@ -837,7 +862,7 @@ async def guest_check(request: Request) -> Response:
                       f'<strong>{esc(verdict)}</strong></p>'
                       + table(["Host", "Verdict", "Problems", "Warnings"], rows, "Per host", cls="verdicts"))
         except InvalidInput as exc:
-            errors["selector" if "labelSelector" in str(exc) else "domain"] = str(exc)
+            errors[_field_of(exc, {"domain": "domain"})] = str(exc)
         except Forbidden as exc:
             return _error_page(who, request, exc)
     body = ('<h1>Guests</h1><p><a href="/guests">Generate a guest</a></p>'
