@@ -7,7 +7,10 @@ in the same run and browser:
    long task, PerformanceObserver `longtask`, after load; at least
    domContentLoaded) of the overview at 1k and at 10k hosts; peer: the login
    page (no fleet data) in the same browser.
-2. The server side of it: GET /dashboard/overview.json and /dashboard/heat.json
+2. Live: an agent's status write to the page showing it (server watch fan-out,
+   the dashboard's row, SSE, the page's feed request); peer: a direct
+   `Store.watch` seeing the same write.
+3. The server side of it: GET /dashboard/overview.json and /dashboard/heat.json
    (the whole fleet's heat map) beside GET /readyz.
 
 The server is the real `hvfleet serve` (TLS) over a SQLite store filled with
@@ -36,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from tests.dashboard.fleet import CHROMIUM, CHROMIUM_ARGS, serving  # noqa: E402
 
 from hvfleet.model import Hypervisor  # noqa: E402
+from hvfleet.model.quantity import Quantity  # noqa: E402
 from hvfleet.store import open_store  # noqa: E402
 from hvfleet.store.base import Write  # noqa: E402
 from hvfleet.store.ownership import agent_manager  # noqa: E402
@@ -117,6 +121,56 @@ def load(browser: Any, url: str, tok: str, path: str, ready: str) -> dict[str, f
         ctx.close()
 
 
+def live_latency(browser: Any, url: str, tok: str, store_url: str, runs: int) -> tuple[float, float]:
+    """Median time from an agent's status write (hv-00000, first on page 1) to
+    the open page showing its new allocation, beside the time a direct
+    Store.watch in this process sees the same write."""
+    import threading
+
+    # The probe (wait_for_function) is a script the page's CSP refuses.
+    ctx = browser.new_context(ignore_https_errors=True, bypass_csp=True,
+                              viewport={"width": 1400, "height": 1000})
+    host = url.split("//", 1)[1].split(":")[0]
+    ctx.add_cookies([{"name": "hvfleet_session", "value": tok, "domain": host, "path": "/",
+                      "httpOnly": True, "secure": True, "sameSite": "Strict"}])
+    page = ctx.new_page()
+    page.goto(url + "/")
+    page.wait_for_selector("#live-status:has-text('on')")
+    cell = "tr[data-host='hv-00000'] .res[data-resource='cpu']"
+    shown, seen = [], []
+    with open_store(store_url) as store:
+        for i in range(runs):
+            h = store.get_hypervisor("hv-00000")
+            used = 1000 + i
+            status = h.status.model_copy(update={"allocation": {**h.status.allocation,
+                                                                 "cpu": Quantity(used)}})
+            arrived: list[float] = []
+            stop = threading.Event()
+
+            def watch(since: int, stop: threading.Event = stop, arrived: list[float] = arrived) -> None:
+                with open_store(store_url) as w:
+                    for _ in w.watch("Hypervisor", since=since, name="hv-00000", stop=stop, timeout=10):
+                        arrived.append(time.perf_counter())
+                        return
+
+            t = threading.Thread(target=watch, args=(store.revision(),))
+            t.start()
+            time.sleep(0.2)
+            t0 = time.perf_counter()
+            store.update(h.model_copy(update={"status": status}), agent_manager("hv-00000"))
+            want = str(Quantity(used))  # the core's string, e.g. "1k"
+            page.wait_for_function(f"document.querySelector(\"{cell}\").dataset.allocation === '{want}'",
+                                   timeout=30_000)
+            shown.append(time.perf_counter() - t0)
+            t.join(10)
+            stop.set()
+            if arrived:
+                seen.append(arrived[0] - t0)
+            time.sleep(0.5)
+    ctx.close()
+    return statistics.median(shown) * 1000, statistics.median(seen or [float("nan")]) * 1000
+
+
 def timed_get(session: Any, url: str, runs: int) -> float:
     out = []
     for _ in range(runs):
@@ -155,6 +209,9 @@ def bench(sizes: list[int], runs: int) -> None:
                         drawn = f"{med['rendered']:.0f} ms" if path == "/" else "-"
                         print(f"{n:>6}  {label:<10} {med['fcp']:>9.0f} ms {drawn:>11} {med['tti']:>9.0f} ms "
                               f"{med['bytes']:>9.0f}")
+                    page_ms, watch_ms = live_latency(browser, fleet.url, tok, store_url, runs)
+                    print(f"{n:>6}  live: agent status write -> shown on the open overview {page_ms:.0f} ms; "
+                          f"peer: the same write seen by a direct Store.watch {watch_ms:.0f} ms")
                     ov = timed_get(s, fleet.url + "/dashboard/overview.json", runs)
                     heat = timed_get(s, fleet.url + "/dashboard/heat.json", runs)
                     ready = timed_get(s, fleet.url + "/readyz", runs)
