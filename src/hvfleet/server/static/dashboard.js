@@ -89,6 +89,7 @@
     const p = params(extra);
     const r = await fetch("/dashboard/overview.json?" + p, {credentials: "same-origin"});
     if (r.status === 401) { location.href = "/login?next=" + encodeURIComponent(location.pathname + location.search); return; }
+    if (r.status !== 200 && r.status !== 422) { $("live-status").textContent = `Live updates: the server answered ${r.status}; retrying on the next change`; return; }
     const got = await r.json();
     const err = document.getElementById("selector-error");
     if (r.status === 422) { showError(got.message); return; }
