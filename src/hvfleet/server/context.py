@@ -91,8 +91,9 @@ class ApiContext:
         at, value = self._table_inputs.get(kind, (0.0, TableInputs()))
         if time.monotonic() - at > self.limits.liveness_max_age:
             if kind == "Hypervisor":
-                value = TableInputs(liveness=self.store.agent_liveness())
-            elif kind == "Reservation":
+                value = TableInputs(liveness=self.store.agent_liveness(),
+                                    policies=self.store.list_overcommit_policies())
+            elif kind in ("Reservation", "OvercommitPolicy"):
                 value = TableInputs(hosts={h.name: h for h in self.store.list_hypervisors()})
             else:
                 value = TableInputs()

@@ -284,7 +284,8 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
     if timeout_text and not timeout_text.isdigit():
         raise BadRequest(f"timeoutSeconds: {timeout_text!r} is not a number of seconds")
     limits = ctx.limits.watch
-    timeout = min(float(timeout_text), limits.max_timeout) if timeout_text else limits.max_timeout
+    # 0, as no value, means the server's longest watch (as in Kubernetes).
+    timeout = min(float(timeout_text), limits.max_timeout) if int(timeout_text or 0) else limits.max_timeout
     who = await authenticate(ctx, request)
     ctx.authorize(who, Action("watch", info.plural, name=equal))
     release = ctx.hub.acquire(who.token_id)
