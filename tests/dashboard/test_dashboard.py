@@ -466,3 +466,26 @@ def test_reserve_form_claims_space_and_shows_phase_and_expiry(fleet: Fleet, page
     with open_store(fleet.store_url) as s:
         assert [x.name for x in s.list_reservations()] == [r.name]
         s.delete("Reservation", r.name)
+
+
+def test_an_overcommit_policy_moves_the_overview_as_capacity_json(fleet: Fleet, page: Any) -> None:
+    from hvfleet.model.hypervisor import OvercommitPolicy
+
+    login(page, fleet, fleet.tokens["viewer"], "/?selector=role%3Dgpu")
+    page.wait_for_selector("tr[data-host='gpu-01']")
+    policy = OvercommitPolicy.model_validate({
+        "metadata": {"name": "gpu-cpu"},
+        "spec": {"selector": {"matchLabels": {"role": "gpu"}}, "overcommit": {"cpu": 3}}})
+    with open_store(fleet.store_url) as s:
+        s.create(policy, "capacity-planner")
+    try:
+        cli = json.loads(hvfleet("capacity", "-o", "json", "-l", "role=gpu", "--store",
+                                 fleet.store_url).stdout)
+        want = cli["hosts"][0]["effective"]["cpu"]
+        page.wait_for_function(
+            "document.querySelector(\"tr[data-host='gpu-01'] .res[data-resource='cpu']\").dataset.effective"
+            f" === '{want}'", timeout=2000)
+        assert _overview_figures(page)["gpu-01"]["cpu"]["free"] == cli["hosts"][0]["free"]["cpu"]
+    finally:
+        with open_store(fleet.store_url) as s:
+            s.delete("OvercommitPolicy", "gpu-cpu")

@@ -8,13 +8,13 @@ geometry (each figure's share of the bar, as a float for CSS widths).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from hvfleet.model import capacity as cap
-from hvfleet.model.hypervisor import Hypervisor, Reservation, ResourceList
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, ResourceList
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -59,12 +59,12 @@ def _use(effective: Quantity | None, free: Quantity | None) -> float | None:
 
 
 def host_row(h: Hypervisor, reservations: Iterable[Reservation], now: datetime,
-             lease_live: bool | None) -> HostRow:
+             lease_live: bool | None, policies: Sequence[OvercommitPolicy] = ()) -> HostRow:
     mine = [r for r in reservations if r.spec.hypervisor == h.name]
-    hc = host_capacity(h, mine, now, lease_live)
+    hc = host_capacity(h, mine, now, lease_live, policies=list(policies))
     held = cap.add(cap.held_resources(r, h, now) for r in mine)
     raw = cap.usable_capacity(h.status.capacity, {}, h.spec.extra_capacity)
-    ratios = cap.overcommit_ratios(h)
+    ratios = cap.overcommit_ratios(h, policies)
     doc = hc.to_dict()
     strs_eff, strs_alloc, strs_free = doc["effective"], doc["allocation"], doc["free"]
     resources: dict[str, Any] = {}

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hvfleet.model.errors import HvfleetError
-from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.selectors import Selector
 from hvfleet.server.dashboard.feed import HostRow, Sums, host_row, totals, with_readiness
 from hvfleet.store.base import Store, WatchEvent
@@ -88,6 +88,7 @@ class FleetState:
         self.lock = threading.RLock()
         self.hosts: dict[str, Hypervisor] = {}
         self.reservations: dict[str, Reservation] = {}
+        self.policies: dict[str, OvercommitPolicy] = {}
         self.rows: dict[str, HostRow] = {}
         self.version = 0  # bumped on every change of any row
         self.revision = 0
@@ -110,10 +111,13 @@ class FleetState:
         """Everything from the store; returns the revision to watch from."""
         hv = self.store.list("Hypervisor")
         rs = self.store.list("Reservation")
+        ps = self.store.list("OvercommitPolicy")
         with self.lock:
+            self.policies = {o.metadata.name: o for o in ps.items if isinstance(o, OvercommitPolicy)}
+            self.rows = {}  # everything is computed again (the policies may have changed)
             self.hosts = {o.metadata.name: o for o in hv.items if isinstance(o, Hypervisor)}
             self.reservations = {o.metadata.name: o for o in rs.items if isinstance(o, Reservation)}
-            self.revision = min(hv.revision, rs.revision)
+            self.revision = min(hv.revision, rs.revision, ps.revision)
             self._recompute_all()
         self.loaded.set()
         return self.revision
@@ -124,18 +128,25 @@ class FleetState:
             out.setdefault(r.spec.hypervisor, []).append(r)
         return out
 
-    def _recompute_all(self) -> set[str]:
-        """Every row again; the hosts whose row changed (the version moves only then)."""
+    def policy_list(self) -> list[OvercommitPolicy]:
+        return [self.policies[n] for n in sorted(self.policies)]
+
+    def _recompute_all(self, force: bool = False) -> set[str]:
+        """Every row again; the hosts whose row changed (the version moves only then).
+        Without `force`, an unchanged host without reservations only has its
+        readiness judged again."""
         now = datetime.now(UTC)
+        policies = self.policy_list()
         self._liveness = self.store.agent_liveness(now)
         by_host = self._by_host()
         rows = {}
         for n, h in self.hosts.items():
             old, live = self.rows.get(n), self._liveness.get(n)
-            if old is not None and n not in by_host and old.version == h.metadata.resource_version:
+            if not force and old is not None and n not in by_host and \
+                    old.version == h.metadata.resource_version:
                 rows[n] = with_readiness(old, h, now, live)  # only the clock moved
             else:
-                rows[n] = host_row(h, by_host.get(n, []), now, live)
+                rows[n] = host_row(h, by_host.get(n, []), now, live, policies)
         changed = {n for n, x in rows.items() if n not in self.rows or self.rows[n].doc != x.doc}
         changed |= set(self.rows) - set(rows)
         if not self.rows or len(changed) > len(rows) // 2:
@@ -161,7 +172,7 @@ class FleetState:
                 self._account(self.rows.pop(n, None), None)
                 continue
             mine = [r for r in self.reservations.values() if r.spec.hypervisor == n]
-            row = host_row(h, mine, now, self._liveness.get(n))
+            row = host_row(h, mine, now, self._liveness.get(n), self.policy_list())
             self._account(self.rows.get(n), row)
             self.rows[n] = row
             self._record(n, row)
@@ -210,6 +221,7 @@ class FleetState:
     def apply(self, events: list[WatchEvent]) -> set[str]:
         """Apply events (idempotent for ones already loaded); the hosts touched."""
         touched: set[str] = set()
+        policy_changed = False
         with self.lock:
             for e in events:
                 obj = e.object
@@ -238,8 +250,16 @@ class FleetState:
                                             "Reservation", name, str(e.revision), _last_writer(obj),
                                             [f"phase={obj.status.phase}"]))
                     touched.add(host)
+                elif isinstance(obj, OvercommitPolicy):
+                    if e.type == "DELETED":
+                        self.policies.pop(name, None)
+                    else:
+                        self.policies[name] = obj
+                    policy_changed = True
                 self.revision = max(self.revision, e.revision)
-            if touched:
+            if policy_changed:  # any host's ratios may have moved
+                touched |= self._recompute_all(force=True)
+            elif touched:
                 self._recompute(touched)
         return touched
 
@@ -342,7 +362,8 @@ class Follower:
             except HvfleetError:
                 await asyncio.sleep(1.0)  # the store is unavailable: try again
         await loop.run_in_executor(None, self.state.sample_fleet)  # the history's first sample
-        followers = [asyncio.create_task(self._follow(kind, since)) for kind in ("Hypervisor", "Reservation")]
+        kinds = ("Hypervisor", "Reservation", "OvercommitPolicy")
+        followers = [asyncio.create_task(self._follow(kind, since)) for kind in kinds]
         self.tasks += [*followers, asyncio.create_task(self._tick())]
 
     async def _follow(self, kind: str, since: int) -> None:

@@ -382,6 +382,7 @@ def host_live_html(state: FleetState, ctx: ApiContext, name: str) -> str:
         row = state.rows.get(name)
         mine = [r for r in state.reservations.values() if r.spec.hypervisor == name]
         recent = list(state.recent.get(name, ()))
+        policies = state.policy_list()
         history = list(state.history.get(name, ()))
     if h is None or row is None:
         raise NotFound(f"hypervisor {name!r} not found")
@@ -396,7 +397,7 @@ def host_live_html(state: FleetState, ctx: ApiContext, name: str) -> str:
         '<h2 id="cap-h">Capacity</h2>',
         '<div class="bars">' + "".join(bar(r, x) for r, x in doc["resources"].items()) + "</div>",
         table([c.name for c in views.capacity_detail_columns()],
-              views.capacity_detail_rows(h, mine, now), "Capacity per resource", cls="capacity"),
+              views.capacity_detail_rows(h, mine, now, policies), "Capacity per resource", cls="capacity"),
         '<h2>Spec</h2>',
         table(["Field", "Value", "Owner (managedFields)"], _spec_rows(h, owners),
               "Each spec field and the manager that owns it", cls="spec") if h.spec.model_dump(
@@ -407,7 +408,7 @@ def host_live_html(state: FleetState, ctx: ApiContext, name: str) -> str:
         from hvfleet.model import capacity as cap
         cell_bars = []
         for c in h.status.cells:
-            eff = cap.cell_effective_capacity(c, h.status.capacity, h)
+            eff = cap.cell_effective_capacity(c, h.status.capacity, h, policies)
             for r in sorted(c.capacity, key=str):
                 used = c.allocation.get(r)
                 e = eff.get(r)
@@ -420,7 +421,8 @@ def host_live_html(state: FleetState, ctx: ApiContext, name: str) -> str:
                     f'<span class="btext">{esc(views.human(r, used))} / '
                     f'{esc(views.human(r, e))}</span></div>')
         parts.append('<div class="bars">' + "".join(cell_bars) + "</div>")
-        parts.append(table([c.name for c in views.cell_columns()], views.cell_rows(h), "NUMA cells"))
+        parts.append(table([c.name for c in views.cell_columns()], views.cell_rows(h, policies),
+                           "NUMA cells"))
     else:
         parts.append("<p>The agent reported no NUMA cells.</p>")
     parts.append("<h2>Instances</h2>")
