@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from hvfleet.server import actions, discovery, impersonation, openapi
+from hvfleet.server import actions, dashboard, discovery, impersonation, openapi
 from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.identity import Authenticator, Authorizer
@@ -75,8 +75,9 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
                           Target())
 
 
-def routes() -> list[Route]:
+def routes() -> list[Any]:
     return [
+        *dashboard.routes(),  # the dashboard's pages: /, /login, /hosts/..., /dashboard/...
         Route("/version", _document(discovery.version, public=True)),
         Route("/healthz", _healthy), Route("/livez", _healthy), Route("/readyz", _healthy),
         Route("/api", _document(discovery.api_versions)),
@@ -117,9 +118,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(actions.preload)
+        await dashboard.start(app)
         try:
             yield
         finally:
+            await dashboard.stop(app)
             ctx.close()
 
     app = Starlette(routes=routes(), lifespan=lifespan,

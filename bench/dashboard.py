@@ -1,0 +1,275 @@
+"""Dashboard figures in the real headless Chromium, each beside a peer measured
+in the same run and browser:
+
+1. First paint (first-contentful-paint, Performance API), first rows rendered
+   (the page's `hvfleet-rendered` mark: totals, label totals and the first page
+   of hosts drawn from the feed), and time to interactive (the end of the last
+   long task, PerformanceObserver `longtask`, after load; at least
+   domContentLoaded) of the overview at 1k and at 10k hosts; peer: the login
+   page (no fleet data) in the same browser.
+2. Live: an agent's status write to the page showing it (server watch fan-out,
+   the dashboard's row, SSE, the page's feed request); peer: a direct
+   `Store.watch` seeing the same write.
+3. The server side of it: GET /dashboard/overview.json and /dashboard/heat.json
+   (the whole fleet's heat map) beside GET /readyz.
+
+The server is the real `hvfleet serve` (TLS) over a SQLite store filled with
+synthetic hosts (status written as each host's agent), logged into with a real
+viewer token. Each figure is the median of `--runs` fresh page loads.
+
+    .venv/bin/python bench/dashboard.py [--hosts 1000,10000] [--runs 5]
+    .venv/bin/python bench/dashboard.py --screenshots docs/img   # the docs' screenshots
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.dashboard.fleet import CHROMIUM, CHROMIUM_ARGS, serving  # noqa: E402
+
+from hvfleet.model import Hypervisor  # noqa: E402
+from hvfleet.model.quantity import Quantity  # noqa: E402
+from hvfleet.store import open_store  # noqa: E402
+from hvfleet.store.base import Write  # noqa: E402
+from hvfleet.store.ownership import agent_manager  # noqa: E402
+from hvfleet.store.tokens import issue_token  # noqa: E402
+
+ROLES = ("compute", "compute", "compute", "gpu", "bigmem", "edge")
+
+# Installed before any page script: collects long tasks for time to interactive.
+LONGTASKS = """
+window.__longtasks = [];
+try {
+  new PerformanceObserver((l) => {
+    for (const e of l.getEntries()) window.__longtasks.push(e.startTime + e.duration);
+  }).observe({type: 'longtask', buffered: true});
+} catch (e) {}
+"""
+
+MEASURE = """() => {
+  const nav = performance.getEntriesByType('navigation')[0];
+  const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+  const rendered = performance.getEntriesByName('hvfleet-rendered')[0];
+  const last = Math.max(0, ...(window.__longtasks || []));
+  return {fcp: fcp ? fcp.startTime : null, rendered: rendered ? rendered.startTime : null,
+          dcl: nav.domContentLoadedEventEnd, tti: Math.max(nav.domContentLoadedEventEnd,
+          rendered ? rendered.startTime : 0, last), bytes: nav.transferSize};
+}"""
+
+
+def seed(store_url: str, n: int, seed_: int = 1) -> None:
+    """`n` hosts: status written as each host's agent, then spec (ratios, reserve)
+    by an operator, in atomic batches."""
+    rng = random.Random(seed_)
+    now = datetime.now(UTC).isoformat()
+    specs = []
+    with open_store(store_url) as s:
+        for i in range(n):
+            cpus = rng.choice([32, 48, 64, 96, 128])
+            mem = rng.choice([128, 256, 384, 512, 1024])
+            name = f"hv-{i:05d}"
+            hv = Hypervisor.model_validate({
+                "metadata": {"name": name, "labels": {"az": f"az{i % 3 + 1}", "role": ROLES[i % len(ROLES)]}},
+                "status": {
+                    "capacity": {"cpu": cpus, "memory": f"{mem}Gi"},
+                    "allocation": {"cpu": rng.randint(0, cpus * 2), "memory": f"{rng.randint(0, mem - 8)}Gi"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled"}],
+                    "lastHeartbeatTime": now,
+                },
+            })
+            specs.append({"overcommit": {"cpu": rng.choice([1.0, 2.0, 4.0])}, "reserved": {"cpu": 2}})
+            s.create(hv, agent_manager(name))
+        hosts = s.list_hypervisors()
+        for at in range(0, len(hosts), 500):
+            batch = []
+            for h in hosts[at:at + 500]:
+                spec = h.spec.model_validate(specs[int(h.name.removeprefix("hv-"))])
+                batch.append(Write("update", h.model_copy(update={"spec": spec})))
+            s.write_all(batch, "bench-operator")
+
+
+def token(store_url: str, role: str = "viewer") -> str:
+    with open_store(store_url) as s:
+        return issue_token(s, role, manager="bench", now=datetime.now(UTC),  # type: ignore[arg-type]
+                           ttl=timedelta(hours=2), name=f"bench-{role}")[1]
+
+
+def load(browser: Any, url: str, tok: str, path: str, ready: str) -> dict[str, float]:
+    ctx = browser.new_context(ignore_https_errors=True, viewport={"width": 1400, "height": 1000})
+    try:
+        host = url.split("//", 1)[1].split(":")[0]
+        ctx.add_cookies([{"name": "hvfleet_session", "value": tok, "domain": host, "path": "/",
+                          "httpOnly": True, "secure": True, "sameSite": "Strict"}])
+        ctx.add_init_script(LONGTASKS)
+        page = ctx.new_page()
+        page.goto(url + path)
+        page.wait_for_selector(ready, state="attached", timeout=60_000)
+        page.wait_for_timeout(1500)  # let late long tasks (heat map) be observed
+        return dict(page.evaluate(MEASURE))
+    finally:
+        ctx.close()
+
+
+def live_latency(browser: Any, url: str, tok: str, store_url: str, runs: int) -> tuple[float, float]:
+    """Median time from an agent's status write (hv-00000, first on page 1) to
+    the open page showing its new allocation, beside the time a direct
+    Store.watch in this process sees the same write."""
+    import threading
+
+    # The probe (wait_for_function) is a script the page's CSP refuses.
+    ctx = browser.new_context(ignore_https_errors=True, bypass_csp=True,
+                              viewport={"width": 1400, "height": 1000})
+    host = url.split("//", 1)[1].split(":")[0]
+    ctx.add_cookies([{"name": "hvfleet_session", "value": tok, "domain": host, "path": "/",
+                      "httpOnly": True, "secure": True, "sameSite": "Strict"}])
+    page = ctx.new_page()
+    page.goto(url + "/")
+    page.wait_for_selector("#live-status:has-text('on')")
+    cell = "tr[data-host='hv-00000'] .res[data-resource='cpu']"
+    shown, seen = [], []
+    with open_store(store_url) as store:
+        for i in range(runs):
+            h = store.get_hypervisor("hv-00000")
+            used = 1000 + i
+            status = h.status.model_copy(update={"allocation": {**h.status.allocation,
+                                                                 "cpu": Quantity(used)}})
+            arrived: list[float] = []
+            stop = threading.Event()
+
+            def watch(since: int, stop: threading.Event = stop, arrived: list[float] = arrived) -> None:
+                with open_store(store_url) as w:
+                    for _ in w.watch("Hypervisor", since=since, name="hv-00000", stop=stop, timeout=10):
+                        arrived.append(time.perf_counter())
+                        return
+
+            t = threading.Thread(target=watch, args=(store.revision(),))
+            t.start()
+            time.sleep(0.2)
+            t0 = time.perf_counter()
+            store.update(h.model_copy(update={"status": status}), agent_manager("hv-00000"))
+            want = str(Quantity(used))  # the core's string, e.g. "1k"
+            page.wait_for_function(f"document.querySelector(\"{cell}\").dataset.allocation === '{want}'",
+                                   timeout=30_000)
+            shown.append(time.perf_counter() - t0)
+            t.join(10)
+            stop.set()
+            if arrived:
+                seen.append(arrived[0] - t0)
+            time.sleep(0.5)
+    ctx.close()
+    return statistics.median(shown) * 1000, statistics.median(seen or [float("nan")]) * 1000
+
+
+def timed_get(session: Any, url: str, runs: int) -> float:
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        r = session.get(url, timeout=120)
+        r.raise_for_status()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out) * 1000
+
+
+def bench(sizes: list[int], runs: int) -> None:
+    from playwright.sync_api import sync_playwright
+
+    print(f"{'hosts':>6}  {'page':<10} {'first paint':>12} {'rows drawn':>11} {'interactive':>12} "
+          f"{'bytes':>9}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        for n in sizes:
+            with tempfile.TemporaryDirectory() as tmp:
+                store_url = f"sqlite:///{tmp}/hvfleet.db"
+                t = time.perf_counter()
+                seed(store_url, n)
+                seeded = time.perf_counter() - t
+                tok = token(store_url)
+                with serving(Path(tmp), store_url) as fleet:
+                    s = fleet.http()
+                    s.cookies.set("hvfleet_session", tok)
+                    load(browser, fleet.url, tok, "/", "body[data-ready='1']")  # warm-up
+                    rows = []
+                    for path, ready in (("/", "body[data-ready='1']"), ("/login", "#token")):
+                        got = [load(browser, fleet.url, tok, path, ready) for _ in range(runs)]
+                        med = {k: statistics.median([g[k] or 0 for g in got]) for k in got[0]}
+                        rows.append((path, med))
+                    for path, med in rows:
+                        label = "overview" if path == "/" else "login(peer)"
+                        drawn = f"{med['rendered']:.0f} ms" if path == "/" else "-"
+                        print(f"{n:>6}  {label:<10} {med['fcp']:>9.0f} ms {drawn:>11} {med['tti']:>9.0f} ms "
+                              f"{med['bytes']:>9.0f}")
+                    page_ms, watch_ms = live_latency(browser, fleet.url, tok, store_url, runs)
+                    print(f"{n:>6}  live: agent status write -> shown on the open overview {page_ms:.0f} ms; "
+                          f"peer: the same write seen by a direct Store.watch {watch_ms:.0f} ms")
+                    ov = timed_get(s, fleet.url + "/dashboard/overview.json", runs)
+                    heat = timed_get(s, fleet.url + "/dashboard/heat.json", runs)
+                    ready = timed_get(s, fleet.url + "/readyz", runs)
+                    print(f"{n:>6}  server: overview.json {ov:.1f} ms, heat.json {heat:.1f} ms; "
+                          f"peer /readyz {ready:.1f} ms (store seeded in {seeded:.1f} s)")
+        browser.close()
+
+
+def screenshots(out: Path) -> None:
+    """The overview, a host, fit and guests pages of the example fleet, as PNGs."""
+    from playwright.sync_api import sync_playwright
+    from tests.dashboard.fleet import hvfleet, login, report_fleet
+    from tests.dashboard.test_dashboard import _group_in_store
+
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        store_url = f"sqlite:///{tmp}/hvfleet.db"
+        report_fleet(store_url)
+        hvfleet("overcommit", "set", "compute-01", "cpu=4", "memory=1.5", "--manager", "capacity-planner",
+                "--store", store_url)
+        hvfleet("reserve", "compute-01", "--cpu", "8", "--memory", "16Gi", "--consumer",
+                "0b7e6f7e-5b1c-4f4e-9d7a-3f1f2f0e8a11", "--ttl", "1h", "--store", store_url)
+        hvfleet("overcommit", "set", "compute-02", "cpu=2", "--manager", "ops", "--store", store_url)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        with serving(Path(tmp), store_url) as fleet:
+            _group_in_store(fleet, "intel-mixed")
+            tok = fleet.token("operator", "ops")
+            ctx = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900})
+            page = ctx.new_page()
+            login(page, fleet, tok)
+            page.wait_for_selector("#heat canvas")
+            page.screenshot(path=str(out / "dashboard-overview.png"), full_page=True)
+            page.goto(fleet.url + "/hosts/compute-01")
+            page.screenshot(path=str(out / "dashboard-host.png"), full_page=True)
+            page.goto(fleet.url + "/fit?go=1&cpu=8&memory=64Gi&weigher=binpack")
+            page.screenshot(path=str(out / "dashboard-fit.png"), full_page=True)
+            page.goto(fleet.url + "/guests?go=1&selector=group%3Dintel-mixed&os=rhel9.1&name=web&vcpus=2"
+                      "&memory=4Gi&firmware=auto")
+            page.screenshot(path=str(out / "dashboard-guests.png"), full_page=True)
+            ctx.close()
+        browser.close()
+    print(f"screenshots in {out}")
+
+
+def main() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Unverified HTTPS request")
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", default="1000,10000")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--screenshots", type=Path)
+    args = ap.parse_args()
+    if args.screenshots:
+        screenshots(args.screenshots)
+        return
+    bench([int(x) for x in args.hosts.split(",")], args.runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The dashboard's JSON feed: one row per host and the fleet's totals, built only
+from the core's own answers (`hvfleet.model.views.host_capacity`, readiness,
+`hvfleet.model.capacity` for what reservations hold, raw capacity and ratios).
+Nothing here computes a capacity: the figures are the core's strings, exactly as
+`hvfleet capacity -o json` prints them, and the only arithmetic is the bars'
+geometry (each figure's share of the bar, as a float for CSS widths).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from hvfleet.model import capacity as cap
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, ResourceList
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import readiness
+from hvfleet.model.resources import CPU, MEMORY, ResourceName
+from hvfleet.model.views import HostCapacity, free_level, host_capacity, human
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """One host as the overview shows it: the core's HostCapacity, what its
+    reservations hold, its raw capacity and ratios, and the JSON document."""
+
+    name: str
+    labels: Mapping[str, str]
+    capacity: HostCapacity
+    held: ResourceList
+    doc: dict[str, Any]
+    version: str | None = None  # the host's resourceVersion the row was computed from
+
+
+def _f(q: Quantity | None) -> float:
+    return float(q.value) if q is not None else 0.0
+
+
+def _bar(effective: Quantity | None, raw: Quantity | None, allocation: Quantity | None,
+         held: Quantity | None, free: Quantity | None) -> dict[str, float]:
+    """Shares of one bar (0..1) for the core's figures: the bar spans the largest
+    of effective, raw and what is used, so a ratio below or above 1 shows as the
+    raw mark left or right of the effective end."""
+    e, r, a, h = _f(effective), _f(raw), _f(allocation), _f(held)
+    scale = max(e, r, a + h, 1e-12)
+    free_share = max(_f(free), 0.0)
+    return {"allocation": a / scale, "held": h / scale, "free": free_share / scale,
+            "effective": e / scale, "raw": r / scale}
+
+
+def _use(effective: Quantity | None, free: Quantity | None) -> float | None:
+    """Share of effective capacity in use (allocated or held), for the heat map."""
+    e = _f(effective)
+    if e <= 0:
+        return None
+    return 1.0 - _f(free) / e
+
+
+def host_row(h: Hypervisor, reservations: Iterable[Reservation], now: datetime,
+             lease_live: bool | None, policies: Sequence[OvercommitPolicy] = ()) -> HostRow:
+    mine = [r for r in reservations if r.spec.hypervisor == h.name]
+    hc = host_capacity(h, mine, now, lease_live, policies=list(policies))
+    held = cap.add(cap.held_resources(r, h, now) for r in mine)
+    raw = cap.usable_capacity(h.status.capacity, {}, h.spec.extra_capacity)
+    ratios = cap.overcommit_ratios(h, policies)
+    doc = hc.to_dict()
+    strs_eff, strs_alloc, strs_free = doc["effective"], doc["allocation"], doc["free"]
+    resources: dict[str, Any] = {}
+    for r in sorted(set(hc.effective) | set(hc.allocation), key=_order):
+        eff, alloc, free = hc.effective.get(r), hc.allocation.get(r), hc.free.get(r)
+        resources[str(r)] = {
+            "effective": strs_eff.get(str(r)),
+            "allocation": strs_alloc.get(str(r), "0"),
+            "held": str(held[r]) if r in held else "0",
+            "free": strs_free.get(str(r)),
+            "raw": str(raw[r]) if r in raw else None,
+            "ratio": ratios.get(r, 1.0),
+            "level": free_level(free, eff),
+            "text": {"effective": human(r, eff), "allocation": human(r, alloc or Quantity(0)),
+                     "held": human(r, held.get(r, Quantity(0))), "free": human(r, free),
+                     "raw": human(r, raw.get(r))},
+            "bar": _bar(eff, raw.get(r), alloc, held.get(r), free),
+            "use": _use(eff, free),
+        }
+    doc.update(labels=dict(h.metadata.labels), maintenance=h.spec.maintenance,
+               instances=len(h.status.instances), resources=resources)
+    return HostRow(h.name, dict(h.metadata.labels), hc, held, doc, h.metadata.resource_version)
+
+
+def with_readiness(row: HostRow, h: Hypervisor, now: datetime, lease_live: bool | None) -> HostRow:
+    """`row` with the host's readiness judged again at `now` (the core's
+    `readiness`); its figures stand while the host and its reservations have not
+    changed, since only readiness moves with the clock alone."""
+    judged = readiness(h, now, lease_live)
+    if row.capacity.readiness == judged:
+        return row
+    doc = {**row.doc, "ready": judged.ready, "readiness": judged.to_dict()}
+    return replace(row, capacity=replace(row.capacity, readiness=judged), doc=doc)
+
+
+def _order(r: ResourceName) -> tuple[bool, str]:
+    return (r not in (CPU, MEMORY), str(r))
+
+
+def resource_names(rows: Iterable[HostRow]) -> list[str]:
+    found = {r for x in rows for r in x.capacity.effective} | {CPU, MEMORY}
+    return [str(r) for r in sorted(found, key=_order)]
+
+
+class Sums:
+    """Running sums of the core's per-host figures (cap.add and cap.subtract,
+    exact), so the fleet's and each label value's totals follow one host's
+    change without adding up every host again."""
+
+    def __init__(self) -> None:
+        self.effective: ResourceList = {}
+        self.allocation: ResourceList = {}
+        self.free: ResourceList = {}
+        self.held: ResourceList = {}
+        self.states: dict[str, int] = {}
+        self.hosts = 0
+
+    def add(self, x: HostRow) -> None:
+        self.effective = cap.add([self.effective, x.capacity.effective])
+        self.allocation = cap.add([self.allocation, x.capacity.allocation])
+        self.free = cap.add([self.free, x.capacity.free])
+        self.held = cap.add([self.held, x.held])
+        state = _state(x)
+        self.states[state] = self.states.get(state, 0) + 1
+        self.hosts += 1
+
+    def remove(self, x: HostRow) -> None:
+        self.effective = _minus(self.effective, x.capacity.effective)
+        self.allocation = _minus(self.allocation, x.capacity.allocation)
+        self.free = _minus(self.free, x.capacity.free)
+        self.held = _minus(self.held, x.held)
+        state = _state(x)
+        self.states[state] -= 1
+        if not self.states[state]:
+            del self.states[state]
+        self.hosts -= 1
+
+    def document(self) -> dict[str, Any]:
+        resources = {}
+        for r in sorted(set(self.effective) | set(self.allocation), key=_order):
+            eff, alloc, fr = self.effective.get(r), self.allocation.get(r), self.free.get(r)
+            held = self.held.get(r, Quantity(0))
+            resources[str(r)] = {
+                "effective": str(eff) if eff is not None else None,
+                "allocation": str(alloc) if alloc is not None else "0",
+                "held": str(held) if r in self.held else "0",
+                "free": str(fr) if fr is not None else None,
+                "text": {"effective": human(r, eff), "allocation": human(r, alloc or Quantity(0)),
+                         "held": human(r, held), "free": human(r, fr)},
+                "bar": _bar(eff, None, alloc, held, fr),
+                "level": free_level(fr, eff),
+            }
+        return {"hosts": self.hosts, "states": dict(sorted(self.states.items())), "resources": resources}
+
+
+def _state(x: HostRow) -> str:
+    return x.capacity.readiness.state if x.capacity.readiness else "Unknown"
+
+
+def _minus(a: ResourceList, b: ResourceList) -> ResourceList:
+    """a − b over the resources of `a` (a sum keeps a resource listed, at 0,
+    after the last host having it left)."""
+    return {r: q for r, q in cap.subtract(a, b).items() if r in a}
+
+
+def totals(rows: Iterable[HostRow]) -> dict[str, Any]:
+    """The sums of the core's per-host figures (cap.add), and the states' counts."""
+    sums = Sums()
+    for x in rows:
+        sums.add(x)
+    return sums.document()
+
+
+def sort_rows(rows: list[HostRow], key: str) -> list[HostRow]:
+    """`name`, `free:RESOURCE` (most free first) or `used:RESOURCE` (most used
+    first), by the core's free and allocation figures; ties by name."""
+    how, _, resource = key.partition(":")
+    if how not in ("free", "used") or not resource:
+        return sorted(rows, key=lambda x: x.name)
+    r = ResourceName.parse(resource, where="sort")
+
+    def value(x: HostRow) -> float:
+        q = (x.capacity.free if how == "free" else x.capacity.allocation).get(r)
+        return -_f(q) if q is not None else float("inf")
+
+    return sorted(rows, key=lambda x: (value(x), x.name))

@@ -1,0 +1,409 @@
+"""The dashboard's live picture of the fleet, kept by following the API's own
+watch fan-out (`WatchHub`, server/watch.py) for Hypervisors and Reservations:
+every host's overview row (feed.host_row) recomputed when that host or one of
+its reservations changes, and again for all hosts at most every
+`refresh_seconds` (readiness and reservation expiry move with the clock, agent
+liveness with its Lease). It also keeps, in bounded memory, each host's recent
+changes and a ring buffer of samples per host and for the fleet (history),
+and tells the page's event streams (SSE) which hosts changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hvfleet.model.errors import HvfleetError
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.selectors import Selector
+from hvfleet.server.dashboard.feed import HostRow, Sums, host_row, totals, with_readiness
+from hvfleet.store.base import Store, WatchEvent
+from hvfleet.store.ownership import owners
+
+
+@dataclass(frozen=True)
+class HistoryLimits:
+    host_samples: int = 240  # per host, one per change (at most one per `min_gap` s)
+    fleet_samples: int = 720  # for the fleet, one per `fleet_interval` s (6 h at 30 s)
+    fleet_interval: float = 30.0
+    min_gap: float = 5.0
+    recent_changes: int = 20  # per host, for its page
+
+
+@dataclass(frozen=True)
+class Change:
+    """One watch event of a host, as its page lists it."""
+
+    at: str
+    type: str
+    kind: str
+    name: str
+    resource_version: str
+    manager: str
+    fields: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "type": self.type, "kind": self.kind, "name": self.name,
+                "resourceVersion": self.resource_version, "manager": self.manager,
+                "fields": self.fields}
+
+
+def _sample(at: float, doc: dict[str, Any]) -> dict[str, Any]:
+    return {"t": at, "allocation": {r: v["allocation"] for r, v in doc["resources"].items()},
+            "free": {r: v["free"] for r, v in doc["resources"].items()},
+            "use": {r: v["use"] for r, v in doc["resources"].items()}}
+
+
+def _last_writer(obj: Hypervisor | Reservation) -> str:
+    latest = max(obj.metadata.managed_fields, key=lambda e: e.time or datetime.min.replace(tzinfo=UTC),
+                 default=None)
+    return latest.manager if latest is not None else "-"
+
+
+def _changed_fields(before: Hypervisor | None, after: Hypervisor) -> list[str]:
+    """Top-level spec and status fields that differ (what a person scans for)."""
+    if before is None:
+        return ["created"]
+    out = []
+    for part in ("spec", "status"):
+        a, b = getattr(before, part).model_dump(), getattr(after, part).model_dump()
+        out += [f"{part}.{k}" for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k) and k != "last_heartbeat_time"]
+    return out or ["heartbeat"]
+
+
+class FleetState:
+    def __init__(self, store: Store, refresh_seconds: float = 5.0,
+                 history: HistoryLimits | None = None) -> None:
+        self.store = store
+        self.refresh_seconds = refresh_seconds
+        self.limits = history or HistoryLimits()
+        self.lock = threading.RLock()
+        self.hosts: dict[str, Hypervisor] = {}
+        self.reservations: dict[str, Reservation] = {}
+        self.policies: dict[str, OvercommitPolicy] = {}
+        self.rows: dict[str, HostRow] = {}
+        self.version = 0  # bumped on every change of any row
+        self.revision = 0
+        self._liveness: dict[str, bool] = {}
+        self._refreshed = 0.0
+        self._sorted: list[HostRow] | None = None
+        self._totals: dict[tuple[int, str], dict[str, Any]] = {}
+        # Running totals of every host (key None) and of each label value (key, value).
+        self._sums: dict[tuple[str, str] | None, Sums] = {}
+        self.recent: dict[str, deque[Change]] = {}
+        self.history: dict[str, deque[dict[str, Any]]] = {}
+        self.fleet_history: deque[dict[str, Any]] = deque(maxlen=self.limits.fleet_samples)
+        self._listeners: set[asyncio.Queue[set[str]]] = set()
+        self.loaded = threading.Event()  # set once the first load is done
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- loading and refreshing ----------------------------------------------------------------
+
+    def load(self) -> int:
+        """Everything from the store; returns the revision to watch from."""
+        hv = self.store.list("Hypervisor")
+        rs = self.store.list("Reservation")
+        ps = self.store.list("OvercommitPolicy")
+        with self.lock:
+            self.policies = {o.metadata.name: o for o in ps.items if isinstance(o, OvercommitPolicy)}
+            self.rows = {}  # everything is computed again (the policies may have changed)
+            self.hosts = {o.metadata.name: o for o in hv.items if isinstance(o, Hypervisor)}
+            self.reservations = {o.metadata.name: o for o in rs.items if isinstance(o, Reservation)}
+            self.revision = min(hv.revision, rs.revision, ps.revision)
+            self._recompute_all()
+        self.loaded.set()
+        return self.revision
+
+    def _by_host(self) -> dict[str, list[Reservation]]:
+        out: dict[str, list[Reservation]] = {}
+        for r in self.reservations.values():
+            out.setdefault(r.spec.hypervisor, []).append(r)
+        return out
+
+    def policy_list(self) -> list[OvercommitPolicy]:
+        return [self.policies[n] for n in sorted(self.policies)]
+
+    def _recompute_all(self, force: bool = False) -> set[str]:
+        """Every row again; the hosts whose row changed (the version moves only then).
+        Without `force`, an unchanged host without reservations only has its
+        readiness judged again."""
+        now = datetime.now(UTC)
+        policies = self.policy_list()
+        self._liveness = self.store.agent_liveness(now)
+        by_host = self._by_host()
+        rows = {}
+        for n, h in self.hosts.items():
+            old, live = self.rows.get(n), self._liveness.get(n)
+            if not force and old is not None and n not in by_host and \
+                    old.version == h.metadata.resource_version:
+                rows[n] = with_readiness(old, h, now, live)  # only the clock moved
+            else:
+                rows[n] = host_row(h, by_host.get(n, []), now, live, policies)
+        changed = {n for n, x in rows.items() if n not in self.rows or self.rows[n].doc != x.doc}
+        changed |= set(self.rows) - set(rows)
+        if not self.rows or len(changed) > len(rows) // 2:
+            self._sums = {}
+            for x in rows.values():
+                self._account(None, x)
+        else:
+            for n in changed:
+                self._account(self.rows.get(n), rows.get(n))
+        self.rows = rows
+        for n in changed & set(rows):
+            self._record(n, rows[n])
+        self._refreshed = time.monotonic()
+        if changed:
+            self._changed()
+        return changed
+
+    def _recompute(self, names: Iterable[str]) -> None:
+        now = datetime.now(UTC)
+        for n in names:
+            h = self.hosts.get(n)
+            if h is None:
+                self._account(self.rows.pop(n, None), None)
+                continue
+            mine = [r for r in self.reservations.values() if r.spec.hypervisor == n]
+            row = host_row(h, mine, now, self._liveness.get(n), self.policy_list())
+            self._account(self.rows.get(n), row)
+            self.rows[n] = row
+            self._record(n, row)
+        self._changed()
+
+    def _account(self, old: HostRow | None, new: HostRow | None) -> None:
+        for x, adding in ((old, False), (new, True)):
+            if x is None:
+                continue
+            for key in [None, *x.labels.items()]:
+                sums = self._sums.get(key)
+                if sums is None:
+                    sums = self._sums[key] = Sums()
+                if adding:
+                    sums.add(x)
+                else:
+                    sums.remove(x)
+                    if not sums.hosts:
+                        del self._sums[key]
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._sorted = None
+        self._totals.clear()
+
+    def _record(self, name: str, row: HostRow) -> None:
+        ring = self.history.get(name)
+        if ring is None:
+            ring = self.history[name] = deque(maxlen=self.limits.host_samples)
+        now = time.time()
+        if ring and now - ring[-1]["t"] < self.limits.min_gap:
+            ring[-1] = _sample(now, row.doc)  # the latest state within the gap
+        else:
+            ring.append(_sample(now, row.doc))
+
+    def fresh(self) -> set[str]:
+        """Recompute every row if the last full pass is older than refresh_seconds;
+        the hosts whose row changed."""
+        with self.lock:
+            if time.monotonic() - self._refreshed > self.refresh_seconds:
+                return self._recompute_all()
+            return set()
+
+    # -- applying watch events ---------------------------------------------------------------------
+
+    def apply(self, events: list[WatchEvent]) -> set[str]:
+        """Apply events (idempotent for ones already loaded); the hosts touched."""
+        touched: set[str] = set()
+        policy_changed = False
+        with self.lock:
+            for e in events:
+                obj = e.object
+                name = obj.metadata.name
+                if isinstance(obj, Hypervisor):
+                    before = self.hosts.get(name)
+                    if before is not None and e.type != "DELETED" and \
+                            int(before.metadata.resource_version or 0) >= e.revision:
+                        continue
+                    if e.type == "DELETED":
+                        self.hosts.pop(name, None)
+                        self.history.pop(name, None)
+                    else:
+                        self.hosts[name] = obj
+                    self._note(name, Change(datetime.now(UTC).isoformat(timespec="seconds"), e.type,
+                                            "Hypervisor", name, str(e.revision), _last_writer(obj),
+                                            _changed_fields(before, obj) if e.type != "DELETED" else []))
+                    touched.add(name)
+                elif isinstance(obj, Reservation):
+                    host = obj.spec.hypervisor
+                    if e.type == "DELETED":
+                        self.reservations.pop(name, None)
+                    else:
+                        self.reservations[name] = obj
+                    self._note(host, Change(datetime.now(UTC).isoformat(timespec="seconds"), e.type,
+                                            "Reservation", name, str(e.revision), _last_writer(obj),
+                                            [f"phase={obj.status.phase}"]))
+                    touched.add(host)
+                elif isinstance(obj, OvercommitPolicy):
+                    if e.type == "DELETED":
+                        self.policies.pop(name, None)
+                    else:
+                        self.policies[name] = obj
+                    policy_changed = True
+                self.revision = max(self.revision, e.revision)
+            if policy_changed:  # any host's ratios may have moved
+                touched |= self._recompute_all(force=True)
+            elif touched:
+                self._recompute(touched)
+        return touched
+
+    def _note(self, host: str, change: Change) -> None:
+        ring = self.recent.get(host)
+        if ring is None:
+            ring = self.recent[host] = deque(maxlen=self.limits.recent_changes)
+        ring.appendleft(change)
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def sorted_rows(self) -> list[HostRow]:
+        with self.lock:
+            if self._sorted is None:
+                self._sorted = [self.rows[n] for n in sorted(self.rows)]
+            return self._sorted
+
+    def select(self, selector: Selector) -> list[HostRow]:
+        rows = self.sorted_rows()
+        if not selector.requirements:
+            return rows
+        return [x for x in rows if selector.matches(x.labels)]
+
+    def totals_for(self, selector: Selector, rows: list[HostRow],
+                   label: tuple[str, str] | None = None) -> dict[str, Any]:
+        """Totals of `rows` (the hosts `selector` matches, within the label value
+        `label` if given): from the running sums without a selector, else added
+        up once per version of the fleet."""
+        key = (self.version, f"{selector}|{label}")
+        with self.lock:
+            got = self._totals.get(key)
+            if got is None and not selector.requirements:
+                sums = self._sums.get(label)
+                got = sums.document() if sums is not None else totals([])
+                self._totals[key] = got
+        if got is None:
+            got = totals(rows)
+            with self.lock:
+                self._totals[key] = got
+        return got
+
+    def owners_of(self, name: str) -> dict[str, str]:
+        with self.lock:
+            h = self.hosts.get(name)
+        if h is None:
+            return {}
+        return {".".join(p): m for p, m in owners(h).items()}
+
+    def sample_fleet(self) -> None:
+        t = self.totals_for(Selector(), self.sorted_rows())
+        with self.lock:
+            self.fleet_history.append({
+                "t": time.time(),
+                "allocation": {r: v["allocation"] for r, v in t["resources"].items()},
+                "free": {r: v["free"] for r, v in t["resources"].items()},
+                "use": {r: (1 - v["bar"]["free"] / v["bar"]["effective"]) if v["bar"]["effective"] else None
+                        for r, v in t["resources"].items()},
+            })
+
+    # -- telling the pages -------------------------------------------------------------------------
+
+    def listen(self) -> asyncio.Queue[set[str]]:
+        q: asyncio.Queue[set[str]] = asyncio.Queue(maxsize=64)
+        self._listeners.add(q)
+        return q
+
+    def unlisten(self, q: asyncio.Queue[set[str]]) -> None:
+        self._listeners.discard(q)
+
+    def notify(self, names: set[str]) -> None:
+        for q in list(self._listeners):
+            if q.full():
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    q.get_nowait()  # a slow page gets "everything changed" (the empty set)
+                names = set()
+            with contextlib.suppress(asyncio.QueueFull):
+                q.put_nowait(set(names))
+
+
+@dataclass
+class Follower:
+    """The tasks that keep a FleetState current from the hub (one per kind) and
+    sample the fleet's history."""
+
+    state: FleetState
+    hub: Any  # hvfleet.server.watch.WatchHub
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self) -> None:
+        """Start following; the first load runs in the background (pages wait for
+        `state.loaded`), so the server answers the API at once however big the fleet."""
+        self.tasks.append(asyncio.create_task(self._run()))
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                since = await loop.run_in_executor(None, self.state.load)
+                break
+            except HvfleetError:
+                await asyncio.sleep(1.0)  # the store is unavailable: try again
+        await loop.run_in_executor(None, self.state.sample_fleet)  # the history's first sample
+        kinds = ("Hypervisor", "Reservation", "OvercommitPolicy")
+        followers = [asyncio.create_task(self._follow(kind, since)) for kind in kinds]
+        self.tasks += [*followers, asyncio.create_task(self._tick())]
+
+    async def _follow(self, kind: str, since: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            fanout = self.hub.fanout(kind)
+            sub, replay, catch_up = fanout.subscribe(since, None, 10_000, loop)
+            try:
+                if catch_up is not None:
+                    since = await loop.run_in_executor(None, self.state.load)
+                    self.state.notify(set())
+                elif replay:
+                    self.state.notify(self.state.apply(replay))
+                while not (sub.overflowed or sub.expired):
+                    events, _ = await sub.next_batch(5.0)
+                    if events:
+                        touched = await loop.run_in_executor(None, self.state.apply, events)
+                        since = events[-1].revision
+                        self.state.notify(touched)
+            finally:
+                fanout.unsubscribe(sub)
+            # Lost events (a full queue or a compacted store): start again from a list.
+            since = await loop.run_in_executor(None, self.state.load)
+            self.state.notify(set())
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_sample = 0.0
+        while True:
+            await asyncio.sleep(self.state.refresh_seconds)
+            changed = await loop.run_in_executor(None, self.state.fresh)
+            if changed:
+                self.state.notify(changed)
+            if time.monotonic() - last_sample >= self.state.limits.fleet_interval:
+                last_sample = time.monotonic()
+                await loop.run_in_executor(None, self.state.sample_fleet)
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t

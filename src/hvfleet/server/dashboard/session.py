@@ -1,0 +1,91 @@
+"""The dashboard's login: a token typed into a form, kept in an HttpOnly,
+SameSite=Strict cookie (Secure over TLS), and checked on every request by the
+same Authenticator as the API's bearer tokens (so a revoked token stops working
+in the browser as fast as anywhere). The API never reads this cookie: it only
+serves the dashboard's own pages and feeds.
+
+Every form that writes carries a CSRF token in a hidden field: a keyed hash of
+the session's token under a secret of this server process, which a page from
+another site can neither read nor compute. Writes also refuse a request whose
+Origin (or, without one, Referer) is not this server's own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from urllib.parse import urlsplit
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hvfleet.model.errors import Forbidden, Unauthorized
+from hvfleet.server.context import ApiContext
+from hvfleet.server.identity import Identity
+
+COOKIE = "hvfleet_session"
+CSRF_FIELD = "csrf"
+# A browser session lasts a working day at most; the token's own expiry still applies.
+MAX_AGE_S = 12 * 3600
+
+_SECRET = secrets.token_bytes(32)
+
+
+def csrf_token(token: str) -> str:
+    return hmac.new(_SECRET, b"csrf:" + token.encode(), hashlib.sha256).hexdigest()
+
+
+def session_token(request: Request) -> str | None:
+    value = request.cookies.get(COOKIE)
+    return value or None
+
+
+async def identify(ctx: ApiContext, request: Request) -> Identity:
+    """The caller of a dashboard request, from its session cookie (Unauthorized
+    without a valid one)."""
+    token = session_token(request)
+    if token is None:
+        raise Unauthorized("not logged in")
+    return await run_in_threadpool(ctx.authenticator.authenticate, f"Bearer {token}")
+
+
+def set_session(response: Response, request: Request, token: str) -> None:
+    response.set_cookie(COOKIE, token, max_age=MAX_AGE_S, path="/", httponly=True,
+                        samesite="strict", secure=request.url.scheme == "https")
+
+
+def clear_session(response: Response, request: Request) -> None:
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict",
+                           secure=request.url.scheme == "https")
+
+
+def _own_origin(request: Request) -> str:
+    host = request.headers.get("host", "")
+    return f"{request.url.scheme}://{host}"
+
+
+def check_origin(request: Request) -> None:
+    """A write must come from a page of this server: Origin, else Referer, must
+    name it. Browsers send Origin on every cross-site POST."""
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        referer = request.headers.get("referer")
+        if referer is None:
+            if origin == "null":
+                raise Forbidden("this form was not sent from a page of this server (Origin: null)")
+            return  # neither header: not a browser's cross-site request; the CSRF token decides
+        parts = urlsplit(referer)
+        origin = f"{parts.scheme}://{parts.netloc}"
+    if origin != _own_origin(request):
+        raise Forbidden(f"this form was sent from {origin}, not from this server")
+
+
+def check_csrf(request: Request, form: dict[str, str]) -> None:
+    """The form's hidden CSRF field must match the session (and the Origin this server)."""
+    check_origin(request)
+    token = session_token(request)
+    sent = form.get(CSRF_FIELD, "")
+    if token is None or not hmac.compare_digest(sent, csrf_token(token)):
+        raise Forbidden("the form's CSRF token is missing or does not match this session; reload the page")

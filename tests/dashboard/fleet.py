@@ -1,0 +1,129 @@
+"""A real fleet for the dashboard tests and benchmark: `hvfleet serve` (TLS, its
+own CA) over a SQLite store, hosts reported by `hvfleet agent --once` on the
+libvirt test driver (examples/fleet/), real tokens per role, and the system
+Chromium driven by Playwright."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from hvfleet.model.token import Role
+from hvfleet.store import open_store
+from hvfleet.store.tokens import issue_token
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = ROOT / "examples" / "fleet"
+HVFLEET = str(Path(sys.executable).parent / "hvfleet")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+# Labels the tests group and filter by (az, role), set by a setup manager.
+LABELS = {
+    "bigmem-01": {"az": "az1", "role": "bigmem"},
+    "compute-01": {"az": "az1", "role": "compute"},
+    "compute-02": {"az": "az1", "role": "compute"},
+    "compute-03": {"az": "az2", "role": "compute"},
+    "edge-01": {"az": "az2", "role": "edge"},
+    "gpu-01": {"az": "az2", "role": "gpu"},
+    "lab-01": {"az": "az3", "role": "lab"},
+}
+
+
+def hvfleet(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run([HVFLEET, *args], capture_output=True, text=True, timeout=120)
+    if check and out.returncode != 0:
+        raise AssertionError(f"hvfleet {' '.join(args)}: {out.returncode}\n{out.stdout}\n{out.stderr}")
+    return out
+
+
+def agent_once(store_url: str, node_xml: Path, name: str) -> None:
+    hvfleet("agent", "--connect", f"test://{node_xml}", "--name", name, "--store", store_url, "--once")
+
+
+@dataclass
+class Fleet:
+    url: str
+    store_url: str
+    tmp: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[str] | None = None
+
+    def token(self, role: Role, name: str) -> str:
+        with open_store(self.store_url) as s:
+            _, text = issue_token(s, role, manager="test-setup", now=datetime.now(UTC),
+                                  ttl=timedelta(hours=2), name=name)
+        self.tokens[name] = text
+        return text
+
+    def http(self, token: str | None = None) -> requests.Session:
+        s = requests.Session()
+        s.trust_env = False
+        s.verify = False
+        if token:
+            s.headers["Authorization"] = f"Bearer {token}"
+        return s
+
+
+def report_fleet(store_url: str) -> None:
+    for f in sorted(FLEET.glob("*.xml")):
+        agent_once(store_url, f, f.stem)
+    with open_store(store_url) as s:
+        for name, labels in LABELS.items():
+            def label(h: Any, labels: dict[str, str] = labels) -> Any:
+                meta = h.metadata.model_copy(update={"labels": {**h.metadata.labels, **labels}})
+                return h.model_copy(update={"metadata": meta})
+            s.update_hypervisor(name, label, "test-setup")
+
+
+@contextmanager
+def serving(tmp: Path, store_url: str) -> Iterator[Fleet]:
+    proc = subprocess.Popen(
+        [HVFLEET, "serve", "--store", store_url, "--listen", "127.0.0.1:0",
+         "--data-dir", str(tmp / "data"), "--audit-log", str(tmp / "audit.log")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    m = re.match(r"hvfleet serve: (https://127\.0\.0\.1:\d+) over ", line)
+    if m is None:
+        proc.kill()
+        raise AssertionError(f"serve did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+    fleet = Fleet(m[1], store_url, tmp, process=proc)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if fleet.http().get(fleet.url + "/readyz", timeout=5).status_code == 200:
+                break
+        except (requests.ConnectionError, requests.Timeout):
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise AssertionError("serve did not become ready")
+        time.sleep(0.1)
+    try:
+        yield fleet
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def login(page: Any, fleet: Fleet, token: str, path: str = "/") -> None:
+    page.goto(f"{fleet.url}/login?next={quote(path)}")
+    page.fill("#token", token)
+    page.click("form.login button[type=submit]")
+    page.wait_for_load_state()
