@@ -36,7 +36,7 @@ from hvfleet.model.meta import validation_message
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
-from hvfleet.store.base import kind_of
+from hvfleet.store.base import fleet_kind_of, kind_of
 
 OutputOpt = Annotated[OutputFormat, typer.Option("-o", "--output", help="table|wide|json|yaml")]
 
@@ -59,7 +59,7 @@ def get(
     store: StoreOpt = None,
 ) -> None:
     """List objects, or show one (kubectl get)."""
-    k = kind_of(kind)
+    k = fleet_kind_of(kind)
     with connect(store) as s:
         objs: list[Resource] = [s.get(k, name)] if name else s.list(k, selector).items
         liveness = s.agent_liveness() if k == "Hypervisor" else {}
@@ -315,7 +315,7 @@ def export(
 ) -> None:
     """Print manifests (YAML) that `apply -f` turns back into the same objects."""
     with connect(store) as s:
-        objs = s.list(kind_of(kind), selector).items
+        objs = s.list(fleet_kind_of(kind), selector).items
     sys.stdout.write(yaml.safe_dump_all([manifest_of(o) for o in objs], sort_keys=False))
 
 

@@ -32,6 +32,13 @@ class InvalidInput(HvfleetError):
     http_status = 422
 
 
+class BadRequest(InvalidInput):
+    """A request the API cannot decode: malformed body, unknown field under strict
+    decoding, an unsupported selector. Nothing was written."""
+
+    http_status = 400
+
+
 class NotFound(HvfleetError):
     exit_code = 1
     http_status = 404
@@ -87,3 +94,10 @@ class UnsupportedMediaType(InvalidInput):
     """A body in a content type the endpoint does not take."""
 
     http_status = 415
+
+
+class TooManyRequests(HvfleetError):
+    """A per-caller limit (e.g. open watches per token) is reached. Retry later."""
+
+    exit_code = 1
+    http_status = 429

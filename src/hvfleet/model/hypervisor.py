@@ -20,6 +20,7 @@ from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION, Condition, Model, ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
+from hvfleet.model.token import AccessToken
 
 ResourceList = dict[ResourceName, Quantity]
 
@@ -167,9 +168,18 @@ class Reservation(Model):
         return self.metadata.name
 
 
+<<<<<<< HEAD
 Resource = Hypervisor | Reservation | Lease
+=======
+Resource = Hypervisor | Reservation | Lease | AccessToken
+# The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
+# an all-kinds watch know.
+>>>>>>> auth
 KINDS: dict[str, type[Resource]] = {
     "Hypervisor": Hypervisor,
     "Reservation": Reservation,
     "Lease": Lease,
 }
+# Every kind a store backend holds and decodes: the public ones, plus access
+# tokens, which only the token code and admins see (hvfleet.model.token).
+STORED_KINDS: dict[str, type[Resource]] = {**KINDS, "AccessToken": AccessToken}

@@ -36,7 +36,7 @@ from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFi
 from hvfleet.scheduling.fit import check_claim
 from hvfleet.scheduling.index import FleetIndex, Weigher
 from hvfleet.scheduling.request import Request
-from hvfleet.store.base import Store
+from hvfleet.store.base import ClaimCheck, Store
 
 MANAGER = "hvfleet-scheduler"
 HYPERVISOR_LABEL = "hvfleet.io/hypervisor"
@@ -88,6 +88,12 @@ def reserve(
 ) -> Reservation:
     """Claim `request` on `host` for `consumer`, or raise DoesNotFit."""
     reservation = new_reservation(host, request, consumer, ttl, datetime.now(UTC))
+    return store.claim(reservation, manager, claim_check(consumer, request, staleness))
+
+
+def claim_check(consumer: str, request: Request, staleness: timedelta = DEFAULT_STALENESS) -> ClaimCheck:
+    """The check every claim runs inside the store's atomic write: the consumer
+    holds nothing else on that host, and `request` fits there."""
 
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         # The time is taken inside the atomic write: what expired by now is free.
@@ -97,7 +103,26 @@ def reserve(
                 raise ConsumerAlreadyHolds(consumer, other.name, h.name)
         check_claim(h, others, request, now, staleness)
 
-    return store.claim(reservation, manager, check)
+    return check
+
+
+def claim_reservation(
+    store: Store,
+    reservation: Reservation,
+    manager: str,
+    *,
+    staleness: timedelta = DEFAULT_STALENESS,
+) -> Reservation:
+    """Claim a reservation someone wrote out whole (the API's create): the same
+    atomic check as `reserve`, with the same labels and an Active phase."""
+    labels = {**reservation_labels(reservation.spec.hypervisor, reservation.spec.source),
+              **reservation.metadata.labels}
+    reservation = reservation.model_copy(update={
+        "metadata": reservation.metadata.model_copy(update={"labels": labels}),
+        "status": ReservationStatus(phase="Active"),
+    })
+    request = Request(dict(reservation.spec.resources))
+    return store.claim(reservation, manager, claim_check(reservation.spec.consumer, request, staleness))
 
 
 @dataclass

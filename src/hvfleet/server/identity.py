@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+# The role names live with the stored token (hvfleet.model.token), re-exported here.
+from hvfleet.model.token import ROLES, Role
+
 if TYPE_CHECKING:
     from hvfleet.model.hypervisor import Resource
 
-Role = Literal["viewer", "operator", "scheduler", "agent", "admin"]
-ROLES: tuple[Role, ...] = ("viewer", "operator", "scheduler", "agent", "admin")
+__all__ = ["ROLES", "Action", "Authenticator", "Authorizer", "Identity", "Role", "Verb"]
 
 # Kubernetes verbs, plus the fleet's action endpoints (fit, release, ...), which
 # are authorized as verb "create" on their own resource name ("fit", ...).

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
-from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.lease import Lease, lease_live, released, renewed
 from hvfleet.model.selectors import Selector, parse_selector
 
@@ -107,12 +107,22 @@ def gc_paused() -> Iterator[None]:
 
 
 def kind_of(kind: str) -> str:
-    """Normalise 'hypervisors'/'hypervisor'/'Hypervisor' to the kind name."""
+    """Normalise 'hypervisors'/'hypervisor'/'Hypervisor' to the kind name. Access
+    tokens are accepted (the backends store them) but not offered in the message."""
     k = kind.strip().lower().removesuffix("s")
-    for name in KINDS:
+    for name in STORED_KINDS:
         if name.lower() == k:
             return name
     raise InvalidInput(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+
+
+def fleet_kind_of(kind: str) -> str:
+    """kind_of for what users list, export and apply: the public kinds only, so
+    access tokens never appear there (their records are for `hvfleet token`)."""
+    name = kind_of(kind)
+    if name not in KINDS:
+        raise InvalidInput(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+    return name
 
 
 def check_batch(writes: Sequence[Write]) -> None:

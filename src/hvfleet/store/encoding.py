@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from hvfleet.model.hypervisor import KINDS, Resource
+from hvfleet.model.hypervisor import STORED_KINDS, Resource
 
 # With sorted keys, the top-level "metadata" object is the first one: only
 # "apiVersion" and "kind", whose values are plain strings, sort before it.
@@ -33,11 +33,11 @@ def decode(kind: str, value: bytes | str, revision: int) -> Resource:
     raw = value.encode() if isinstance(value, str) else value
     at = raw.find(_METADATA)
     if at < 0:  # not the stored encoding: parse it, then set the version
-        return with_version(KINDS[kind].model_validate_json(raw), revision)
+        return with_version(STORED_KINDS[kind].model_validate_json(raw), revision)
     at += len(_METADATA)
     version = b'"resourceVersion":"%d"' % revision
     sep = b"" if raw[at : at + 1] == b"}" else b","
-    return KINDS[kind].model_validate_json(raw[:at] + version + sep + raw[at:])
+    return STORED_KINDS[kind].model_validate_json(raw[:at] + version + sep + raw[at:])
 
 
 def with_version(obj: Resource, revision: int) -> Resource:

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hvfleet.model.errors import AlreadyExists, Conflict, Gone, InvalidInput, NotFound, Unavailable
-from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
@@ -487,9 +487,14 @@ class EtcdStore(Store):
         else:
             start = self._kind_prefix(kind_of(kind) if kind else None)
             end = prefix_end(start)
-        yield from watch_range(
+        events = watch_range(
             self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout
         )
+        if kind is not None:
+            yield from events
+            return
+        # Access tokens live under the same prefix but are not in the all-kinds feed.
+        yield from (e for e in events if e.object.kind in KINDS)
 
     def close(self) -> None:
         self.transport.close()

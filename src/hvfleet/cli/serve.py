@@ -1,0 +1,52 @@
+"""`hvfleet serve`: the fleet's Kubernetes-shaped HTTPS API.
+
+    hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
+                  [--data-dir DIR] [--insecure-http] [--audit-log FILE]
+
+The CLI and the server are two edges that never import each other
+(ARCHITECTURE.md): this command parses its flags and then becomes the server
+program (`python -m hvfleet.server`, by exec, so signals, the PID and the exit
+code are the server's own), handing it the settings as one JSON argument.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hvfleet.cli.common import StoreOpt
+from hvfleet.cli.main import app
+
+
+@app.command("serve")
+def serve(
+    store: StoreOpt = None,
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve on.")] = "127.0.0.1:8443",
+    tls_cert: Annotated[str | None, typer.Option("--tls-cert", help="Serving certificate (PEM).")] = None,
+    tls_key: Annotated[str | None, typer.Option("--tls-key", help="Its private key (PEM).")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", envvar="HVFLEET_DATA_DIR",
+                     help="Where the server keeps its own CA (default ./hvfleet-data)."),
+    ] = None,
+    insecure_http: Annotated[
+        bool, typer.Option("--insecure-http", help="Plain HTTP, allowed only on a loopback address.")
+    ] = False,
+    audit_log: Annotated[
+        str | None, typer.Option("--audit-log", help="File for the JSON audit log (default stderr).")
+    ] = None,
+) -> None:
+    """Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."""
+    settings = {
+        "store": store, "listen": listen, "tls_cert": tls_cert, "tls_key": tls_key,
+        "data_dir": None if data_dir is None else str(data_dir),
+        "insecure_http": insecure_http, "audit_log": audit_log,
+    }
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "hvfleet.server", json.dumps(settings)])

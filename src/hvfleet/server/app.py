@@ -1,0 +1,125 @@
+"""The ASGI application of `hvfleet serve`: routes to the discovery, OpenAPI,
+resource and action handlers (docs/api.md).
+
+`create_app(store, authenticator, authorizer, audit=..., limits=...)` is all a
+server needs; run it with uvicorn. Discovery and OpenAPI documents need any
+valid token (as in Kubernetes, where they are open to every authenticated
+caller); /version, /healthz, /livez and /readyz need none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from hvfleet.server import actions, discovery, openapi
+from hvfleet.server.context import ApiContext, AuditLog, Limits
+from hvfleet.server.identity import Authenticator, Authorizer
+from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
+from hvfleet.server.resources import authenticate, collection, error_response, item
+from hvfleet.server.status import ApiError, Target
+from hvfleet.server.token_api import token_routes
+from hvfleet.store.base import Store
+
+GV = "/apis/hvfleet.io/v1"
+
+
+def _document(build: Callable[[], dict[str, Any]], public: bool = False) -> Callable[..., Any]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            if not public:
+                await authenticate(request.app.state.ctx, request)
+            return JSONResponse(build())
+        except Exception as exc:
+            return error_response(exc, Target())
+
+    return endpoint
+
+
+async def _openapi_v2(request: Request) -> Response:
+    accept = request.headers.get("accept", "")
+    if PROTOBUF_MEDIA in accept:
+        # What kubectl 1.2x asks for to validate manifests and to explain fields.
+        try:
+            await authenticate(request.app.state.ctx, request)
+        except Exception as exc:
+            return error_response(exc, Target())
+        return Response(openapi_v2_protobuf(), media_type=PROTOBUF_CONTENT_TYPE)
+    if accept and "json" not in accept and "*/*" not in accept:
+        return error_response(ApiError(406, "NotAcceptable",
+                                       "/openapi/v2 is served as JSON or protobuf"), Target())
+    response: Response = await _document(openapi.openapi_v2)(request)
+    return response
+
+
+async def _healthy(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(404, "NotFound", "the server could not find the requested resource"),
+                          Target())
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(405, "MethodNotAllowed",
+                                   f"the server does not allow this method ({request.method}) here"),
+                          Target())
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/version", _document(discovery.version, public=True)),
+        Route("/healthz", _healthy), Route("/livez", _healthy), Route("/readyz", _healthy),
+        Route("/api", _document(discovery.api_versions)),
+        Route("/apis", _document(discovery.api_group_list)),
+        Route("/apis/hvfleet.io", _document(discovery.api_group)),
+        Route(GV, _document(discovery.api_resource_list)),
+        Route("/openapi/v2", _openapi_v2),
+        Route("/openapi/v3", _document(openapi.openapi_v3_root)),
+        Route(f"/openapi/v3/{openapi.GV_PATH}", _document(openapi.openapi_v3_group)),
+        # Action endpoints first: their paths would otherwise match {plural}/{name}.
+        *token_routes(),
+        Route(f"{GV}/fit", actions.fit, methods=["POST"]),
+        Route(f"{GV}/placement", actions.placement, methods=["POST"]),
+        Route(f"{GV}/cpubaseline", actions.cpubaseline, methods=["POST"]),
+        Route(f"{GV}/guests/generate", actions.guest_generate, methods=["POST"]),
+        Route(f"{GV}/guests/check", actions.guest_check, methods=["POST"]),
+        Route(f"{GV}/reservations/{{name}}/release", actions.release_reservation, methods=["POST"]),
+        Route(f"{GV}/{{plural}}", collection, methods=["GET", "POST"]),
+        Route(f"{GV}/{{plural}}/{{name}}", item, methods=["GET", "PUT", "PATCH", "DELETE"]),
+        Route(f"{GV}/{{plural}}/{{name}}/status", item, methods=["GET", "PUT", "PATCH"]),
+    ]
+
+
+def create_app(
+    store: Store,
+    authenticator: Authenticator,
+    authorizer: Authorizer,
+    *,
+    audit: AuditLog | None = None,
+    limits: Limits | None = None,
+) -> Starlette:
+    """The API over `store`. The caller keeps ownership of the store (and closes
+    it); the app stops its watch fan-out threads when uvicorn shuts it down."""
+    ctx = ApiContext(store, authenticator, authorizer, audit, limits or Limits())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(actions.preload)
+        try:
+            yield
+        finally:
+            ctx.close()
+
+    app = Starlette(routes=routes(), lifespan=lifespan,
+                    exception_handlers={404: _not_found, 405: _not_allowed})
+    app.state.ctx = ctx
+    return app

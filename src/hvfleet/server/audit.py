@@ -1,0 +1,151 @@
+"""The audit log: one JSON line per write the API was asked to do.
+
+Handlers call, once per write request (create, update, patch, delete, and the
+action endpoints that write, such as release), after it was answered, allowed or
+not::
+
+    from hvfleet.server.audit import audit_write
+    audit_write(who, action, rv_before, rv_after, code, reason)
+
+`who` is the caller's Identity (None when authentication failed), `action` the
+Action that was authorized, `rv_before`/`rv_after` the object's
+resourceVersion before and after (None where there was none: before a create,
+after a delete or a refused write), `code` the HTTP status sent and `reason`
+the Status reason ("Created", "Forbidden", "Conflict", ...). The line goes to the
+`logging` logger "hvfleet.audit"; `configure_audit_log` (called by `hvfleet
+serve`) sends it to stderr or a file as JSON. The shape follows Kubernetes'
+audit events (user, verb, objectRef) so the same tools can read it:
+
+    {"ts": "2026-12-01T09:00:00.123Z", "user": {"subject": "agent/hv1",
+     "role": "agent", "tokenId": "0123456789abcdef", "hypervisor": "hv1"},
+     "verb": "patch", "objectRef": {"apiGroup": "hvfleet.io",
+     "resource": "hypervisors", "subresource": "status", "name": "hv1"},
+     "force": false, "resourceVersion": {"before": "41", "after": "42"},
+     "code": 200, "reason": "OK"}
+
+Secrets never reach it: only the token's id is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from http import HTTPStatus
+from typing import Any
+
+from hvfleet.model.meta import API_GROUP
+from hvfleet.server.identity import Action, Identity
+
+AUDIT_LOGGER = "hvfleet.audit"
+_REASON_MAX = 1024
+
+log = logging.getLogger(AUDIT_LOGGER)
+
+
+def audit_event(
+    who: Identity | None,
+    action: Action,
+    rv_before: str | None,
+    rv_after: str | None,
+    code: int,
+    reason: str,
+    *,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The audit record of one write, as a JSON-ready dict."""
+    ts = (now or datetime.now(UTC)).astimezone(UTC)
+    user: dict[str, Any] | None = None
+    if who is not None:
+        user = {"subject": who.subject, "role": who.role, "tokenId": who.token_id}
+        if who.hypervisor:
+            user["hypervisor"] = who.hypervisor
+    ref: dict[str, Any] = {"apiGroup": API_GROUP, "resource": action.resource}
+    if action.subresource:
+        ref["subresource"] = action.subresource
+    if action.name:
+        ref["name"] = action.name
+    return {
+        "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "user": user,
+        "verb": action.verb,
+        "objectRef": ref,
+        "force": action.force,
+        "resourceVersion": {"before": rv_before, "after": rv_after},
+        "code": code,
+        "reason": reason[:_REASON_MAX],
+    }
+
+
+def audit_write(
+    who: Identity | None,
+    action: Action,
+    rv_before: str | None,
+    rv_after: str | None,
+    code: int,
+    reason: str,
+    *,
+    now: datetime | None = None,
+) -> None:
+    """Log one write (see the module docstring)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    event = audit_event(who, action, rv_before, rv_after, code, reason, now=now)
+    log.info(_dumps(event), extra={"audit": event})
+
+
+def _dumps(event: dict[str, Any]) -> str:
+    # One line whatever the content: json escapes newlines in names and reasons.
+    return json.dumps(event, separators=(",", ":"), sort_keys=False, ensure_ascii=True)
+
+
+class JsonFormatter(logging.Formatter):
+    """An audit record as its JSON line; any other record as a small JSON object."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        event = getattr(record, "audit", None)
+        if isinstance(event, dict):
+            return _dumps(event)
+        ts = datetime.fromtimestamp(record.created, UTC)
+        return _dumps({
+            "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        })
+
+
+def configure_audit_log(path: str | None = None) -> logging.Handler:
+    """Send audit lines to `path` (appended, created 0600) or to stderr, as JSON,
+    and only there (not also to the root logger)."""
+    handler: logging.Handler
+    if path is None:
+        handler = logging.StreamHandler(sys.stderr)
+    else:
+        # Created owner-only: the log names every caller and object.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.close(fd)
+        handler = logging.FileHandler(path, mode="a", encoding="utf-8")
+    handler.setFormatter(JsonFormatter())
+    for old in list(log.handlers):
+        log.removeHandler(old)
+        old.close()
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return handler
+
+
+class JsonAuditLog:
+    """The API app's AuditLog (hvfleet.server.context) over `audit_write`."""
+
+    def record(self, who: Identity | None, action: Action, *, before: str | None,
+               after: str | None, code: int, reason: str) -> None:
+        if not reason:
+            try:
+                reason = HTTPStatus(code).phrase
+            except ValueError:
+                reason = str(code)
+        audit_write(who, action, before, after, code, reason)

@@ -1,0 +1,262 @@
+"""Who may do what: bearer-token authentication and the role table.
+
+`TokenAuthenticator` turns an `Authorization: Bearer hvf_…` header into an
+`Identity` by looking the token up in the store (tokens live there so every
+replica shares them) and caching the record for at most `max_age` seconds:
+that bound is how long a revoke takes to reach every replica. `RoleAuthorizer`
+answers from `ROLE_GRANTS`, the one table of what each role may do, which
+docs/security.md renders (`role_matrix_markdown`). Store-level rules stay where
+the write is accepted (hvfleet.store.ownership): only `agent/<name>` writes a
+hypervisor's status, agents never write spec, and a spec field owned by another
+manager needs force; this table decides who may even ask.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from hvfleet.model.errors import Forbidden, Unauthorized
+from hvfleet.model.hypervisor import Resource
+from hvfleet.model.meta import API_GROUP
+from hvfleet.model.token import ROLES, AccessToken, Role, check_token, split_token
+from hvfleet.server.identity import Action, Identity, Verb
+from hvfleet.store.base import Store
+from hvfleet.store.tokens import find_token
+
+# How long a token record is trusted before it is read again: the longest a
+# revoked or deleted token keeps working on a replica that has seen it.
+DEFAULT_MAX_AGE_S = 1.0
+_CACHE_LIMIT = 50_000
+
+
+@dataclass(frozen=True)
+class Grant:
+    """`verbs` on `resource` ("hypervisors", "hypervisors/status", "fit", ...);
+    with `own`, only on the object named after the caller's hypervisor."""
+
+    resource: str
+    verbs: frozenset[Verb]
+    own: bool = False
+
+
+def _grant(resource: str, verbs: str, *, own: bool = False) -> Grant:
+    return Grant(resource, frozenset(verbs.split()), own)  # type: ignore[arg-type]
+
+
+_READ_FLEET = (
+    _grant("hypervisors", "get list watch"),
+    _grant("hypervisors/status", "get"),
+    _grant("reservations", "get list watch"),
+    _grant("reservations/status", "get"),
+    _grant("leases", "get list watch"),
+    # Answers computed from what a reader can list anyway; they write nothing.
+    _grant("placement", "create"),
+    _grant("cpubaseline", "create"),
+    _grant("guests", "create"),
+)
+_OPERATE = (
+    _grant("hypervisors", "create update patch delete"),
+    _grant("reservations", "delete"),
+    _grant("fit", "create"),
+)
+_SCHEDULE = (
+    _grant("fit", "create"),
+    # Creating a reservation is a claim (Store.claim); release moves its phase.
+    _grant("reservations", "create"),
+    _grant("reservations/status", "update patch"),
+    _grant("release", "create"),
+    # The spec fields it sets (e.g. overcommit); the store refuses others' fields.
+    _grant("hypervisors", "update patch"),
+)
+_AGENT = (
+    # Its own Hypervisor only: least privilege, so an agent cannot map the fleet.
+    _grant("hypervisors", "get list watch create", own=True),
+    _grant("hypervisors/status", "get update patch", own=True),
+    _grant("leases", "get create update patch delete", own=True),
+)
+_TOKENS = (_grant("tokens", "get list watch create update patch delete"),)
+
+# THE role table. Admin holds every fleet right but one: a hypervisor's status
+# is the observation of that host's agent, so nobody else writes it.
+ROLE_GRANTS: dict[Role, tuple[Grant, ...]] = {
+    "viewer": _READ_FLEET,
+    "operator": _READ_FLEET + _OPERATE,
+    "scheduler": _READ_FLEET + _SCHEDULE,
+    "agent": _AGENT,
+    "admin": _READ_FLEET + _OPERATE + _SCHEDULE + _TOKENS,
+}
+# Who may take over spec fields other managers own (force / --force-conflicts).
+FORCE_ROLES: frozenset[Role] = frozenset({"operator", "admin"})
+
+_WHY: dict[Role, str] = {
+    "viewer": "role viewer reads and watches only",
+    "operator": "role operator writes hypervisors' spec and deletes reservations",
+    "scheduler": "role scheduler fits, claims, releases and writes the spec fields it owns",
+    "agent": "role agent touches only its own hypervisor",
+    "admin": "role admin does not write a hypervisor's status (only its agent does)",
+}
+
+
+def _target_name(action: Action, current: Resource | None, new: Resource | None) -> str | None:
+    """The one object an action is about, or None for a whole collection. An
+    action whose parts disagree about the name is about no single object."""
+    names = {n for n in (
+        action.name,
+        None if current is None else current.metadata.name,
+        None if new is None else new.metadata.name,
+    ) if n is not None}
+    return names.pop() if len(names) == 1 else None
+
+
+def _resource_key(action: Action) -> str:
+    return f"{action.resource}/{action.subresource}" if action.subresource else action.resource
+
+
+def _denied(who: Identity, action: Action, name: str | None, why: str) -> Forbidden:
+    # kube-apiserver's wording, so kubectl and client libraries show the familiar line.
+    target = f'{action.resource}.{API_GROUP} "{name}"' if name else f"{action.resource}.{API_GROUP}"
+    return Forbidden(
+        f'{target} is forbidden: User "{who.subject}" cannot {action.verb} resource '
+        f'"{_resource_key(action)}" in API group "{API_GROUP}": {why}'
+    )
+
+
+class RoleAuthorizer:
+    """Authorizer over ROLE_GRANTS."""
+
+    def __init__(self, grants: dict[Role, tuple[Grant, ...]] | None = None) -> None:
+        self.grants = ROLE_GRANTS if grants is None else grants
+
+    def authorize(
+        self, who: Identity, action: Action, current: Resource | None, new: Resource | None
+    ) -> None:
+        name = _target_name(action, current, new)
+        # Token records are served only as tokens: a handler that mapped a request
+        # to the wrong resource must not leak or accept one.
+        holds_token = isinstance(current, AccessToken) or isinstance(new, AccessToken)
+        has_object = current is not None or new is not None
+        if has_object and holds_token != (action.resource == "tokens"):
+            raise _denied(who, action, name, "access tokens are served only as tokens")
+        key = _resource_key(action)
+        allowed = False
+        for grant in self.grants.get(who.role, ()):
+            if grant.resource != key or action.verb not in grant.verbs:
+                continue
+            if grant.own and (who.hypervisor is None or name != who.hypervisor):
+                what = "a list or watch narrowed to its own name" if name is None else "its own"
+                raise _denied(
+                    who, action, name,
+                    f"role agent, bound to hypervisor {who.hypervisor}, may {action.verb} "
+                    f"only {what} (metadata.name={who.hypervisor})",
+                )
+            allowed = True
+            break
+        if not allowed:
+            raise _denied(who, action, name, _WHY[who.role])
+        if action.force and who.role not in FORCE_ROLES:
+            raise _denied(
+                who, action, name,
+                f"role {who.role} may not force: fields other managers own stay theirs",
+            )
+
+
+def allowed(
+    role: Role, verb: Verb, resource: str, subresource: str | None = None,
+    *, own: bool | None = None,
+) -> bool:
+    """Whether the table lets `role` do `verb` on `resource[/subresource]`
+    (`own`: on the caller's own hypervisor; None: either)."""
+    key = f"{resource}/{subresource}" if subresource else resource
+    for grant in ROLE_GRANTS[role]:
+        if grant.resource == key and verb in grant.verbs:
+            return own is not False or not grant.own
+    return False
+
+
+VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+
+def table_resources() -> list[str]:
+    """Every resource[/subresource] the table names, in a stable order."""
+    seen: dict[str, None] = {}
+    for role in ROLES:
+        for grant in ROLE_GRANTS[role]:
+            seen.setdefault(grant.resource, None)
+    return list(seen)
+
+
+def role_matrix_markdown() -> str:
+    """ROLE_GRANTS as the Markdown table in docs/security.md."""
+    lines = [
+        "| resource | " + " | ".join(ROLES) + " |",
+        "|---" * (len(ROLES) + 1) + "|",
+    ]
+    for key in table_resources():
+        cells = []
+        for role in ROLES:
+            verbs = [g for g in ROLE_GRANTS[role] if g.resource == key]
+            text = " ".join(v for v in VERBS if any(v in g.verbs for g in verbs))
+            if text and any(g.own for g in verbs):
+                text += " (own)"
+            cells.append(text or "—")
+        lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+    lines.append("| force | " + " | ".join("yes" if r in FORCE_ROLES else "—" for r in ROLES) + " |")
+    return "\n".join(lines) + "\n"
+
+
+class TokenAuthenticator:
+    """Authenticator over the tokens in `store`."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_age: float = DEFAULT_MAX_AGE_S,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.store = store
+        self.max_age = max_age
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, AccessToken | None]] = {}
+
+    def _record(self, token_id: str) -> AccessToken | None:
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(token_id)
+        if hit is not None and now - hit[0] < self.max_age:
+            return hit[1]
+        record = find_token(self.store, token_id)
+        with self._lock:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()  # ids are random: a flood of unknown ones must not grow it
+            self._cache[token_id] = (now, record)
+        return record
+
+    def forget(self, token_ids: Iterable[str] | None = None) -> None:
+        """Drop cached records (all, or these), e.g. right after a revoke here."""
+        with self._lock:
+            if token_ids is None:
+                self._cache.clear()
+            else:
+                for token_id in token_ids:
+                    self._cache.pop(token_id, None)
+
+    def authenticate(self, authorization: str | None) -> Identity:
+        if not authorization or not authorization.strip():
+            raise Unauthorized("no credentials: send Authorization: Bearer <token>")
+        scheme, _, credentials = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            raise Unauthorized("credentials: expected a bearer token (Authorization: Bearer <token>)")
+        token_id, secret = split_token(credentials)
+        record = self._record(token_id)
+        if record is None:
+            raise Unauthorized("token: unknown or wrong token")
+        check_token(record, secret, self._clock())
+        spec = record.spec
+        return Identity(subject=spec.subject, role=spec.role, hypervisor=spec.hypervisor,
+                        token_id=record.name)

@@ -1,0 +1,233 @@
+"""Request bodies: the size limit, content types, strict decoding, merge patch.
+
+Nothing here writes: a body is read (at most `max_body` bytes, else 413),
+decoded (JSON, or YAML for server-side apply; a merge or JSON patch is
+applied here, RFC 7386 / RFC 6902), checked against the kind's
+model with unknown fields refused by path (`fieldValidation=Strict`, the
+default) or dropped (`Ignore`, `Warn` with a Warning header), and only then
+handed to a handler.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from starlette.requests import Request
+
+from hvfleet.model.errors import BadRequest, InvalidInput, TooLarge, UnsupportedMediaType
+from hvfleet.model.hypervisor import KINDS, Resource
+from hvfleet.model.meta import API_VERSION
+from hvfleet.server.status import ApiError, Target, invalid_object, unknown_fields
+
+MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+PATCH_TYPES = (MERGE_PATCH, APPLY_PATCH, JSON_PATCH)
+FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
+
+
+async def read_body(request: Request, max_body: int) -> bytes:
+    """The whole body, refusing (413) as soon as it passes `max_body` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_body:
+        raise TooLarge(f"request body of {declared} bytes is larger than the limit of {max_body} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body:
+            raise TooLarge(f"request body is larger than the limit of {max_body} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def media_type(request: Request) -> str:
+    return request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+
+
+def decode_document(body: bytes, media: str) -> Any:
+    """A JSON object (a list for a JSON patch; for apply YAML, of which JSON is
+    a subset)."""
+    if not body.strip():
+        raise BadRequest("request body is empty; expected an object")
+    try:
+        if media == APPLY_PATCH:
+            doc = yaml.safe_load(body)
+        elif media in ("application/json", MERGE_PATCH, JSON_PATCH, "*/*", ""):
+            doc = json.loads(body)
+        else:
+            raise UnsupportedMediaType(f"the body's media type {media!r} is not supported here")
+    except (ValueError, yaml.YAMLError) as exc:
+        raise BadRequest(f"the body is not valid {'YAML' if media == APPLY_PATCH else 'JSON'}: "
+                         f"{str(exc).splitlines()[0]}") from None
+    try:
+        # JSON may spell lone surrogates (\ud800), which are no text: refuse them
+        # here rather than fail deep in validation or storage.
+        json.dumps(doc, ensure_ascii=False, default=str).encode()
+    except (UnicodeEncodeError, ValueError):
+        raise BadRequest("the body holds a string that is not valid Unicode text") from None
+    if not isinstance(doc, list if media == JSON_PATCH else dict):
+        raise BadRequest(f"the body must be {'a list' if media == JSON_PATCH else 'an object'}")
+    return doc
+
+
+def field_validation(value: str | None) -> str:
+    value = value or "Strict"
+    if value not in FIELD_VALIDATION:
+        raise BadRequest(f"fieldValidation: {value!r} is not one of Strict, Warn, Ignore")
+    return value
+
+
+def _drop(doc: Any, path: tuple[Any, ...]) -> None:
+    node = doc
+    for part in path[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return
+    if isinstance(node, dict):
+        node.pop(path[-1], None)
+
+
+def to_object(doc: dict[str, Any], kind: str, target: Target,
+              validation: str = "Strict") -> tuple[Resource, list[str]]:
+    """The document as a `kind` object, and the warnings for dropped unknown fields.
+
+    Unknown fields are found by the model itself (every model forbids extras), so
+    their paths are exact; any other error is a 422 with one cause per field."""
+    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != kind:
+        raise BadRequest(f"the body must be a {kind} of apiVersion {API_VERSION} "
+                         f"(got kind {doc.get('kind')!r}, apiVersion {doc.get('apiVersion')!r})")
+    model = KINDS[kind]
+    warnings: list[str] = []
+    for _ in range(2):
+        try:
+            return model.model_validate(doc), warnings
+        except ValidationError as exc:
+            unknown = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
+            if not unknown:
+                raise invalid_object(exc, target, kind) from None
+            paths = [".".join(str(p) for p in loc) for loc in unknown]
+            if validation == "Strict":
+                raise unknown_fields(paths) from None
+            for loc in unknown:
+                _drop(doc, tuple(loc))
+            if validation == "Warn":
+                warnings += [f'unknown field "{p}"' for p in paths]
+    raise ApiError(400, "BadRequest", "the body could not be decoded")
+
+
+def _pointer(path: Any) -> list[str]:
+    if not isinstance(path, str) or (path and not path.startswith("/")):
+        raise BadRequest(f"json patch: path {path!r} is not a JSON pointer")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+
+
+def _parent(doc: Any, parts: list[str], path: str) -> Any:
+    node = doc
+    for part in parts[:-1]:
+        try:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise InvalidInput(f"json patch: path {path!r} does not exist") from None
+    return node
+
+
+def _index(node: list[Any], part: str, path: str, adding: bool) -> int:
+    if adding and part == "-":
+        return len(node)
+    if not part.isdigit() or int(part) > len(node) - (0 if adding else 1):
+        raise InvalidInput(f"json patch: index {part!r} of {path!r} is out of range")
+    return int(part)
+
+
+def _get(doc: Any, path: str) -> Any:
+    parts = _pointer(path)
+    if not parts:
+        return doc
+    node = _parent(doc, parts, path)
+    try:
+        if isinstance(node, list):
+            return node[_index(node, parts[-1], path, False)]
+        return node[parts[-1]]
+    except (KeyError, TypeError):
+        raise InvalidInput(f"json patch: path {path!r} does not exist") from None
+
+
+def _remove(doc: Any, path: str) -> Any:
+    parts = _pointer(path)
+    if not parts:
+        raise InvalidInput("json patch: cannot remove the whole document")
+    node = _parent(doc, parts, path)
+    if isinstance(node, list):
+        return node.pop(_index(node, parts[-1], path, False))
+    if not isinstance(node, dict) or parts[-1] not in node:
+        raise InvalidInput(f"json patch: path {path!r} does not exist")
+    return node.pop(parts[-1])
+
+
+def _add(doc: Any, path: str, value: Any, replace: bool = False) -> Any:
+    parts = _pointer(path)
+    if not parts:
+        return copy.deepcopy(value)
+    node = _parent(doc, parts, path)
+    if isinstance(node, list):
+        i = _index(node, parts[-1], path, not replace)
+        if replace:
+            node[i] = copy.deepcopy(value)
+        else:
+            node.insert(i, copy.deepcopy(value))
+    elif isinstance(node, dict):
+        if replace and parts[-1] not in node:
+            raise InvalidInput(f"json patch: path {path!r} does not exist")
+        node[parts[-1]] = copy.deepcopy(value)
+    else:
+        raise InvalidInput(f"json patch: path {path!r} does not exist")
+    return doc
+
+
+def json_patch(doc: dict[str, Any], ops: Any) -> Any:
+    """RFC 6902 JSON patch (add, remove, replace, move, copy, test) on a copy."""
+    if not isinstance(ops, list):
+        raise BadRequest("json patch: the body must be a list of operations")
+    out: Any = copy.deepcopy(doc)
+    for op in ops:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise BadRequest(f"json patch: {op!r} is not an operation with op and path")
+        kind, path = op["op"], op["path"]
+        if kind in ("add", "replace", "test") and "value" not in op:
+            raise BadRequest(f"json patch: {kind} {path!r} needs a value")
+        if kind == "add":
+            out = _add(out, path, op["value"])
+        elif kind == "replace":
+            out = _add(out, path, op["value"], replace=True)
+        elif kind == "remove":
+            _remove(out, path)
+        elif kind in ("move", "copy"):
+            source = str(op.get("from", ""))
+            value = _remove(out, source) if kind == "move" else copy.deepcopy(_get(out, source))
+            out = _add(out, path, value)
+        elif kind == "test":
+            if _get(out, path) != op["value"]:
+                raise InvalidInput(f"json patch: test of {path!r} failed")
+        else:
+            raise BadRequest(f"json patch: unknown op {kind!r}")
+    return out
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out

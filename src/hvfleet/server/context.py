@@ -1,0 +1,83 @@
+"""What every handler of one server process shares: the store, who is calling and
+whether they may, the audit log, the limits, the watch fan-out, and the warm
+state of the fleet verbs (fleet index, agent liveness)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Protocol
+
+from hvfleet.model.hypervisor import Resource
+from hvfleet.model.readiness import DEFAULT_STALENESS
+from hvfleet.scheduling.index import FleetIndex
+from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity
+from hvfleet.server.table import TableInputs
+from hvfleet.server.watch import WatchHub, WatchLimits
+from hvfleet.store.base import Store
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body: int = 1024 * 1024  # bytes; larger bodies get 413 RequestEntityTooLarge
+    watch: WatchLimits = field(default_factory=WatchLimits)
+    # A claim refuses hosts whose heartbeat is older than this (as `hvfleet reserve`).
+    claim_staleness: timedelta = DEFAULT_STALENESS
+    # Read-modify-write handlers (PATCH, DELETE) retry this often on a stale version.
+    write_attempts: int = 20
+    # Seconds the inputs of Table rows (agent liveness, hosts) are reused for.
+    liveness_max_age: float = 1.0
+
+
+class AuditLog(Protocol):
+    """One structured record per write attempt (allowed or not)."""
+
+    def record(self, who: Identity | None, action: Action, *, before: str | None,
+               after: str | None, code: int, reason: str) -> None: ...
+
+
+class ApiContext:
+    def __init__(self, store: Store, authenticator: Authenticator, authorizer: Authorizer,
+                 audit: AuditLog | None, limits: Limits) -> None:
+        self.store = store
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.audit = audit
+        self.limits = limits
+        self.hub = WatchHub(store, limits.watch)
+        self._table_inputs: dict[str, tuple[float, TableInputs]] = {}
+        self._index: FleetIndex | None = None
+        self.index_lock = threading.Lock()
+
+    def authorize(self, who: Identity, action: Action, current: Resource | None = None,
+                  new: Resource | None = None) -> None:
+        self.authorizer.authorize(who, action, current, new)
+
+    def table_inputs(self, kind: str) -> TableInputs:
+        """Liveness (and, for reservations, their hosts) for Table rows, read at
+        most once per `liveness_max_age` seconds: a watch with many events must
+        not re-read them per event."""
+        at, value = self._table_inputs.get(kind, (0.0, TableInputs()))
+        if time.monotonic() - at > self.limits.liveness_max_age:
+            if kind == "Hypervisor":
+                value = TableInputs(liveness=self.store.agent_liveness())
+            elif kind == "Reservation":
+                value = TableInputs(hosts={h.name: h for h in self.store.list_hypervisors()})
+            else:
+                value = TableInputs()
+            self._table_inputs[kind] = (time.monotonic(), value)
+        return value
+
+    def fleet_index(self) -> FleetIndex:
+        """The fleet index kept warm across requests; call with index_lock held.
+        Each use catches up with the store first, so a fit sees every earlier write."""
+        if self._index is None:
+            self._index = FleetIndex.from_store(self.store, self.limits.claim_staleness)
+        else:
+            self._index.refresh(self.store)
+        return self._index
+
+    def close(self) -> None:
+        self.hub.close()

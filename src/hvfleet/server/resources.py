@@ -1,0 +1,549 @@
+"""The resource handlers: collections, objects and their /status subresource.
+
+Each handler parses the request, authenticates, builds an `Action`, asks the
+authorizer, makes one store call and renders the answer. Writes always name
+`Identity.manager` as the field manager (a client's `fieldManager` is ignored);
+creating a Reservation is a claim (`hvfleet.scheduling.claims.claim_reservation`,
+the same atomic check as `hvfleet reserve`); server-side apply merges with
+the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`). A write
+that reads first (PATCH, DELETE) writes with the version it read and
+authorized, and starts over if that version went stale meanwhile.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from hvfleet.model.errors import (
+    BadRequest,
+    HvfleetError,
+    InvalidInput,
+    NotFound,
+    UnsupportedMediaType,
+)
+from hvfleet.model.hypervisor import Reservation, Resource
+from hvfleet.model.lease import Lease
+from hvfleet.model.meta import API_VERSION
+from hvfleet.model.selectors import parse_selector
+from hvfleet.scheduling.claims import claim_reservation
+from hvfleet.server import bodies
+from hvfleet.server.context import ApiContext
+from hvfleet.server.discovery import RESOURCES, ResourceInfo
+from hvfleet.server.identity import Action, Identity, Verb
+from hvfleet.server.status import ApiError, Target, from_error
+from hvfleet.server.table import table, wants_table
+from hvfleet.server.watch_stream import WatchResponse
+from hvfleet.store.apply import plan_one
+from hvfleet.store.base import StaleVersion
+
+log = logging.getLogger("hvfleet.server")
+
+
+# -- plumbing ---------------------------------------------------------------------------
+
+def target_of(request: Request) -> Target:
+    plural = request.path_params.get("plural", "")
+    info = RESOURCES.get(plural)
+    return Target(plural=plural, name=request.path_params.get("name", ""),
+                  kind=info.kind if info else "")
+
+
+def error_response(exc: Exception, target: Target) -> JSONResponse:
+    if not isinstance(exc, (HvfleetError, ApiError)):
+        log.exception("unexpected error serving %s %s", target.plural, target.name)
+    body = from_error(exc, target)
+    return JSONResponse(body, status_code=body["code"])
+
+
+def code_of(exc: Exception) -> tuple[int, str]:
+    body = from_error(exc, Target())
+    return body["code"], body["reason"]
+
+
+def _info(request: Request) -> ResourceInfo:
+    info = RESOURCES.get(request.path_params["plural"])
+    if info is None:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return info
+
+
+async def authenticate(ctx: ApiContext, request: Request, write: Action | None = None) -> Identity:
+    """The caller. A write refused here (401) is audited too, with no identity."""
+    try:
+        return await run_in_threadpool(ctx.authenticator.authenticate,
+                                       request.headers.get("authorization"))
+    except Exception as exc:
+        if write is not None and ctx.audit is not None:
+            code, reason = code_of(exc)
+            ctx.audit.record(None, write, before=None, after=None, code=code, reason=reason)
+        raise
+
+
+def precheck(ctx: ApiContext, who: Identity, action: Action) -> None:
+    """Ask before reading what the write is about: a caller who may not write
+    gets 403 without learning whether the object exists. The full check, with
+    the stored and the new object, follows before the write."""
+    try:
+        ctx.authorize(who, action)
+    except Exception as exc:
+        if ctx.audit is not None:
+            code, reason = code_of(exc)
+            ctx.audit.record(who, action, before=None, after=None, code=code, reason=reason)
+        raise
+
+
+def _flag(request: Request, name: str) -> bool:
+    value = request.query_params.get(name, "").lower()
+    if value not in ("", "true", "false", "1", "0"):
+        raise BadRequest(f"{name}: {value!r} is not a boolean")
+    return value in ("true", "1")
+
+
+def _no_dry_run(request: Request) -> None:
+    if request.query_params.get("dryRun"):
+        raise BadRequest("dryRun: not supported by this server")
+
+
+def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource, code: int = 200,
+           warnings: list[str] | None = None) -> Response:
+    headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
+    if wants_table(request.headers.get("accept")):
+        body = table(info.kind, [obj], ctx.table_inputs(info.kind), obj.metadata.resource_version or "",
+                     request.query_params.get("includeObject", "PartialObjectMetadata"))
+        return JSONResponse(body, status_code=code, headers=headers)
+    return JSONResponse(obj.to_dict(), status_code=code, headers=headers)
+
+
+def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
+            write: Callable[[], Resource | None]) -> Resource | None:
+    """Run one write and record it in the audit log, whatever its result."""
+    rv_before = before.metadata.resource_version if before is not None else None
+    try:
+        out = write()
+    except Exception as exc:
+        if ctx.audit is not None:
+            code, reason = code_of(exc)
+            ctx.audit.record(who, action, before=rv_before, after=None, code=code, reason=reason)
+        raise
+    if ctx.audit is not None:
+        after = (out.metadata.resource_version
+                 if out is not None and action.verb != "delete" else None)
+        code, reason = (201, "Created") if before is None and action.verb == "create" else (200, "OK")
+        ctx.audit.record(who, action, before=rv_before, after=after, code=code, reason=reason)
+    return out
+
+
+def _retrying(ctx: ApiContext, pinned: bool, attempt: Callable[[], Resource | None]) -> Resource | None:
+    """Read-authorize-write, again while the version read went stale — unless the
+    client named the version itself (then a stale one is its Conflict)."""
+    for n in range(ctx.limits.write_attempts):
+        try:
+            return attempt()
+        except StaleVersion:
+            if pinned or n == ctx.limits.write_attempts - 1:
+                raise
+            ctx.store.pause_after_conflict(n)
+    raise AssertionError("unreachable")
+
+
+# -- collections ----------------------------------------------------------------------------
+
+def name_from_field_selector(text: str | None) -> tuple[str | None, str | None]:
+    """(name that must match, name that must not) from `metadata.name=X` terms."""
+    equal: str | None = None
+    unequal: str | None = None
+    for term in (t.strip() for t in (text or "").split(",") if t.strip()):
+        for op in ("!=", "==", "="):
+            key, sep, value = term.partition(op)
+            if sep:
+                break
+        else:
+            raise BadRequest(f"fieldSelector: {term!r} is not FIELD=VALUE")
+        if key.strip() != "metadata.name":
+            raise BadRequest(f'fieldSelector: field label not supported: "{key.strip()}" '
+                             "(only metadata.name)")
+        if op == "!=":
+            unequal = value.strip()
+        else:
+            equal = value.strip()
+    return equal, unequal
+
+
+def _encode_continue(revision: int, after: str) -> str:
+    raw = json.dumps({"rv": revision, "after": after}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_continue(token: str) -> str:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        after = data["after"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise BadRequest("continue: not a token this server issued") from None
+    if not isinstance(after, str):
+        raise BadRequest("continue: not a token this server issued")
+    return after
+
+
+def _limit(request: Request) -> int | None:
+    text = request.query_params.get("limit")
+    if not text:
+        return None
+    if not text.isdigit():
+        raise BadRequest(f"limit: {text!r} is not a non-negative integer")
+    return int(text) or None
+
+
+async def collection(request: Request) -> Response:
+    ctx: ApiContext = request.app.state.ctx
+    try:
+        info = _info(request)
+        if request.method == "POST":
+            return await create(request, ctx, info)
+        if _flag(request, "watch"):
+            return await watch(request, ctx, info)
+        return await list_objects(request, ctx, info)
+    except Exception as exc:
+        return error_response(exc, target_of(request))
+
+
+async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
+    q = request.query_params
+    selector = parse_selector(q.get("labelSelector"))
+    equal, unequal = name_from_field_selector(q.get("fieldSelector"))
+    limit = _limit(request)
+    after = _decode_continue(q["continue"]) if q.get("continue") else None
+    who = await authenticate(ctx, request)
+    ctx.authorize(who, Action("list", info.plural, name=equal))
+    result = await run_in_threadpool(ctx.store.list, info.kind, selector)
+    items = [o for o in result.items
+             if (equal is None or o.metadata.name == equal)
+             and (unequal is None or o.metadata.name != unequal)
+             and (after is None or o.metadata.name > after)]
+    token, remaining = "", 0
+    if limit is not None and len(items) > limit:
+        remaining = len(items) - limit
+        items = items[:limit]
+        token = _encode_continue(result.revision, items[-1].metadata.name)
+    rv = str(result.revision)
+    if wants_table(request.headers.get("accept")):
+        inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
+        body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
+                     token)
+        return JSONResponse(body)
+    meta: dict[str, Any] = {"resourceVersion": rv}
+    if token:
+        meta["continue"] = token
+        meta["remainingItemCount"] = remaining
+    return JSONResponse({"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": meta,
+                         "items": [o.to_dict() for o in items]})
+
+
+async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
+    q = request.query_params
+    selector = parse_selector(q.get("labelSelector"))
+    equal, unequal = name_from_field_selector(q.get("fieldSelector"))
+    rv_text = q.get("resourceVersion", "")
+    if rv_text not in ("", "0") and not rv_text.isdigit():
+        raise BadRequest(f"resourceVersion: {rv_text!r} is not a resource version")
+    timeout_text = q.get("timeoutSeconds", "")
+    if timeout_text and not timeout_text.isdigit():
+        raise BadRequest(f"timeoutSeconds: {timeout_text!r} is not a number of seconds")
+    limits = ctx.limits.watch
+    timeout = min(float(timeout_text), limits.max_timeout) if timeout_text else limits.max_timeout
+    who = await authenticate(ctx, request)
+    ctx.authorize(who, Action("watch", info.plural, name=equal))
+    release = ctx.hub.acquire(who.token_id)
+    try:
+        fanout = await run_in_threadpool(ctx.hub.fanout, info.kind)
+        initial: list[Resource] | None = None
+        if rv_text in ("", "0"):
+            # No version: the current objects first (as ADDED), then changes after them.
+            listed = await run_in_threadpool(ctx.store.list, info.kind, selector)
+            since = listed.revision
+            initial = listed.items
+        else:
+            since = int(rv_text)
+        return WatchResponse(
+            ctx, fanout, info.kind, since, initial, selector=selector, name=equal, not_name=unequal,
+            bookmarks=_flag(request, "allowWatchBookmarks"), timeout=timeout,
+            as_table=wants_table(request.headers.get("accept")),
+            include_object=q.get("includeObject", "PartialObjectMetadata"), release=release,
+        )
+    except BaseException:
+        release()
+        raise
+
+
+async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
+    _no_dry_run(request)
+    validation = bodies.field_validation(request.query_params.get("fieldValidation"))
+    media = bodies.media_type(request)
+    if media not in ("application/json", "*/*"):
+        raise UnsupportedMediaType(f"create: the body must be application/json, not {media!r}")
+    body = await bodies.read_body(request, ctx.limits.max_body)
+    doc = bodies.decode_document(body, media)
+    name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
+    target = Target(info.plural, str(name), info.kind)
+    try:
+        who = await authenticate(ctx, request, Action("create", info.plural, name=target.name or None))
+        obj, warnings = bodies.to_object(doc, info.kind, target, validation)
+        out = await run_in_threadpool(create_object, ctx, who, info, obj)
+        return render(request, ctx, info, out, 201, warnings)
+    except Exception as exc:
+        return error_response(exc, target)
+
+
+def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource) -> Resource:
+    """Create (a Reservation: claim) as the caller."""
+    action = Action("create", info.plural, name=obj.metadata.name)
+
+    def write() -> Resource:
+        ctx.authorize(who, action, None, obj)
+        if isinstance(obj, Reservation):
+            try:
+                return claim_reservation(ctx.store, obj, who.manager,
+                                         staleness=ctx.limits.claim_staleness)
+            except NotFound as exc:
+                # The missing object is the host the reservation names, not the
+                # reservation: a 404 would read as "reservation not found".
+                raise InvalidInput(str(exc), field="spec.hypervisor") from None
+        return ctx.store.create(obj, who.manager)
+
+    out = audited(ctx, who, action, None, write)
+    assert out is not None
+    return out
+
+
+# -- objects --------------------------------------------------------------------------------
+
+async def item(request: Request) -> Response:
+    ctx: ApiContext = request.app.state.ctx
+    sub = "status" if request.url.path.endswith("/status") else None
+    try:
+        info = _info(request)
+        name = request.path_params["name"]
+        if sub is not None and not info.has_status:
+            raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
+        if request.method == "GET":
+            who = await authenticate(ctx, request)
+            ctx.authorize(who, Action("get", info.plural, name=name, subresource=sub))
+            obj = await run_in_threadpool(ctx.store.get, info.kind, name)
+            return render(request, ctx, info, obj)
+        if request.method == "DELETE":
+            if sub is not None:
+                raise ApiError(405, "MethodNotAllowed", "the status subresource cannot be deleted")
+            return await delete(request, ctx, info, name)
+        _no_dry_run(request)
+        validation = bodies.field_validation(request.query_params.get("fieldValidation"))
+        force = _flag(request, "force")
+        media = bodies.media_type(request)
+        if media == bodies.STRATEGIC_PATCH:
+            raise UnsupportedMediaType(
+                "strategic merge patch is not supported for custom resources; "
+                "use a merge patch (application/merge-patch+json) or server-side apply")
+        if request.method == "PATCH" and media not in bodies.PATCH_TYPES:
+            raise UnsupportedMediaType(f"PATCH: the media type {media!r} is not supported "
+                                       f"(use one of {', '.join(bodies.PATCH_TYPES)})")
+        if request.method == "PUT" and media not in ("application/json", "*/*"):
+            raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
+        body = await bodies.read_body(request, ctx.limits.max_body)
+        doc = bodies.decode_document(body, media)
+        who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
+                                                      force))
+        target = Target(info.plural, name, info.kind)
+        if request.method == "PUT":
+            obj, warnings = bodies.to_object(doc, info.kind, target, validation)
+            _same_name(obj, name)
+            out = await run_in_threadpool(replace, ctx, who, info, obj, sub, force)
+            return render(request, ctx, info, out, 200, warnings)
+        if media == bodies.APPLY_PATCH:
+            obj, warnings = bodies.to_object(doc, info.kind, target, validation)
+            _same_name(obj, name)
+            out, created = await run_in_threadpool(server_side_apply, ctx, who, info, obj, sub, force)
+            return render(request, ctx, info, out, 201 if created else 200, warnings)
+        out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
+                                                validation, media)
+        return render(request, ctx, info, out, 200, warnings)
+    except Exception as exc:
+        return error_response(exc, target_of(request))
+
+
+def _same_name(obj: Resource, name: str) -> None:
+    if obj.metadata.name != name:
+        raise BadRequest(f"the name of the object ({obj.metadata.name}) does not match the name "
+                         f"on the URL ({name})")
+
+
+def _with_status_of(base: Resource, source: Resource) -> Resource:
+    if isinstance(base, Lease) or isinstance(source, Lease):
+        return base  # a Lease has no status
+    return base.model_copy(update={"status": source.status})
+
+
+def _verb(method: str) -> Verb:
+    return "update" if method == "PUT" else "patch"
+
+
+def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, sub: str | None,
+            force: bool) -> Resource:
+    """PUT: compare-and-swap on the body's resourceVersion. The main resource
+    keeps the stored status, /status keeps everything but status."""
+    action = Action("update", info.plural, obj.metadata.name, sub, force)
+    precheck(ctx, who, action)
+    current = ctx.store.get(info.kind, obj.metadata.name)
+    if sub is None:
+        new = _with_status_of(obj, current)
+    else:
+        new = _with_status_of(current, obj)
+        new = new.model_copy(update={"metadata": current.metadata.model_copy(
+            update={"resource_version": obj.metadata.resource_version})})
+
+    def write() -> Resource:
+        ctx.authorize(who, action, current, new)
+        return ctx.store.update(new, who.manager, force=force)
+
+    out = audited(ctx, who, action, current, write)
+    assert out is not None
+    return out
+
+
+def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: Any,
+          sub: str | None, force: bool, validation: str, media: str) -> tuple[Resource, list[str]]:
+    """PATCH with a JSON merge patch (RFC 7386) or JSON patch (RFC 6902) over the
+    stored object."""
+    if media == bodies.JSON_PATCH:
+        pinned = any(isinstance(op, dict) and op.get("path") == "/metadata/resourceVersion"
+                     for op in patch)
+    else:
+        pinned = isinstance(patch.get("metadata"), dict) and "resourceVersion" in patch["metadata"]
+    action = Action("patch", info.plural, name, sub, force)
+    precheck(ctx, who, action)
+    warnings: list[str] = []
+
+    def attempt() -> Resource:
+        current = ctx.store.get(info.kind, name)
+        if media == bodies.JSON_PATCH:
+            doc = bodies.json_patch(current.to_dict(), patch)
+            if not isinstance(doc, dict):
+                raise BadRequest("json patch: the result is not an object")
+        else:
+            doc = bodies.merge_patch(current.to_dict(), patch)
+        patched, found = bodies.to_object(doc, info.kind, Target(info.plural, name, info.kind),
+                                          validation)
+        warnings[:] = found
+        _same_name(patched, name)
+        if sub is None:
+            new = _with_status_of(patched, current)
+        else:
+            new = _with_status_of(current, patched)
+            new = new.model_copy(update={"metadata": current.metadata.model_copy(
+                update={"resource_version": patched.metadata.resource_version})})
+
+        def write() -> Resource:
+            ctx.authorize(who, action, current, new)
+            return ctx.store.update(new, who.manager, force=force)
+
+        out = audited(ctx, who, action, current, write)
+        assert out is not None
+        return out
+
+    out = _retrying(ctx, pinned, attempt)
+    assert out is not None
+    return out, warnings
+
+
+def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manifest: Resource,
+                      sub: str | None, force: bool) -> tuple[Resource, bool]:
+    """PATCH application/apply-patch+yaml: create when absent (a Reservation is
+    claimed), else merge the manifest's spec by field ownership; fields another
+    manager owns conflict (409, one FieldManagerConflict cause each) unless forced."""
+    name = manifest.metadata.name
+    pinned = manifest.metadata.resource_version is not None
+    created = False
+    precheck(ctx, who, Action("patch", info.plural, name, sub, force))
+
+    def attempt() -> Resource:
+        nonlocal created
+        try:
+            current = ctx.store.get(info.kind, name)
+        except NotFound:
+            if sub is not None:
+                raise
+            created = True
+            return create_object(ctx, who, info, manifest)
+        if sub is None:
+            # The one apply planning (as `hvfleet apply`); status is /status's business.
+            new = _with_status_of(plan_one(current, manifest, who.manager).object, current)
+        else:
+            new = _with_status_of(current, manifest)
+            if manifest.metadata.resource_version is not None:
+                new = new.model_copy(update={"metadata": current.metadata.model_copy(
+                    update={"resource_version": manifest.metadata.resource_version})})
+        action = Action("patch", info.plural, name, sub, force)
+
+        def write() -> Resource:
+            ctx.authorize(who, action, current, new)
+            return ctx.store.update(new, who.manager, force=force)
+
+        out = audited(ctx, who, action, current, write)
+        assert out is not None
+        return out
+
+    return _retrying(ctx, pinned, attempt) or manifest, created
+
+
+def _delete_options(body: bytes) -> tuple[str | None, str | None]:
+    """(uid, resourceVersion) preconditions from a DeleteOptions body, if any."""
+    if not body.strip():
+        return None, None
+    doc = bodies.decode_document(body, "application/json")
+    pre = doc.get("preconditions") or {}
+    if not isinstance(pre, dict):
+        raise BadRequest("preconditions: must be an object")
+    uid, rv = pre.get("uid"), pre.get("resourceVersion")
+    return (str(uid) if uid else None), (str(rv) if rv else None)
+
+
+async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: str) -> Response:
+    _no_dry_run(request)
+    body = await bodies.read_body(request, ctx.limits.max_body)
+    uid, rv = _delete_options(body)
+    who = await authenticate(ctx, request, Action("delete", info.plural, name))
+    out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv)
+    return render(request, ctx, info, out)
+
+
+def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, uid: str | None,
+                  rv: str | None) -> Resource:
+    """Delete with preconditions; without them, with the version that was authorized."""
+    action = Action("delete", info.plural, name)
+    precheck(ctx, who, action)
+
+    def attempt() -> Resource:
+        current = ctx.store.get(info.kind, name)
+
+        def write() -> Resource:
+            ctx.authorize(who, action, current, None)
+            if uid is not None and uid != current.metadata.uid:
+                raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
+                                   f"uid in object meta: {current.metadata.uid}")
+            ctx.store.delete(info.kind, name, rv or current.metadata.resource_version)
+            return current
+
+        out = audited(ctx, who, action, current, write)
+        assert out is not None
+        return out
+
+    out = _retrying(ctx, rv is not None or uid is not None, attempt)
+    assert out is not None
+    return out

@@ -1,0 +1,145 @@
+"""Starting `hvfleet serve`: the listen address, TLS, the store, the token
+authenticator and role authorizer, the audit log, and uvicorn.
+
+The server speaks HTTPS unless told otherwise: with no certificate it makes its
+own CA in the data dir (hvfleet.server.tls). Plain HTTP is served only when
+asked for and only on a loopback address, where no one else can listen in.
+The socket is bound here, before uvicorn starts, so a port of 0 works and the
+address printed is the one really served.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hvfleet.model.errors import InvalidInput, Unavailable
+from hvfleet.server.app import create_app
+from hvfleet.server.audit import JsonAuditLog, configure_audit_log
+from hvfleet.server.auth import DEFAULT_MAX_AGE_S, RoleAuthorizer, TokenAuthenticator
+from hvfleet.server.tls import ServingFiles, ensure_serving_certificate, given_certificate
+from hvfleet.store import open_store
+
+DEFAULT_LISTEN = "127.0.0.1:8443"
+GRACEFUL_SHUTDOWN_S = 5
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("HVFLEET_DATA_DIR") or "hvfleet-data")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`HOST:PORT`, `[V6]:PORT`; port 0 picks a free one."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InvalidInput(f"listen: {text!r} is not HOST:PORT (e.g. 127.0.0.1:8443 or [::1]:8443)")
+    if host.startswith("["):
+        if not host.endswith("]"):
+            raise InvalidInput(f"listen: {text!r}: an IPv6 address goes in brackets, [::1]:8443")
+        host = host[1:-1]
+    elif ":" in host:
+        raise InvalidInput(f"listen: {text!r}: put an IPv6 address in brackets, [{host}]:{port}")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    store: str | None = None
+    listen: str = DEFAULT_LISTEN
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    data_dir: Path | None = None
+    insecure_http: bool = False
+    audit_log: str | None = None
+    token_cache_seconds: float = DEFAULT_MAX_AGE_S
+
+
+def plan_tls(options: ServeOptions, host: str) -> ServingFiles | None:
+    """The certificate to serve with, or None for plain HTTP (loopback only)."""
+    if options.insecure_http:
+        if options.tls_cert or options.tls_key:
+            raise InvalidInput("TLS: plain HTTP was asked for together with a certificate; choose one")
+        if not is_loopback(host):
+            raise InvalidInput(
+                f"listen: plain HTTP is served only on a loopback address "
+                f"(127.0.0.1, ::1, localhost), not {host}"
+            )
+        return None
+    if bool(options.tls_cert) != bool(options.tls_key):
+        raise InvalidInput("TLS: a certificate needs its key, and a key its certificate")
+    if options.tls_cert and options.tls_key:
+        return given_certificate(options.tls_cert, options.tls_key)
+    return ensure_serving_certificate(options.data_dir or default_data_dir(), host)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if host == "localhost":
+        host = "127.0.0.1"
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(f"listen: cannot bind {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) -> None:
+    """Run the API server until SIGINT/SIGTERM."""
+    import uvicorn
+
+    say = announce or (lambda line: print(line, flush=True))
+    host, port = parse_listen(options.listen)
+    tls = plan_tls(options, host)
+    store = open_store(options.store)
+    sock = bind(host, port)
+    try:
+        configure_audit_log(options.audit_log)
+        app = create_app(
+            store,
+            TokenAuthenticator(store, max_age=options.token_cache_seconds),
+            RoleAuthorizer(),
+            audit=JsonAuditLog(),
+        )
+        real_port = sock.getsockname()[1]
+        scheme = "http" if tls is None else "https"
+        shown = f"[{host}]" if ":" in host else host
+        say(f"hvfleet serve: {scheme}://{shown}:{real_port} over {store.url}")
+        if tls is not None and tls.ca is not None:
+            say(f"CA certificate: {tls.ca.resolve()}")
+        config = uvicorn.Config(
+            app,
+            ssl_certfile=None if tls is None else str(tls.cert),
+            ssl_keyfile=None if tls is None else str(tls.key),
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=30,
+            # On SIGTERM, in-flight requests get this long; then open streams (watches,
+            # TLS connections whose client never says goodbye) are closed, not waited on.
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            # The server's own line above is the address; uvicorn's would say :0.
+            server_header=False,
+        )
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+        store.close()
+        sys.stdout.flush()

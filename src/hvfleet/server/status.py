@@ -1,0 +1,185 @@
+"""meta/v1 Status bodies: how every error (and a successful delete) is answered.
+
+The HTTP code and the Status `reason` come from the error's CLASS
+(`hvfleet.model.errors`, `hvfleet.store.base`, `hvfleet.scheduling.errors`),
+never from its message. Where Kubernetes clients print a fixed shape
+(`hypervisors.hvfleet.io "x" not found`), the message is built from the request's
+resource and name, with the core's message kept after it for the detail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from hvfleet.model.errors import (
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    HvfleetError,
+    InvalidInput,
+    NotFound,
+    TooLarge,
+    TooManyRequests,
+    Unauthorized,
+    Unavailable,
+    UnsupportedMediaType,
+)
+from hvfleet.model.meta import API_GROUP
+from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
+from hvfleet.store.base import OwnershipConflict
+
+# Most specific first: TooLarge and BadRequest are InvalidInput too.
+_REASONS: tuple[tuple[type[HvfleetError], str, int], ...] = (
+    (TooLarge, "RequestEntityTooLarge", 413),
+    (UnsupportedMediaType, "UnsupportedMediaType", 415),
+    (BadRequest, "BadRequest", 400),
+    (InvalidInput, "Invalid", 422),
+    (NotFound, "NotFound", 404),
+    (AlreadyExists, "AlreadyExists", 409),
+    (Conflict, "Conflict", 409),
+    (DoesNotFit, "Conflict", 409),
+    (NoHostFits, "Conflict", 409),
+    (Forbidden, "Forbidden", 403),
+    (Unauthorized, "Unauthorized", 401),
+    # Kubernetes says "Expired" for a watch or continue token past compaction.
+    (Gone, "Expired", 410),
+    (TooManyRequests, "TooManyRequests", 429),
+    (Unavailable, "ServiceUnavailable", 503),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a request was about, for Status details and kubectl-shaped messages."""
+
+    plural: str = ""
+    name: str = ""
+    kind: str = ""
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.plural}.{API_GROUP}" if self.plural else API_GROUP
+
+
+@dataclass
+class ApiError(Exception):
+    """An error already shaped as a Status (for the few the core cannot know,
+    e.g. an unknown URL)."""
+
+    code: int
+    reason: str
+    message: str
+    causes: list[dict[str, str]] = field(default_factory=list)
+
+
+def status(
+    code: int,
+    reason: str,
+    message: str,
+    target: Target | None = None,
+    causes: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if target is not None:
+        if target.name:
+            details["name"] = target.name
+        details["group"] = API_GROUP
+        if target.plural:
+            details["kind"] = target.plural
+    if causes:
+        details["causes"] = causes
+    out: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        out["details"] = details
+    return out
+
+
+def success(target: Target, uid: str | None) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": target.name, "group": API_GROUP, "kind": target.plural}
+    if uid:
+        details["uid"] = uid
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": details}
+
+
+def validation_causes(exc: ValidationError) -> list[dict[str, str]]:
+    """One cause per pydantic error, with the field path as Kubernetes writes it."""
+    causes = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"] if p != "[key]")
+        unknown = err["type"] == "extra_forbidden"
+        message = "unknown field" if unknown else err["msg"].removeprefix("Value error, ")
+        causes.append({
+            "reason": "FieldValueNotSupported" if unknown else "FieldValueInvalid",
+            "message": message,
+            "field": path,
+        })
+    return causes
+
+
+def invalid_object(exc: ValidationError, target: Target, kind: str) -> ApiError:
+    """422 Invalid with one cause per bad field (kube-apiserver's wording)."""
+    causes = validation_causes(exc)
+    text = "; ".join(f"{c['field']}: {c['message']}" if c["field"] else c["message"] for c in causes)
+    return ApiError(422, "Invalid", f'{kind}.{API_GROUP} "{target.name}" is invalid: {text}', causes)
+
+
+def unknown_fields(paths: list[str]) -> ApiError:
+    """fieldValidation=Strict's answer, worded as kube-apiserver words it."""
+    text = ", ".join(f'unknown field "{p}"' for p in paths)
+    causes = [{"reason": "FieldValueNotSupported", "message": "unknown field", "field": p} for p in paths]
+    return ApiError(400, "BadRequest", f"strict decoding error: {text}", causes)
+
+
+def from_error(exc: Exception, target: Target) -> dict[str, Any]:
+    """The Status for an exception raised while serving a request about `target`."""
+    if isinstance(exc, ApiError):
+        return status(exc.code, exc.reason, exc.message, target, exc.causes)
+    if not isinstance(exc, HvfleetError):
+        return status(500, "InternalError", f"internal error: {type(exc).__name__}", target)
+    reason, code = next(((r, c) for cls, r, c in _REASONS if isinstance(exc, cls)),
+                        ("InternalError", 500))
+    detail = str(exc)
+    causes: list[dict[str, str]] = []
+    q, name = target.qualified, target.name
+    if isinstance(exc, NotFound) and name:
+        message = f'{q} "{name}" not found'
+    elif isinstance(exc, AlreadyExists) and name:
+        message = f'{q} "{name}" already exists'
+    elif isinstance(exc, OwnershipConflict):
+        causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{owner}"',
+                   "field": f".{path}"} for path, owner in exc.conflicts]
+        n = len(causes)
+        listed = "\n".join(f'- conflict with "{owner}": .{path}' for path, owner in exc.conflicts)
+        message = f"Apply failed with {n} conflict{'s' if n != 1 else ''}: {detail}"
+        if listed:
+            message = f"Apply failed with {n} conflict{'s' if n != 1 else ''}:\n{listed}"
+    elif isinstance(exc, DoesNotFit):
+        causes = [{"reason": r.reason, "message": r.message, "field": f"spec.resources.{r.resource}"}
+                  if r.resource is not None else {"reason": r.reason, "message": r.message}
+                  for r in exc.rejections]
+        message = f'{q} "{name}" does not fit: {detail}' if name else detail
+    elif isinstance(exc, Conflict) and name:
+        message = f'Operation cannot be fulfilled on {q} "{name}": {detail}'
+    elif isinstance(exc, InvalidInput) and not isinstance(exc, (TooLarge, UnsupportedMediaType,
+                                                                  BadRequest)) and name:
+        message = f'{target.kind or q} "{name}" is invalid: {detail}'
+    else:
+        message = detail
+    if isinstance(exc, InvalidInput) and exc.field and not causes:
+        # The core names the field it refused (hvfleet.model.errors): one cause.
+        causes = [{"reason": "FieldValueInvalid", "message": exc.detail, "field": exc.field}]
+    return status(code, reason, message, target, causes)

@@ -1,0 +1,88 @@
+"""meta.k8s.io/v1 Table output: the columns `hvfleet get` shows, for kubectl.
+
+A client asks with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`;
+lists, single objects and every watch event are then answered as Tables. The
+columns and rows come from the one place `hvfleet get` takes them from
+(`hvfleet.model.views`); the wide columns have priority 1, which kubectl shows
+with `-o wide`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hvfleet.model import views
+from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.lease import Lease
+
+
+def wants_table(accept: str | None) -> bool:
+    """True when the client's first acceptable type is a meta.k8s.io/v1 Table."""
+    if not accept:
+        return False
+    for part in accept.split(","):
+        params = {k.strip(): v.strip() for k, _, v in
+                  (p.partition("=") for p in part.split(";")[1:])}
+        if params.get("as") == "Table" and params.get("g") == "meta.k8s.io" and params.get("v") == "v1":
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class TableInputs:
+    """What rows need besides the objects: each agent's liveness lease (READY)
+    and, for reservations, their hosts (phase and what is held are derived)."""
+
+    liveness: Mapping[str, bool] = field(default_factory=dict)
+    hosts: Mapping[str, Hypervisor] = field(default_factory=dict)
+
+
+def rows_for(kind: str, objs: Sequence[Resource],
+             inputs: TableInputs) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """Column definitions and one row of cells per object, exactly as
+    `hvfleet get -o wide` (hvfleet.model.views); wide columns have priority 1."""
+    now = datetime.now(UTC)
+    if kind == "Hypervisor":
+        cols = views.hypervisor_columns(wide=True)
+        rows = [views.hypervisor_row(o, now, inputs.liveness.get(o.name), wide=True)
+                for o in objs if isinstance(o, Hypervisor)]
+    elif kind == "Reservation":
+        cols = views.reservation_columns(wide=True)
+        rows = [views.reservation_row(o, inputs.hosts.get(o.spec.hypervisor), now, wide=True)
+                for o in objs if isinstance(o, Reservation)]
+    else:
+        cols = views.lease_columns(wide=True)
+        rows = [views.lease_row(o, now, wide=True) for o in objs if isinstance(o, Lease)]
+    return [c.to_dict() for c in cols], rows
+
+
+def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
+    if include == "None":
+        return None
+    if include == "Object":
+        return obj.to_dict()
+    meta = obj.to_dict()["metadata"]
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+
+
+def table(kind: str, objs: Sequence[Resource], inputs: TableInputs,
+          resource_version: str, include_object: str = "PartialObjectMetadata",
+          continue_token: str = "") -> dict[str, Any]:
+    cols, rows = rows_for(kind, objs, inputs)
+    out_rows = []
+    for obj, cells in zip(objs, rows, strict=True):
+        row: dict[str, Any] = {"cells": cells}
+        o = _row_object(obj, include_object)
+        if o is not None:
+            row["object"] = o
+        out_rows.append(row)
+    meta: dict[str, Any] = {"resourceVersion": resource_version}
+    if continue_token:
+        meta["continue"] = continue_token
+    return {
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta,
+        "columnDefinitions": cols, "rows": out_rows,
+    }

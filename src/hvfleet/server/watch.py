@@ -1,0 +1,232 @@
+"""Watch fan-out: one store watch per kind, shared by every client watching it.
+
+A background thread per kind follows `Store.watch` and keeps the last
+`history` events; each client watch is a `Subscription` with its own bounded
+queue. The fan-out thread only appends to queues and never waits for a client,
+so a slow watcher cannot delay the others: when its queue is full it is marked
+overflowed and its stream ends with an `Expired` (410) ERROR event, the signal
+Kubernetes clients answer by listing again. A watch from a revision older than
+the kept history first catches up from the store itself (Gone there means
+compacted: 410 as well).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from hvfleet.model.errors import Gone, HvfleetError, TooManyRequests
+from hvfleet.store.base import Store, WatchEvent
+
+# Encoded event lines kept for clients that are a little behind the others.
+_ENCODED_KEPT = 1024
+
+
+@dataclass(frozen=True)
+class WatchLimits:
+    per_token: int = 16  # open watches per token (Identity.token_id)
+    queue: int = 1000  # events queued for one client before it is dropped
+    history: int = 1000  # events the fan-out keeps for watches that start a little back
+    send_timeout: float = 30.0  # seconds one write to a client may take before it is dropped
+    max_timeout: float = 1800.0  # longest watch call (timeoutSeconds is capped to this)
+    bookmark_interval: float = 60.0  # seconds between BOOKMARK events (allowWatchBookmarks)
+
+
+class Subscription:
+    """One client's queue. `offer` runs on the fan-out thread, the rest on the
+    client's event loop."""
+
+    def __init__(self, fanout: KindFanout, since: int, name: str | None, limit: int,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.fanout = fanout
+        self.since = since
+        self.name = name
+        self._limit = limit
+        self._loop = loop
+        self._items: deque[WatchEvent] = deque()
+        self._wake = asyncio.Event()
+        self._signalled = False
+        self.overflowed = False
+        self.expired = False  # the fan-out itself lost history (store compacted past it)
+
+    def offer(self, event: WatchEvent) -> None:
+        if self.name is not None and event.object.metadata.name != self.name:
+            return
+        if len(self._items) >= self._limit:
+            self.overflowed = True
+        else:
+            self._items.append(event)
+        self._signal()
+
+    def expire(self) -> None:
+        self.expired = True
+        self._signal()
+
+    def _signal(self) -> None:
+        if not self._signalled:
+            self._signalled = True
+            with contextlib.suppress(RuntimeError):  # the loop closed: the client is gone
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def next_batch(self, timeout: float) -> tuple[list[WatchEvent], int]:
+        """Queued events (maybe none after `timeout`), and a revision up to which
+        every event of this kind has been handed over (for bookmarks)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+        self._signalled = False
+        position = self.fanout.position
+        out = list(self._items)
+        self._items.clear()
+        return out, position
+
+
+class KindFanout:
+    """The shared store watch of one kind."""
+
+    def __init__(self, store: Store, kind: str, history: int) -> None:
+        self.store = store
+        self.kind = kind
+        self._lock = threading.Lock()
+        self._history: deque[WatchEvent] = deque(maxlen=history)
+        self._subs: set[Subscription] = set()
+        self._encoded: OrderedDict[int, bytes] = OrderedDict()
+        self._stop = threading.Event()
+        self.position = store.revision()
+        # The history holds every event of this kind with horizon < revision <= position.
+        self.horizon = self.position
+        self._thread = threading.Thread(target=self._run, name=f"watch-fanout-{kind}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for event in self.store.watch(self.kind, since=self.position, stop=self._stop):
+                    with self._lock:
+                        if len(self._history) == self._history.maxlen:
+                            self.horizon = self._history[0].revision
+                        self._history.append(event)
+                        subs = list(self._subs)
+                    for sub in subs:
+                        sub.offer(event)
+                    # Moved only after every queue has the event: see next_batch.
+                    self.position = event.revision
+            except Gone:
+                with self._lock:
+                    self._history.clear()
+                    self.position = self.horizon = self.store.revision()
+                    subs = list(self._subs)
+                for sub in subs:
+                    sub.expire()
+            except HvfleetError:
+                self._stop.wait(1.0)  # store unavailable: retry from the same revision
+
+    def subscribe(self, since: int, name: str | None, limit: int,
+                  loop: asyncio.AbstractEventLoop) -> tuple[Subscription, list[WatchEvent], int | None]:
+        """A new subscription, the kept events after `since`, and — when `since`
+        is older than the kept history — the revision up to which the caller must
+        first catch up from the store (None: no catch-up needed)."""
+        sub = Subscription(self, since, name, limit, loop)
+        with self._lock:
+            replay = [e for e in self._history if e.revision > since
+                      and (name is None or e.object.metadata.name == name)]
+            catch_up = self.horizon if since < self.horizon else None
+            self._subs.add(sub)
+        return sub, replay, catch_up
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subs.discard(sub)
+
+    def encoded(self, event: WatchEvent) -> bytes:
+        """The event's JSON line, built once however many clients receive it."""
+        with self._lock:
+            line = self._encoded.get(event.revision)
+        if line is None:
+            line = json.dumps({"type": event.type, "object": event.object.to_dict()}).encode() + b"\n"
+            with self._lock:
+                self._encoded[event.revision] = line
+                while len(self._encoded) > _ENCODED_KEPT:
+                    self._encoded.popitem(last=False)
+        return line
+
+    def watchers(self) -> int:
+        with self._lock:
+            return len(self._subs)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class WatchHub:
+    """The fan-outs of one server process, and the per-token watch counts."""
+
+    def __init__(self, store: Store, limits: WatchLimits) -> None:
+        self.store = store
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._fanouts: dict[str, KindFanout] = {}
+        self._open: dict[str, int] = {}
+
+    def fanout(self, kind: str) -> KindFanout:
+        with self._lock:
+            f = self._fanouts.get(kind)
+            if f is None:
+                f = self._fanouts[kind] = KindFanout(self.store, kind, self.limits.history)
+            return f
+
+    def acquire(self, token_id: str) -> Callable[[], None]:
+        """Take one of the token's watch slots (TooManyRequests when none is left);
+        returns the function that gives it back (call it exactly once)."""
+        with self._lock:
+            n = self._open.get(token_id, 0)
+            if n >= self.limits.per_token:
+                raise TooManyRequests(
+                    f"too many watches open for this token ({n}, at most {self.limits.per_token})"
+                )
+            self._open[token_id] = n + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._lock:
+                if released:
+                    return
+                released = True
+                self._open[token_id] -= 1
+                if not self._open[token_id]:
+                    del self._open[token_id]
+
+        return release
+
+    def open_watches(self, token_id: str) -> int:
+        with self._lock:
+            return self._open.get(token_id, 0)
+
+    def close(self) -> None:
+        with self._lock:
+            fanouts = list(self._fanouts.values())
+            self._fanouts.clear()
+        for f in fanouts:
+            f.close()
+
+
+def catch_up_batch(
+    events: Iterator[WatchEvent], until: int, size: int = 500
+) -> tuple[list[WatchEvent], bool]:
+    """Up to `size` events with revision <= `until` from a store watch; True when
+    the catch-up is complete (the store's watch went quiet or passed `until`)."""
+    out: list[WatchEvent] = []
+    for event in events:
+        if event.revision > until:
+            return out, True
+        out.append(event)
+        if len(out) >= size:
+            return out, False
+    return out, True

@@ -1,0 +1,181 @@
+"""One client's watch as an HTTP response: newline-delimited JSON events.
+
+The order is: the current objects as ADDED (when no resourceVersion was
+given), a catch-up from the store when the version is older than the fan-out's
+kept history, the kept history, then live events from the client's own
+queue; an event is sent at most once (by revision). Every write to the socket
+has a deadline (`send_timeout`) and a client whose queue overflowed gets an
+ERROR event with an Expired (410) Status and is dropped, so one slow reader
+holds nothing but its own queue. The stream ends after timeoutSeconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import anyio
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from hvfleet.model.errors import Gone
+from hvfleet.model.hypervisor import Resource
+from hvfleet.model.meta import API_VERSION
+from hvfleet.model.selectors import Selector
+from hvfleet.server.context import ApiContext
+from hvfleet.server.status import status
+from hvfleet.server.table import TableInputs, table
+from hvfleet.server.watch import KindFanout, catch_up_batch
+from hvfleet.store.base import WatchEvent
+
+
+class _Dropped(Exception):
+    """The client did not take a write within the send timeout."""
+
+
+class WatchResponse(Response):
+    """A streaming response; a Starlette Response only so handlers have one type."""
+
+    def __init__(self, ctx: ApiContext, fanout: KindFanout, kind: str, since: int,
+                 initial: list[Resource] | None, *, selector: Selector, name: str | None,
+                 not_name: str | None, bookmarks: bool, timeout: float, as_table: bool,
+                 include_object: str, release: Callable[[], None]) -> None:
+        self.ctx = ctx
+        self.fanout = fanout
+        self.kind = kind
+        self.since = since
+        self.initial = initial
+        self.selector = selector
+        self.name = name
+        self.not_name = not_name
+        self.bookmarks = bookmarks
+        self.timeout = timeout
+        self.as_table = as_table
+        self.include_object = include_object
+        self.release = release
+        self._send: Send | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._send = send
+        dropped = False
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"cache-control", b"no-cache")]})
+            async with anyio.create_task_group() as tg:
+                async def on_disconnect() -> None:
+                    while True:
+                        message: Message = await receive()
+                        if message["type"] == "http.disconnect":
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(on_disconnect)
+                try:
+                    await self._stream()
+                except _Dropped:
+                    dropped = True
+                tg.cancel_scope.cancel()
+            if not dropped:
+                await self._write(b"", more=False)
+        except (_Dropped, OSError):
+            pass  # the client is gone or stuck; returning lets the server close the socket
+        finally:
+            self.release()
+
+    async def _write(self, data: bytes, more: bool = True) -> None:
+        assert self._send is not None
+        try:
+            await asyncio.wait_for(
+                self._send({"type": "http.response.body", "body": data, "more_body": more}),
+                self.ctx.limits.watch.send_timeout,
+            )
+        except TimeoutError:
+            raise _Dropped() from None
+
+    def _wanted(self, obj: Resource) -> bool:
+        n = obj.metadata.name
+        return ((self.name is None or n == self.name) and (self.not_name is None or n != self.not_name)
+                and self.selector.matches(obj.metadata.labels))
+
+    async def _event(self, type_: str, obj: Resource, inputs: TableInputs | None = None) -> None:
+        if self.as_table:
+            if inputs is None:
+                inputs = await run_in_threadpool(self.ctx.table_inputs, self.kind)
+            body = table(self.kind, [obj], inputs, obj.metadata.resource_version or "",
+                         self.include_object)
+        else:
+            body = obj.to_dict()
+        await self._write(json.dumps({"type": type_, "object": body}).encode() + b"\n")
+
+    async def _error(self, code: int, reason: str, message: str) -> None:
+        await self._write(json.dumps({"type": "ERROR",
+                                      "object": status(code, reason, message)}).encode() + b"\n")
+
+    async def _bookmark(self, revision: int) -> None:
+        obj = {"kind": self.kind, "apiVersion": API_VERSION,
+               "metadata": {"resourceVersion": str(revision)}}
+        await self._write(json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n")
+
+    async def _stream(self) -> None:
+        limits = self.ctx.limits.watch
+        deadline = time.monotonic() + self.timeout
+        loop = asyncio.get_running_loop()
+        sub, replay, catch_up = self.fanout.subscribe(self.since, self.name, limits.queue, loop)
+        last = self.since
+
+        async def deliver(events: list[WatchEvent]) -> None:
+            nonlocal last
+            inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
+                      if self.as_table and events else None)
+            for ev in events:
+                if ev.revision <= last:
+                    continue
+                last = ev.revision
+                if not self._wanted(ev.object):
+                    continue
+                if self.as_table:
+                    await self._event(ev.type, ev.object, inputs)
+                else:
+                    await self._write(self.fanout.encoded(ev))
+
+        try:
+            for obj in self.initial or []:
+                if self._wanted(obj):
+                    await self._event("ADDED", obj)
+            if catch_up is not None:
+                try:
+                    stream = self.ctx.store.watch(self.kind, since=self.since, name=self.name,
+                                                  timeout=0.2)
+                    done = False
+                    while not done:
+                        batch, done = await run_in_threadpool(catch_up_batch, stream, catch_up)
+                        await deliver(batch)
+                except Gone as exc:
+                    await self._error(410, "Expired", f"too old resource version: {self.since} ({exc})")
+                    return
+            await deliver(replay)
+            last_bookmark = time.monotonic()
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                wait = min(remaining, limits.bookmark_interval) if self.bookmarks else remaining
+                events, position = await sub.next_batch(wait)
+                if sub.overflowed:
+                    await self._error(410, "Expired", "the watch fell too far behind and was dropped; "
+                                      "list again and watch from the list's resourceVersion")
+                    return
+                if sub.expired:
+                    await self._error(410, "Expired", "the store's history moved past this watch; "
+                                      "list again")
+                    return
+                await deliver(events)
+                if self.bookmarks and time.monotonic() - last_bookmark >= limits.bookmark_interval:
+                    await self._bookmark(max(last, position))
+                    last_bookmark = time.monotonic()
+        finally:
+            self.fanout.unsubscribe(sub)

@@ -1,0 +1,116 @@
+"""Access tokens kept in the store: issue, list, find and revoke.
+
+Both edges use these: `hvfleet token …` on the store directly (how the first
+admin token is made) and the API's admin endpoints. The token itself is
+returned once, by `issue_token`; the store keeps only its hash
+(hvfleet.model.token). Revoking keeps the record, flagged, so `token list`
+still shows who had access; every replica's authenticator sees the flag on
+its next lookup.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pydantic import ValidationError
+
+from hvfleet.model.errors import InvalidInput, NotFound
+from hvfleet.model.meta import ObjectMeta, validate_name, validation_message
+from hvfleet.model.token import (
+    TOKEN_PREFIX,
+    AccessToken,
+    AccessTokenSpec,
+    Role,
+    hash_secret,
+    new_secret,
+    split_token,
+    subject_for,
+    token_text,
+)
+from hvfleet.store.base import Store
+
+KIND = "AccessToken"
+ROLE_LABEL = "hvfleet.io/role"
+
+
+def list_tokens(store: Store) -> list[AccessToken]:
+    return [t for t in store.list(KIND).items if isinstance(t, AccessToken)]
+
+
+def find_token(store: Store, token_id: str) -> AccessToken | None:
+    try:
+        obj = store.get(KIND, token_id)
+    except NotFound:
+        return None
+    return obj if isinstance(obj, AccessToken) else None
+
+
+def issue_token(
+    store: Store,
+    role: Role,
+    *,
+    manager: str,
+    now: datetime,
+    ttl: timedelta | None,
+    name: str | None = None,
+    hypervisor: str | None = None,
+) -> tuple[AccessToken, str]:
+    """Create a token; returns its record and the bearer token, which exists
+    nowhere else afterwards."""
+    if hypervisor is not None:
+        try:
+            validate_name(hypervisor, "hypervisor")
+        except ValueError as exc:
+            raise InvalidInput(str(exc), field="hypervisor") from None
+    if ttl is not None and ttl <= timedelta(0):
+        raise InvalidInput("must be positive (or 0/never for no expiry)", field="ttl")
+    subject = subject_for(role, name, hypervisor)
+    # One subject speaks for one role: a field manager's fields must not be
+    # writable by a token of another role that happens to carry the same name.
+    for other in list_tokens(store):
+        if other.spec.subject == subject and other.spec.role != role and not other.spec.revoked:
+            raise InvalidInput(
+                f"{subject!r} is already the subject of {other.spec.role} token "
+                f"{other.name}; one name speaks for one role",
+                field="name",
+            )
+    token_id, secret = new_secret()
+    try:
+        token = AccessToken(
+            metadata=ObjectMeta(name=token_id, labels={ROLE_LABEL: role}),
+            spec=AccessTokenSpec(
+                subject=subject,
+                role=role,
+                hypervisor=hypervisor,
+                secret_sha256=hash_secret(secret),
+                expires_at=None if ttl is None else (now + ttl).replace(microsecond=0),
+            ),
+        )
+    except ValidationError as exc:
+        raise InvalidInput(validation_message(exc, "token")) from None
+    created = store.create(token, manager)
+    assert isinstance(created, AccessToken)
+    return created, token_text(token_id, secret)
+
+
+def token_id_of(text: str) -> str:
+    """A token's id from its id or from the whole bearer token."""
+    text = text.strip()
+    return split_token(text)[0] if text.startswith(TOKEN_PREFIX) else text
+
+
+def revoke_token(store: Store, token: str, manager: str) -> AccessToken:
+    """Flag a token revoked (by id or bearer token). Any admin may revoke any
+    token, so this takes the field over from whoever issued it."""
+    token_id = token_id_of(token)
+
+    def mutate(obj: object) -> AccessToken:
+        assert isinstance(obj, AccessToken)
+        return obj.model_copy(update={"spec": obj.spec.model_copy(update={"revoked": True})})
+
+    try:
+        out = store.update_with_retry(KIND, token_id, mutate, manager, force=True)
+    except NotFound:
+        raise NotFound(f"token {token_id!r} not found") from None
+    assert isinstance(out, AccessToken)
+    return out

@@ -1,0 +1,62 @@
+"""Fixtures: an API server (real uvicorn, real SQLite store) with a few tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hvfleet.server.app import create_app
+from hvfleet.server.context import Limits
+from hvfleet.server.identity import Identity
+from hvfleet.store import Store, open_store
+from tests.server.running import Client, ServerThread
+from tests.server.static_auth import AllowAll, RecordingAudit, StaticTokens
+from tests.server.tls_files import make_tls_files
+
+TOKENS = {
+    "ops-token": Identity("ops", "operator", token_id="t-ops"),
+    "ops2-token": Identity("ops2", "operator", token_id="t-ops2"),
+    "sched-token": Identity("scheduler", "scheduler", token_id="t-sched"),
+    "viewer-token": Identity("viewer", "viewer", token_id="t-viewer"),
+    "agent-hv1-token": Identity("agent/hv1", "agent", hypervisor="hv1", token_id="t-agent-hv1"),
+}
+
+
+@dataclass
+class Api:
+    url: str
+    store: Store
+    authorizer: AllowAll
+    server: ServerThread
+    ca: Path | None = None
+
+    def client(self, token: str | None = "ops-token") -> Client:
+        return Client(self.url, token, self.ca)
+
+
+@pytest.fixture
+def make_api(tmp_path: Path) -> Iterator[Callable[..., Api]]:
+    started: list[tuple[ServerThread, Store]] = []
+
+    def make(limits: Limits | None = None, store_url: str | None = None, tls: bool = False,
+             authorizer: AllowAll | None = None, audit: RecordingAudit | None = None) -> Api:
+        store = open_store(store_url or f"sqlite:///{tmp_path}/hvfleet.db")
+        authorizer = authorizer or AllowAll()
+        app = create_app(store, StaticTokens(TOKENS), authorizer, audit=audit, limits=limits)
+        files = make_tls_files(tmp_path / f"tls-{len(started)}") if tls else None
+        server = ServerThread(app, files).__enter__()
+        started.append((server, store))
+        return Api(server.url, store, authorizer, server, files.ca if files else None)
+
+    yield make
+    for server, store in reversed(started):
+        server.__exit__(None, None, None)
+        store.close()
+
+
+@pytest.fixture
+def api(make_api: Callable[..., Api]) -> Api:
+    return make_api()

@@ -1,0 +1,194 @@
+"""Lists (selectors, pages, resourceVersion), Table output, discovery and
+OpenAPI, and Reservation creation as a claim."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from hvfleet.model import views
+from hvfleet.model.crd import crds
+from hvfleet.model.hypervisor import Hypervisor
+from tests.server.conftest import Api
+from tests.server.test_api_objects import HV, RES, hypervisor, status_of
+
+TABLE = ("application/json;as=Table;v=v1;g=meta.k8s.io,"
+         "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")
+
+
+def fleet(api: Api, n: int = 5) -> None:
+    c = api.client()
+    for i in range(n):
+        doc = hypervisor(f"hv{i}")
+        doc["metadata"]["labels"] = {"rack": "a" if i % 2 == 0 else "b"}
+        assert c.post(HV, json=doc).status_code == 201
+
+
+def test_list_with_label_and_field_selectors(api: Api) -> None:
+    fleet(api)
+    c = api.client()
+    body = c.get(HV, params={"labelSelector": "rack=a"}).json()
+    assert body["kind"] == "HypervisorList" and body["apiVersion"] == "hvfleet.io/v1"
+    assert [o["metadata"]["name"] for o in body["items"]] == ["hv0", "hv2", "hv4"]
+    assert int(body["metadata"]["resourceVersion"]) == api.store.revision()
+    body = c.get(HV, params={"fieldSelector": "metadata.name=hv3"}).json()
+    assert [o["metadata"]["name"] for o in body["items"]] == ["hv3"]
+    body = c.get(HV, params={"fieldSelector": "metadata.name!=hv3", "labelSelector": "rack in (b)"}).json()
+    assert [o["metadata"]["name"] for o in body["items"]] == ["hv1"]
+    status_of(400, "BadRequest", c.get(HV, params={"fieldSelector": "spec.maintenance=drain"}).json())
+    status_of(422, "Invalid", c.get(HV, params={"labelSelector": "a in"}).json())
+
+
+def test_list_pages_with_limit_and_continue(api: Api) -> None:
+    fleet(api, 7)
+    c = api.client()
+    names: list[str] = []
+    params: dict[str, Any] = {"limit": 3}
+    pages = 0
+    while True:
+        body = c.get(HV, params=params).json()
+        pages += 1
+        names += [o["metadata"]["name"] for o in body["items"]]
+        token = body["metadata"].get("continue")
+        if not token:
+            break
+        assert body["metadata"]["remainingItemCount"] == 7 - len(names)
+        params = {"limit": 3, "continue": token}
+    assert names == [f"hv{i}" for i in range(7)] and pages == 3
+    status_of(400, "BadRequest", c.get(HV, params={"continue": "garbage!"}).json())
+
+
+def test_table_has_the_columns_of_hvfleet_get(api: Api) -> None:
+    c = api.client()
+    made = c.post(HV, json=hypervisor("hv1", overcommit={"cpu": 2})).json()
+    status = {"capacity": {"cpu": "16", "memory": "64Gi"}, "allocation": {"cpu": "3", "memory": "8Gi"},
+              "effectiveCapacity": {"cpu": "32", "memory": "64Gi"},
+              "conditions": [{"type": "Ready", "status": "True"}],
+              "lastHeartbeatTime": datetime.now(UTC).isoformat()}
+    r = api.client("agent-hv1-token").put(f"{HV}/hv1/status", json={**made, "status": status})
+    assert r.status_code == 200, r.text
+    body = c.get(HV, headers={"Accept": TABLE}).json()
+    assert body["kind"] == "Table" and body["apiVersion"] == "meta.k8s.io/v1"
+    cols = [col["name"] for col in body["columnDefinitions"]]
+    # The columns of `hvfleet get -o wide`; the wide ones only with kubectl -o wide.
+    assert cols == [c.name for c in views.hypervisor_columns(wide=True)]
+    assert cols[:4] == ["NAME", "READY", "CPU", "MEMORY"] and "AGE" in cols
+    narrow = {c.name for c in views.hypervisor_columns(wide=False)}
+    assert [col["priority"] for col in body["columnDefinitions"]] == [0 if c in narrow else 1 for c in cols]
+    (row,) = body["rows"]
+    cells = dict(zip(cols, row["cells"], strict=True))
+    assert (cells["NAME"], cells["READY"], cells["CPU"], cells["MEMORY"], cells["INSTANCES"]) == (
+        "hv1", "Ready", "3/32", "8Gi/64Gi", "0")
+    assert row["object"]["kind"] == "PartialObjectMetadata"
+    assert row["object"]["metadata"]["name"] == "hv1"
+    one = c.get(f"{HV}/hv1", headers={"Accept": TABLE}).json()
+    assert one["kind"] == "Table" and one["rows"][0]["cells"][0] == "hv1"
+
+
+def test_discovery_documents(api: Api) -> None:
+    c = api.client()
+    assert c.get("/api").json() == {"kind": "APIVersions", "versions": [], "serverAddressByClientCIDRs": []}
+    groups = c.get("/apis").json()
+    assert groups["kind"] == "APIGroupList"
+    assert groups["groups"][0]["name"] == "hvfleet.io"
+    assert groups["groups"][0]["preferredVersion"]["groupVersion"] == "hvfleet.io/v1"
+    assert c.get("/apis/hvfleet.io").json()["kind"] == "APIGroup"
+    resources = {r["name"]: r for r in c.get("/apis/hvfleet.io/v1").json()["resources"]}
+    assert set(resources) == {"hypervisors", "hypervisors/status", "reservations", "reservations/status",
+                              "leases"}
+    hv = resources["hypervisors"]
+    assert (hv["singularName"], hv["kind"], hv["namespaced"]) == ("hypervisor", "Hypervisor", False)
+    assert "hv" in hv["shortNames"]
+    assert set(hv["verbs"]) == {"get", "list", "watch", "create", "update", "patch", "delete"}
+    assert set(resources["hypervisors/status"]["verbs"]) == {"get", "update", "patch"}
+    # /version needs no token; the rest does.
+    assert api.client(None).get("/version").json()["major"] == "1"
+    status_of(401, "Unauthorized", api.client(None).get("/apis").json())
+
+
+def test_openapi_carries_the_crd_schema_and_field_validation(api: Api) -> None:
+    c = api.client()
+    schemas = {crd["spec"]["names"]["kind"]: crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+               for crd in crds()}
+    root = c.get("/openapi/v3").json()
+    url = root["paths"]["apis/hvfleet.io/v1"]["serverRelativeURL"]
+    doc = c.get(url).json()
+    hv = doc["components"]["schemas"]["io.hvfleet.v1.Hypervisor"]
+    assert {k: v for k, v in hv.items() if k != "x-kubernetes-group-version-kind"} == schemas["Hypervisor"]
+    assert hv["x-kubernetes-group-version-kind"] == [{"group": "hvfleet.io", "version": "v1",
+                                                      "kind": "Hypervisor"}]
+    patch = doc["paths"]["/apis/hvfleet.io/v1/hypervisors/{name}"]["patch"]
+    assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
+    assert patch["x-kubernetes-group-version-kind"]["kind"] == "Hypervisor"
+    v2 = c.get("/openapi/v2", headers={"Accept": "application/json"}).json()
+    assert v2["swagger"] == "2.0"
+    hv2 = v2["definitions"]["io.hvfleet.v1.Hypervisor"]
+    assert "anyOf" not in str(hv2) and hv2["properties"]["spec"]["type"] == "object"
+    assert c.get("/openapi/v2", headers={"Accept": "text/html"}).status_code == 406
+    r = c.get("/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+    assert r.status_code == 200 and r.headers["content-type"].endswith("+protobuf")
+    assert b"io.hvfleet.v1.Hypervisor" in r.content
+
+
+def ready_host(api: Api, name: str = "hv1", cpu: str = "8") -> None:
+    made = api.client().post(HV, json=hypervisor(name)).json()
+    status = {"capacity": {"cpu": cpu, "memory": "16Gi"}, "effectiveCapacity": {"cpu": cpu, "memory": "16Gi"},
+              "conditions": [{"type": "Ready", "status": "True"}],
+              "lastHeartbeatTime": datetime.now(UTC).isoformat()}
+    h = Hypervisor.model_validate({**made, "status": status})
+    api.store.update(h, f"agent/{name}")
+
+
+def reservation(name: str, cpu: str, consumer: str = "vm-1", host: str = "hv1") -> dict[str, Any]:
+    return {"apiVersion": "hvfleet.io/v1", "kind": "Reservation", "metadata": {"name": name},
+            "spec": {"hypervisor": host, "resources": {"cpu": cpu}, "consumer": consumer}}
+
+
+def test_creating_a_reservation_is_a_claim(api: Api) -> None:
+    ready_host(api, cpu="8")
+    c = api.client("sched-token")
+    r = c.post(RES, json=reservation("r1", "6"))
+    assert r.status_code == 201, r.text
+    assert r.json()["status"]["phase"] == "Active"
+    assert r.json()["metadata"]["labels"]["hvfleet.io/hypervisor"] == "hv1"
+    # 6 of 8 CPUs are held: 4 more do not fit, and the answer says why.
+    r = c.post(RES, json=reservation("r2", "4", consumer="vm-2"))
+    status_of(409, "Conflict", r.json())
+    assert "cpu" in r.json()["message"]
+    causes = r.json()["details"]["causes"]
+    assert causes and causes[0]["reason"] == "insufficient"
+    assert causes[0]["field"] == "spec.resources.cpu"
+    # The same consumer twice on one host is refused by the same check as `hvfleet reserve`.
+    status_of(409, "Conflict", c.post(RES, json=reservation("r3", "1")).json())
+    assert [r.name for r in api.store.list_reservations()] == ["r1"]
+    # Server-side apply of a new reservation claims too.
+    r = c.patch(f"{RES}/r4", __import__("yaml").safe_dump(reservation("r4", "3", consumer="vm-4")),
+                "application/apply-patch+yaml")
+    status_of(409, "Conflict", r.json())
+    r = c.post(RES, json=reservation("r5", "1", host="nowhere"))
+    status_of(422, "Invalid", r.json())
+    assert r.json()["details"]["causes"][0]["field"] == "spec.hypervisor"
+    # Applying an existing reservation (YAML, an unquoted timestamp) keeps its phase.
+    text = ("apiVersion: hvfleet.io/v1\nkind: Reservation\nmetadata: {name: r1}\n"
+            "spec: {hypervisor: hv1, consumer: vm-1, resources: {cpu: '6'},\n"
+            "       expiresAt: 2030-01-01T00:00:00Z}\n")
+    r = c.patch(f"{RES}/r1", text, "application/apply-patch+yaml")
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["expiresAt"].startswith("2030-01-01T00:00:00")
+    assert r.json()["status"]["phase"] == "Active"
+
+
+def test_agent_leases(api: Api) -> None:
+    lease = {"apiVersion": "hvfleet.io/v1", "kind": "Lease", "metadata": {"name": "hv1"},
+             "spec": {"holderIdentity": "agent/hv1", "leaseDurationSeconds": 30,
+                      "renewTime": datetime.now(UTC).isoformat()}}
+    agent = api.client("agent-hv1-token")
+    r = agent.post("/apis/hvfleet.io/v1/leases", json=lease)
+    assert r.status_code == 201, r.text
+    # Only agent/hv1 writes hv1's Lease, whatever the authorizer allowed.
+    r = api.client().patch("/apis/hvfleet.io/v1/leases/hv1", {"spec": {"leaseDurationSeconds": 99}})
+    status_of(403, "Forbidden", r.json())
+    body = api.client("viewer-token").get("/apis/hvfleet.io/v1/leases", headers={"Accept": TABLE}).json()
+    assert [c["name"] for c in body["columnDefinitions"]] == [c.name for c in views.lease_columns(wide=True)]
+    assert body["rows"][0]["cells"][:3] == ["hv1", "agent/hv1", "True"]
+    status_of(404, "NotFound", agent.get("/apis/hvfleet.io/v1/leases/hv1/status").json())

@@ -1,0 +1,36 @@
+"""Two API servers over one real etcd serve the same fleet: a write through one
+shows in a watch on the other, and a claim through either sees the other's."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from hvfleet.store.etcd_local import EtcdCluster
+from tests.server.conftest import Api
+from tests.server.test_api_collections import ready_host, reservation
+from tests.server.test_api_objects import HV, RES, hypervisor, status_of
+from tests.server.test_api_watch import Watcher, names
+
+
+def test_a_write_through_one_replica_shows_in_a_watch_on_the_other(
+    make_api: Callable[..., Api], etcd_session: EtcdCluster
+) -> None:
+    url = etcd_session.url(prefix=f"/test-{uuid.uuid4().hex[:12]}")
+    a, b = make_api(store_url=url), make_api(store_url=url)
+    assert a.url != b.url
+    a.client().post(HV, json=hypervisor("hv0"))
+    rv = b.client().get(HV).json()["metadata"]["resourceVersion"]
+    w = Watcher(b, {"resourceVersion": rv})
+    a.client().post(HV, json=hypervisor("hv1"))
+    a.client().patch(f"{HV}/hv0", {"spec": {"maintenance": "drain"}})
+    w.wait_for(lambda ev: len(ev) >= 2, timeout=20)
+    assert names(w.kinds()) == [("ADDED", "hv1"), ("MODIFIED", "hv0")]
+    assert w.kinds()[1]["object"]["spec"]["maintenance"] == "drain"
+    w.close()
+
+    # Claims through either replica are checked against one state.
+    ready_host(a, "hv2", cpu="4")
+    assert a.client("sched-token").post(RES, json=reservation("r1", "3", host="hv2")).status_code == 201
+    r = b.client("sched-token").post(RES, json=reservation("r2", "2", consumer="vm-2", host="hv2"))
+    status_of(409, "Conflict", r.json())

