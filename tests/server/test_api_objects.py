@@ -308,3 +308,42 @@ def test_a_refused_write_is_403_before_the_store_is_read(make_api: Callable[...,
     status_of(403, "Forbidden", c.post(HV, json=hypervisor("hv2")).json())
     assert api.store.list("Hypervisor").items == []
     assert {r.code for r in audit.records} == {403} and len(audit.records) == 7
+
+
+def test_batch_writes_all_or_nothing(make_api: Callable[..., Api]) -> None:
+    audit = RecordingAudit()
+    api = make_api(audit=audit)
+    c = api.client()
+    made = c.post(HV, json=hypervisor("hv1")).json()
+    batch = "/apis/hvfleet.io/v1/batch"
+    update = {**made, "spec": {"maintenance": "drain"}}
+    r = c.post(batch, json={"writes": [{"action": "create", "object": hypervisor("hv2")},
+                                       {"action": "update", "object": update}]})
+    assert r.status_code == 200, r.text
+    assert [o["metadata"]["name"] for o in r.json()["items"]] == ["hv2", "hv1"]
+    assert api.store.get_hypervisor("hv1").spec.maintenance == "drain"
+    # The same update again is stale: nothing of the batch is written.
+    r = c.post(batch, json={"writes": [{"action": "create", "object": hypervisor("hv3")},
+                                       {"action": "update", "object": update}]})
+    status_of(409, "Conflict", r.json())
+    assert [h.name for h in api.store.list_hypervisors()] == ["hv1", "hv2"]
+    # Strict decoding names the write.
+    bad = hypervisor("hv4", bogus=1)
+    r = c.post(batch, json={"writes": [{"action": "create", "object": bad}]})
+    status_of(400, "BadRequest", r.json())
+    assert r.json()["details"]["causes"][0]["field"] == "writes[0].object.spec.bogus"
+    r = c.post(batch, json={"writes": [{"action": "create", "object": {
+        "apiVersion": "hvfleet.io/v1", "kind": "Reservation", "metadata": {"name": "r1"},
+        "spec": {"hypervisor": "hv1", "resources": {"cpu": "1"}, "consumer": "c"}}}]})
+    status_of(422, "Invalid", r.json())
+    assert r.json()["details"]["causes"][0]["field"] == "writes[0]"
+    assert [(a.action.verb, a.code) for a in audit.records][1:] == [
+        ("create", 201), ("update", 200), ("create", 409), ("update", 409)]
+
+
+def test_batch_writes_are_authorized_each(make_api: Callable[..., Api]) -> None:
+    api = make_api(authorizer=ReadOnly())
+    r = api.client("viewer-token").post("/apis/hvfleet.io/v1/batch", json={
+        "writes": [{"action": "create", "object": hypervisor("hv1")}]})
+    status_of(403, "Forbidden", r.json())
+    assert api.store.list("Hypervisor").items == []

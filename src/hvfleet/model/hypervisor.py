@@ -168,13 +168,9 @@ class Reservation(Model):
         return self.metadata.name
 
 
-<<<<<<< HEAD
-Resource = Hypervisor | Reservation | Lease
-=======
 Resource = Hypervisor | Reservation | Lease | AccessToken
 # The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
 # an all-kinds watch know.
->>>>>>> auth
 KINDS: dict[str, type[Resource]] = {
     "Hypervisor": Hypervisor,
     "Reservation": Reservation,

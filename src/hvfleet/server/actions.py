@@ -24,8 +24,9 @@ from starlette.responses import JSONResponse, Response
 
 from hvfleet.discovery.xmlsafe import parse_xml
 from hvfleet.guests.check import check_domain
-from hvfleet.guests.cpu import baseline_cpu, cpu_element, cpus_from_texts
+from hvfleet.guests.cpu import baseline_cpu, cpu_element
 from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.guests.cpuxml import cpus_from_texts
 from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.hosts import group_from_store

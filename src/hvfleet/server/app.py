@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from hvfleet.server import actions, discovery, openapi
+from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.identity import Authenticator, Authorizer
 from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
@@ -87,6 +88,7 @@ def routes() -> list[Route]:
         Route(f"/openapi/v3/{openapi.GV_PATH}", _document(openapi.openapi_v3_group)),
         # Action endpoints first: their paths would otherwise match {plural}/{name}.
         *token_routes(),
+        Route(f"{GV}/batch", batch, methods=["POST"]),
         Route(f"{GV}/fit", actions.fit, methods=["POST"]),
         Route(f"{GV}/placement", actions.placement, methods=["POST"]),
         Route(f"{GV}/cpubaseline", actions.cpubaseline, methods=["POST"]),
