@@ -34,3 +34,26 @@ def test_a_write_through_one_replica_shows_in_a_watch_on_the_other(
     assert a.client("sched-token").post(RES, json=reservation("r1", "3", host="hv2")).status_code == 201
     r = b.client("sched-token").post(RES, json=reservation("r2", "2", consumer="vm-2", host="hv2"))
     status_of(409, "Conflict", r.json())
+
+
+def test_a_batch_of_one_revision_reaches_a_watch_whole(
+    make_api: Callable[..., Api], etcd_session: EtcdCluster
+) -> None:
+    """On etcd an atomic batch is one revision for all its objects: every one of
+    them is sent, and none twice."""
+    api = make_api(store_url=etcd_session.url(prefix=f"/test-{uuid.uuid4().hex[:12]}"))
+    c = api.client()
+    rv = c.get(HV).json()["metadata"]["resourceVersion"]
+    w = Watcher(api, {"resourceVersion": rv})
+    r = c.post("/apis/hvfleet.io/v1/batch", json={"writes": [
+        {"action": "create", "object": hypervisor(f"hv{i}")} for i in range(5)]})
+    assert r.status_code == 200, r.text
+    revisions = {o["metadata"]["resourceVersion"] for o in r.json()["items"]}
+    assert len(revisions) == 1
+    w.wait_for(lambda ev: len(ev) >= 5, timeout=20)
+    # A later watch from before the batch (served from the fan-out's history) too.
+    w2 = Watcher(api, {"resourceVersion": rv, "timeoutSeconds": "2"})
+    assert w2.done.wait(15)
+    for watcher in (w, w2):
+        assert sorted(names(watcher.kinds())) == [("ADDED", f"hv{i}") for i in range(5)]
+    w.close()

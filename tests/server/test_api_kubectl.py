@@ -11,6 +11,7 @@ written.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -172,3 +173,31 @@ def test_kubectl_get_watch_sees_an_agents_change(kubectl: Kubectl, tmp_path: Pat
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_kubectl_status_subresource_and_forbidden(kubectl: Kubectl, tmp_path: Path) -> None:
+    assert kubectl.apply(manifest(tmp_path, "hv1")).returncode == 0
+    if kubectl.version == "1.20":
+        # No --subresource in 1.20: the same refusal through a spec-less status write.
+        r = kubectl("replace", "--raw", "/apis/hvfleet.io/v1/hypervisors/hv1/status", "-f",
+                    str(_status_doc(kubectl, tmp_path)))
+    else:
+        r = kubectl("patch", "hv", "hv1", "--subresource=status", "--type", "merge",
+                    "-p", '{"status":{"allocation":{"cpu":"7"}}}')
+    # Only the host's agent writes its status, whoever the caller's role lets ask.
+    assert r.returncode == 1
+    assert 'Error from server (Forbidden): hypervisors.hvfleet.io "hv1" is forbidden: ' in r.stderr
+    assert "agent/hv1" in r.stderr
+    if kubectl.version != "1.20":
+        r = kubectl("patch", "hv", "hv1", "--subresource=status", "--type", "merge",
+                    "-p", '{"status":{"allocation":{"cpu":"7"}}}', token="agent-hv1-token")
+        assert r.returncode == 0, r.stderr
+        assert kubectl.api.store.get_hypervisor("hv1").status.allocation["cpu"] == 7
+
+
+def _status_doc(kubectl: Kubectl, tmp_path: Path) -> Path:
+    doc = kubectl.api.client().get(f"{HV}/hv1").json()
+    doc["status"] = {"allocation": {"cpu": "7"}}
+    path = tmp_path / "status.json"
+    path.write_text(json.dumps(doc))
+    return path

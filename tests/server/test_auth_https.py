@@ -510,11 +510,9 @@ def test_an_admin_issues_revokes_and_deletes_tokens_over_the_api(
     assert admin.get(f"{base}/{token_id}", timeout=30).json()["spec"]["revoked"] is False
     r = admin.post(f"{base}/{token_id}/revoke", timeout=30)
     assert r.status_code == 200 and r.json()["spec"]["revoked"] is True
-    deadline = time.monotonic() + 2.0
-    while agent.get(server.url + f"{GV}/hypervisors", params={"fieldSelector": "metadata.name=hv7"},
-                    timeout=30).status_code != 401:
-        assert time.monotonic() < deadline, "a token revoked over the API still works"
-        time.sleep(0.05)
+    # The replica that revoked it refuses it at once (the others within their cache age).
+    assert agent.get(server.url + f"{GV}/hypervisors", params={"fieldSelector": "metadata.name=hv7"},
+                     timeout=30).status_code == 401
     assert admin.delete(f"{base}/{token_id}", timeout=30).status_code == 200
     assert admin.get(f"{base}/{token_id}", timeout=30).status_code == 404
     assert admin.post(base, json={"role": "agent"}, timeout=30).status_code == 422
@@ -580,10 +578,7 @@ def test_token_records_travel_the_generic_store_mapping_without_their_secret(
     r = admin.put(f"{base}/{token_id}", params={"force": "true"}, json=stored, timeout=30)
     assert r.status_code == 200, r.text
     assert r.json()["spec"]["revoked"] is True
-    deadline = time.monotonic() + 2.0
-    while viewer.get(server.url + f"{GV}/hypervisors", timeout=30).status_code != 401:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    assert viewer.get(server.url + f"{GV}/hypervisors", timeout=30).status_code == 401
     bad = {**stored, "spec": {**stored["spec"], "subject": "agent/hv1"}}
     bad["metadata"] = {"name": "00000000000000aa"}
     assert admin.post(base, json=bad, timeout=30).status_code == 422

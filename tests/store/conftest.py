@@ -1,11 +1,16 @@
 """The store fixture: every contract test runs against every backend.
 
 Backends are listed in STORE_BACKENDS; each entry is a factory that starts
-what the backend needs (a file, a real etcd) and yields a URL. The etcd backend
-shares one real single-member etcd per test session (tests/conftest.py
-etcd_session: started on first use on 127.0.0.1 free ports, data in a temp dir,
-stopped at the end); each test gets its own key prefix, so tests never see
-each other's objects.
+what the backend needs (a file, a real etcd, a real API server) and yields a
+URL. The etcd backend shares one real single-member etcd per test session
+(tests/conftest.py etcd_session: started on first use on 127.0.0.1 free ports,
+data in a temp dir, stopped at the end); each test gets its own key prefix, so
+tests never see each other's objects. The remote backend starts, per test, the
+API app of `hvfleet serve` (create_app with the real token authenticator and
+role authorizer) under uvicorn in a thread, over TLS with a certificate from
+the server's own CA (hvfleet.server.tls), over a fresh SQLite store, and a
+real admin token from the token book; the remote store impersonates each
+manager the tests write as (`?impersonate=true`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from hvfleet.server.tls import ServingFiles
 from hvfleet.store import Store, open_store
 from hvfleet.store.etcd_local import EtcdCluster
 
@@ -32,9 +39,48 @@ def etcd_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     yield cluster.url(prefix=f"/test-{uuid.uuid4().hex[:12]}")
 
 
+@pytest.fixture(scope="session")
+def serving_files(tmp_path_factory: pytest.TempPathFactory) -> ServingFiles:
+    """The CA and serving certificate `hvfleet serve` makes for 127.0.0.1."""
+    from hvfleet.server.tls import ensure_serving_certificate
+
+    return ensure_serving_certificate(tmp_path_factory.mktemp("serve-data"), "127.0.0.1")
+
+
+@contextmanager
+def remote_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    from tests.server.running import ServerThread
+    from tests.server.tls_files import TlsFiles
+
+    from hvfleet.server.app import create_app
+    from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
+    from hvfleet.server.context import Limits
+    from hvfleet.server.watch import WatchLimits
+    from hvfleet.store.tokens import issue_token
+
+    files: ServingFiles = request.getfixturevalue("serving_files")
+    assert files.ca is not None
+    behind = open_store(f"sqlite:///{tmp_path}/server.db")
+    _, token = issue_token(behind, "admin", manager="test-setup", now=datetime.now(UTC),
+                           ttl=timedelta(hours=2), name="contract-admin")
+    # Concurrent tests open more watches than a person would with one token.
+    app = create_app(behind, TokenAuthenticator(behind), RoleAuthorizer(),
+                     limits=Limits(watch=WatchLimits(per_token=256)))
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setenv("HVFLEET_TOKEN", token)
+    monkeypatch.setenv("HVFLEET_CA", str(files.ca))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    try:
+        with ServerThread(app, TlsFiles(files.ca, files.cert, files.key)) as server:
+            yield f"{server.url}?impersonate=true"
+    finally:
+        behind.close()
+
+
 STORE_BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], AbstractContextManager[str]]] = {
     "sqlite": sqlite_backend,
     "etcd": etcd_backend,
+    "remote": remote_backend,
 }
 
 

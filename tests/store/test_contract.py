@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+from tests.store.hosts import ready_host
 
 from hvfleet.model import (
     AlreadyExists,
@@ -18,10 +19,15 @@ from hvfleet.model import (
     Quantity,
     Reservation,
 )
+from hvfleet.model.resources import ResourceName
+from hvfleet.scheduling.claims import reserve
+from hvfleet.scheduling.errors import DoesNotFit
+from hvfleet.scheduling.request import Request
 from hvfleet.store import Store, open_store
 from hvfleet.store.base import OwnershipConflict, StaleVersion
 
 MakeHv = Callable[..., Hypervisor]
+CPU = ResourceName.parse("cpu")
 
 
 def reservation(name: str, host: str, cpu: int = 1) -> Reservation:
@@ -175,7 +181,7 @@ def test_watch_delivers_every_event_in_order(store: Store, make_hypervisor: Make
     store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator")
     store.create(make_hypervisor("hv2"), "operator")
     store.delete("Hypervisor", "hv1")
-    store.create(reservation("r1", "hv2"), "scheduler")
+    store.keepalive("hv2", 30)  # an event of another kind (a Lease)
     events = list(store.watch("Hypervisor", since=start, timeout=0.5))
     assert [(e.type, e.object.metadata.name) for e in events] == [
         ("ADDED", "hv1"), ("MODIFIED", "hv1"), ("ADDED", "hv2"), ("DELETED", "hv1"),
@@ -186,7 +192,10 @@ def test_watch_delivers_every_event_in_order(store: Store, make_hypervisor: Make
     rest = list(store.watch("Hypervisor", since=revs[1], timeout=0.3))
     assert [e.revision for e in rest] == revs[2:]
     all_kinds = list(store.watch(None, since=start, timeout=0.3))
-    assert [e.object.kind for e in all_kinds][-1] == "Reservation"
+    assert [(e.object.kind, e.type) for e in all_kinds] == [
+        ("Hypervisor", "ADDED"), ("Hypervisor", "MODIFIED"), ("Hypervisor", "ADDED"),
+        ("Hypervisor", "DELETED"), ("Lease", "ADDED")]
+    assert [e.revision for e in all_kinds] == sorted(e.revision for e in all_kinds)
 
 
 def test_watch_by_name_sees_only_that_object(store: Store, make_hypervisor: MakeHv) -> None:
@@ -221,21 +230,19 @@ def test_watch_from_list_revision_sees_later_writes(store: Store, make_hyperviso
     assert seen == ["hv2", "hv3"]
 
 
-def test_claim_writes_only_when_the_check_passes(store: Store, make_hypervisor: MakeHv) -> None:
-    store.create(make_hypervisor("hv1"), "operator")
-    store.claim(reservation("r1", "hv1"), "scheduler", lambda h, others: None)
-    seen: list[tuple[str, list[str]]] = []
-
-    def refuse(h: Hypervisor, others: list[Reservation]) -> None:
-        seen.append((h.name, [o.name for o in others]))
-        raise InvalidInput("does not fit")
-
-    with pytest.raises(InvalidInput):
-        store.claim(reservation("r2", "hv1"), "scheduler", refuse)
-    assert seen == [("hv1", ["r1"])]
-    assert [r.name for r in store.list_reservations()] == ["r1"]
+def test_claim_writes_only_when_the_check_passes(store: Store) -> None:
+    # Through the scheduler's own claim (the check every backend runs the same
+    # way; a remote store's server runs it itself).
+    ready_host(store, "hv1", cpu=4)
+    first = reserve(store, "hv1", Request({CPU: Quantity(3)}), "vm-1")
+    assert first.status.phase == "Active" and first.spec.hypervisor == "hv1"
+    with pytest.raises(DoesNotFit, match="cpu"):
+        reserve(store, "hv1", Request({CPU: Quantity(2)}), "vm-2")
+    assert [r.name for r in store.list_reservations()] == [first.name]
+    second = reserve(store, "hv1", Request({CPU: Quantity(1)}), "vm-2")
+    assert sorted(r.name for r in store.list_reservations()) == sorted([first.name, second.name])
     with pytest.raises(NotFound):
-        store.claim(reservation("r3", "missing"), "scheduler", lambda h, o: None)
+        reserve(store, "missing", Request({CPU: Quantity(1)}), "vm-3")
 
 
 def _increment(url: str, n: int) -> None:

@@ -7,9 +7,11 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from tests.store.hosts import ready_host
 
 from hvfleet.model import AlreadyExists, Forbidden, Hypervisor, InvalidInput, NotFound, Reservation
 from hvfleet.model.hypervisor import Resource
+from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.store import Store, open_store
 from hvfleet.store.apply import ClaimRequired, apply_manifests, load_manifests, plan_one
 from hvfleet.store.base import OwnershipConflict, StaleVersion, Write
@@ -154,8 +156,8 @@ def test_apply_plans_like_server_side_apply_and_writes_all_or_nothing(
     assert store.get_hypervisor("hv1").spec.overcommit == {"cpu": 2.0}
 
 
-def test_apply_never_creates_a_reservation_around_the_claim(store: Store, make_hypervisor: MakeHv) -> None:
-    store.create(make_hypervisor("hv1"), "operator")
+def test_apply_never_creates_a_reservation_around_the_claim(store: Store) -> None:
+    ready_host(store, "hv1", cpu=4)
     docs = load_manifests(
         "apiVersion: hvfleet.io/v1\nkind: Reservation\nmetadata: {name: r1}\n"
         "spec: {hypervisor: hv1, consumer: c, resources: {cpu: 1}}\n",
@@ -166,7 +168,7 @@ def test_apply_never_creates_a_reservation_around_the_claim(store: Store, make_h
     assert store.list_reservations() == []
     # An existing reservation is updated, status included (the scheduler's phase).
     r = Reservation.model_validate({"metadata": {"name": "r1"}, "spec": docs[0].spec.to_dict()})
-    stored = store.create(r, "scheduler")
+    stored = claim_reservation(store, r, "scheduler")
     planned = plan_one(stored, docs[0], "scheduler")
     assert planned.action == "update"
     assert planned.object.metadata.resource_version == stored.metadata.resource_version

@@ -1,6 +1,6 @@
 """`hvfleet agent`: run the node agent for one libvirt host.
 
-    hvfleet agent --connect URI [--name NAME] [--store URL] [--once]
+    hvfleet agent --connect URI [--name NAME] [--store URL] [--token T] [--ca F] [--once]
                   [--resync 60s] [--lease-ttl 30s] [--status-resync 5m] [--count defined|running]
                   [--metrics-addr HOST:PORT]
 
@@ -22,11 +22,12 @@ from datetime import UTC, datetime
 from types import FrameType
 
 import typer
+import typer.main
 
 from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.reconcile import COUNT_MODES, CountMode
 from hvfleet.agent.runner import Agent, AgentConfig
-from hvfleet.cli.main import app, error_line
+from hvfleet.cli.main import app, error_line, with_connection_options
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
@@ -139,7 +140,7 @@ def standalone(argv: list[str], prog_name: str = "hvfleet agent") -> None:
     one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     one.command()(agent)
     try:
-        one(args=argv, prog_name=prog_name)
+        with_connection_options(typer.main.get_command(one))(args=argv, prog_name=prog_name)
     except HvfleetError as exc:
         print(error_line(exc), file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -16,7 +16,8 @@ StoreOpt = Annotated[
     str | None,
     typer.Option(
         "--store", envvar="HVFLEET_STORE",
-        help="Store URL: sqlite:///PATH (default ./hvfleet.db) or etcd://HOST:PORT[,HOST:PORT].",
+        help="Store URL: sqlite:///PATH (default ./hvfleet.db), etcd://HOST:PORT[,HOST:PORT] "
+        "or https://HOST:PORT (an hvfleet serve; with --token, --ca or --kubeconfig).",
     ),
 ]
 SelectorOpt = Annotated[

@@ -12,9 +12,12 @@ import importlib
 import os
 import pkgutil
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
+import typer.core
+import typer.main
 
 from hvfleet.model.errors import HvfleetError
 
@@ -84,6 +87,56 @@ def error_line(exc: HvfleetError) -> str:
     return f"error: {shown}: {exc.detail}"
 
 
+# How a command reaches an https:// store. hvfleet.store.remote reads these from
+# the environment, so a store opened anywhere in a command sees them.
+def _exporting(env: str) -> Callable[[str | None], str | None]:
+    def export(value: str | None) -> str | None:
+        if value:
+            os.environ[env] = value
+        return value
+
+    return export
+
+
+_connection = typer.Typer(add_completion=False)
+
+
+@_connection.command()
+def _connection_options(
+    token: Annotated[str | None, typer.Option(
+        "--token", callback=_exporting("HVFLEET_TOKEN"), show_default=False,
+        help="Bearer token for an https:// store (default $HVFLEET_TOKEN, else the "
+        "kubeconfig's for that server).")] = None,
+    ca: Annotated[str | None, typer.Option(
+        "--ca", callback=_exporting("HVFLEET_CA"), show_default=False,
+        help="CA certificate (PEM) to verify an https:// store's server with (default "
+        "$HVFLEET_CA, else the kubeconfig's, else the system's).")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(
+        "--kubeconfig", callback=_exporting("KUBECONFIG"), show_default=False,
+        help="kubeconfig holding an https:// store's token and CA (default $KUBECONFIG, "
+        "else ~/.kube/config).")] = None,
+) -> None:
+    """Only a holder of the connection options' definitions."""
+
+
+def with_connection_options(command: Any) -> Any:
+    """Give every command that opens a store (it has --store) the options of a
+    remote one, --token, --ca and --kubeconfig, so no command has to thread them
+    to where its store is opened (each sets its environment variable)."""
+    if isinstance(command, typer.core.TyperGroup):
+        for sub in command.commands.values():
+            with_connection_options(sub)
+        return command
+    names = {p.name for p in command.params}
+    if "store" not in names or command.name == "serve":  # serve's --store is its own backend
+        return command
+    for param in typer.main.get_command(_connection).params:
+        if param.name not in names:
+            param.expose_value = False  # the command's function does not take it
+            command.params.append(param)
+    return command
+
+
 # Modules of this package that hold no commands.
 _NOT_COMMANDS = frozenset({"main", "common", "output"})
 
@@ -110,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     _register()
     try:
-        app(args=argv)
+        with_connection_options(typer.main.get_command(app))(args=argv)
     except HvfleetError as exc:
         print(error_line(exc), file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from hvfleet.model.capacity import held_resources, reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
@@ -31,12 +32,13 @@ from hvfleet.model.hypervisor import (
 )
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.readiness import DEFAULT_STALENESS
+from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
-from hvfleet.scheduling.fit import check_claim
+from hvfleet.scheduling.fit import Reason, Rejection, check_claim
 from hvfleet.scheduling.index import FleetIndex, Weigher
 from hvfleet.scheduling.request import Request
-from hvfleet.store.base import ClaimCheck, Store
+from hvfleet.store.base import ClaimCheck, ClaimRefused, Store
 
 MANAGER = "hvfleet-scheduler"
 HYPERVISOR_LABEL = "hvfleet.io/hypervisor"
@@ -88,7 +90,21 @@ def reserve(
 ) -> Reservation:
     """Claim `request` on `host` for `consumer`, or raise DoesNotFit."""
     reservation = new_reservation(host, request, consumer, ttl, datetime.now(UTC))
-    return store.claim(reservation, manager, claim_check(consumer, request, staleness))
+    return _claim(store, reservation, manager, claim_check(consumer, request, staleness))
+
+
+def _claim(store: Store, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
+    """store.claim; a refusal by the check a remote store's server ran itself is
+    the same DoesNotFit a local check raises."""
+    try:
+        return store.claim(reservation, manager, check)
+    except ClaimRefused as exc:
+        rejections = [
+            Rejection(cast(Reason, reason), message,
+                      None if resource is None else ResourceName.parse(resource))
+            for reason, message, resource in exc.rejections
+        ]
+        raise DoesNotFit(exc.host, rejections) from None
 
 
 def claim_check(consumer: str, request: Request, staleness: timedelta = DEFAULT_STALENESS) -> ClaimCheck:
@@ -122,7 +138,7 @@ def claim_reservation(
         "status": ReservationStatus(phase="Active"),
     })
     request = Request(dict(reservation.spec.resources))
-    return store.claim(reservation, manager, claim_check(reservation.spec.consumer, request, staleness))
+    return _claim(store, reservation, manager, claim_check(reservation.spec.consumer, request, staleness))
 
 
 @dataclass

@@ -24,9 +24,10 @@ from starlette.responses import JSONResponse, Response
 
 from hvfleet.discovery.xmlsafe import parse_xml
 from hvfleet.guests.check import check_domain
-from hvfleet.guests.cpu import baseline_cpu, cpu_element
+from hvfleet.guests.cpu import baseline_cpu, cpu_element, qemu_models_of
 from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.cpuxml import cpus_from_texts
+from hvfleet.guests.datasets import DEFAULT_DATA
 from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.hosts import group_from_store
@@ -53,9 +54,14 @@ from hvfleet.server.status import Target, invalid_object, unknown_fields
 
 
 def preload() -> None:
-    """Load what the guest and CPU verbs read, once per process."""
+    """Load what the guest and CPU verbs read, once per process. Both call forms
+    are warmed: the loaders cache per argument list, and the generator names the
+    directories while other callers take the defaults."""
     load_cpu_map()
     load_os_database()
+    load_cpu_map(DEFAULT_DATA.cpu_map_dir)
+    load_os_database(DEFAULT_DATA.osinfo_dir)
+    DEFAULT_DATA.versions()
 
 
 # -- bodies ------------------------------------------------------------------------------------
@@ -78,6 +84,8 @@ class CpuBaselineBody(Model):
     label_selector: str | None = None
     cpus: list[str] = Field(default_factory=list)
     expand: bool = False
+    # Leave out hosts whose CPU libvirt did not identify (else they are refused).
+    skip_unknown: bool = False
 
 
 class GuestBody(Model):
@@ -92,6 +100,7 @@ class GuestBody(Model):
     tpm: bool = False
     mode: str = "intersection"
     policy: str = LATEST
+    drivers: list[str] = Field(default_factory=list)
     label_selector: str = ""
     explain: bool = False
 
@@ -179,11 +188,8 @@ async def fit(request: Request) -> Response:
 def _release(ctx: ApiContext, who: Identity, name: str) -> Any:
     action = Action("create", "release", name=name)
 
-    def write() -> Any:
-        ctx.authorize(who, action)
-        return release(ctx.store, name, manager=who.manager)
-
-    return audited(ctx, who, action, None, write)
+    return audited(ctx, who, action, None, lambda: ctx.authorize(who, action),
+                   lambda: release(ctx.store, name, manager=who.manager))
 
 
 async def release_reservation(request: Request) -> Response:
@@ -233,17 +239,23 @@ def _cpubaseline(ctx: ApiContext, who: Identity, body: CpuBaselineBody) -> dict[
         raise BadRequest("cpubaseline: give cpus (XML texts) or labelSelector, not both")
     ctx.authorize(who, Action("create", "cpubaseline"))
     cpus: list[tuple[str, HostCPU]]
+    qemu_models = None
     if body.cpus:
         cpus = cpus_from_texts([(f"cpus[{i}]", text) for i, text in enumerate(body.cpus)])
     else:
         assert body.label_selector is not None
-        cpus = [(n, c.cpu) for n, c in _group(ctx, body.label_selector).hosts]
-    d = baseline_cpu(cpus)
+        group = _group(ctx, body.label_selector)
+        cpus = [(n, c.cpu) for n, c in group.hosts]
+        qemu_models = qemu_models_of(group.hosts)
+    # UnknownHostCPU is an InvalidInput: a 422 saying which hosts (skipUnknown leaves them out).
+    d = baseline_cpu(cpus, qemu_models=qemu_models, skip_unknown=body.skip_unknown)
     c = d.value
     doc: dict[str, Any] = {"model": c.model, "vendor": c.vendor, "require": list(c.require),
-                           "disable": list(c.disable), "hosts": len(cpus),
+                           "disable": list(c.disable), "hosts": len(cpus) - len(c.skipped),
                            "xml": etree.tostring(cpu_element(c, body.expand), pretty_print=True,
                                                  encoding="unicode")}
+    if c.skipped:
+        doc["skipped"] = list(c.skipped)
     if body.expand:
         doc["features"] = sorted(c.features)
     return doc
@@ -266,10 +278,10 @@ def _generate(ctx: ApiContext, who: Identity, body: GuestBody) -> dict[str, Any]
         disks=tuple(DiskSpec.parse(s) for s in body.disks),
         nics=tuple(NicSpec.parse(s) for s in body.nics),
         firmware=body.firmware, secure_boot=body.secure_boot, tpm=body.tpm, mode=body.mode,
-        policy=body.policy,
+        policy=body.policy, drivers=tuple(body.drivers),
     )
     xml, plan = generate_guest(req, _group(ctx, body.label_selector))
-    doc: dict[str, Any] = {"xml": xml}
+    doc: dict[str, Any] = {"xml": xml, "warnings": list(plan.warnings)}
     if body.explain:
         doc["explain"] = explain_plan(plan)
     return doc

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from hvfleet.server import actions, discovery, openapi
+from hvfleet.server import actions, discovery, impersonation, openapi
 from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.identity import Authenticator, Authorizer
@@ -88,6 +88,7 @@ def routes() -> list[Route]:
         Route(f"/openapi/v3/{openapi.GV_PATH}", _document(openapi.openapi_v3_group)),
         # Action endpoints first: their paths would otherwise match {plural}/{name}.
         *token_routes(),
+        Route(impersonation.WHOAMI_PATH, impersonation.whoami, methods=["POST"]),
         Route(f"{GV}/batch", batch, methods=["POST"]),
         Route(f"{GV}/fit", actions.fit, methods=["POST"]),
         Route(f"{GV}/placement", actions.placement, methods=["POST"]),

@@ -101,6 +101,25 @@ _WHY: dict[Role, str] = {
 }
 
 
+_WRITES = frozenset({"create", "update", "patch", "delete"})
+
+
+def _agent_only(who: Identity, action: Action, name: str | None) -> str | None:
+    """The reason for refusing a write only a host's agent makes, said as the
+    store says it (hvfleet.store.ownership), so a client sees the same words
+    whether the API or the store refused it."""
+    key = _resource_key(action)
+    if name is None or action.verb not in _WRITES:
+        return None
+    if key == "hypervisors/status":
+        return f"status is written only by 'agent/{name}'"
+    if key == "leases":
+        return f"Lease {name}: written only by 'agent/{name}'"
+    if key == "hypervisors" and who.role == "agent" and action.verb in ("update", "patch"):
+        return "agents do not write spec (an agent writes its hypervisor's status and Lease)"
+    return None
+
+
 def _target_name(action: Action, current: Resource | None, new: Resource | None) -> str | None:
     """The one object an action is about, or None for a whole collection. An
     action whose parts disagree about the name is about no single object."""
@@ -148,33 +167,21 @@ class RoleAuthorizer:
                 continue
             if grant.own and (who.hypervisor is None or name != who.hypervisor):
                 what = "a list or watch narrowed to its own name" if name is None else "its own"
+                only = _agent_only(who, action, name)
                 raise _denied(
                     who, action, name,
                     f"role agent, bound to hypervisor {who.hypervisor}, may {action.verb} "
-                    f"only {what} (metadata.name={who.hypervisor})",
+                    f"only {what} (metadata.name={who.hypervisor})" + (f"; {only}" if only else ""),
                 )
             allowed = True
             break
         if not allowed:
-            raise _denied(who, action, name, _WHY[who.role])
+            raise _denied(who, action, name, _agent_only(who, action, name) or _WHY[who.role])
         if action.force and who.role not in FORCE_ROLES:
             raise _denied(
                 who, action, name,
                 f"role {who.role} may not force: fields other managers own stay theirs",
             )
-
-
-def allowed(
-    role: Role, verb: Verb, resource: str, subresource: str | None = None,
-    *, own: bool | None = None,
-) -> bool:
-    """Whether the table lets `role` do `verb` on `resource[/subresource]`
-    (`own`: on the caller's own hypervisor; None: either)."""
-    key = f"{resource}/{subresource}" if subresource else resource
-    for grant in ROLE_GRANTS[role]:
-        if grant.resource == key and verb in grant.verbs:
-            return own is not False or not grant.own
-    return False
 
 
 VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")

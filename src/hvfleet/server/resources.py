@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from hvfleet.model.errors import (
     BadRequest,
+    Forbidden,
     HvfleetError,
     InvalidInput,
     NotFound,
@@ -32,13 +33,14 @@ from hvfleet.model.errors import (
 )
 from hvfleet.model.hypervisor import Reservation, Resource
 from hvfleet.model.lease import Lease
-from hvfleet.model.meta import API_VERSION
+from hvfleet.model.meta import API_GROUP, API_VERSION
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
+from hvfleet.server.impersonation import acting_identity
 from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
@@ -77,10 +79,13 @@ def _info(request: Request) -> ResourceInfo:
 
 
 async def authenticate(ctx: ApiContext, request: Request, write: Action | None = None) -> Identity:
-    """The caller. A write refused here (401) is audited too, with no identity."""
+    """The caller, as its token says or as whom it impersonates (admins only,
+    hvfleet.server.impersonation). A write refused here (401, or 403 for an
+    impersonation) is audited too, with no identity."""
     try:
-        return await run_in_threadpool(ctx.authenticator.authenticate,
-                                       request.headers.get("authorization"))
+        who = await run_in_threadpool(ctx.authenticator.authenticate,
+                                      request.headers.get("authorization"))
+        return acting_identity(who, request)
     except Exception as exc:
         if write is not None and ctx.audit is not None:
             code, reason = code_of(exc)
@@ -124,11 +129,19 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
-            write: Callable[[], Resource | None]) -> Resource | None:
-    """Run one write and record it in the audit log, whatever its result."""
+            check: Callable[[], None], write: Callable[[], Resource | None]) -> Resource | None:
+    """Authorize (`check`) and run one write, and record it in the audit log
+    whatever its result. A refusal by the store's own rules (only agent/<name>
+    writes that host's status, agents never write spec) is worded as
+    kube-apiserver words a refusal, with the store's reason after it."""
     rv_before = before.metadata.resource_version if before is not None else None
     try:
-        out = write()
+        check()
+        try:
+            out = write()
+        except Forbidden as exc:
+            target = f'{action.resource}.{API_GROUP} "{action.name}"' if action.name else action.resource
+            raise Forbidden(f"{target} is forbidden: {exc}") from None
     except Exception as exc:
         if ctx.audit is not None:
             code, reason = code_of(exc)
@@ -308,7 +321,6 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
     action = Action("create", info.plural, name=obj.metadata.name)
 
     def write() -> Resource:
-        ctx.authorize(who, action, None, obj)
         if isinstance(obj, Reservation):
             try:
                 return claim_reservation(ctx.store, obj, who.manager,
@@ -319,7 +331,7 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
                 raise InvalidInput(str(exc), field="spec.hypervisor") from None
         return ctx.store.create(obj, who.manager)
 
-    out = audited(ctx, who, action, None, write)
+    out = audited(ctx, who, action, None, lambda: ctx.authorize(who, action, None, obj), write)
     assert out is not None
     return out
 
@@ -408,11 +420,8 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
         new = new.model_copy(update={"metadata": current.metadata.model_copy(
             update={"resource_version": obj.metadata.resource_version})})
 
-    def write() -> Resource:
-        ctx.authorize(who, action, current, new)
-        return ctx.store.update(new, who.manager, force=force)
-
-    out = audited(ctx, who, action, current, write)
+    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
+                  lambda: ctx.store.update(new, who.manager, force=force))
     assert out is not None
     return out
 
@@ -449,11 +458,8 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
             new = new.model_copy(update={"metadata": current.metadata.model_copy(
                 update={"resource_version": patched.metadata.resource_version})})
 
-        def write() -> Resource:
-            ctx.authorize(who, action, current, new)
-            return ctx.store.update(new, who.manager, force=force)
-
-        out = audited(ctx, who, action, current, write)
+        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
+                      lambda: ctx.store.update(new, who.manager, force=force))
         assert out is not None
         return out
 
@@ -491,11 +497,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
                     update={"resource_version": manifest.metadata.resource_version})})
         action = Action("patch", info.plural, name, sub, force)
 
-        def write() -> Resource:
-            ctx.authorize(who, action, current, new)
-            return ctx.store.update(new, who.manager, force=force)
-
-        out = audited(ctx, who, action, current, write)
+        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
+                      lambda: ctx.store.update(new, who.manager, force=force))
         assert out is not None
         return out
 
@@ -533,14 +536,14 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
         current = ctx.store.get(info.kind, name)
 
         def write() -> Resource:
-            ctx.authorize(who, action, current, None)
             if uid is not None and uid != current.metadata.uid:
                 raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
                                    f"uid in object meta: {current.metadata.uid}")
             ctx.store.delete(info.kind, name, rv or current.metadata.resource_version)
             return current
 
-        out = audited(ctx, who, action, current, write)
+        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, None),
+                      write)
         assert out is not None
         return out
 

@@ -31,7 +31,7 @@ from hvfleet.model.errors import (
 )
 from hvfleet.model.meta import API_GROUP
 from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
-from hvfleet.store.base import OwnershipConflict
+from hvfleet.store.base import OwnershipConflict, StaleVersion
 
 # Most specific first: TooLarge and BadRequest are InvalidInput too.
 _REASONS: tuple[tuple[type[HvfleetError], str, int], ...] = (
@@ -179,6 +179,10 @@ def from_error(exc: Exception, target: Target) -> dict[str, Any]:
         message = f'{target.kind or q} "{name}" is invalid: {detail}'
     else:
         message = detail
+    if isinstance(exc, StaleVersion):
+        # What tells a stale write from the other conflicts (a client retries only it).
+        causes = [{"reason": "FieldValueInvalid", "message": detail,
+                   "field": "metadata.resourceVersion"}]
     if isinstance(exc, InvalidInput) and exc.field and not causes:
         # The core names the field it refused (hvfleet.model.errors): one cause.
         causes = [{"reason": "FieldValueInvalid", "message": exc.detail, "field": exc.field}]

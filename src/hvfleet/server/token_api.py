@@ -37,6 +37,7 @@ from hvfleet.model.errors import BadRequest, Forbidden, NotFound, UnsupportedMed
 from hvfleet.model.meta import API_VERSION, Model
 from hvfleet.model.token import AccessToken, Role
 from hvfleet.server import bodies
+from hvfleet.server.auth import TokenAuthenticator
 from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import audited, authenticate, code_of, error_response
@@ -99,12 +100,11 @@ def _store_record(ctx: ApiContext, who: Identity, record: AccessToken) -> Access
     action = Action("create", "tokens", name=record.name)
 
     def write() -> AccessToken:
-        ctx.authorize(who, action, None, record)
         out = ctx.store.create(record, who.manager)
         assert isinstance(out, AccessToken)
         return out
 
-    out = audited(ctx, who, action, None, write)
+    out = audited(ctx, who, action, None, lambda: ctx.authorize(who, action, None, record), write)
     assert isinstance(out, AccessToken)
     return out
 
@@ -114,13 +114,13 @@ def _replace(ctx: ApiContext, who: Identity, record: AccessToken, force: bool) -
     action = Action("update", "tokens", name=record.name, force=force)
 
     def write() -> AccessToken:
-        ctx.authorize(who, action, current, record)
         out = ctx.store.update(record, who.manager, force=force)
         assert isinstance(out, AccessToken)
         return out
 
-    out = audited(ctx, who, action, current, write)
+    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, record), write)
     assert isinstance(out, AccessToken)
+    _forget(ctx, record.name)
     return out
 
 
@@ -129,7 +129,6 @@ def _issue(ctx: ApiContext, who: Identity, body: TokenRequestBody) -> dict[str, 
     issued: list[str] = []
 
     def write() -> AccessToken:
-        ctx.authorize(who, action)
         record, text = issue_token(
             ctx.store, body.role, manager=who.manager, now=datetime.now(UTC),
             ttl=parse_expiry(body.ttl, field="ttl"), name=body.name, hypervisor=body.hypervisor,
@@ -137,7 +136,7 @@ def _issue(ctx: ApiContext, who: Identity, body: TokenRequestBody) -> dict[str, 
         issued.append(text)
         return record
 
-    record = audited(ctx, who, action, None, write)
+    record = audited(ctx, who, action, None, lambda: ctx.authorize(who, action), write)
     assert isinstance(record, AccessToken)
     doc = record.to_dict()
     doc["status"] = {"token": issued[0]}
@@ -182,12 +181,19 @@ def _revoke(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
     action = Action("update", "tokens", name=token_id)
 
     def write() -> AccessToken:
-        ctx.authorize(who, action, current, None)
         return revoke_token(ctx.store, token_id, who.manager)
 
-    out = audited(ctx, who, action, current, write)
+    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, None), write)
     assert isinstance(out, AccessToken)
+    _forget(ctx, token_id)
     return out
+
+
+def _forget(ctx: ApiContext, token_id: str) -> None:
+    """This replica stops accepting the token at once; the others within their
+    cache age."""
+    if isinstance(ctx.authenticator, TokenAuthenticator):
+        ctx.authenticator.forget([token_id])
 
 
 def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
@@ -195,12 +201,12 @@ def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
     action = Action("delete", "tokens", name=token_id)
 
     def write() -> AccessToken:
-        ctx.authorize(who, action, current, None)
         ctx.store.delete(KIND, token_id, current.metadata.resource_version)
         return current
 
-    out = audited(ctx, who, action, current, write)
+    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, None), write)
     assert isinstance(out, AccessToken)
+    _forget(ctx, token_id)
     return out
 
 

@@ -95,7 +95,7 @@ class KindFanout:
         self._lock = threading.Lock()
         self._history: deque[WatchEvent] = deque(maxlen=history)
         self._subs: set[Subscription] = set()
-        self._encoded: OrderedDict[int, bytes] = OrderedDict()
+        self._encoded: OrderedDict[tuple[int, str], bytes] = OrderedDict()
         self._stop = threading.Event()
         self.position = store.revision()
         # The history holds every event of this kind with horizon < revision <= position.
@@ -109,13 +109,17 @@ class KindFanout:
                 for event in self.store.watch(self.kind, since=self.position, stop=self._stop):
                     with self._lock:
                         if len(self._history) == self._history.maxlen:
+                            # Dropping an event leaves its revision to the store's catch-up.
                             self.horizon = self._history[0].revision
                         self._history.append(event)
                         subs = list(self._subs)
                     for sub in subs:
                         sub.offer(event)
-                    # Moved only after every queue has the event: see next_batch.
-                    self.position = event.revision
+                    # Moved only after every queue has the event (see next_batch), and
+                    # only at the last event of a revision: a bookmark at a revision
+                    # must not leave part of that revision's batch behind.
+                    if event.last_of_revision:
+                        self.position = event.revision
             except Gone:
                 with self._lock:
                     self._history.clear()
@@ -145,12 +149,14 @@ class KindFanout:
 
     def encoded(self, event: WatchEvent) -> bytes:
         """The event's JSON line, built once however many clients receive it."""
+        # One etcd batch is one revision for all its objects: the name is part of the key.
+        key = (event.revision, event.object.metadata.name)
         with self._lock:
-            line = self._encoded.get(event.revision)
+            line = self._encoded.get(key)
         if line is None:
             line = json.dumps({"type": event.type, "object": event.object.to_dict()}).encode() + b"\n"
             with self._lock:
-                self._encoded[event.revision] = line
+                self._encoded[key] = line
                 while len(self._encoded) > _ENCODED_KEPT:
                     self._encoded.popitem(last=False)
         return line

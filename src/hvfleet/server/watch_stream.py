@@ -126,15 +126,24 @@ class WatchResponse(Response):
         loop = asyncio.get_running_loop()
         sub, replay, catch_up = self.fanout.subscribe(self.since, self.name, limits.queue, loop)
         last = self.since
+        # Names already sent at revision `last` (None: all of them, as for `since`):
+        # one etcd batch is one revision for all its objects, and catch-up, history
+        # and queue may each hold some of them.
+        sent_at_last: set[str] | None = None
 
         async def deliver(events: list[WatchEvent]) -> None:
-            nonlocal last
+            nonlocal last, sent_at_last
             inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
                       if self.as_table and events else None)
             for ev in events:
-                if ev.revision <= last:
+                name = ev.object.metadata.name
+                if ev.revision < last or (ev.revision == last and (sent_at_last is None
+                                                                   or name in sent_at_last)):
                     continue
-                last = ev.revision
+                if ev.revision > last:
+                    last, sent_at_last = ev.revision, set()
+                assert sent_at_last is not None
+                sent_at_last.add(name)
                 if not self._wanted(ev.object):
                     continue
                 if self.as_table:
@@ -159,6 +168,7 @@ class WatchResponse(Response):
                     return
             await deliver(replay)
             last_bookmark = time.monotonic()
+            bookmark_rv = self.since
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -175,7 +185,10 @@ class WatchResponse(Response):
                     return
                 await deliver(events)
                 if self.bookmarks and time.monotonic() - last_bookmark >= limits.bookmark_interval:
-                    await self._bookmark(max(last, position))
+                    # Every event up to `position` has been handed over and sent by now
+                    # (whole revisions only); never move a bookmark backwards.
+                    bookmark_rv = max(bookmark_rv, position)
+                    await self._bookmark(bookmark_rv)
                     last_bookmark = time.monotonic()
         finally:
             self.fanout.unsubscribe(sub)

@@ -1,8 +1,9 @@
 """The Store: one contract (`hvfleet.store.base.Store`), several backends.
 
 `open_store(url)` picks the backend from the URL: `sqlite:///path` (embedded
-default, `./hvfleet.db`) or `etcd://host:port[,host:port][?prefix=/p]`
-(distributed; see docs/etcd.md).
+default, `./hvfleet.db`), `etcd://host:port[,host:port][?prefix=/p]`
+(distributed; see docs/etcd.md) or `https://host:port` (an `hvfleet serve`,
+through its API; see docs/store.md).
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def open_store(url: str | None = None, prefix: str | None = None) -> Store:
         if not path:
             raise InvalidInput(f"store: {url!r} names no file (sqlite:///path/to/hvfleet.db)")
         return SqliteStore(path)
+    if url.startswith(("https://", "http://")):
+        from hvfleet.store.remote import RemoteStore
+
+        return RemoteStore.from_url(url)
     raise InvalidInput(
-        f"store: unsupported URL {url!r} (expected sqlite:///PATH or etcd://HOST:PORT[,HOST:PORT])"
+        f"store: unsupported URL {url!r} (expected sqlite:///PATH, etcd://HOST:PORT[,HOST:PORT] "
+        "or https://HOST:PORT)"
     )

@@ -89,6 +89,38 @@ class OwnershipConflict(Conflict):
         super().__init__(message)
         self.conflicts = conflicts or []
 
+    @classmethod
+    def of(cls, kind: str, name: str, conflicts: Sequence[tuple[str, str]]) -> OwnershipConflict:
+        """The conflict of a write to `kind` `name` over these (field, owner)
+        pairs, with the one message every backend gives for it (the remote
+        backend rebuilds it from the API's FieldManagerConflict causes)."""
+        ordered = sorted(conflicts)
+        field, owner = ordered[0]
+        more = f" (and {len(ordered) - 1} more)" if len(ordered) > 1 else ""
+        out = cls(
+            f"{kind} {name}: {field} is owned by manager {owner!r}{more}; "
+            "force the write to take it over",
+            ordered,
+        )
+        out.kind, out.name = kind, name
+        return out
+
+    kind: str = ""  # the object written, when known (an atomic batch has several)
+    name: str = ""
+
+
+class ClaimRefused(Conflict):
+    """A claim refused by a check the store ran itself: the remote backend's
+    server runs its own scheduling check (its POST of a Reservation is a claim),
+    and answers with one (reason, message, resource) per rejection, which
+    `hvfleet.scheduling.claims` turns back into DoesNotFit."""
+
+    def __init__(self, message: str, host: str,
+                 rejections: Sequence[tuple[str, str, str | None]]) -> None:
+        super().__init__(message)
+        self.host = host
+        self.rejections = list(rejections)
+
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
@@ -134,6 +166,15 @@ def check_batch(writes: Sequence[Write]) -> None:
         if key in seen:
             raise InvalidInput(f"{key[0]} {key[1]}: appears more than once in one atomic write")
         seen.add(key)
+
+
+def changed_parts(old: Resource, new: Resource) -> tuple[bool, bool]:
+    """(whether `new` changes the status of `old`, whether it changes anything
+    else): which of the main resource and its /status subresource a write is."""
+    if isinstance(new, Lease) or isinstance(old, Lease):
+        return False, new != old
+    status_changed = new.status != old.status
+    return status_changed, new.model_copy(update={"status": old.status}) != old
 
 
 def as_selector(selector: Selector | str | None) -> Selector:

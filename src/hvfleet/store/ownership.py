@@ -234,13 +234,7 @@ def prepare_update(
         (".".join(p), owned[p]) for p in changed if p in owned and owned[p] != manager
     )
     if conflicts and not force:
-        field, owner = conflicts[0]
-        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
-        raise OwnershipConflict(
-            f"{new.kind} {new.metadata.name}: {field} is owned by manager {owner!r}{more}; "
-            "force the write to take it over",
-            conflicts,
-        )
+        raise OwnershipConflict.of(new.kind, new.metadata.name, conflicts)
     set_paths = {p for p in changed if _is_set(new_leaves.get(p))}
     dropped = changed - set_paths
     writer = _status_writer(new)
