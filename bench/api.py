@@ -93,28 +93,36 @@ def seed(store: Store, agents: int, viewers: int) -> tuple[list[str], list[str],
 
 
 class Server:
-    """`python -m hvfleet.server` on a free loopback port, HTTPS with its own CA."""
+    """`python -m hvfleet.server` on a free loopback port, HTTPS with its own CA
+    (or plain HTTP, which the server allows on loopback, to see what TLS costs)."""
 
-    def __init__(self, store_url: str, data_dir: Path) -> None:
+    url: str
+    ca: Path | None
+
+    def __init__(self, store_url: str, data_dir: Path, plain: bool = False) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
         settings = {"store": store_url, "listen": "127.0.0.1:0", "data_dir": str(data_dir),
-                    "audit_log": str(data_dir / "audit.log")}
+                    "audit_log": str(data_dir / "audit.log"), "insecure_http": plain}
         self.proc = subprocess.Popen([sys.executable, "-m", "hvfleet.server", json.dumps(settings)],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
-        url = ca = None
-        while url is None or ca is None:
+        url: str | None = None
+        ca: Path | None = None
+        while url is None or (ca is None and not plain):
             line = self.proc.stdout.readline()
             if not line:
                 raise RuntimeError("the API server did not start")
-            if m := re.search(r"(https://\S+) over", line):
+            if m := re.search(r"(https?://\S+) over", line):
                 url = m.group(1)
             if m := re.search(r"CA certificate: (\S+)", line):
                 ca = Path(m.group(1))
         self.url, self.ca = url, ca
         self.port = int(url.rsplit(":", 1)[1])
-        self.ssl = ssl.create_default_context(cafile=str(ca))
+        self.ssl = None if ca is None else ssl.create_default_context(cafile=str(ca))
 
-    def connection(self, timeout: float = 60) -> http.client.HTTPSConnection:
+    def connection(self, timeout: float = 60) -> http.client.HTTPConnection:
+        if self.ssl is None:
+            return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout, context=self.ssl)
 
     def stop(self) -> None:
@@ -181,7 +189,7 @@ class Agents:
         self.tokens = tokens
         self.rv: list[str | None] = [None] * len(tokens)
 
-    def put_status(self, conn: http.client.HTTPSConnection, a: int, status: dict[str, Any]) -> None:
+    def put_status(self, conn: http.client.HTTPConnection, a: int, status: dict[str, Any]) -> None:
         auth = {"Authorization": f"Bearer {self.tokens[a]}"}
         if self.rv[a] is None:  # an agent starting up reads its object once
             conn.request("GET", f"{HV}/{host(a)}", headers=auth)
@@ -193,7 +201,7 @@ class Agents:
         self.rv[a] = json.loads(read_ok(conn, "status write"))["metadata"]["resourceVersion"]
 
 
-def read_ok(conn: http.client.HTTPSConnection, what: str) -> bytes:
+def read_ok(conn: http.client.HTTPConnection, what: str) -> bytes:
     r = conn.getresponse()
     data = r.read()
     if r.status != 200:
@@ -206,7 +214,7 @@ def api_writes(server: Server, agents: Agents, writes: int, clients: int) -> tup
     # Every agent reads its object once first (start-up), outside the timed writes.
     run_clients(clients, n, lambda a, conn: agents.put_status(conn, a, status_of(a)), server.connection)
 
-    def one(i: int, conn: http.client.HTTPSConnection) -> None:
+    def one(i: int, conn: http.client.HTTPConnection) -> None:
         agents.put_status(conn, agent_of(i, n, clients), status_of(i))
 
     return run_clients(clients, writes, one, server.connection)
@@ -368,7 +376,7 @@ def served(store_url: str, tmp: Path, args: argparse.Namespace
            ) -> Iterator[tuple[Server, list[str], list[str], str]]:
     with open_store(store_url) as s:
         agents, viewers, operator = seed(s, args.agents, args.watchers)
-    server = Server(store_url, tmp)
+    server = Server(store_url, tmp, plain=args.insecure_http)
     try:
         yield server, agents, viewers, operator
     finally:
@@ -377,7 +385,7 @@ def served(store_url: str, tmp: Path, args: argparse.Namespace
 
 def bench_store(label: str, store_url: str, tmp: Path, args: argparse.Namespace) -> None:
     print(f"[{label}] {args.agents} agents (own tokens), {args.writes} CAS status writes "
-          f"over {args.clients} keep-alive HTTPS connections")
+          f"over {args.clients} keep-alive {'HTTP' if args.insecure_http else 'HTTPS'} connections")
     with served(store_url, tmp, args) as (server, agent_tokens, viewers, operator):
         agents = Agents(agent_tokens)
         rate, lat = api_writes(server, agents, args.writes, args.clients)
@@ -394,8 +402,9 @@ def bench_store(label: str, store_url: str, tmp: Path, args: argparse.Namespace)
                   f"{lost} missing)")
             print(f"  peer, one direct Store.watch: p50 {ms(pct(direct, 50))}, "
                   f"p99 {ms(pct(direct, 99))}")
-            print(f"  whole process over {args.agents} hypervisors, median of {args.cli_runs}:")
-            cli_vs_kubectl(server, store_url, operator, tmp, args.cli_runs)
+            if server.ca is not None:  # kubectl sends a token only over HTTPS
+                print(f"  whole process over {args.agents} hypervisors, median of {args.cli_runs}:")
+                cli_vs_kubectl(server, store_url, operator, tmp, args.cli_runs)
 
 
 def main() -> None:
@@ -409,6 +418,8 @@ def main() -> None:
     parser.add_argument("--watch-writes", type=int, default=200)
     parser.add_argument("--cli-runs", type=int, default=5)
     parser.add_argument("--no-etcd", action="store_true", help="SQLite only")
+    parser.add_argument("--insecure-http", action="store_true",
+                        help="serve plain HTTP on loopback instead of HTTPS (what TLS costs)")
     args = parser.parse_args()
     if args.quick:
         args.agents, args.writes, args.watchers, args.watch_writes, args.cli_runs = 200, 600, 10, 50, 3
