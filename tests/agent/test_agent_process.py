@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hvfleet.model.errors import NotFound
 from hvfleet.model.lease import Lease
 from hvfleet.store import Store, open_store
 
@@ -80,6 +81,19 @@ def _status_writes(store: Store, name: str, since: int) -> int:
     return len(list(store.watch("Hypervisor", since=since, name=name, timeout=0.3)))
 
 
+def _wait_for_lease(store: Store, name: str, timeout: float) -> Lease:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lease = store.get("Lease", name)
+            assert isinstance(lease, Lease)
+            return lease
+        except NotFound:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no Lease {name} within {timeout}s") from None
+            time.sleep(0.05)
+
+
 def test_idle_agent_renews_its_lease_and_leaves_its_status_alone(tmp_path: Path) -> None:
     db = tmp_path / "hv.db"
     agent = start_agent("--connect", fleet_uri("lab-01"), "--store", f"sqlite:///{db}",
@@ -88,7 +102,8 @@ def test_idle_agent_renews_its_lease_and_leaves_its_status_alone(tmp_path: Path)
         with open_store(f"sqlite:///{db}") as store:
             _, first = wait_for(store, "lab-01", lambda h: bool(h.status.capacity), 20)
             rv = int(first.metadata.resource_version or 0)
-            lease = store.get("Lease", "lab-01")
+            # The Lease thread may write its first renewal just after the first status.
+            lease = _wait_for_lease(store, "lab-01", 10)
             time.sleep(2.6)
             renewed = store.get("Lease", "lab-01")
             writes = _status_writes(store, "lab-01", rv)

@@ -206,6 +206,46 @@ def test_fit_reserve_release_as_a_scheduler(fleet: Fleet) -> None:
         assert {e.manager for e in r.metadata.managed_fields} == {"scheduler"}
 
 
+def test_the_kubeconfig_hvfleet_writes_is_all_a_command_needs(fleet: Fleet, tmp_path: Path) -> None:
+    srv = fleet.server
+    config = tmp_path / "viewer.kubeconfig"
+    subprocess.run([HVFLEET, "kubeconfig", "--server", srv.url, "--token", srv.tokens["viewer"],
+                    "--ca", str(srv.ca), "-o", str(config)],
+                   check=True, capture_output=True, text=True, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("HVFLEET_TOKEN", "HVFLEET_CA", "KUBECONFIG")}
+    env["HOME"] = str(fleet.home)
+    got = subprocess.run([HVFLEET, "get", "hypervisors", "--store", srv.url, "--kubeconfig", str(config)],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert got.returncode == 0 and HOST in got.stdout, got.stderr
+    # $KUBECONFIG gives the CA; $HVFLEET_TOKEN overrides its token (here: the operator's).
+    env.update(KUBECONFIG=str(config), HVFLEET_TOKEN=srv.tokens["operator"])
+    wrote = subprocess.run([HVFLEET, "overcommit", "set", "rack-1", "memory=1.5", "--store", srv.url],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert wrote.returncode == 0, wrote.stderr
+    # No token anywhere: 401, in one line.
+    env.pop("HVFLEET_TOKEN")
+    config.write_text(config.read_text().replace(srv.tokens["viewer"], "hvf_0123456789abcdef_" + "x" * 43))
+    denied = subprocess.run([HVFLEET, "get", "hypervisors", "--store", srv.url],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert denied.returncode == 1 and len(denied.stderr.strip().splitlines()) == 1, denied.stderr
+
+
+def test_tokens_over_the_api_as_an_admin_only(fleet: Fleet) -> None:
+    made = fleet.hvfleet("admin", "token", "create", "--role", "viewer", "--name", "remote-ro")
+    assert made.returncode == 0, made.stderr
+    new_token = made.stdout.strip()
+    token_id = new_token.split("_")[1]
+    listed = fleet.ok("admin", "token", "list")
+    assert token_id in listed and "remote-ro" in listed
+    # The new token works at once, and as a viewer only.
+    assert HOST in fleet.hvfleet("viewer", "get", "hypervisors", token=new_token).stdout
+    refused = fleet.hvfleet("viewer", "token", "list")
+    assert refused.returncode == 2 and "forbidden" in refused.stderr.lower(), refused.stderr
+    assert f"token {token_id} (remote-ro) revoked" in fleet.ok("admin", "token", "revoke", token_id)
+    gone = fleet.hvfleet("viewer", "get", "hypervisors", token=new_token)
+    assert gone.returncode == 1 and "revoked" in gone.stderr, gone.stderr
+
+
 def test_a_stopped_agent_shows_not_ready_to_a_viewer(fleet: Fleet) -> None:
     # Last in this module: the agent stops and releases its Lease.
     fleet.agent.send_signal(signal.SIGTERM)

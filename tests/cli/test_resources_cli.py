@@ -205,7 +205,8 @@ def test_apply_removes_fields_the_applier_dropped_but_keeps_others(
 
 def test_crd_is_structural(run: Run) -> None:
     docs = list(yaml.safe_load_all(run("crd").out))
-    assert [d["spec"]["names"]["kind"] for d in docs] == ["Hypervisor", "Reservation", "Lease"]
+    kinds = ["Hypervisor", "Reservation", "Lease", "OvercommitPolicy"]
+    assert [d["spec"]["names"]["kind"] for d in docs] == kinds
 
     def check(node: object, path: str) -> None:
         assert isinstance(node, dict), path

@@ -7,7 +7,10 @@ its own qemu.conf under TMP, so the machine's libvirt setup is never touched.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,13 @@ import libvirt
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+
+# The generator's data cache (osinfo-db, cpu_map) goes to a directory of this
+# test session, not the user's ~/.cache/hvfleet: tests make data directories
+# of their own, and subprocesses share it through the environment.
+_CACHE = tempfile.mkdtemp(prefix="hvfleet-test-cache-")
+os.environ["HVFLEET_CACHE_DIR"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 HOSTS = REPO / "examples" / "hosts"
 
 QEMU_CONF = """stdio_handler = "file"

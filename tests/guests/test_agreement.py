@@ -19,6 +19,7 @@ from hvfleet.guests.check import check_domain
 from hvfleet.guests.cpu import MODES
 from hvfleet.guests.generate import generate
 from hvfleet.guests.hosts import load_caps_dir
+from hvfleet.guests.policy import POLICIES
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo
@@ -140,6 +141,8 @@ def generated_case(draw: st.DrawFn) -> tuple[GuestRequest, HostGroup, str]:
         secure_boot=firmware != "bios" and draw(st.booleans()),
         tpm=draw(st.booleans()),
         mode=draw(st.sampled_from(MODES)),
+        policy=draw(st.sampled_from(sorted(POLICIES))),
+        drivers=draw(st.sampled_from([(), ("virtio-win",)])),
     )
     return req, group, f"{gname} without {sorted(drop)}"
 
@@ -186,3 +189,20 @@ def test_domcapabilities_blockers_are_read_per_model() -> None:
     assert by_name["Broadwell"].blockers is None
     # An unlisted blocker list leaves the stored form (and the inputs digest) as it was.
     assert "blockers" not in caps.to_dict()["cpuModels"][0]
+
+
+def test_cpu_baseline_of_domcapabilities_files_uses_only_models_their_qemu_knows(
+    tmp_path: Path,
+) -> None:
+    group_dir = tmp_path / "intel-mixed"
+    _drop_from_files(GROUP_DIRS["intel-mixed"], group_dir, "Skylake-Server-IBRS")
+    files = sorted(str(p) for p in group_dir.glob("*.domcaps.xml"))
+    runner = CliRunner()
+    r = runner.invoke(app, ["cpu", "baseline", *files])
+    assert r.exit_code == 0, r.output
+    model = etree.fromstring(r.stdout.encode()).findtext("model")
+    assert model == "Skylake-Server"
+    # The untouched files still give the closest model.
+    r = runner.invoke(app, ["cpu", "baseline", *sorted(
+        str(p) for p in GROUP_DIRS["intel-mixed"].glob("*.domcaps.xml"))])
+    assert etree.fromstring(r.stdout.encode()).findtext("model") == "Skylake-Server-IBRS"

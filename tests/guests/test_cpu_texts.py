@@ -31,7 +31,7 @@ def _fields(c: HostCPU) -> tuple[str, str, list[str], list[str]]:
     return (c.vendor, c.model, c.features, c.disabled_features)
 
 
-_VOLATILE = st.sampled_from([
+_BITS = [
     "<microcode version='{n}'/>",
     '<microcode version="{n}"/>',
     "<counter name='tsc' frequency='{n}' scaling='no'/>",
@@ -57,12 +57,30 @@ _VOLATILE = st.sampled_from([
     "<feature policy='disable'/>",
     "<feature name=''/>",
     "<feature name='p{n}' policy='disable' policy='require'/>",
+    "<feature policy='dis able' name='q{n}'/>",
+    "<feature name=\"it's{n}\"/>",
+    "<feature name='say \"{n}\"' policy='disable'/>",
+    "<feature name='gt>{n}'/>",
+    # What only an XML parser knows: its whitespace, names and characters.
+    "<microcode\u00a0version='{n}'/>",
+    "\u00a0",
+    "<microcode v\u00b2='{n}'/>",
+    "<microcode v\u00e9='{n}'/>",
+    "<feature name='ctl\x01{n}'/>",
+    "<model>Has\rwell{n}</model>",
+    "<vendor>a]]>b</vendor>",
+    "<model>\x0b</model>",
+    "<feature name='\uffff{n}'/>",
+    "<microcode a:b='{n}'/>",
+    "<microcode xmlns:a='urn:a' a:b='{n}'/>",
+    "<counter xmlns='urn:x{n}'/>",
     "<model>Haswell</model>",
     "<vendor> AMD </vendor>",
     "<model>\n  Skylake-Client{n}\n</model>",
     "<arch>i686</arch>",
     "<pages unit='KiB' size='{n}'></pages>",
-])
+]
+_VOLATILE = st.sampled_from(_BITS)
 
 
 @st.composite
@@ -83,6 +101,10 @@ def host_document(draw: st.DrawFn) -> str:
         end += len(ws) + len(bit)
     if draw(st.booleans()):
         text = "<?xml version='1.0'?>\n" + text
+    if "<capabilities" not in text:
+        # After the root (a <capabilities> document is read by its host <cpu>
+        # only, see below).
+        text += draw(st.sampled_from(["", "\n", " \n\t", "\u00a0", "\u2028"]))
     return text
 
 
@@ -122,3 +144,37 @@ def test_refusals_are_the_same_as_for_whole_documents(tmp_path: Path) -> None:
             cpus_from_texts([("bad", bad)])
         with pytest.raises(InvalidInput):
             _whole("bad", bad)
+
+
+def test_a_capabilities_document_is_read_by_its_host_cpu_only() -> None:
+    # The point of the targeted read: what follows the host <cpu> (NUMA
+    # topology, guests, ...) is not parsed, so it is not judged either.
+    text = (HOSTS / "groups" / "intel-mixed" / "clx-1.caps.xml").read_text()
+    broken = text.replace("</capabilities>", "<oops></capabilities>")
+    with pytest.raises(InvalidInput):
+        _whole("h", broken)
+    ((_, cpu),) = cpus_from_texts([("h", broken)])
+    assert _fields(cpu) == _whole("h", text)[0]
+    # A malformed host <cpu> itself is still refused.
+    with pytest.raises(InvalidInput):
+        cpus_from_texts([("h", text.replace("<model>", "<model x>", 1))])
+
+
+@pytest.mark.parametrize("bit", _BITS)
+def test_every_spelling_reads_as_the_xml_parser_reads_it(bit: str) -> None:
+    # Each spelling of the strategy above, deterministically, at the places
+    # where it matters: first child, between children, last child.
+    base = (HOSTS / "cpus" / "Haswell.xml").read_text()
+    bit = bit.format(n=7)
+    for text in (base.replace("<cpu>", "<cpu>" + bit, 1),
+                 base.replace("</model>", "</model>\n  " + bit, 1),
+                 base.replace("</cpu>", bit + "</cpu>", 1)):
+        try:
+            want: object = _whole("h", text)
+        except InvalidInput:
+            want = InvalidInput
+        try:
+            got: object = [_fields(c) for _, c in cpus_from_texts([("h", text)])]
+        except InvalidInput:
+            got = InvalidInput
+        assert got == want, text

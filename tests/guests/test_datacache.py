@@ -143,3 +143,45 @@ def test_concurrent_processes_build_and_read_safely(tmp_path: Path) -> None:
         assert len(outs) == 1
     assert [p.name.split("-")[0] for p in _entries(cache)] == ["cpu_map", "osinfo"]
     assert not list(cache.glob(".tmp-*"))  # every temporary file was renamed or removed
+
+
+def test_two_checkouts_sharing_a_cache_keep_one_entry_each(cache: Path, tmp_path: Path) -> None:
+    src = tmp_path / "data.xml"
+    src.write_text("<x/>")
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("parser a")
+    b.write_text("parser b")
+    built: list[str] = []
+
+    def get(code: Path) -> str:
+        def build() -> str:
+            built.append(code.name)
+            return code.name
+        return datacache.cached("t", str(tmp_path), [str(src)], [str(code)], build,
+                                lambda v: v, lambda d: str(d))
+
+    assert [get(a), get(b), get(a), get(b)] == ["a.py", "b.py", "a.py", "b.py"]
+    assert built == ["a.py", "b.py"]  # each built once, not on every switch
+
+
+def test_entries_unused_for_long_are_pruned_when_one_is_written(cache: Path,
+                                                                tmp_path: Path) -> None:
+    cpumap.load_cpu_map()
+    (live,) = _entries(cache)
+    stale = cache / "cpu_map-0000000000000000.json"
+    recent = cache / "cpu_map-1111111111111111.json"
+    other = cache / "osinfo-2222222222222222.json"
+    for p in (stale, recent, other):
+        p.write_text("{}")
+    old = 1_000_000.0  # 1970: long unused
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    os.utime(live, (old, old))
+    cpumap.load_cpu_map.cache_clear()
+    cpumap.load_cpu_map()  # a hit: the entry in use is kept fresh
+    assert live.stat().st_mtime > old
+    src = tmp_path / "cpu_map"
+    shutil.copytree(cpumap.CPU_MAP_DIR, src)
+    cpumap.load_cpu_map(str(src))  # a miss: writes, and prunes its kind
+    assert live.exists() and recent.exists() and other.exists()
+    assert not stale.exists()

@@ -57,6 +57,15 @@ def test_list_pages_with_limit_and_continue(api: Api) -> None:
     assert names == [f"hv{i}" for i in range(7)] and pages == 3
     status_of(400, "BadRequest", c.get(HV, params={"continue": "garbage!"}).json())
 
+    # The pages of one list come from one read: an object created between two
+    # pages is not in them, and every page carries the first page's version.
+    first = c.get(HV, params={"limit": 3}).json()
+    c.post(HV, json=hypervisor("hv35"))
+    rest = c.get(HV, params={"limit": 10, "continue": first["metadata"]["continue"]}).json()
+    assert [o["metadata"]["name"] for o in rest["items"]] == [f"hv{i}" for i in range(3, 7)]
+    assert rest["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert "hv35" in [o["metadata"]["name"] for o in c.get(HV).json()["items"]]
+
 
 def test_table_has_the_columns_of_hvfleet_get(api: Api) -> None:
     c = api.client()
@@ -94,11 +103,19 @@ def test_discovery_documents(api: Api) -> None:
     assert groups["groups"][0]["preferredVersion"]["groupVersion"] == "hvfleet.io/v1"
     assert c.get("/apis/hvfleet.io").json()["kind"] == "APIGroup"
     resources = {r["name"]: r for r in c.get("/apis/hvfleet.io/v1").json()["resources"]}
-    assert set(resources) == {"hypervisors", "hypervisors/status", "reservations", "reservations/status",
-                              "leases"}
+    # Every kind `hvfleet crd` exports, with /status where its CRD has that subresource.
+    expected = set()
+    for crd in crds():
+        plural = crd["spec"]["names"]["plural"]
+        expected.add(plural)
+        if "status" in crd["spec"]["versions"][0].get("subresources", {}):
+            expected.add(f"{plural}/status")
+    assert set(resources) == expected
+    assert {"hypervisors", "hypervisors/status", "reservations", "reservations/status",
+            "leases"} <= expected
     hv = resources["hypervisors"]
     assert (hv["singularName"], hv["kind"], hv["namespaced"]) == ("hypervisor", "Hypervisor", False)
-    assert "hv" in hv["shortNames"]
+    assert "hv" in hv["shortNames"] and "res" in resources["reservations"]["shortNames"]
     assert set(hv["verbs"]) == {"get", "list", "watch", "create", "update", "patch", "delete"}
     assert set(resources["hypervisors/status"]["verbs"]) == {"get", "update", "patch"}
     # /version needs no token; the rest does.
@@ -192,3 +209,20 @@ def test_agent_leases(api: Api) -> None:
     assert [c["name"] for c in body["columnDefinitions"]] == [c.name for c in views.lease_columns(wide=True)]
     assert body["rows"][0]["cells"][:3] == ["hv1", "agent/hv1", "True"]
     status_of(404, "NotFound", agent.get("/apis/hvfleet.io/v1/leases/hv1/status").json())
+
+
+def test_overcommit_policies_are_served_with_their_columns(api: Api) -> None:
+    c = api.client()
+    policy = {"apiVersion": "hvfleet.io/v1", "kind": "OvercommitPolicy", "metadata": {"name": "p1"},
+              "spec": {"overcommit": {"cpu": 4}}}
+    assert c.post("/apis/hvfleet.io/v1/overcommitpolicies", json=policy).status_code == 201
+    c.post(HV, json=hypervisor("hv1"))
+    body = c.get("/apis/hvfleet.io/v1/overcommitpolicies", headers={"Accept": TABLE}).json()
+    cols = [col["name"] for col in body["columnDefinitions"]]
+    assert cols == [col.name for col in views.policy_columns(wide=True)]
+    cells = dict(zip(cols, body["rows"][0]["cells"], strict=True))
+    assert cells["NAME"] == "p1"
+    # The hypervisor table shows the ratio the policy gives (the wide column).
+    body = c.get(HV, headers={"Accept": TABLE}).json()
+    cols = [col["name"] for col in body["columnDefinitions"]]
+    assert "cpu=4" in dict(zip(cols, body["rows"][0]["cells"], strict=True))["OVERCOMMIT"]

@@ -160,7 +160,7 @@ def test_kubectl_get_watch_sees_an_agents_change(kubectl: Kubectl, tmp_path: Pat
                               daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not any(line.startswith("hv1") for line in lines):
             assert time.monotonic() < deadline and proc.poll() is None, (lines, proc.poll())
             time.sleep(0.05)

@@ -59,7 +59,7 @@ def test_custom_objects_api_list_get_patch_watch(tls_api: Api, tmp_path: Path) -
     def follow() -> None:
         w = watch.Watch()
         for event in w.stream(objects.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                              resource_version=rv, timeout_seconds=10):
+                              resource_version=rv, timeout_seconds=30):
             seen.append((event["type"], event["object"]["metadata"]["name"]))
             if len(seen) >= 2:
                 w.stop()
@@ -68,7 +68,7 @@ def test_custom_objects_api_list_get_patch_watch(tls_api: Api, tmp_path: Path) -
     t = threading.Thread(target=follow, daemon=True)
     t.start()
     agent_reports(tls_api, "hv1", "2")
-    assert done.wait(15)
+    assert done.wait(45)
     # The maintenance patch (after the list), then the agent's status write.
     assert seen == [("MODIFIED", "hv1"), ("MODIFIED", "hv1")]
 

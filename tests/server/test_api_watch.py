@@ -50,7 +50,7 @@ class Watcher:
         finally:
             self.done.set()
 
-    def wait_for(self, test: Callable[[list[dict[str, Any]]], bool], timeout: float = 10) -> None:
+    def wait_for(self, test: Callable[[list[dict[str, Any]]], bool], timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while not test(self.kinds()):
             if time.monotonic() > deadline:
@@ -112,14 +112,14 @@ def test_bookmarks_carry_a_version_every_event_up_to_has_been_sent(make_api: Cal
     w.close()
     # Without allowWatchBookmarks, none.
     w = Watcher(api, {"resourceVersion": "2", "timeoutSeconds": "1"})
-    assert w.done.wait(10)
+    assert w.done.wait(30)
     assert all(e["type"] != "BOOKMARK" for e in w.kinds())
 
 
 def test_timeout_seconds_ends_the_watch(api: Api) -> None:
     start = time.monotonic()
     w = Watcher(api, {"resourceVersion": "0", "timeoutSeconds": "1"})
-    assert w.done.wait(10)
+    assert w.done.wait(30)
     assert 0.9 <= time.monotonic() - start < 5
 
 
@@ -133,13 +133,13 @@ def test_watch_from_a_compacted_version_is_410_expired(
     for i in range(12):
         c.post(HV, json=hypervisor(f"hv{i}"))
     w = Watcher(api, {"resourceVersion": "1"})
-    assert w.done.wait(10)
+    assert w.done.wait(30)
     (event,) = w.kinds()
     assert event["type"] == "ERROR"
     status_of(410, "Expired", event["object"])
     # A version still in the store's history is served, though older than the fan-out's.
     w = Watcher(api, {"resourceVersion": str(api.store.revision() - 2), "timeoutSeconds": "1"})
-    assert w.done.wait(10)
+    assert w.done.wait(30)
     assert names(w.kinds()) == [("ADDED", "hv10"), ("ADDED", "hv11")]
 
 
@@ -162,7 +162,7 @@ def test_watches_per_token_are_capped(make_api: Callable[..., Api]) -> None:
     status_of(429, "TooManyRequests", r.json())
     # Another token has its own slots.
     other = Watcher(api, {"resourceVersion": "0", "timeoutSeconds": "1"}, token="viewer-token")
-    assert other.done.wait(10) and other.status == 200
+    assert other.done.wait(30) and other.status == 200
     for w in first:
         w.close()
     deadline = time.monotonic() + 10
@@ -175,7 +175,10 @@ def test_watches_per_token_are_capped(make_api: Callable[..., Api]) -> None:
 
 
 def test_a_slow_watcher_never_delays_the_others_and_is_dropped(make_api: Callable[..., Api]) -> None:
-    api = make_api(Limits(watch=WatchLimits(queue=20, send_timeout=1.0)))
+    # A fan-out that waited for the slow client would hold every event for the
+    # whole send timeout before dropping it: 5 s, far above what the fast
+    # watcher may see even on a loaded machine.
+    api = make_api(Limits(watch=WatchLimits(queue=20, send_timeout=5.0)))
     c = api.client()
     # The slow client: asks for a watch and then never reads its socket.
     slow = socket.create_connection(("127.0.0.1", api.server.port))
@@ -195,10 +198,10 @@ def test_a_slow_watcher_never_delays_the_others_and_is_dropped(make_api: Callabl
     fast.wait_for(lambda ev: len(ev) >= n, timeout=60)
     delays = sorted(t - written[e["object"]["metadata"]["name"]] for t, e in fast.events)
     # Every event reached the fast watcher promptly, whatever the slow one did.
-    assert delays[-1] < 2.0, delays[-5:]
+    assert delays[-1] < 4.0, delays[-5:]
     assert names(fast.kinds()) == [("ADDED", f"hv{i}") for i in range(n)]
     # The slow one was dropped: its watch slot is free again ...
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 30
     while api.server.server.started and time.monotonic() < deadline:
         if _open_watches(api, "t-viewer") == 0:
             break

@@ -19,7 +19,8 @@ from hvfleet.store.sqlite import SqliteStore
 VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")
 RESOURCES = (
     "hypervisors", "hypervisors/status", "reservations", "reservations/status", "leases",
-    "tokens", "fit", "release", "placement", "cpubaseline", "guests",
+    "overcommitpolicies", "overcommitpolicies/status", "tokens", "fit", "release", "placement",
+    "cpubaseline", "guests",
     # Not served: nobody, not even admin, gets them.
     "hypervisors/scale", "secrets",
 )
@@ -27,7 +28,8 @@ READ = "get list watch"
 COMPUTE = {"placement": "create", "cpubaseline": "create", "guests": "create"}
 READS = {
     "hypervisors": READ, "hypervisors/status": "get", "reservations": READ,
-    "reservations/status": "get", "leases": READ, **COMPUTE,
+    "reservations/status": "get", "leases": READ, "overcommitpolicies": READ,
+    "overcommitpolicies/status": "get", **COMPUTE,
 }
 # The "Who may do what", by hand. Agents: on their own hypervisor's name.
 EXPECTED: dict[Role, dict[str, str]] = {
@@ -35,6 +37,7 @@ EXPECTED: dict[Role, dict[str, str]] = {
     "operator": {
         **READS, "hypervisors": f"{READ} create update patch delete",
         "reservations": f"{READ} delete", "fit": "create",
+        "overcommitpolicies": f"{READ} create update patch delete",
     },
     "scheduler": {
         **READS, "hypervisors": f"{READ} update patch", "reservations": f"{READ} create",
@@ -49,6 +52,7 @@ EXPECTED: dict[Role, dict[str, str]] = {
         **READS, "hypervisors": f"{READ} create update patch delete",
         "reservations": f"{READ} create delete", "reservations/status": "get update patch",
         "fit": "create", "release": "create",
+        "overcommitpolicies": f"{READ} create update patch delete",
         "tokens": "get list watch create update patch delete",
     },
 }

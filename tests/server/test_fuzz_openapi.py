@@ -39,7 +39,8 @@ from hvfleet.model.hypervisor import KINDS
 from hvfleet.store import open_store
 from hvfleet.store.ownership import agent_manager
 
-KNOWN = {"hypervisors": ["fz-1", "fz-2"], "reservations": ["fz-r1"], "leases": ["fz-1"]}
+KNOWN = {"hypervisors": ["fz-1", "fz-2"], "reservations": ["fz-r1"], "leases": ["fz-1"],
+         "overcommitpolicies": ["fz-p1"]}
 EXAMPLES = int(os.environ.get("HVFLEET_FUZZ_EXAMPLES", "300"))  # about 20 s on this machine
 
 
@@ -149,14 +150,14 @@ def test_fuzz_openapi_no_5xx_and_no_invalid_object_stored(served: Served) -> Non
         mode = data.draw(st.sampled_from(list(GenerationMode)), label="mode")
         fixed = None
         if "{name}" in op.path and data.draw(st.booleans(), label="known name"):
-            fixed = {"name": data.draw(st.sampled_from(KNOWN[_plural(op.path)]), label="name")}
+            fixed = {"name": data.draw(st.sampled_from(KNOWN.get(_plural(op.path), ["fz-1"])), label="name")}
         case = data.draw(op.as_strategy(mode, path_parameters=fixed), label="case")
         body = case.body
         if isinstance(body, dict) and isinstance(body.get("metadata"), dict) \
                 and data.draw(st.booleans(), label="valid name"):
             # A random name is mostly refused first; a valid one lets the rest be judged.
             body["metadata"]["name"] = (fixed or {}).get("name") or data.draw(
-                st.sampled_from(["fz-1", "fz-3", "fz-r1", "fz-r2"]), label="body name")
+                st.sampled_from(["fz-1", "fz-3", "fz-r1", "fz-r2", "fz-p1"]), label="body name")
         if case.query and "watch" in case.query:
             case.query["timeoutSeconds"] = 1  # a watch that is served streams until then
         role = data.draw(st.sampled_from(["admin", "operator"]), label="role")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
@@ -34,7 +34,7 @@ from hvfleet.discovery.host import HostTopology, NodeInfo, host_capacity, parse_
 from hvfleet.model.capacity import add, with_effective_capacity
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCapabilities
-from hvfleet.model.hypervisor import Cell, Hypervisor, Instance, ResourceList
+from hvfleet.model.hypervisor import Cell, Hypervisor, Instance, OvercommitPolicy, ResourceList
 from hvfleet.model.meta import Condition, set_condition
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
@@ -112,6 +112,9 @@ class Facts:
     crashes: tuple[CrashEvent, ...] = ()
     # The agent's configured core dump directory, if usable (see AgentConfig).
     dump_location: str | None = None
+    # The OvercommitPolicies in the store (read by the runner, not from libvirt):
+    # effectiveCapacity takes their ratios where spec.overcommit says nothing.
+    policies: tuple[OvercommitPolicy, ...] = ()
 
 
 Parsed = tuple[DomainDemand, CellUnits] | InvalidInput
@@ -275,8 +278,8 @@ def add_host_capabilities(h: Hypervisor, facts: Facts) -> Hypervisor:
     return _status(h, host_capabilities=caps)
 
 
-def add_effective_capacity(h: Hypervisor, _facts: Facts) -> Hypervisor:
-    return with_effective_capacity(h)
+def add_effective_capacity(h: Hypervisor, facts: Facts) -> Hypervisor:
+    return with_effective_capacity(h, facts.policies)
 
 
 def add_conditions(h: Hypervisor, facts: Facts) -> Hypervisor:
@@ -338,9 +341,11 @@ def reconcile(h: Hypervisor, facts: Facts, now: datetime | None = None) -> Hyper
     return h
 
 
-def mark_disconnected(h: Hypervisor, uri: str, message: str, now: datetime) -> Hypervisor:
+def mark_disconnected(
+    h: Hypervisor, uri: str, message: str, now: datetime, policies: Sequence[OvercommitPolicy] = ()
+) -> Hypervisor:
     """libvirt cannot be reached: keep the last observation (marked not Ready),
-    and still honour spec changes in effectiveCapacity."""
+    and still honour spec (and policy) changes in effectiveCapacity."""
     conditions = set_condition(
         h.status.conditions,
         Condition(type=LIBVIRT_CONNECTED, status="False", reason="Disconnected", message=message),
@@ -356,20 +361,22 @@ def mark_disconnected(h: Hypervisor, uri: str, message: str, now: datetime) -> H
         ),
         now,
     )
-    h = with_effective_capacity(h)
+    h = with_effective_capacity(h, policies)
     return _status(
         h, conditions=conditions, observed_generation=h.metadata.generation, last_heartbeat_time=now
     )
 
 
-def mark_unreadable_host(h: Hypervisor, message: str, now: datetime) -> Hypervisor:
+def mark_unreadable_host(
+    h: Hypervisor, message: str, now: datetime, policies: Sequence[OvercommitPolicy] = ()
+) -> Hypervisor:
     """libvirt answers, but its description of the host cannot be parsed."""
     conditions = set_condition(
         h.status.conditions,
         Condition(type=READY, status="False", reason="UnreadableHost", message=message),
         now,
     )
-    h = with_effective_capacity(h)
+    h = with_effective_capacity(h, policies)
     return _status(
         h, conditions=conditions, observed_generation=h.metadata.generation, last_heartbeat_time=now
     )

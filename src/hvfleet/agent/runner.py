@@ -7,6 +7,7 @@ Three sources wake the reconcile loop:
   event), then domains are re-read and status rewritten;
 - the store watch on its own object: a spec change (overcommit, reserve)
   recomputes effectiveCapacity from the last observation, without libvirt;
+  so does any OvercommitPolicy change (a second watch, on that kind);
 - the resync timer: every `resync` seconds everything, host facts included,
   is re-read, which catches any event that was missed.
 
@@ -49,7 +50,7 @@ from hvfleet.agent.status_writer import StatusWriter, WriteResult
 from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_uri
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
-from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec
+from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec, OvercommitPolicy
 from hvfleet.model.meta import validate_name
 from hvfleet.model.readiness import DEFAULT_RESYNC
 from hvfleet.store.base import Store
@@ -147,6 +148,7 @@ class Agent:
         self._last_event_at = 0.0
         self._last_spec: HypervisorSpec | None = None
         self._last_skipped: tuple[tuple[str, str], ...] = ()
+        self._policies: tuple[OvercommitPolicy, ...] = ()
         # Crash events not yet in a written status (guarded by _lock).
         self._crashes: list[CrashEvent] = []
         self._dump_ok: bool | None = None  # last dump location check, to warn on change
@@ -250,6 +252,15 @@ class Agent:
             )
         return result
 
+    def policies(self) -> tuple[OvercommitPolicy, ...]:
+        """The store's OvercommitPolicies, read for every status write (a handful
+        of small objects); if the read fails, the last ones read."""
+        try:
+            self._policies = tuple(self.store.list_overcommit_policies())
+        except HvfleetError as exc:
+            log.warning("reading overcommit policies failed, using the last ones: %s", exc)
+        return self._policies
+
     def write_facts(self, heartbeat: bool = False) -> WriteResult:
         facts = self.facts
         assert facts is not None
@@ -257,7 +268,7 @@ class Agent:
             crashes = tuple(self._crashes)
         # A CAS retry rebuilds from the newest stored status, so the same
         # pending crashes are added exactly once to whatever was stored.
-        with_crashes = replace(facts, crashes=crashes)
+        with_crashes = replace(facts, crashes=crashes, policies=self.policies())
         result = self.write(lambda h: reconcile(h, with_crashes, datetime.now(UTC)), heartbeat)
         if crashes:
             with self._lock:
@@ -272,7 +283,8 @@ class Agent:
         if self.writer is None:
             return None  # name unknown until libvirt answered once
         uri = self.config.uri
-        return self.write(lambda h: mark_disconnected(h, uri, message, datetime.now(UTC)))
+        policies = self.policies()
+        return self.write(lambda h: mark_disconnected(h, uri, message, datetime.now(UTC), policies))
 
     def run_once(self) -> Hypervisor:
         """Connect, observe, write status once. Unavailable if libvirt is unreachable."""
@@ -333,6 +345,10 @@ class Agent:
                                 target=self._keep_lease, args=(stop,), name="agent-lease",
                                 daemon=True,
                             ).start()
+                        threading.Thread(
+                            target=self._watch_policies, args=(stop,), name="agent-policy-watch",
+                            daemon=True,
+                        ).start()
                     if self.metrics is not None:
                         self.metrics.connected.labels(self.name).set(1)
 
@@ -375,7 +391,7 @@ class Agent:
                     # but the fact itself. Try again at the next resync.
                     log.error("%s", exc)
                     self._safe_write(partial(mark_unreadable_host, message=str(exc),
-                                             now=datetime.now(UTC)))
+                                             now=datetime.now(UTC), policies=self.policies()))
                     next_resync = now + self.config.resync
                     continue
                 if full:
@@ -499,6 +515,27 @@ class Agent:
                 since = None
             except Exception as exc:
                 log.warning("watching %s in the store failed, will retry: %s", self.name, exc)
+                since = None
+                stop.wait(backoff.next_delay())
+
+    def _watch_policies(self, stop: threading.Event) -> None:
+        """Any OvercommitPolicy change may change this host's effective capacity:
+        rebuild the status (the write is skipped when nothing changed)."""
+        backoff = Backoff(self.config.backoff_initial, self.config.backoff_cap)
+        since: int | None = None
+        while not stop.is_set():
+            try:
+                if since is None:
+                    since = self.store.revision()
+                    self._spec_changed()
+                for ev in self.store.watch("OvercommitPolicy", since=since, stop=stop):
+                    since = ev.revision
+                    self._spec_changed()
+                backoff.reset()
+            except Gone:
+                since = None
+            except Exception as exc:
+                log.warning("watching overcommit policies failed, will retry: %s", exc)
                 since = None
                 stop.wait(backoff.next_delay())
 

@@ -14,7 +14,7 @@ from hvfleet.discovery.xmlsafe import read_xml_file
 from hvfleet.guests.abi import regenerate, upgrade
 from hvfleet.guests.check import check_domain
 from hvfleet.guests.cpu import UnknownHostCPU, baseline_cpu, cpu_element, qemu_models_of
-from hvfleet.guests.cpuxml import cpus_from_document
+from hvfleet.guests.cpuxml import cpus_from_document, qemu_models_from_document
 from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.generate import plan_guest
@@ -22,7 +22,7 @@ from hvfleet.guests.hosts import group_from_store, load_caps_dir
 from hvfleet.guests.policy import LATEST, changelog_text
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, parse_memory
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hostcaps import HostCPU
+from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 
 cpu_app = typer.Typer(help="CPU definitions for host groups.", no_args_is_help=True)
 guest_app = typer.Typer(help="Guest definitions that run everywhere in a group.",
@@ -75,12 +75,16 @@ def cpu_baseline(
     if bool(files) == (hosts is not None):
         raise InvalidInput("give FILE... or --hosts SELECTOR (not both)")
     cpus: list[tuple[str, HostCPU]] = []
-    qemu_models = None
+    qemu_models: dict[str, list[CPUModelInfo]] = {}
     if files:
         for path in files:
-            found = cpus_from_document(read_xml_file(path), path)
+            root = read_xml_file(path)
+            found = cpus_from_document(root, path)
             cpus += [(path if len(found) == 1 else f"{path}#{i + 1}", c)
                      for i, c in enumerate(found)]
+            models = qemu_models_from_document(root)
+            if models is not None:
+                qemu_models[path] = models
     else:
         assert hosts is not None
         group = _store_group(hosts, store)

@@ -103,15 +103,16 @@ _connection = typer.Typer(add_completion=False)
 
 @_connection.command()
 def _connection_options(
-    token: Annotated[str | None, typer.Option(
+    # Named apart from any command's own parameters (token revoke's TOKEN argument).
+    remote_token: Annotated[str | None, typer.Option(
         "--token", callback=_exporting("HVFLEET_TOKEN"), show_default=False,
         help="Bearer token for an https:// store (default $HVFLEET_TOKEN, else the "
         "kubeconfig's for that server).")] = None,
-    ca: Annotated[str | None, typer.Option(
+    remote_ca: Annotated[str | None, typer.Option(
         "--ca", callback=_exporting("HVFLEET_CA"), show_default=False,
         help="CA certificate (PEM) to verify an https:// store's server with (default "
         "$HVFLEET_CA, else the kubeconfig's, else the system's).")] = None,
-    kubeconfig: Annotated[str | None, typer.Option(
+    remote_kubeconfig: Annotated[str | None, typer.Option(
         "--kubeconfig", callback=_exporting("KUBECONFIG"), show_default=False,
         help="kubeconfig holding an https:// store's token and CA (default $KUBECONFIG, "
         "else ~/.kube/config).")] = None,
@@ -130,8 +131,9 @@ def with_connection_options(command: Any) -> Any:
     names = {p.name for p in command.params}
     if "store" not in names or command.name == "serve":  # serve's --store is its own backend
         return command
+    flags = {flag for p in command.params for flag in getattr(p, "opts", ())}
     for param in typer.main.get_command(_connection).params:
-        if param.name not in names:
+        if not flags & set(getattr(param, "opts", ())):  # a command's own --token etc. win
             param.expose_value = False  # the command's function does not take it
             command.params.append(param)
     return command

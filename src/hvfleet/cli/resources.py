@@ -1,17 +1,16 @@
 """Commands on stored resources: get, describe, capacity, overcommit, reserved,
-apply, export, crd."""
+apply, export, delete, crd."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
-from pydantic import ValidationError
 from rich.text import Text
 
 from hvfleet.cli.common import (
@@ -30,11 +29,13 @@ from hvfleet.model import capacity as cap
 from hvfleet.model import views
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, Resource
 from hvfleet.model.lease import Lease
-from hvfleet.model.meta import validation_message
+from hvfleet.model.overcommit import matching_policies
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
+from hvfleet.model.spec_edits import SpecEdit, SpecMap
+from hvfleet.scheduling.fleet_edit import edit_hosts
 from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
 from hvfleet.store.base import fleet_kind_of, kind_of
 
@@ -52,7 +53,7 @@ app.add_typer(extra_app, name="extra-capacity")
 
 @app.command("get")
 def get(
-    kind: Annotated[str, typer.Argument(help="hypervisors | reservations | leases")],
+    kind: Annotated[str, typer.Argument(help="hypervisors | reservations | leases | overcommitpolicies")],
     name: Annotated[str | None, typer.Argument(help="One object by name.")] = None,
     selector: SelectorOpt = None,
     output: OutputOpt = OutputFormat.table,
@@ -63,7 +64,8 @@ def get(
     with connect(store) as s:
         objs: list[Resource] = [s.get(k, name)] if name else s.list(k, selector).items
         liveness = s.agent_liveness() if k == "Hypervisor" else {}
-        hosts = {h.name: h for h in s.list_hypervisors()} if k == "Reservation" else {}
+        hosts = {h.name: h for h in s.list_hypervisors()} if k in ("Reservation", "OvercommitPolicy") else {}
+        policies = s.list_overcommit_policies() if k == "Hypervisor" else []
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(objs[0] if name else objs, output.value)
         return
@@ -71,8 +73,12 @@ def get(
     wide = output == OutputFormat.wide
     if k == "Hypervisor":
         cols = views.hypervisor_columns(wide)
-        rows = [views.hypervisor_row(o, now, liveness.get(o.name), wide)
+        rows = [views.hypervisor_row(o, now, liveness.get(o.name), wide, policies=policies)
                 for o in objs if isinstance(o, Hypervisor)]
+    elif k == "OvercommitPolicy":
+        cols = views.policy_columns(wide)
+        rows = [views.policy_row(o, hosts.values(), now, wide)
+                for o in objs if isinstance(o, OvercommitPolicy)]
     elif k == "Lease":
         cols = views.lease_columns(wide)
         rows = [views.lease_row(o, now, wide) for o in objs if isinstance(o, Lease)]
@@ -81,7 +87,8 @@ def get(
         rows = [views.reservation_row(o, hosts.get(o.spec.hypervisor), now, wide)
                 for o in objs if isinstance(o, Reservation)]
     if not rows:
-        print(f"No {k.lower()}s found.", file=sys.stderr)
+        print(f"No {'overcommit policie' if k == 'OvercommitPolicy' else k.lower()}s found.",
+              file=sys.stderr)
         return
     console.print(table([c.name for c in cols], rows))
 
@@ -101,6 +108,7 @@ def describe(
         h = s.get_hypervisor(name)
         reservations = s.list_reservations()
         lease_live = s.agent_liveness().get(name)
+        policies = s.list_overcommit_policies()
     now = datetime.now(UTC)
     m = h.metadata
     state = readiness(h, now, lease_live)
@@ -109,7 +117,7 @@ def describe(
     console.print(f"[bold]Created:[/bold]     {m.creation_timestamp}  (generation {m.generation}, "
                   f"observed {h.status.observed_generation})")
     console.print(f"[bold]Readiness:[/bold]   {state.state} ({state.reason}): {state.message}")
-    synced = views.spec_sync(h)
+    synced = views.spec_sync(h, policies)
     console.print(f"[bold]Spec synced:[/bold] {synced.state}: {synced.message}")
     console.print(f"[bold]Heartbeat:[/bold]   {h.status.last_heartbeat_time or '-'}")
     maint: str = h.spec.maintenance or "-"
@@ -120,15 +128,19 @@ def describe(
         f"{e.manager}" for e in m.managed_fields
     )
     console.print(f"[bold]Managers:[/bold]    {owners or '-'}")
+    matching = ", ".join(p.name for p in matching_policies(h, policies))
+    console.print(f"[bold]Policies:[/bold]    {matching or '-'}")
     console.print()
     console.print(table(
         [c.name for c in views.capacity_detail_columns()],
-        views.capacity_detail_rows(h, [r for r in reservations if r.spec.hypervisor == h.name], now),
+        views.capacity_detail_rows(h, [r for r in reservations if r.spec.hypervisor == h.name], now,
+                                   policies),
         title="Capacity",
     ))
     if h.status.cells:
         console.print()
-        console.print(table([c.name for c in views.cell_columns()], views.cell_rows(h), title="NUMA cells"))
+        console.print(table([c.name for c in views.cell_columns()], views.cell_rows(h, policies),
+                            title="NUMA cells"))
     if h.status.conditions:
         console.print()
         console.print(table(
@@ -160,7 +172,8 @@ def capacity(
         hvs = s.list_hypervisors(selector)
         reservations = s.list_reservations()
         liveness = s.agent_liveness()
-    summary = views.fleet_summary(hvs, reservations, liveness, datetime.now(UTC))
+        policies = s.list_overcommit_policies()
+    summary = views.fleet_summary(hvs, reservations, liveness, datetime.now(UTC), policies=policies)
     if output in (OutputFormat.json, OutputFormat.yaml):
         sys.stdout.write(dump(summary.to_dict(), output.value))
         return
@@ -180,28 +193,46 @@ def capacity(
 
 # -- spec edits -----------------------------------------------------------------------------------
 
-NameArg = Annotated[str, typer.Argument(help="Hypervisor name.")]
+TargetsArg = Annotated[
+    list[str], typer.Argument(help="NAME then RESOURCE=VALUE entries; with -l only the entries.")
+]
 
 
-def _edit_spec(store_url: str | None, name: str, field: str, changes: Mapping[ResourceName, Any],
-               removals: list[str], manager: str, force: bool) -> Hypervisor:
-    def mutate(h: Hypervisor) -> Hypervisor:
-        values = dict(getattr(h.spec, field))
-        values.update(changes)
-        for r in removals:
-            values.pop(r, None)
-        try:
-            spec = h.spec.model_validate({**h.spec.model_dump(), field: values})
-        except ValidationError as exc:
-            raise InvalidInput(validation_message(exc, f"hypervisor {name}: spec")) from None
-        return h.model_copy(update={"spec": spec})
+def _targets(args: list[str], selector: str | None) -> tuple[str | None, list[str]]:
+    """(host name or None for -l, the entries) from `NAME ENTRY...` or `-l SEL ENTRY...`."""
+    if selector is None:
+        if len(args) < 2:
+            raise InvalidInput("give a hypervisor NAME and at least one entry, or -l SELECTOR")
+        return args[0], args[1:]
+    if not args:
+        raise InvalidInput("give at least one entry")
+    return None, args
 
+
+def _edit(store_url: str | None, targets: list[str], selector: str | None, field: SpecMap,
+          parse: Callable[[str], tuple[ResourceName, Any]] | None, manager: str,
+          force: bool) -> None:
+    """Set (with `parse`) or unset entries of spec map `field` on one host or on
+    every host the selector matches (all or nothing), and print the result."""
+    name, entries = _targets(targets, selector)
+    if parse is not None:
+        edit = SpecEdit(field, changes=dict(parse(e) for e in entries))
+    else:
+        edit = SpecEdit(field, removals=[ResourceName.parse(e, where=SPEC_FIELD[field]) for e in entries])
     with connect(store_url) as s:
-        return s.update_hypervisor(name, mutate, manager, force=force)
+        written = edit_hosts(s, edit, manager, name=name, selector=selector, force=force)
+        policies = s.list_overcommit_policies()
+    for h in written:
+        _print_effective(h, policies)
 
 
-def _print_effective(h: Hypervisor) -> None:
-    eff = cap.hypervisor_effective_capacity(h)
+SPEC_FIELD: dict[SpecMap, str] = {
+    "overcommit": "overcommit", "reserved": "reserved", "extra_capacity": "extraCapacity",
+}
+
+
+def _print_effective(h: Hypervisor, policies: Sequence[OvercommitPolicy]) -> None:
+    eff = cap.hypervisor_effective_capacity(h, policies)
     text = ", ".join(f"{r}={human(r, q)}" for r, q in sorted(eff.items())) or "-"
     console.print(f"hypervisor/{h.name} updated (generation {h.metadata.generation}); "
                   f"effective capacity: {text}")
@@ -209,60 +240,63 @@ def _print_effective(h: Hypervisor) -> None:
 
 @overcommit_app.command("set")
 def overcommit_set(
-    name: NameArg,
-    ratios: Annotated[list[str], typer.Argument(help="RESOURCE=RATIO, e.g. cpu=4 memory=1.5")],
+    targets: TargetsArg,
+    selector: SelectorOpt = None,
     manager: ManagerOpt = DEFAULT_MANAGER,
     force: ForceOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Set overcommit ratios (finite, > 0; below 1 keeps part of a resource free)."""
-    changes = dict(parse_ratio(r, "overcommit") for r in ratios)
-    _print_effective(_edit_spec(store, name, "overcommit", changes, [], manager, force))
+    """Set overcommit ratios (finite, > 0; below 1 keeps part of a resource free)
+    on one host, or with -l on every matching host at once (all or nothing)."""
+    _edit(store, targets, selector, "overcommit", lambda e: parse_ratio(e, "overcommit"),
+          manager, force)
 
 
 @overcommit_app.command("unset")
 def overcommit_unset(
-    name: NameArg,
-    resources: Annotated[list[str], typer.Argument(help="Resources to reset to ratio 1.")],
+    targets: Annotated[
+        list[str], typer.Argument(help="NAME then resources to reset; with -l only resources.")
+    ],
+    selector: SelectorOpt = None,
     manager: ManagerOpt = DEFAULT_MANAGER,
     force: ForceOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Remove ratios (back to 1.0)."""
-    names = [str(ResourceName.parse(r, where="overcommit")) for r in resources]
-    _print_effective(_edit_spec(store, name, "overcommit", {}, names, manager, force))
+    """Remove ratios (back to a matching OvercommitPolicy's, else 1.0)."""
+    _edit(store, targets, selector, "overcommit", None, manager, force)
 
 
-def _quantity_commands(sub: typer.Typer, field: str, label: str) -> None:
+def _quantity_commands(sub: typer.Typer, field: SpecMap) -> None:
+    label = SPEC_FIELD[field]
+
     @sub.command("set")
     def set_(
-        name: NameArg,
-        values: Annotated[list[str], typer.Argument(help="RESOURCE=QUANTITY, e.g. memory=4Gi")],
+        targets: TargetsArg,
+        selector: SelectorOpt = None,
         manager: ManagerOpt = DEFAULT_MANAGER,
         force: ForceOpt = False,
         store: StoreOpt = None,
     ) -> None:
-        changes = dict(parse_quantity_assignment(v, label) for v in values)
-        _print_effective(_edit_spec(store, name, field, changes, [], manager, force))
+        _edit(store, targets, selector, field, lambda e: parse_quantity_assignment(e, label),
+              manager, force)
 
-    set_.__doc__ = f"Set {label} quantities."
+    set_.__doc__ = f"Set {label} quantities on one host, or with -l on every matching host."
 
     @sub.command("unset")
     def unset(
-        name: NameArg,
-        resources: Annotated[list[str], typer.Argument()],
+        targets: Annotated[list[str], typer.Argument(help="NAME then resources; with -l only resources.")],
+        selector: SelectorOpt = None,
         manager: ManagerOpt = DEFAULT_MANAGER,
         force: ForceOpt = False,
         store: StoreOpt = None,
     ) -> None:
-        names = [str(ResourceName.parse(r, where=label)) for r in resources]
-        _print_effective(_edit_spec(store, name, field, {}, names, manager, force))
+        _edit(store, targets, selector, field, None, manager, force)
 
     unset.__doc__ = f"Remove {label} entries."
 
 
-_quantity_commands(reserved_app, "reserved", "reserved")
-_quantity_commands(extra_app, "extra_capacity", "extraCapacity")
+_quantity_commands(reserved_app, "reserved")
+_quantity_commands(extra_app, "extra_capacity")
 
 
 # -- apply / export / crd -------------------------------------------------------------------------
@@ -293,6 +327,18 @@ def apply(
         console.print(f"{a.object.kind.lower()}/{a.object.metadata.name} {a.action}")
 
 
+def _pruned(values: dict[str, Any]) -> dict[str, Any]:
+    """Without the entries left at their zero value, at any depth (an empty
+    policy selector is the default, not something a person wrote)."""
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, dict):
+            v = _pruned(v)
+        if v not in ("", {}, [], None):
+            out[k] = v
+    return out
+
+
 def manifest_of(obj: Resource) -> dict[str, Any]:
     """An object as a manifest: what a person wrote, not what the system filled in."""
     doc = obj.to_dict()
@@ -301,7 +347,7 @@ def manifest_of(obj: Resource) -> dict[str, Any]:
         meta["labels"] = obj.metadata.labels  # type: ignore[assignment]
     if obj.metadata.annotations:
         meta["annotations"] = obj.metadata.annotations  # type: ignore[assignment]
-    spec = {k: v for k, v in doc["spec"].items() if v not in ("", {}, [], None)}
+    spec = _pruned(doc["spec"])
     out: dict[str, Any] = {"apiVersion": doc["apiVersion"], "kind": doc["kind"], "metadata": meta,
                            "spec": spec}
     return out
@@ -310,7 +356,9 @@ def manifest_of(obj: Resource) -> dict[str, Any]:
 @app.command("export")
 def export(
     selector: SelectorOpt = None,
-    kind: Annotated[str, typer.Option("--kind", help="hypervisors or reservations")] = "hypervisors",
+    kind: Annotated[
+        str, typer.Option("--kind", help="hypervisors, reservations or overcommitpolicies")
+    ] = "hypervisors",
     store: StoreOpt = None,
 ) -> None:
     """Print manifests (YAML) that `apply -f` turns back into the same objects."""
@@ -319,7 +367,21 @@ def export(
     sys.stdout.write(yaml.safe_dump_all([manifest_of(o) for o in objs], sort_keys=False))
 
 
+@app.command("delete")
+def delete(
+    kind: Annotated[str, typer.Argument(help="hypervisor | reservation | overcommitpolicy")],
+    name: Annotated[str, typer.Argument()],
+    store: StoreOpt = None,
+) -> None:
+    """Delete one object (kubectl delete). A claim is better given back with
+    `hvfleet release`, which keeps a record of it."""
+    k = kind_of(kind)
+    with connect(store) as s:
+        s.delete(k, name)
+    console.print(f"{k.lower()}/{name} deleted")
+
+
 @app.command("crd")
 def crd() -> None:
-    """Print CustomResourceDefinitions for Hypervisor and Reservation."""
+    """Print CustomResourceDefinitions for Hypervisor, Reservation and OvercommitPolicy."""
     sys.stdout.write(yaml.safe_dump_all(crds(), sort_keys=False))

@@ -33,10 +33,10 @@ from hvfleet.scheduling.claims import (
     reserve,
     reserve_auto,
 )
-from hvfleet.scheduling.fit import reservations_by_host
 from hvfleet.scheduling.index import FitResult, FleetIndex
-from hvfleet.scheduling.placement import export, sync
+from hvfleet.scheduling.placement import export_fleet, sync
 from hvfleet.scheduling.placement_client import PlacementClient
+from hvfleet.scheduling.placement_push import PushIdentity
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import open_store
 
@@ -274,27 +274,62 @@ def placement_export_command(
     if output != "json":
         raise InvalidInput(f"-o: {output!r} is not supported here (json)")
     with open_store(store) as st:
-        hosts = st.list_hypervisors(parse_selector(selector))
-        by_host = reservations_by_host(st.list_reservations())
-    _print_doc(export(hosts, by_host, datetime.now(UTC)))
+        doc = export_fleet(st, parse_selector(selector))
+    _print_doc(doc)
 
 
 @placement_app.command("sync")
 def placement_sync_command(
     url: Annotated[str, typer.Option("--url", help="Placement endpoint.")],
     token: Annotated[str, typer.Option("--token", envvar="OS_TOKEN", help="Auth token.")] = "admin",
+    inventories: Annotated[
+        bool,
+        typer.Option(
+            "--push-inventories/--no-push-inventories",
+            help="Write hvfleet's inventories (overcommit, reserve, max_unit) to its providers.",
+        ),
+    ] = True,
+    push_claims: Annotated[
+        bool, typer.Option("--push-claims", help="Make hvfleet's live claims Placement allocations.")
+    ] = False,
+    project_id: Annotated[
+        str, typer.Option("--project-id", help="Project id hvfleet's allocations are written under.")
+    ] = PushIdentity.project_id,
+    user_id: Annotated[
+        str, typer.Option("--user-id", help="User id hvfleet's allocations are written under.")
+    ] = PushIdentity.user_id,
     output: OutOpt = Output.table,
     store: StoreOpt = None,
 ) -> None:
-    """Keep one Reservation per Placement consumer per host until libvirt shows it."""
+    """Push inventories (and claims) to Placement, and keep one Reservation per
+    Placement consumer per host until libvirt shows it. Exits 1 if a push failed."""
     with open_store(store) as st, PlacementClient(url, token) as client:
-        report = sync(st, client)
+        report = sync(
+            st,
+            client,
+            push_inventories=inventories,
+            push_claims=push_claims,
+            identity=PushIdentity(project_id, user_id),
+        )
     if output is not Output.table:
         _print_doc(report.to_dict(), output)
     else:
         print(
-            f"created {len(report.created)}, updated {len(report.updated)}, "
+            f"mirrors: created {len(report.created)}, updated {len(report.updated)}, "
             f"deleted {len(report.deleted)}, unchanged {report.unchanged}"
         )
+        if report.inventories is not None:
+            inv = report.inventories
+            print(f"inventories: updated {len(inv['updated'])}, unchanged {inv['unchanged']}")
+        if report.claims is not None:
+            c = report.claims
+            print(
+                f"allocations: created {len(c['created'])}, updated {len(c['updated'])}, "
+                f"deleted {len(c['deleted'])}, unchanged {c['unchanged']}"
+            )
         for name in report.unknown_providers:
             print(f"provider {name}: no hypervisor of that name", file=sys.stderr)
+    for message in report.errors:
+        print(message, file=sys.stderr)
+    if report.errors:
+        raise typer.Exit(1)

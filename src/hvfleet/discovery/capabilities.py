@@ -77,6 +77,27 @@ def parse_cpu_element(cpu: etree._Element, source: str) -> HostCPU:
     )
 
 
+def parse_cpu_models(root: etree._Element) -> list[CPUModelInfo] | None:
+    """The named CPU models of a `<domainCapabilities>` (custom mode), with
+    their usability and blockers; None when the mode is not supported."""
+    for mode in root.findall("cpu/mode"):
+        if mode.get("name") == "custom" and mode.get("supported") == "yes":
+            blockers = {
+                b.get("model", ""): [f.get("name", "") for f in b.findall("feature")]
+                for b in mode.findall("blockers")
+            }
+            return [
+                CPUModelInfo(
+                    name=_text(m),
+                    usable={"yes": True, "no": False}.get(m.get("usable", "")),
+                    vendor="" if m.get("vendor") in (None, "unknown") else m.get("vendor", ""),
+                    blockers=blockers.get(_text(m)),
+                )
+                for m in mode.findall("model")
+            ]
+    return None
+
+
 def _parse_capabilities(root: etree._Element, caps: HostCapabilities) -> None:
     if root.tag != "capabilities":
         raise InvalidInput(f"capabilities: root element is <{root.tag}>, not <capabilities>")
@@ -180,19 +201,7 @@ def _parse_domcapabilities(root: etree._Element, caps: HostCapabilities) -> None
             if not caps.cpu.vendor and caps.capabilities_cpu:
                 caps.cpu.vendor = caps.capabilities_cpu.vendor
         elif mode.get("name") == "custom" and mode.get("supported") == "yes":
-            blockers = {
-                b.get("model", ""): [f.get("name", "") for f in b.findall("feature")]
-                for b in mode.findall("blockers")
-            }
-            caps.cpu_models = [
-                CPUModelInfo(
-                    name=_text(m),
-                    usable={"yes": True, "no": False}.get(m.get("usable", "")),
-                    vendor="" if m.get("vendor") in (None, "unknown") else m.get("vendor", ""),
-                    blockers=blockers.get(_text(m)),
-                )
-                for m in mode.findall("model")
-            ]
+            caps.cpu_models = parse_cpu_models(root)
     if caps.cpu.source != "domcapabilities host-model":
         caps.notes.append(
             "domcapabilities: host-model CPU not supported; using the capabilities host CPU"

@@ -193,13 +193,16 @@ def baseline_cpu(
     # Hosts of the same hardware share one CPU definition: expand each
     # distinct definition once (a 1000-host fleet has a few dozen).
     qemu_models = qemu_models or {}
-    # Only the intersection and the smallest set are kept, not every set.
+    # Per model M, the hosts' sets (M | added_h) - removed_h intersect to
+    # (M | (every added_h in common)) - (any removed_h): only the hosts' own
+    # short lists are intersected, not each host's full feature set.
     seen_cpus: set[int] = set()
     seen: set[tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]]] = set()
     disabled_seen: set[str] = set()
-    running: frozenset[str] | None = None
-    smallest = 0
+    per_model: dict[str, tuple[set[str], set[str]]] = {}  # model → (added by all, removed by any)
+    smallest: int | None = None
     nothing: frozenset[str] = frozenset()
+    canonical = cmap.aliases.get
     for name, cpu in hosts:
         blocked = _blocked(cmap, qemu_models[name]) if name in qemu_models else nothing
         if not blocked and id(cpu) in seen_cpus:
@@ -210,11 +213,24 @@ def baseline_cpu(
         seen.add(key)
         seen_cpus.add(id(cpu))
         disabled_seen.update(cpu.disabled_features)
-        full = expand_cpu(cpu, cmap, name) - blocked
-        smallest = len(full) if running is None else min(smallest, len(full))
-        running = full if running is None else running & full
-    assert running is not None
-    common = running
+        base = cmap.model(cpu.model, name).features
+        added = {canonical(f, f) for f in cpu.features}
+        removed = {canonical(f, f) for f in cpu.disabled_features} | blocked
+        extra = added - base
+        size = len(base) + len(extra) - (len(removed & base) + len(removed & extra) if removed
+                                        else 0)
+        smallest = size if smallest is None else min(smallest, size)
+        group = per_model.get(cpu.model)
+        if group is None:
+            per_model[cpu.model] = (added, removed)
+        else:
+            group[0].intersection_update(added)
+            group[1].update(removed)
+    assert smallest is not None
+    common = frozenset.intersection(*(
+        (cmap.models[m].features | common_added) - removed_any
+        for m, (common_added, removed_any) in per_model.items()
+    ))
     known = frozenset(cmap.features)
     unknown = sorted(common - known)
     common &= known
@@ -387,7 +403,9 @@ def floor_cpu(
         )
     return Decision(
         "cpu",
-        GuestCPU("none", model.name, "", require, (), model.features | set(require)),
+        # As everywhere: what cpu_map marks removed from the model is disabled.
+        GuestCPU("none", model.name, "", require, tuple(sorted(model.removed - set(require))),
+                 model.features | set(require)),
         model.name + "".join(f" +{f}" for f in require),
         f"mode none: policy {policy_version}'s fixed model, no host-specific features",
         (f"{model_name} usable on every host that lists its models",),

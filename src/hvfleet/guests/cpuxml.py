@@ -6,51 +6,89 @@ documents at once for a fleet-wide baseline, where only each document's
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Sequence
 
 from lxml import etree
 
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hostcaps import HostCPU
+from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 
+# Only XML's own whitespace, names and characters: Python's \s and \w take
+# more (a no-break space, "²"), which an XML parser would refuse or keep.
+_WS = r"[ \t\n\r]"
+# No ":": a prefixed attribute needs its namespace declared, which the XML
+# parser checks (those documents go to it).
+_NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
+_BAD = r"\x00-\x1f\ud800-\udfff\ufffe\uffff"  # never in a plain attribute value
 # Children of a host <cpu> that differ between hosts of the same hardware and
 # say nothing about its features (microcode revision, TSC frequency, topology,
-# ...). Only self-closing ones whose attributes are plainly well formed, with
-# nothing but whitespace between them and the tags around them, are matched:
-# removing those changes no element's text. Anything else is left for the XML
-# parser to judge.
-_VOLATILE_RE = re.compile(
-    r"(?<=>)\s*<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
-    # No attribute twice (that is malformed, for the parser to refuse).
-    r"(?![^<>]*?\s([\w.:-]+)\s*=[^<>]*\s\1\s*=)"
-    r"""(?:\s+[A-Za-z_][\w.:-]*\s*=\s*(?:"[^"<&]*"|'[^'<&]*'))*\s*/>(?=\s*<)"""
+# ...), when self-closing with plainly well-formed attributes, none twice
+# (twice is malformed: for the parser to refuse).
+_VOLATILE = (
+    r"<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
+    rf"(?![^<>]*?{_WS}(?P<att>{_NAME}){_WS}*=[^<>]*{_WS}(?P=att){_WS}*=)"
+    rf"""(?:{_WS}+{_NAME}{_WS}*={_WS}*(?:"[^"<&{_BAD}]*"|'[^'<&{_BAD}]*'))*{_WS}*/>"""
 )
+# ... removed only with nothing but whitespace between them and the tags
+# around them: that changes no element's text.
+_VOLATILE_RE = re.compile(rf"(?<=>){_WS}*{_VOLATILE}(?={_WS}*<)")
 # Whitespace between tags: indentation differs between libvirt versions and
 # tools; values are read stripped, so it never carries meaning here.
-_BETWEEN_TAGS_RE = re.compile(r">\s+<")
+_BETWEEN_TAGS_RE = re.compile(rf">{_WS}+<")
 # The host CPU of a `virsh capabilities` document: the <cpu> right after
 # <host> (and its <uuid>), before the host's NUMA topology with its <cpu id=>s.
 _CAPS_HOST_CPU_RE = re.compile(
-    r"\s*(?:<\?xml[^>]*\?>\s*)?<capabilities>\s*<host>\s*(?:<uuid>[^<]*</uuid>\s*)?"
+    rf"(?:<\?xml[^>]*\?>{_WS}*)?<capabilities>{_WS}*<host>{_WS}*(?:<uuid>[^<]*</uuid>{_WS}*)?"
     r"(<cpu>.*?</cpu>)",
     re.S,
 )
+# A host <cpu> in its plainest form: children arch, model and vendor with
+# plain text, features with plainly quoted name (and policy) attributes, and
+# volatile children, with whitespace between them; nothing else (no entity,
+# no attribute value or text an XML parser would normalise or refuse, no
+# duplicate attribute). Such a document means the same to any XML parser, so
+# it is read with regular expressions; anything else goes to the XML parser.
+_PLAIN_VALUE = rf"""(?:"([^"<&{_BAD}]*)"|'([^'<&{_BAD}]*)')"""
+_PLAIN_TEXT = r"[^<&>\r\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]*"
+_PLAIN_CHILD = (
+    rf"<(?P<tag>arch|model|vendor)>({_PLAIN_TEXT})</(?P=tag)>"
+    rf"|<feature name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
+    rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_VALUE}/>"
+)
+_PLAIN_CPU_RE = re.compile(
+    rf"<cpu>(?:{_WS}*(?:{_PLAIN_CHILD}|{_VOLATILE}))*{_WS}*</cpu>{_WS}*"
+)
+# Once a document is known plain, these read it: every feature is in one of
+# the plain spellings above, and nothing else in it can look like one.
+_PLAIN_FEATURE_RE = re.compile(
+    rf"<feature (?:policy={_PLAIN_VALUE} )?name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
+)
+_PLAIN_NAME_RE = re.compile(rf"<feature name={_PLAIN_VALUE}/>")
+_PLAIN_MODEL_RE = re.compile(r"<model>([^<]*)</model>")
+_PLAIN_VENDOR_RE = re.compile(r"<vendor>([^<]*)</vendor>")
+
+CPUFields = tuple[str, str, tuple[str, ...], tuple[str, ...]]
+
+
+def _host_cpu_slice(text: str) -> str:
+    """A `<capabilities>` document's host `<cpu>` element; other documents whole."""
+    if "<!" not in text:
+        m = _CAPS_HOST_CPU_RE.match(text)
+        if m and m.group(1).count("<cpu") == 1:
+            return m.group(1)
+    return text
 
 
 def _cpu_part(text: str) -> str:
-    """The part of a host XML document that the baseline needs: a
-    `<capabilities>` document's host `<cpu>` element, less the children that
-    differ between hosts of the same hardware. Documents in any other shape
-    (comments, CDATA, DOCTYPE, other roots) are returned whole, to be parsed
-    whole."""
+    """The part of a host XML document that the baseline needs: its host
+    `<cpu>` (`_host_cpu_slice`), less the children that differ between hosts
+    of the same hardware and the whitespace between tags. Documents with
+    comments, CDATA or a DOCTYPE are returned whole, to be parsed whole."""
     if "<!" in text:
         return text
-    m = _CAPS_HOST_CPU_RE.match(text)
-    if m:
-        cpu = m.group(1)
-        if cpu.count("<cpu") == 1:
-            text = cpu
+    text = _host_cpu_slice(text)
     # Only inside the <cpu> element(s): outside, a removal could turn a
     # malformed document (two roots) into a well-formed one.
     first = text.find("<cpu")
@@ -61,68 +99,77 @@ def _cpu_part(text: str) -> str:
     return _BETWEEN_TAGS_RE.sub("><", text)
 
 
-# A bare host <cpu> document in its plainest form (after `_cpu_part`): child
-# elements arch, model, vendor with plain text, and features with plainly
-# quoted name (and policy) attributes, nothing else: no entity, no attribute
-# whose value an XML parser would normalise, no duplicate attribute. Such a
-# document means the same to any XML parser, so `_plain_cpu` reads it with
-# regular expressions; anything else goes to the XML parser.
-_PLAIN_VALUE = r"""(?:"([^"<&\t\n\r]*)"|'([^'<&\t\n\r]*)')"""
-_PLAIN_CHILD = (
-    r"<(arch|model|vendor)>([^<&]*)</\1>"
-    rf"|<feature name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
-    rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_VALUE}/>"
-)
-_PLAIN_CHILD_RE = re.compile(_PLAIN_CHILD)
-_PLAIN_CPU_RE = re.compile(rf"<cpu>(?:{_PLAIN_CHILD})*</cpu>\s*")
-
-
-def _plain_cpu(part: str, where: str) -> HostCPU | None:
-    """The HostCPU of `part` if it is a plain `<cpu>` document, else None."""
+def _plain_fields(part: str) -> CPUFields | None:
+    """(vendor, model, features, disabled) of a plain `<cpu>`, else None."""
     if _PLAIN_CPU_RE.fullmatch(part) is None:
         return None
-    text: dict[str, str] = {}
-    features: list[str] = []
-    disabled: list[str] = []
-    for tag, value, n1, n2, p1, p2, p3, p4, n3, n4 in _PLAIN_CHILD_RE.findall(part):
-        if tag:
-            text.setdefault(tag, value.strip())  # the first one, as find() takes
-            continue
-        # findall gives "" for groups that did not take part.
-        name = n1 or n2 or n3 or n4
-        if not name:
-            return None  # let the parser's path refuse it, with its message
-        policy = p1 or p2 or p3 or p4
-        (disabled if policy in ("disable", "forbid") else features).append(name)
-    return HostCPU(vendor=text.get("vendor", ""), model=text.get("model", ""),
-                   features=features, disabled_features=disabled, source=where)
+    if "policy=" not in part:
+        # A host CPU as `virsh capabilities` gives it: every feature present.
+        names = tuple(a or b for a, b in _PLAIN_NAME_RE.findall(part))
+        disabled: tuple[str, ...] = ()
+    else:
+        # findall gives "" for the groups that did not take part (the other quote).
+        found = [(n1 or n2, p1 or p2 or p3 or p4)
+                 for p1, p2, n1, n2, p3, p4 in _PLAIN_FEATURE_RE.findall(part)]
+        names = tuple(n for n, p in found if p not in ("disable", "forbid"))
+        disabled = tuple(n for n, p in found if p in ("disable", "forbid"))
+    if "" in names or "" in disabled:
+        return None  # a nameless feature: the parser's path refuses it, with its message
+    # The first one, as find() takes.
+    m = _PLAIN_MODEL_RE.search(part)
+    v = _PLAIN_VENDOR_RE.search(part)
+    return (v.group(1).strip() if v else "", m.group(1).strip() if m else "", names, disabled)
 
 
 def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
     """(name, HostCPU) for (name, XML text) pairs.
 
-    Only the `<cpu>` element is read: each document is cut down to the part
-    that defines its CPU (`_cpu_part`), and documents whose CPU definitions
-    are the same are parsed once. A fleet's documents are all distinct (a
-    microcode line, a TSC frequency, a UUID per host) while its CPU
-    definitions are a few dozen."""
+    Only the `<cpu>` element is read, and each distinct CPU definition is
+    made once: a fleet's documents are all distinct (a microcode line, a TSC
+    frequency, a UUID per host) while its CPU definitions are a few dozen.
+    A plain host `<cpu>` is read by regular expressions (`_plain_fields`);
+    any other document is cut down to its CPU part (`_cpu_part`) and parsed."""
+    # A thousand documents allocate tens of thousands of small acyclic
+    # objects: without the cyclic GC scanning everything alive on each burst,
+    # a long-lived process (API server, scheduler) reads them about 1.5x
+    # faster; reference counting frees them all the same.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _cpus_from_texts(docs)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
     from hvfleet.discovery.xmlsafe import MAX_XML_BYTES, parse_xml
 
-    parsed: dict[str, list[HostCPU]] = {}
     by_text: dict[str, list[HostCPU]] = {}
+    by_fields: dict[CPUFields, list[HostCPU]] = {}
+    by_part: dict[str, list[HostCPU]] = {}
     out: list[tuple[str, HostCPU]] = []
     for name, text in docs:
         found = by_text.get(text)
         if found is None:
             if len(text) > MAX_XML_BYTES:
                 raise InvalidInput(f"{name}: document is larger than {MAX_XML_BYTES} bytes")
-            part = _cpu_part(text)
-            found = parsed.get(part)
-            if found is None:
-                plain = _plain_cpu(part, name)
-                found = [plain] if plain is not None else cpus_from_document(
-                    parse_xml(part, name), name)
-                parsed[part] = found
+            fields = _plain_fields(_host_cpu_slice(text))
+            if fields is not None:
+                found = by_fields.get(fields)
+                if found is None:
+                    vendor, model, feats, disabled = fields
+                    # Every field is a str or a list of str by construction:
+                    # no validation needed.
+                    found = by_fields[fields] = [HostCPU.model_construct(
+                        vendor=vendor, model=model, features=list(feats),
+                        disabled_features=list(disabled), source=name,
+                    )]
+            else:
+                part = _cpu_part(text)
+                found = by_part.get(part)
+                if found is None:
+                    found = by_part[part] = cpus_from_document(parse_xml(part, name), name)
             by_text[text] = found
         if len(found) == 1:
             out.append((name, found[0]))
@@ -152,3 +199,11 @@ def cpus_from_document(root: etree._Element, where: str) -> list[HostCPU]:
     if not found:
         raise InvalidInput(f"{where}: no <cpu> element")
     return [parse_cpu_element(c, f"{where} cpu #{i + 1}") for i, c in enumerate(found)]
+
+
+def qemu_models_from_document(root: etree._Element) -> list[CPUModelInfo] | None:
+    """The CPU models a `<domainCapabilities>` document says its QEMU offers;
+    None for other documents (they do not say)."""
+    from hvfleet.discovery.capabilities import parse_cpu_models
+
+    return parse_cpu_models(root) if root.tag == "domainCapabilities" else None

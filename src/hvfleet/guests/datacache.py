@@ -10,7 +10,8 @@ turns the sources into the entry (so an edited parser never reads what an older
 one wrote). An entry whose key differs, or that cannot be read or decoded, is
 ignored and rebuilt. Entries are written to a temporary file and renamed into
 place, so concurrent processes see either a whole old entry or a whole new one.
-A cache directory that cannot be written only costs the speed.
+A cache directory that cannot be written only costs the speed. Entries
+unused for 30 days are removed when another of their kind is written.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -66,8 +68,13 @@ def fingerprint(sources: Iterable[str], code: Iterable[str]) -> str:
     return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
 
 
-def entry_path(kind: str, root: str) -> str:
-    tag = hashlib.sha256(os.path.abspath(root).encode()).hexdigest()[:16]
+def entry_path(kind: str, root: str, code: Iterable[str] = ()) -> str:
+    """One entry per data directory and per install of the parsing code: two
+    checkouts sharing a cache directory (a developer's worktrees, CI next to
+    an installed copy) would otherwise overwrite each other's entry on every
+    run, while an edited parser still replaces its own."""
+    where = [os.path.abspath(root), *(os.path.abspath(c) for c in code)]
+    tag = hashlib.sha256("\0".join(where).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(), f"{kind}-{tag}.json")
 
 
@@ -82,18 +89,43 @@ def cached(
 ) -> T:
     """`load` of the cached entry for (`kind`, `root`) when its key still holds,
     else `build()`, stored through `dump` for the next process."""
+    code = list(code)
     key = fingerprint(sources, code)
-    path = entry_path(kind, root)
+    path = entry_path(kind, root, code)
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
         if isinstance(doc, dict) and doc.get("key") == key:
-            return load(doc["data"])
+            value = load(doc["data"])
+            if os.stat(path).st_mtime < time.time() - PRUNE_AFTER_S / 2:
+                os.utime(path)  # still in use: not to be pruned
+            return value
     except Exception:  # unreadable, corrupt or foreign: rebuilt below
         pass
     value = build()
     _write(path, {"key": key, "data": dump(value)})
+    _prune(kind, keep=path)
     return value
+
+
+# Entries of data directories or checkouts that are gone (a test's copy, an
+# old worktree) are never read again: when an entry is written (rarely, on a
+# change), those of its kind untouched for this long are removed.
+PRUNE_AFTER_S = 30 * 24 * 3600
+
+
+def _prune(kind: str, keep: str) -> None:
+    limit = time.time() - PRUNE_AFTER_S
+    try:
+        entries = os.scandir(cache_dir())
+    except OSError:
+        return
+    with entries:
+        for e in entries:
+            if e.name.startswith(f"{kind}-") and e.path != keep:
+                with contextlib.suppress(OSError):
+                    if e.stat().st_mtime < limit:
+                        os.unlink(e.path)
 
 
 def _write(path: str, doc: dict[str, Any]) -> None:

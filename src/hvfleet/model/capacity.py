@@ -9,12 +9,14 @@ float 1.1000000000000000888), so the arithmetic is exact and never drifts.
 A single request may not exceed `capacity + extra − reserved` (Placement's
 `max_unit`): overcommit makes room for more guests, not bigger ones.
 Every consumer (agent, scheduling, API, dashboard, CLI) calls these functions.
+The ratio of a resource is the host's own, else that of the matching
+OvercommitPolicy (`policies`, resolved by `hvfleet.model.overcommit`), else 1.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from fractions import Fraction
 
@@ -22,10 +24,12 @@ from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
     Cell,
     Hypervisor,
+    OvercommitPolicy,
     Reservation,
     ReservationPhase,
     ResourceList,
 )
+from hvfleet.model.overcommit import effective_overcommit
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 
@@ -69,11 +73,14 @@ def effective_capacity(
     return out
 
 
-def overcommit_ratios(h: Hypervisor) -> dict[ResourceName, float]:
+def overcommit_ratios(
+    h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()
+) -> dict[ResourceName, float]:
     """The overcommit ratios in effect on `h` (1 for a resource not listed): the
     one place they come from, for effective capacity, its cells and the
-    Placement export's allocation_ratio."""
-    return dict(h.spec.overcommit)
+    Placement export's allocation_ratio. The host's own spec.overcommit, else
+    a matching OvercommitPolicy's (precedence in `hvfleet.model.overcommit`)."""
+    return effective_overcommit(h, policies)
 
 
 def max_unit(h: Hypervisor) -> ResourceList:
@@ -81,19 +88,25 @@ def max_unit(h: Hypervisor) -> ResourceList:
     return usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
 
 
-def hypervisor_effective_capacity(h: Hypervisor) -> ResourceList:
+def hypervisor_effective_capacity(
+    h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()
+) -> ResourceList:
     """THE effective capacity of a host, for every reader: computed from its
-    current spec (ratios, reserve, extra capacity) and the capacity its agent
-    observed. `status.effectiveCapacity` is the agent's copy of this same value
-    (`with_effective_capacity`) for readers of the raw object; it lags while
-    metadata.generation > status.observedGeneration (views say so)."""
+    current spec (ratios, reserve, extra capacity), the OvercommitPolicies that
+    match it, and the capacity its agent observed. `status.effectiveCapacity`
+    is the agent's copy of this same value (`with_effective_capacity`) for
+    readers of the raw object; it lags while metadata.generation >
+    status.observedGeneration (views say so)."""
     return effective_capacity(
-        h.status.capacity, overcommit_ratios(h), h.spec.reserved, h.spec.extra_capacity
+        h.status.capacity, overcommit_ratios(h, policies), h.spec.reserved, h.spec.extra_capacity
     )
 
 
 def cell_effective_capacity(
-    cell: Cell, host_capacity: Mapping[ResourceName, Quantity], h: Hypervisor
+    cell: Cell,
+    host_capacity: Mapping[ResourceName, Quantity],
+    h: Hypervisor,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> ResourceList:
     """The same formula per NUMA cell. The host reserve is host-wide, so each cell
     carries the share of it that its capacity is of the host's (exact, then
@@ -104,17 +117,20 @@ def cell_effective_capacity(
         cell_total = cell.capacity.get(r)
         if host_total and cell_total is not None:
             reserved[r] = Quantity(q.value * cell_total.value / host_total.value, q.format)
-    return effective_capacity(cell.capacity, overcommit_ratios(h), reserved)
+    return effective_capacity(cell.capacity, overcommit_ratios(h, policies), reserved)
 
 
-def with_effective_capacity(h: Hypervisor) -> Hypervisor:
-    """`h` with status.effectiveCapacity (host and cells) recomputed from spec."""
+def with_effective_capacity(h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()) -> Hypervisor:
+    """`h` with status.effectiveCapacity (host and cells) recomputed from spec
+    and the OvercommitPolicies that match it."""
     cells = [
-        c.model_copy(update={"effective_capacity": cell_effective_capacity(c, h.status.capacity, h)})
+        c.model_copy(
+            update={"effective_capacity": cell_effective_capacity(c, h.status.capacity, h, policies)}
+        )
         for c in h.status.cells
     ]
     status = h.status.model_copy(
-        update={"effective_capacity": hypervisor_effective_capacity(h), "cells": cells}
+        update={"effective_capacity": hypervisor_effective_capacity(h, policies), "cells": cells}
     )
     return h.model_copy(update={"status": status})
 
@@ -189,10 +205,13 @@ def held_resources(
 
 
 def free_capacity(
-    h: Hypervisor, reservations: Iterable[Reservation] = (), now: datetime | None = None
+    h: Hypervisor,
+    reservations: Iterable[Reservation] = (),
+    now: datetime | None = None,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> ResourceList:
     """effective − allocation − space held by reservations on this host
     (`held_resources`). Negative means overcommitted beyond what spec allows."""
     held = add(held_resources(r, h, now) for r in reservations if r.spec.hypervisor == h.name)
-    effective = hypervisor_effective_capacity(h)
+    effective = hypervisor_effective_capacity(h, policies)
     return subtract(subtract(effective, h.status.allocation), held)

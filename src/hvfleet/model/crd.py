@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_GROUP
 
@@ -108,6 +108,10 @@ def crds() -> list[dict[str, Any]]:
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
+    policy_columns = [
+        {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
     lease_columns = [
         {"name": "Holder", "type": "string", "jsonPath": ".spec.holderIdentity"},
         {"name": "Renewed", "type": "date", "jsonPath": ".spec.renewTime"},
@@ -117,8 +121,9 @@ def crds() -> list[dict[str, Any]]:
     out = []
     models: list[tuple[type[BaseModel], str, str, list[str], list[dict[str, Any]]]] = [
         (Hypervisor, "Hypervisor", "hypervisors", ["hv"], hv_columns),
-        (Reservation, "Reservation", "reservations", ["rsv"], res_columns),
+        (Reservation, "Reservation", "reservations", ["res", "rsv"], res_columns),
         (Lease, "Lease", "leases", [], lease_columns),
+        (OvercommitPolicy, "OvercommitPolicy", "overcommitpolicies", ["ocp"], policy_columns),
     ]
     for model, kind, plural, short, columns in models:
         out.append({

@@ -1,10 +1,12 @@
-"""The Hypervisor and Reservation resources.
+"""The Hypervisor, Reservation and OvercommitPolicy resources.
 
 `spec` is what someone wants (overcommit ratios, host reserve, capacity libvirt
 cannot see, maintenance); `status` is what the node agent observed. The split
 follows the seed discussion: a scheduler writes `spec.overcommit`, the agent
 confirms it in `status.effectiveCapacity`, and nobody but the agent of that
-host writes `status`.
+host writes `status`. An OvercommitPolicy gives ratios to every hypervisor its
+label selector matches, for the resources a host's own `spec.overcommit` says
+nothing about (precedence in `hvfleet.model.overcommit`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_VERSION, Condition, Model, ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
+from hvfleet.model.selectors import Requirement, Selector
 from hvfleet.model.token import AccessToken
 
 ResourceList = dict[ResourceName, Quantity]
@@ -168,13 +171,83 @@ class Reservation(Model):
         return self.metadata.name
 
 
-Resource = Hypervisor | Reservation | Lease | AccessToken
+class LabelSelectorRequirement(Model):
+    """One `matchExpressions` entry, as in Kubernetes' LabelSelector."""
+
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values(self) -> LabelSelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"{self.key}: operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"{self.key}: operator {self.operator} takes no values")
+        return self
+
+
+_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+
+
+class LabelSelector(Model):
+    """Kubernetes' LabelSelector: every matchLabels pair and every expression
+    must hold. An empty selector matches every hypervisor."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+    def to_selector(self) -> Selector:
+        reqs = [Requirement(k, "=", (v,)) for k, v in sorted(self.match_labels.items())]
+        reqs += [
+            Requirement(e.key, _OPS[e.operator], tuple(e.values))  # type: ignore[arg-type]
+            for e in self.match_expressions
+        ]
+        return Selector(tuple(reqs))
+
+
+class OvercommitPolicySpec(Model):
+    selector: LabelSelector = Field(default_factory=LabelSelector)
+    overcommit: dict[ResourceName, float]
+    # Higher wins where two matching policies give a ratio for the same resource;
+    # at equal priority the policy whose name sorts first.
+    priority: int = 0
+
+    @field_validator("overcommit", mode="before")
+    @classmethod
+    def _ratios(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            if not v:
+                raise ValueError("a policy must give at least one ratio")
+            return {k: check_ratio(str(k), r) for k, r in v.items()}
+        return v
+
+
+class OvercommitPolicyStatus(Model):
+    """Nothing is observed about a policy; the resource has a status so that it
+    is shaped like the others (a CRD with a status subresource)."""
+
+
+class OvercommitPolicy(Model):
+    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+    kind: Literal["OvercommitPolicy"] = "OvercommitPolicy"
+    metadata: ObjectMeta
+    spec: OvercommitPolicySpec
+    status: OvercommitPolicyStatus = Field(default_factory=OvercommitPolicyStatus)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+Resource = Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken
 # The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
 # an all-kinds watch know.
 KINDS: dict[str, type[Resource]] = {
     "Hypervisor": Hypervisor,
     "Reservation": Reservation,
     "Lease": Lease,
+    "OvercommitPolicy": OvercommitPolicy,
 }
 # Every kind a store backend holds and decodes: the public ones, plus access
 # tokens, which only the token code and admins see (hvfleet.model.token).

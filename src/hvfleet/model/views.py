@@ -18,8 +18,9 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from hvfleet.model import capacity as cap
-from hvfleet.model.hypervisor import Hypervisor, Reservation, ResourceList
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, ResourceList
 from hvfleet.model.lease import Lease, lease_live
+from hvfleet.model.overcommit import SPEC, resolve_overcommit
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, Readiness, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -94,11 +95,23 @@ class SpecSync:
         }
 
 
-def spec_sync(h: Hypervisor) -> SpecSync:
+def spec_sync(h: Hypervisor, policies: Sequence[OvercommitPolicy] | None = None) -> SpecSync:
+    """Whether the agent's status.effectiveCapacity is from the current spec.
+    With `policies` (the store's OvercommitPolicies), also whether it is from
+    the current policies: a policy change moves no host's generation."""
     gen, seen = h.metadata.generation, h.status.observed_generation
     if seen is None:
         return SpecSync("Unknown", gen, None, "no agent has observed this host's spec yet")
     if seen >= gen:
+        if policies is not None and h.status.capacity:
+            current = cap.hypervisor_effective_capacity(h, policies)
+            if current != h.status.effective_capacity:
+                return SpecSync(
+                    "False", gen, seen,
+                    f"an OvercommitPolicy changed since the agent's last write: status.effectiveCapacity "
+                    f"({_pairs(h.status.effective_capacity, human)}) is from before; shown is the capacity "
+                    "under the current policies",
+                )
         return SpecSync("True", gen, seen, f"the agent observed generation {gen}")
     lag = _pairs(h.status.effective_capacity, human)
     return SpecSync(
@@ -140,7 +153,11 @@ _HYPERVISOR_COLUMNS = (
     Column("MAINTENANCE", description="spec.maintenance"),
     Column("SYNCED", description="the agent observed the current spec (False: effectiveCapacity lags)"),
     Column("AGE", description="since metadata.creationTimestamp"),
-    Column("OVERCOMMIT", description="overcommit ratios in effect", priority=1),
+    Column(
+        "OVERCOMMIT",
+        description="effective ratios: spec.overcommit, else a matching OvercommitPolicy's (named)",
+        priority=1,
+    ),
     Column("RESERVED", description="spec.reserved", priority=1),
     Column("LABELS", description="metadata.labels", priority=1),
 )
@@ -156,9 +173,10 @@ def hypervisor_row(
     lease_live: bool | None = None,
     wide: bool = False,
     staleness: timedelta = DEFAULT_STALENESS,
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> list[str]:
     """The cells of `hypervisor_columns(wide)` for one host."""
-    eff = cap.hypervisor_effective_capacity(h)
+    eff = cap.hypervisor_effective_capacity(h, policies or ())
     alloc = h.status.allocation
     row = [
         h.name,
@@ -167,16 +185,52 @@ def hypervisor_row(
         _used_of(MEMORY, alloc.get(MEMORY), eff.get(MEMORY)),
         str(len(h.status.instances)),
         h.spec.maintenance or "-",
-        spec_sync(h).state,
+        spec_sync(h, policies).state,
         age(h.metadata.creation_timestamp, now),
     ]
     if wide:
         row += [
-            _pairs(cap.overcommit_ratios(h), lambda _r, v: f"{v:g}"),
+            _pairs(resolve_overcommit(h, policies or ()), lambda _r, x: ratio_text(x.value, x.source)),
             _pairs(h.spec.reserved, lambda _r, q: str(q)),
             _pairs(h.metadata.labels, lambda _k, v: v),
         ]
     return row
+
+
+def ratio_text(value: float, source: str) -> str:
+    """`4`, or `4(compute-default)` when OvercommitPolicy compute-default gives it."""
+    return f"{value:g}" if source == SPEC else f"{value:g}({source.removeprefix('OvercommitPolicy/')})"
+
+
+# -- overcommit policies (`get overcommitpolicies`) ------------------------------------------
+
+_POLICY_COLUMNS = (
+    Column("NAME", format="name"),
+    Column("PRIORITY", "integer", "spec.priority: the higher wins where policies overlap"),
+    Column("SELECTOR", description="spec.selector ((all): every hypervisor)"),
+    Column("OVERCOMMIT", description="spec.overcommit"),
+    Column("HYPERVISORS", "integer", "hypervisors the selector matches"),
+    Column("AGE", description="since metadata.creationTimestamp"),
+)
+
+
+def policy_columns(wide: bool = False) -> list[Column]:
+    return _visible(_POLICY_COLUMNS, wide)
+
+
+def policy_row(
+    p: OvercommitPolicy, hosts: Iterable[Hypervisor], now: datetime, wide: bool = False
+) -> list[str]:
+    """The cells of `policy_columns(wide)`; `hosts` are counted by the selector."""
+    sel = p.spec.selector.to_selector()
+    return [
+        p.name,
+        str(p.spec.priority),
+        str(sel) or "(all)",
+        _pairs(p.spec.overcommit, lambda _r, v: f"{v:g}"),
+        str(sum(1 for h in hosts if sel.matches(h.metadata.labels))),
+        age(p.metadata.creation_timestamp, now),
+    ]
 
 
 # -- reservations (`get reservations`) -----------------------------------------------------
@@ -251,7 +305,7 @@ _CAPACITY_DETAIL_COLUMNS = (
     Column("CAPACITY", description="status.capacity (what libvirt shows)"),
     Column("EXTRA", description="spec.extraCapacity (what libvirt cannot see)"),
     Column("RESERVED", description="spec.reserved"),
-    Column("OVERCOMMIT", "number", "ratio (1 where none is given)"),
+    Column("OVERCOMMIT", description="ratio: spec, else a matching OvercommitPolicy's (named), else 1"),
     Column("EFFECTIVE", description="floor((capacity + extra − reserved) × overcommit)"),
     Column("ALLOCATED", description="status.allocation"),
     Column("FREE", description="effective − allocated − held by reservations"),
@@ -264,15 +318,18 @@ def capacity_detail_columns() -> list[Column]:
 
 
 def capacity_detail_rows(
-    h: Hypervisor, reservations: Iterable[Reservation], now: datetime
+    h: Hypervisor,
+    reservations: Iterable[Reservation],
+    now: datetime,
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> list[list[str]]:
     """Per resource of `h`, the cells of `capacity_detail_columns()`."""
-    eff = cap.hypervisor_effective_capacity(h)
-    free = cap.free_capacity(h, reservations, now)
+    eff = cap.hypervisor_effective_capacity(h, policies or ())
+    free = cap.free_capacity(h, reservations, now, policies or ())
+    ratios = resolve_overcommit(h, policies or ())
     mx = cap.max_unit(h)
     names = sorted(set(h.status.capacity) | set(h.spec.extra_capacity) | set(eff), key=str)
     rows = []
-    ratios = cap.overcommit_ratios(h)
     for r in names:
         ratio = ratios.get(r)
         rows.append([
@@ -280,7 +337,7 @@ def capacity_detail_rows(
             human(r, h.status.capacity.get(r)),
             human(r, h.spec.extra_capacity.get(r)) if r in h.spec.extra_capacity else "-",
             human(r, h.spec.reserved.get(r)) if r in h.spec.reserved else "-",
-            f"{ratio:g}" if ratio is not None else "1",
+            "1" if ratio is None else ratio_text(ratio.value, ratio.source),
             human(r, eff.get(r)),
             human(r, h.status.allocation.get(r, Quantity(0))),
             human(r, free.get(r)),
@@ -302,13 +359,13 @@ def cell_columns() -> list[Column]:
     return list(_CELL_COLUMNS)
 
 
-def cell_rows(h: Hypervisor) -> list[list[str]]:
+def cell_rows(h: Hypervisor, policies: Sequence[OvercommitPolicy] | None = None) -> list[list[str]]:
     """Per NUMA cell and resource, the cells of `cell_columns()`. Effective
-    capacity is computed from the current spec, as for the host, not read
-    from the agent's (possibly lagging) copy in status."""
+    capacity is computed from the current spec and policies, as for the host,
+    not read from the agent's (possibly lagging) copy in status."""
     rows = []
     for c in h.status.cells:
-        eff = cap.cell_effective_capacity(c, h.status.capacity, h)
+        eff = cap.cell_effective_capacity(c, h.status.capacity, h, policies or ())
         for r in sorted(c.capacity, key=str):
             rows.append([str(c.id), str(r), human(r, c.capacity.get(r)), human(r, eff.get(r)),
                          human(r, c.allocation.get(r, Quantity(0)))])
@@ -375,14 +432,15 @@ def host_capacity(
     now: datetime,
     lease_live: bool | None = None,
     staleness: timedelta = DEFAULT_STALENESS,
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> HostCapacity:
     return HostCapacity(
         name=h.name,
         readiness=readiness(h, now, lease_live, staleness),
-        effective=cap.hypervisor_effective_capacity(h),
+        effective=cap.hypervisor_effective_capacity(h, policies or ()),
         allocation=dict(h.status.allocation),
-        free=cap.free_capacity(h, reservations, now),
-        synced=spec_sync(h),
+        free=cap.free_capacity(h, reservations, now, policies or ()),
+        synced=spec_sync(h, policies),
     )
 
 
@@ -392,6 +450,7 @@ def fleet_summary(
     liveness: Mapping[str, bool],
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> FleetCapacity:
     """Per host and in total: effective, allocated and free capacity, with each
     host's readiness. `liveness` is `Store.agent_liveness()`."""
@@ -399,7 +458,8 @@ def fleet_summary(
     for r in reservations:
         by_host.setdefault(r.spec.hypervisor, []).append(r)
     rows = [
-        host_capacity(h, by_host.get(h.name, []), now, liveness.get(h.name), staleness) for h in hosts
+        host_capacity(h, by_host.get(h.name, []), now, liveness.get(h.name), staleness, policies)
+        for h in hosts
     ]
     total = HostCapacity(
         name="TOTAL",
@@ -417,9 +477,10 @@ def fleet_capacity(
     liveness: Mapping[str, bool],
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
+    policies: Sequence[OvercommitPolicy] | None = None,
 ) -> dict[str, Any]:
     """The `capacity -o json` document: `{"hosts": [...], "total": {...}}`."""
-    return fleet_summary(hosts, reservations, liveness, now, staleness).to_dict()
+    return fleet_summary(hosts, reservations, liveness, now, staleness, policies).to_dict()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import cast
@@ -25,6 +25,7 @@ from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
 from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
     Hypervisor,
+    OvercommitPolicy,
     Reservation,
     ReservationPhase,
     ReservationSpec,
@@ -90,7 +91,10 @@ def reserve(
 ) -> Reservation:
     """Claim `request` on `host` for `consumer`, or raise DoesNotFit."""
     reservation = new_reservation(host, request, consumer, ttl, datetime.now(UTC))
-    return _claim(store, reservation, manager, claim_check(consumer, request, staleness))
+    # Read before the atomic write, which covers the host and its reservations:
+    # a policy changed in between counts as changed just after the claim.
+    policies = store.list_overcommit_policies()
+    return _claim(store, reservation, manager, claim_check(consumer, request, staleness, policies))
 
 
 def _claim(store: Store, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
@@ -107,9 +111,15 @@ def _claim(store: Store, reservation: Reservation, manager: str, check: ClaimChe
         raise DoesNotFit(exc.host, rejections) from None
 
 
-def claim_check(consumer: str, request: Request, staleness: timedelta = DEFAULT_STALENESS) -> ClaimCheck:
+def claim_check(
+    consumer: str,
+    request: Request,
+    staleness: timedelta = DEFAULT_STALENESS,
+    policies: Sequence[OvercommitPolicy] = (),
+) -> ClaimCheck:
     """The check every claim runs inside the store's atomic write: the consumer
-    holds nothing else on that host, and `request` fits there."""
+    holds nothing else on that host, and `request` fits there (under the
+    fleet's overcommit `policies`, read before the write)."""
 
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         # The time is taken inside the atomic write: what expired by now is free.
@@ -117,7 +127,7 @@ def claim_check(consumer: str, request: Request, staleness: timedelta = DEFAULT_
         for other in others:
             if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
                 raise ConsumerAlreadyHolds(consumer, other.name, h.name)
-        check_claim(h, others, request, now, staleness)
+        check_claim(h, others, request, now, staleness, policies)
 
     return check
 
@@ -138,7 +148,9 @@ def claim_reservation(
         "status": ReservationStatus(phase="Active"),
     })
     request = Request(dict(reservation.spec.resources))
-    return _claim(store, reservation, manager, claim_check(reservation.spec.consumer, request, staleness))
+    policies = store.list_overcommit_policies()
+    return _claim(store, reservation, manager,
+                  claim_check(reservation.spec.consumer, request, staleness, policies))
 
 
 @dataclass

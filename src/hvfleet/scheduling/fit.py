@@ -16,7 +16,7 @@ re-checks inside the store's atomic write.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from hvfleet.model.capacity import free_capacity, max_unit
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import (
     AGENT_LEASE_EXPIRED,
@@ -139,9 +139,10 @@ def resource_rejections(
     reservations: Iterable[Reservation],
     request: Request,
     now: datetime | None,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> list[Rejection]:
     """Per requested resource, what does not hold (empty: the request fits)."""
-    free = free_capacity(h, reservations, now)
+    free = free_capacity(h, reservations, now, policies)
     largest = max_unit(h)
     units = unit_constraints(h)
     out: list[Rejection] = []
@@ -195,12 +196,13 @@ def rejections(
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
     live: bool | None = None,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> list[Rejection]:
     """Everything that keeps `request` off `h`; empty when it fits."""
     not_candidate = candidacy(h, now, staleness, live)
     if not_candidate is not None:
         return [not_candidate]
-    return resource_rejections(h, reservations, request, now)
+    return resource_rejections(h, reservations, request, now, policies)
 
 
 def check_claim(
@@ -209,9 +211,10 @@ def check_claim(
     request: Request,
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> None:
     """Raise DoesNotFit unless `request` fits on `h` right now."""
-    found = rejections(h, reservations, request, now, staleness)
+    found = rejections(h, reservations, request, now, staleness, policies=policies)
     if found:
         raise DoesNotFit(h.name, found)
 
@@ -230,6 +233,7 @@ def fitting_hosts(
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
     liveness: Mapping[str, bool] | None = None,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> list[str]:
     """Names of hosts `request` fits on, sorted (the unvectorised reference).
     `liveness` is `Store.agent_liveness()`: hosts it lists as False are out."""
@@ -237,5 +241,7 @@ def fitting_hosts(
     return sorted(
         h.name
         for h in hosts
-        if not rejections(h, reservations.get(h.name, []), request, now, staleness, live.get(h.name))
+        if not rejections(
+            h, reservations.get(h.name, []), request, now, staleness, live.get(h.name), policies
+        )
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -41,7 +41,7 @@ from hvfleet.model.capacity import (
     max_unit,
 )
 from hvfleet.model.errors import Gone, InvalidInput
-from hvfleet.model.hypervisor import Hypervisor, Reservation
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -82,7 +82,11 @@ class _Row:
 
 
 def _compute_row(
-    h: Hypervisor, reservations: Iterable[Reservation], now: datetime, staleness: timedelta
+    h: Hypervisor,
+    reservations: Iterable[Reservation],
+    now: datetime,
+    staleness: timedelta,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> _Row:
     # Confirmed reservations may hold what libvirt cannot see (held_resources);
     # only Pending/Active ones expire, and a host event recomputes the rest.
@@ -97,9 +101,9 @@ def _compute_row(
         units, valid = {}, False  # not a candidate; `--why` says which annotation
     fresh = fresh_until(h, staleness)
     return _Row(
-        free={r: q.value for r, q in free_capacity(h, held, now).items()},
+        free={r: q.value for r, q in free_capacity(h, held, now, policies).items()},
         max_unit={r: q.value for r, q in max_unit(h).items()},
-        effective={r: q.value for r, q in hypervisor_effective_capacity(h).items()},
+        effective={r: q.value for r, q in hypervisor_effective_capacity(h, policies).items()},
         min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
         step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
         # lease_live=True: everything but the heartbeat and the lease, which the
@@ -211,6 +215,9 @@ class FleetIndex:
         self._hosts: dict[str, Hypervisor] = {}
         self._reservations: dict[str, dict[str, Reservation]] = {}
         self._host_of_reservation: dict[str, str] = {}
+        # OvercommitPolicies by name, and the same as a list for the capacity functions.
+        self._policies: dict[str, OvercommitPolicy] = {}
+        self._policy_list: list[OvercommitPolicy] = []
         self._rows: list[_Row | None] = []
         self._columns: dict[ResourceName, _Column] = {}
         self._size = 0
@@ -254,11 +261,13 @@ class FleetIndex:
     def load_from(self, store: Store) -> None:
         hv = store.list("Hypervisor")
         res = store.list("Reservation")
+        pol = store.list("OvercommitPolicy")
         hosts = [h for h in hv.items if isinstance(h, Hypervisor)]
         reservations = [r for r in res.items if isinstance(r, Reservation)]
-        # Watching from the older of the two revisions replays what changed in
+        policies = [p for p in pol.items if isinstance(p, OvercommitPolicy)]
+        # Watching from the oldest of the revisions replays what changed in
         # between; replays are recognised by resourceVersion and skipped.
-        self.load(hosts, reservations, min(hv.revision, res.revision))
+        self.load(hosts, reservations, min(hv.revision, res.revision, pol.revision), policies=policies)
         self._leases = store.agent_leases()
         self.set_liveness(self._lease_liveness(datetime.now(UTC)))
 
@@ -272,10 +281,13 @@ class FleetIndex:
         reservations: Iterable[Reservation],
         revision: int = 0,
         now: datetime | None = None,
+        policies: Iterable[OvercommitPolicy] = (),
     ) -> None:
         with self._lock:
             self._reset()
             self.revision = revision
+            self._policies = {p.name: p for p in policies}
+            self._policy_list = sorted(self._policies.values(), key=lambda p: p.name)
             for r in reservations:
                 self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
                 self._host_of_reservation[r.name] = r.spec.hypervisor
@@ -335,7 +347,9 @@ class FleetIndex:
     def _compute(self, row: int, now: datetime) -> None:
         name = self._names[row]
         h = self._hosts[name]
-        data = _compute_row(h, self._reservations.get(name, {}).values(), now, self.staleness)
+        data = _compute_row(
+            h, self._reservations.get(name, {}).values(), now, self.staleness, self._policy_list
+        )
         self._rows[row] = data
         self._ready[row] = data.ready
         self._fresh_until[row] = data.fresh_until
@@ -376,6 +390,8 @@ class FleetIndex:
                     self._remove_host(obj.name)
                 elif current is None or _rv(current) < event.revision:
                     self._put_host(obj, now)
+            elif isinstance(obj, OvercommitPolicy):
+                self._apply_policy(event.type, obj, event.revision, now)
             elif isinstance(obj, Reservation):
                 self._apply_reservation(event.type, obj, event.revision, now)
             elif isinstance(obj, Lease):
@@ -385,6 +401,22 @@ class FleetIndex:
                 else:
                     self._leases[obj.name] = obj
             self.revision = max(self.revision, event.revision)
+
+    def _apply_policy(self, kind: str, p: OvercommitPolicy, revision: int, now: datetime) -> None:
+        """A policy changes the effective capacity of the hosts its old or new
+        selector matches: recompute those rows."""
+        current = self._policies.get(p.name)
+        if kind != "DELETED" and current is not None and _rv(current) >= revision:
+            return
+        selectors = [x.spec.selector.to_selector() for x in (current, p) if x is not None]
+        if kind == "DELETED":
+            self._policies.pop(p.name, None)
+        else:
+            self._policies[p.name] = p
+        self._policy_list = sorted(self._policies.values(), key=lambda x: x.name)
+        for name, h in self._hosts.items():
+            if any(s.matches(h.metadata.labels) for s in selectors):
+                self._compute(self._row[name], now)
 
     def _apply_reservation(self, kind: str, r: Reservation, revision: int, now: datetime) -> None:
         old_host = self._host_of_reservation.get(r.name)
@@ -454,6 +486,10 @@ class FleetIndex:
 
     def __len__(self) -> int:
         return int(self._present[: self._size].sum())
+
+    def policies(self) -> list[OvercommitPolicy]:
+        """The OvercommitPolicies the rows are computed with, by name."""
+        return list(self._policy_list)
 
     def host(self, name: str) -> Hypervisor | None:
         return self._hosts.get(name)
@@ -626,11 +662,12 @@ class FleetIndex:
                         now,
                         self.staleness,
                         self._liveness.get(name),
+                        self._policy_list,
                     )
                     result.rejected[name] = found
             return result
 
 
-def _rv(obj: Hypervisor | Reservation) -> int:
+def _rv(obj: Hypervisor | Reservation | OvercommitPolicy) -> int:
     rv = obj.metadata.resource_version
     return int(rv) if rv and rv.isdigit() else 0

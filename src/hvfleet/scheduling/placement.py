@@ -14,7 +14,9 @@ room the host does not have.
 Reservation (source `placement`) per Placement consumer per host, so space
 Placement has promised counts in hvfleet until libvirt shows the instance, and
 its VGPUs, VFs and other resources the agent does not discover count for as
-long as the instance runs.
+long as the instance runs. It first pushes hvfleet's inventories (and, when
+asked, its claims) the other way (`hvfleet.scheduling.placement_push`), and
+never mirrors back a consumer hvfleet itself claims or pushed.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from __future__ import annotations
 import hashlib
 import math
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
@@ -36,13 +38,21 @@ from hvfleet.model.capacity import (
     usable_capacity,
 )
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
-from hvfleet.model.hypervisor import Hypervisor, Reservation, ReservationSpec, ReservationStatus
+from hvfleet.model.hypervisor import (
+    Hypervisor,
+    OvercommitPolicy,
+    Reservation,
+    ReservationSpec,
+    ReservationStatus,
+)
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import WELL_KNOWN, ResourceName
+from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
-from hvfleet.scheduling.fit import unit_constraints
+from hvfleet.scheduling.fit import reservations_by_host, unit_constraints
 from hvfleet.scheduling.placement_client import PlacementClient
+from hvfleet.scheduling.placement_push import PushIdentity, push
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store
 
@@ -70,10 +80,13 @@ def provider_uuid(h: Hypervisor) -> str:
     return h.metadata.uid or str(uuid.uuid5(_PROVIDER_NS, h.name))
 
 
-def export_inventories(h: Hypervisor) -> dict[str, dict[str, Any]]:
-    """Placement inventories for `h`, keyed by resource class."""
+def export_inventories(
+    h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()
+) -> dict[str, dict[str, Any]]:
+    """Placement inventories for `h`, keyed by resource class; allocation_ratio
+    is the effective ratio (the host's own, else a matching policy's)."""
     units = unit_constraints(h)
-    ratios = overcommit_ratios(h)
+    ratios = overcommit_ratios(h, policies)
     physical = add([h.status.capacity, h.spec.extra_capacity])
     usable = usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
     out: dict[str, dict[str, Any]] = {}
@@ -109,22 +122,39 @@ def export_usages(h: Hypervisor, reservations: Iterable[Reservation], now: datet
 
 
 def export_provider(
-    h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None
+    h: Hypervisor,
+    reservations: Iterable[Reservation],
+    now: datetime | None,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> dict[str, Any]:
     return {
         "name": h.name,
         "uuid": provider_uuid(h),
-        "inventories": export_inventories(h),
+        "inventories": export_inventories(h, policies),
         "usages": export_usages(h, reservations, now),
     }
 
 
+def export_fleet(
+    store: Store, selector: Selector | None = None, now: datetime | None = None
+) -> dict[str, Any]:
+    """The Placement view of the hosts matching `selector`, read from `store`:
+    what `hvfleet placement export` prints and the API's placement action answers."""
+    hosts = store.list_hypervisors(selector)
+    by_host = reservations_by_host(store.list_reservations())
+    return export(hosts, by_host, now or datetime.now(UTC), store.list_overcommit_policies())
+
+
 def export(
-    hosts: Iterable[Hypervisor], reservations: Mapping[str, list[Reservation]], now: datetime
+    hosts: Iterable[Hypervisor],
+    reservations: Mapping[str, list[Reservation]],
+    now: datetime,
+    policies: Sequence[OvercommitPolicy] = (),
 ) -> dict[str, Any]:
     return {
         "resource_providers": [
-            export_provider(h, reservations.get(h.name, []), now) for h in sorted(hosts, key=lambda h: h.name)
+            export_provider(h, reservations.get(h.name, []), now, policies)
+            for h in sorted(hosts, key=lambda h: h.name)
         ]
     }
 
@@ -151,15 +181,25 @@ class SyncReport:
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
     unknown_providers: list[str] = field(default_factory=list)
+    # What was pushed to Placement (see placement_push): None when not asked.
+    inventories: dict[str, Any] | None = None
+    claims: dict[str, Any] | None = None
+    errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "created": self.created,
             "updated": self.updated,
             "deleted": self.deleted,
             "unchanged": self.unchanged,
             "unknownProviders": self.unknown_providers,
         }
+        if self.inventories is not None:
+            out["inventories"] = self.inventories
+        if self.claims is not None:
+            out["claims"] = self.claims
+        out["errors"] = self.errors
+        return out
 
 
 def mirror_name(host: str, consumer: str) -> str:
@@ -181,7 +221,10 @@ def _from_placement(resources: Mapping[str, int], where: str) -> dict[ResourceNa
 
 
 def desired_mirrors(
-    client: PlacementClient, hosts: Mapping[str, Hypervisor]
+    client: PlacementClient,
+    hosts: Mapping[str, Hypervisor],
+    skip: Callable[[str], bool] = lambda consumer: False,
+    allocations: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[dict[tuple[str, str], dict[ResourceName, Quantity]], list[str]]:
     """(host, consumer) → resources Placement has allocated that libvirt does not
     count: every allocation before its instance shows up, and after that the
@@ -189,7 +232,9 @@ def desired_mirrors(
     `held_resources` holds only that part while the instance runs). Plus the
     names of providers that match no hypervisor. A nested provider (a GPU or
     NIC under a compute node) belongs to the hypervisor of its root, and a
-    consumer's allocations on a host's providers add up."""
+    consumer's allocations on a host's providers add up.
+    Consumers `skip` names (hvfleet's own claims) are not mirrored;
+    `allocations` are providers' allocations already read in this sync."""
     by_uid = {h.metadata.uid: h for h in hosts.values() if h.metadata.uid}
     providers = client.get("/resource_providers")["resource_providers"]
     by_uuid = {rp["uuid"]: rp for rp in providers}
@@ -208,8 +253,10 @@ def desired_mirrors(
         if h is None:
             unknown.append(rp["name"])
             continue
-        allocations = client.get(f"/resource_providers/{rp['uuid']}/allocations")["allocations"]
-        for consumer, alloc in allocations.items():
+        on_rp = (allocations or {}).get(rp["uuid"])
+        if on_rp is None:
+            on_rp = client.get(f"/resource_providers/{rp['uuid']}/allocations")["allocations"]
+        for consumer, alloc in on_rp.items():
             resources = _from_placement(alloc["resources"], f"placement consumer {consumer}")
             if resources:
                 mine = desired.setdefault((h.name, consumer), {})
@@ -223,18 +270,51 @@ def desired_mirrors(
             # running instance with a VGPU or VF keeps its mirror: that part
             # holds space (held_resources) until the instance is gone.
             del desired[(host, consumer)]
+        elif skip(consumer):
+            del desired[(host, consumer)]  # hvfleet's own claim: a mirror would count it twice
     return desired, sorted(unknown)
 
 
-def sync(store: Store, client: PlacementClient, manager: str = MANAGER) -> SyncReport:
-    """Make the store's placement-sourced reservations equal what Placement has
-    promised and libvirt does not count (`desired_mirrors`). Idempotent."""
+def sync(
+    store: Store,
+    client: PlacementClient,
+    manager: str = MANAGER,
+    *,
+    push_inventories: bool = True,
+    push_claims: bool = False,
+    identity: PushIdentity = PushIdentity(),
+    now: datetime | None = None,
+) -> SyncReport:
+    """Push hvfleet's inventories (and with `push_claims` its live claims) to the
+    providers of its hypervisors, then make the store's placement-sourced
+    reservations equal what Placement has promised and libvirt does not show
+    yet. Idempotent."""
     hosts = {h.name: h for h in store.list_hypervisors()}
-    desired, unknown = desired_mirrors(client, hosts)
-    report = SyncReport(unknown_providers=unknown)
+    reservations = store.list_reservations()
+    computed: dict[str, dict[str, dict[str, Any]]] = {}
+    if push_inventories:
+        policies = store.list_overcommit_policies()
+        computed = {name: export_inventories(h, policies) for name, h in hosts.items()}
+    pushed = push(
+        client,
+        hosts,
+        reservations,
+        computed,
+        now or datetime.now(UTC),
+        inventories=push_inventories,
+        claims=push_claims,
+        identity=identity,
+    )
+    desired, unknown = desired_mirrors(client, hosts, pushed.skip, pushed.allocations)
+    report = SyncReport(
+        unknown_providers=unknown,
+        inventories=pushed.inventories.to_dict() if pushed.inventories else None,
+        claims=pushed.claims.to_dict() if pushed.claims else None,
+        errors=pushed.errors,
+    )
     existing = {
         (r.spec.hypervisor, r.spec.consumer): r
-        for r in store.list_reservations()
+        for r in reservations
         if r.spec.source == "placement"
     }
     for key, resources in sorted(desired.items()):

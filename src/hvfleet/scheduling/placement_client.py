@@ -4,7 +4,9 @@ It keeps one HTTP/1.1 connection open (Placement answers thousands of small
 requests in a sync or a differential test, and a new TCP connection each time
 would dominate), sends the microversion header on every request, and turns
 transport failures into `Unavailable` and 4xx/5xx answers into `PlacementError`
-carrying the status and Placement's own error text.
+carrying the status, Placement's own error text and its error code. A 409 whose
+code is `placement.concurrent_update` (a stale provider or consumer generation)
+is `GenerationConflict`: the one answer a caller re-reads and retries on.
 """
 
 from __future__ import annotations
@@ -21,13 +23,31 @@ from hvfleet.model.errors import HvfleetError, InvalidInput, Unavailable
 DEFAULT_MICROVERSION = "1.36"
 
 
-class PlacementError(HvfleetError):
-    """Placement refused a request; `status` is the HTTP status."""
+# Placement's error code (microversion 1.23+) for a write that named a stale
+# resource provider or consumer generation.
+CONCURRENT_UPDATE = "placement.concurrent_update"
 
-    def __init__(self, method: str, path: str, status: int, detail: str) -> None:
+
+class PlacementError(HvfleetError):
+    """Placement refused a request; `status` is the HTTP status, `code` Placement's
+    error code ("placement.undefined_code" when it gives none)."""
+
+    def __init__(self, method: str, path: str, status: int, detail: str, code: str = "") -> None:
         super().__init__(f"placement {method} {path}: HTTP {status}: {detail}")
         self.status = status
         self.detail = detail
+        self.code = code
+
+
+class GenerationConflict(PlacementError):
+    """A write named a provider or consumer generation that is no longer current:
+    re-read and retry."""
+
+
+def placement_error(method: str, path: str, status: int, decoded: Any, raw: bytes) -> PlacementError:
+    code = _code(decoded)
+    cls = GenerationConflict if status == 409 and code == CONCURRENT_UPDATE else PlacementError
+    return cls(method, path, status, _detail(decoded, raw), code)
 
 
 class PlacementClient:
@@ -94,17 +114,53 @@ class PlacementClient:
             self.close()
         decoded: Any = json.loads(raw) if raw and raw.lstrip()[:1] in (b"{", b"[") else None
         if status >= 400 and status not in expect:
-            raise PlacementError(method, path, status, _detail(decoded, raw))
+            raise placement_error(method, path, status, decoded, raw)
         return status, decoded
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)[1]
+
+    # -- typed calls the push uses -------------------------------------------------------
+
+    def inventories(self, rp_uuid: str) -> tuple[int, dict[str, dict[str, Any]]]:
+        """(resource_provider_generation, inventories by resource class)."""
+        doc = self.get(f"/resource_providers/{rp_uuid}/inventories")
+        return int(doc["resource_provider_generation"]), dict(doc["inventories"])
+
+    def put_inventories(
+        self, rp_uuid: str, generation: int, inventories: dict[str, dict[str, Any]]
+    ) -> int:
+        """Replace all inventories of a provider if its generation is still
+        `generation` (else GenerationConflict); returns the new generation."""
+        body = {"resource_provider_generation": generation, "inventories": inventories}
+        doc = self.request("PUT", f"/resource_providers/{rp_uuid}/inventories", body)[1]
+        return int(doc["resource_provider_generation"])
+
+    def consumer_allocations(self, consumer: str) -> dict[str, Any]:
+        """GET /allocations/{consumer}: allocations, project_id, user_id and
+        consumer_generation (the last three absent for an unknown consumer)."""
+        return dict(self.get(f"/allocations/{urllib.parse.quote(consumer)}"))
+
+    def put_allocations(self, consumer: str, body: dict[str, Any]) -> None:
+        self.request("PUT", f"/allocations/{urllib.parse.quote(consumer)}", body)
+
+    def delete_allocations(self, consumer: str) -> None:
+        """Remove all of a consumer's allocations; one already gone is not an error."""
+        self.request("DELETE", f"/allocations/{urllib.parse.quote(consumer)}", expect=(404,))
 
     def __enter__(self) -> PlacementClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _code(decoded: Any) -> str:
+    if isinstance(decoded, dict) and isinstance(decoded.get("errors"), list) and decoded["errors"]:
+        first = decoded["errors"][0]
+        if isinstance(first, dict):
+            return str(first.get("code") or "")
+    return ""
 
 
 def _detail(decoded: Any, raw: bytes) -> str:

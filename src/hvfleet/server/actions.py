@@ -12,7 +12,6 @@ as verb "create" on its own resource name ("fit", "release", ...).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -41,9 +40,8 @@ from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import MEMORY, ResourceName
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import release
-from hvfleet.scheduling.fit import reservations_by_host
 from hvfleet.scheduling.index import FitResult, FleetIndex
-from hvfleet.scheduling.placement import export
+from hvfleet.scheduling.placement import export_fleet
 from hvfleet.scheduling.request import Request as FitRequest
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
@@ -188,8 +186,8 @@ async def fit(request: Request) -> Response:
 def _release(ctx: ApiContext, who: Identity, name: str) -> Any:
     action = Action("create", "release", name=name)
 
-    return audited(ctx, who, action, None, lambda: ctx.authorize(who, action),
-                   lambda: release(ctx.store, name, manager=who.manager))
+    return audited(ctx, who, action, None, lambda: release(ctx.store, name, manager=who.manager),
+                   check=lambda: ctx.authorize(who, action))
 
 
 async def release_reservation(request: Request) -> Response:
@@ -209,9 +207,7 @@ async def release_reservation(request: Request) -> Response:
 def _placement(ctx: ApiContext, who: Identity, body: PlacementBody) -> dict[str, Any]:
     selector = parse_selector(body.label_selector)
     ctx.authorize(who, Action("create", "placement"))
-    hosts = ctx.store.list_hypervisors(selector)
-    by_host = reservations_by_host(ctx.store.list_reservations())
-    return export(hosts, by_host, datetime.now(UTC))
+    return export_fleet(ctx.store, selector)
 
 
 async def placement(request: Request) -> Response:

@@ -53,6 +53,8 @@ _READ_FLEET = (
     _grant("reservations", "get list watch"),
     _grant("reservations/status", "get"),
     _grant("leases", "get list watch"),
+    _grant("overcommitpolicies", "get list watch"),
+    _grant("overcommitpolicies/status", "get"),
     # Answers computed from what a reader can list anyway; they write nothing.
     _grant("placement", "create"),
     _grant("cpubaseline", "create"),
@@ -60,6 +62,8 @@ _READ_FLEET = (
 )
 _OPERATE = (
     _grant("hypervisors", "create update patch delete"),
+    # Fleet-wide ratios are the operator's, like each host's spec.overcommit.
+    _grant("overcommitpolicies", "create update patch delete"),
     _grant("reservations", "delete"),
     _grant("fit", "create"),
 )

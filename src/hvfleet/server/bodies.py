@@ -50,11 +50,9 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
 
 
-def decode_document(body: bytes, media: str) -> Any:
-    """A JSON object (a list for a JSON patch; for apply YAML, of which JSON is
-    a subset)."""
+def _decode(body: bytes, media: str) -> Any:
     if not body.strip():
-        raise BadRequest("request body is empty; expected an object")
+        raise BadRequest("request body is empty")
     try:
         if media == APPLY_PATCH:
             doc = yaml.safe_load(body)
@@ -71,8 +69,22 @@ def decode_document(body: bytes, media: str) -> Any:
         json.dumps(doc, ensure_ascii=False, default=str).encode()
     except (UnicodeEncodeError, ValueError):
         raise BadRequest("the body holds a string that is not valid Unicode text") from None
-    if not isinstance(doc, list if media == JSON_PATCH else dict):
-        raise BadRequest(f"the body must be {'a list' if media == JSON_PATCH else 'an object'}")
+    return doc
+
+
+def decode_document(body: bytes, media: str) -> dict[str, Any]:
+    """A JSON object (for apply YAML, of which JSON is a subset)."""
+    doc = _decode(body, media)
+    if not isinstance(doc, dict):
+        raise BadRequest("the body must be an object")
+    return doc
+
+
+def decode_patch_operations(body: bytes) -> list[Any]:
+    """The operations of a JSON patch (RFC 6902): a JSON list."""
+    doc = _decode(body, JSON_PATCH)
+    if not isinstance(doc, list):
+        raise BadRequest("json patch: the body must be a list of operations")
     return doc
 
 

@@ -4,8 +4,10 @@ state of the fleet verbs (fleet index, agent liveness)."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -31,6 +33,32 @@ class Limits:
     liveness_max_age: float = 1.0
 
 
+class ListSnapshots:
+    """The full results of recent paged lists, so the pages of one list are cut
+    from one read (as Kubernetes serves continue tokens from one revision)."""
+
+    def __init__(self, keep: int = 16, max_age: float = 60.0) -> None:
+        self._keep, self._max_age = keep, max_age
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, tuple[float, int, list[Resource]]] = OrderedDict()
+
+    def put(self, revision: int, items: list[Resource]) -> str:
+        key = secrets.token_urlsafe(12)
+        with self._lock:
+            self._items[key] = (time.monotonic(), revision, items)
+            while len(self._items) > self._keep:
+                self._items.popitem(last=False)
+        return key
+
+    def get(self, key: str) -> tuple[int, list[Resource]] | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is None or time.monotonic() - found[0] > self._max_age:
+                self._items.pop(key, None)
+                return None
+            return found[1], found[2]
+
+
 class AuditLog(Protocol):
     """One structured record per write attempt (allowed or not)."""
 
@@ -47,6 +75,7 @@ class ApiContext:
         self.audit = audit
         self.limits = limits
         self.hub = WatchHub(store, limits.watch)
+        self.list_snapshots = ListSnapshots()
         self._table_inputs: dict[str, tuple[float, TableInputs]] = {}
         self._index: FleetIndex | None = None
         self.index_lock = threading.Lock()
@@ -62,8 +91,9 @@ class ApiContext:
         at, value = self._table_inputs.get(kind, (0.0, TableInputs()))
         if time.monotonic() - at > self.limits.liveness_max_age:
             if kind == "Hypervisor":
-                value = TableInputs(liveness=self.store.agent_liveness())
-            elif kind == "Reservation":
+                value = TableInputs(liveness=self.store.agent_liveness(),
+                                    policies=self.store.list_overcommit_policies())
+            elif kind in ("Reservation", "OvercommitPolicy"):
                 value = TableInputs(hosts={h.name: h for h in self.store.list_hypervisors()})
             else:
                 value = TableInputs()

@@ -17,7 +17,7 @@ import binascii
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -48,6 +48,7 @@ from hvfleet.store.apply import plan_one
 from hvfleet.store.base import StaleVersion
 
 log = logging.getLogger("hvfleet.server")
+T = TypeVar("T")
 
 
 # -- plumbing ---------------------------------------------------------------------------
@@ -129,17 +130,21 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
-            check: Callable[[], None], write: Callable[[], Resource | None]) -> Resource | None:
-    """Authorize (`check`) and run one write, and record it in the audit log
-    whatever its result. A refusal by the store's own rules (only agent/<name>
-    writes that host's status, agents never write spec) is worded as
-    kube-apiserver words a refusal, with the store's reason after it."""
+            write: Callable[[], T], *, check: Callable[[], None] | None = None) -> T:
+    """Authorize (`check`, if given) and run one write, and record it in the
+    audit log whatever its result. When the authorization is separate from the
+    write, a refusal by the store's own rules (only agent/<name> writes that
+    host's status, agents never write spec) is worded as kube-apiserver words
+    a refusal, with the store's reason after it."""
     rv_before = before.metadata.resource_version if before is not None else None
     try:
-        check()
+        if check is not None:
+            check()
         try:
             out = write()
         except Forbidden as exc:
+            if check is None:
+                raise
             target = f'{action.resource}.{API_GROUP} "{action.name}"' if action.name else action.resource
             raise Forbidden(f"{target} is forbidden: {exc}") from None
     except Exception as exc:
@@ -148,8 +153,9 @@ def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | N
             ctx.audit.record(who, action, before=rv_before, after=None, code=code, reason=reason)
         raise
     if ctx.audit is not None:
-        after = (out.metadata.resource_version
-                 if out is not None and action.verb != "delete" else None)
+        # Any object the write returns carries the version it was stored at.
+        meta = getattr(out, "metadata", None)
+        after = meta.resource_version if meta is not None and action.verb != "delete" else None
         code, reason = (201, "Created") if before is None and action.verb == "create" else (200, "OK")
         ctx.audit.record(who, action, before=rv_before, after=after, code=code, reason=reason)
     return out
@@ -191,20 +197,21 @@ def name_from_field_selector(text: str | None) -> tuple[str | None, str | None]:
     return equal, unequal
 
 
-def _encode_continue(revision: int, after: str) -> str:
-    raw = json.dumps({"rv": revision, "after": after}).encode()
+def _encode_continue(revision: int, after: str, snapshot: str) -> str:
+    raw = json.dumps({"rv": revision, "after": after, "snapshot": snapshot}).encode()
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _decode_continue(token: str) -> str:
+def _decode_continue(token: str) -> tuple[str, str]:
+    """(the last name of the previous page, the snapshot it was cut from)."""
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        after = data["after"]
-    except (ValueError, KeyError, TypeError, binascii.Error):
+        after, snapshot = data["after"], data.get("snapshot", "")
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
         raise BadRequest("continue: not a token this server issued") from None
-    if not isinstance(after, str):
+    if not isinstance(after, str) or not isinstance(snapshot, str):
         raise BadRequest("continue: not a token this server issued")
-    return after
+    return after, snapshot
 
 
 def _limit(request: Request) -> int | None:
@@ -234,20 +241,29 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     selector = parse_selector(q.get("labelSelector"))
     equal, unequal = name_from_field_selector(q.get("fieldSelector"))
     limit = _limit(request)
-    after = _decode_continue(q["continue"]) if q.get("continue") else None
+    after, snapshot = _decode_continue(q["continue"]) if q.get("continue") else (None, "")
     who = await authenticate(ctx, request)
     ctx.authorize(who, Action("list", info.plural, name=equal))
-    result = await run_in_threadpool(ctx.store.list, info.kind, selector)
-    items = [o for o in result.items
-             if (equal is None or o.metadata.name == equal)
-             and (unequal is None or o.metadata.name != unequal)
-             and (after is None or o.metadata.name > after)]
+    # A later page is cut from the snapshot the first page was read from (one
+    # revision for all pages, and one store read for a whole `kubectl get`);
+    # once that is gone, from the current state after the last name returned.
+    kept = ctx.list_snapshots.get(snapshot) if snapshot else None
+    if kept is None:
+        result = await run_in_threadpool(ctx.store.list, info.kind, selector)
+        revision = result.revision
+        everything = [o for o in result.items
+                      if (equal is None or o.metadata.name == equal)
+                      and (unequal is None or o.metadata.name != unequal)]
+    else:
+        revision, everything = kept
+    items = [o for o in everything if after is None or o.metadata.name > after]
     token, remaining = "", 0
     if limit is not None and len(items) > limit:
         remaining = len(items) - limit
         items = items[:limit]
-        token = _encode_continue(result.revision, items[-1].metadata.name)
-    rv = str(result.revision)
+        snapshot = snapshot if kept is not None else ctx.list_snapshots.put(revision, everything)
+        token = _encode_continue(revision, items[-1].metadata.name, snapshot)
+    rv = str(revision)
     if wants_table(request.headers.get("accept")):
         inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
         body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
@@ -272,7 +288,8 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
     if timeout_text and not timeout_text.isdigit():
         raise BadRequest(f"timeoutSeconds: {timeout_text!r} is not a number of seconds")
     limits = ctx.limits.watch
-    timeout = min(float(timeout_text), limits.max_timeout) if timeout_text else limits.max_timeout
+    # 0, as no value, means the server's longest watch (as in Kubernetes).
+    timeout = min(float(timeout_text), limits.max_timeout) if int(timeout_text or 0) else limits.max_timeout
     who = await authenticate(ctx, request)
     ctx.authorize(who, Action("watch", info.plural, name=equal))
     release = ctx.hub.acquire(who.token_id)
@@ -331,7 +348,7 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
                 raise InvalidInput(str(exc), field="spec.hypervisor") from None
         return ctx.store.create(obj, who.manager)
 
-    out = audited(ctx, who, action, None, lambda: ctx.authorize(who, action, None, obj), write)
+    out = audited(ctx, who, action, None, write, check=lambda: ctx.authorize(who, action, None, obj))
     assert out is not None
     return out
 
@@ -369,7 +386,8 @@ async def item(request: Request) -> Response:
         if request.method == "PUT" and media not in ("application/json", "*/*"):
             raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
         body = await bodies.read_body(request, ctx.limits.max_body)
-        doc = bodies.decode_document(body, media)
+        doc: Any = (bodies.decode_patch_operations(body) if media == bodies.JSON_PATCH
+                    else bodies.decode_document(body, media))
         who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
                                                       force))
         target = Target(info.plural, name, info.kind)
@@ -420,8 +438,8 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
         new = new.model_copy(update={"metadata": current.metadata.model_copy(
             update={"resource_version": obj.metadata.resource_version})})
 
-    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
-                  lambda: ctx.store.update(new, who.manager, force=force))
+    out = audited(ctx, who, action, current, lambda: ctx.store.update(new, who.manager, force=force),
+                  check=lambda: ctx.authorize(who, action, current, new))
     assert out is not None
     return out
 
@@ -458,8 +476,9 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
             new = new.model_copy(update={"metadata": current.metadata.model_copy(
                 update={"resource_version": patched.metadata.resource_version})})
 
-        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
-                      lambda: ctx.store.update(new, who.manager, force=force))
+        out = audited(ctx, who, action, current,
+                      lambda: ctx.store.update(new, who.manager, force=force),
+                      check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out
 
@@ -497,8 +516,9 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
                     update={"resource_version": manifest.metadata.resource_version})})
         action = Action("patch", info.plural, name, sub, force)
 
-        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, new),
-                      lambda: ctx.store.update(new, who.manager, force=force))
+        out = audited(ctx, who, action, current,
+                      lambda: ctx.store.update(new, who.manager, force=force),
+                      check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out
 
@@ -542,8 +562,8 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
             ctx.store.delete(info.kind, name, rv or current.metadata.resource_version)
             return current
 
-        out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, None),
-                      write)
+        out = audited(ctx, who, action, current, write,
+                      check=lambda: ctx.authorize(who, action, current, None))
         assert out is not None
         return out
 

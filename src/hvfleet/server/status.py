@@ -10,6 +10,7 @@ resource and name, with the core's message kept after it for the detail.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from pydantic import ValidationError
@@ -51,6 +52,15 @@ _REASONS: tuple[tuple[type[HvfleetError], str, int], ...] = (
     (TooManyRequests, "TooManyRequests", 429),
     (Unavailable, "ServiceUnavailable", 503),
 )
+
+
+def _by_status(code: int) -> tuple[str, int]:
+    """A class not listed above answers its own `http_status`."""
+    try:
+        phrase = HTTPStatus(code).phrase.replace(" ", "").replace("-", "")
+    except ValueError:
+        return "InternalError", 500
+    return ("InternalError" if code == 500 else phrase), code
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,7 @@ def from_error(exc: Exception, target: Target) -> dict[str, Any]:
     if not isinstance(exc, HvfleetError):
         return status(500, "InternalError", f"internal error: {type(exc).__name__}", target)
     reason, code = next(((r, c) for cls, r, c in _REASONS if isinstance(exc, cls)),
-                        ("InternalError", 500))
+                        _by_status(exc.http_status))
     detail = str(exc)
     causes: list[dict[str, str]] = []
     q, name = target.qualified, target.name

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hvfleet.model import views
-from hvfleet.model.hypervisor import Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, Resource
 from hvfleet.model.lease import Lease
 
 
@@ -33,11 +33,13 @@ def wants_table(accept: str | None) -> bool:
 
 @dataclass(frozen=True)
 class TableInputs:
-    """What rows need besides the objects: each agent's liveness lease (READY)
-    and, for reservations, their hosts (phase and what is held are derived)."""
+    """What rows need besides the objects: each agent's liveness lease and the
+    fleet's overcommit policies (hypervisor rows), and the hosts (reservation
+    rows derive phase and holdings from them; policy rows count them)."""
 
     liveness: Mapping[str, bool] = field(default_factory=dict)
     hosts: Mapping[str, Hypervisor] = field(default_factory=dict)
+    policies: Sequence[OvercommitPolicy] = ()
 
 
 def rows_for(kind: str, objs: Sequence[Resource],
@@ -47,12 +49,17 @@ def rows_for(kind: str, objs: Sequence[Resource],
     now = datetime.now(UTC)
     if kind == "Hypervisor":
         cols = views.hypervisor_columns(wide=True)
-        rows = [views.hypervisor_row(o, now, inputs.liveness.get(o.name), wide=True)
+        rows = [views.hypervisor_row(o, now, inputs.liveness.get(o.name), wide=True,
+                                     policies=inputs.policies)
                 for o in objs if isinstance(o, Hypervisor)]
     elif kind == "Reservation":
         cols = views.reservation_columns(wide=True)
         rows = [views.reservation_row(o, inputs.hosts.get(o.spec.hypervisor), now, wide=True)
                 for o in objs if isinstance(o, Reservation)]
+    elif kind == "OvercommitPolicy":
+        cols = views.policy_columns(wide=True)
+        rows = [views.policy_row(o, inputs.hosts.values(), now, wide=True)
+                for o in objs if isinstance(o, OvercommitPolicy)]
     else:
         cols = views.lease_columns(wide=True)
         rows = [views.lease_row(o, now, wide=True) for o in objs if isinstance(o, Lease)]

@@ -100,11 +100,12 @@ def _store_record(ctx: ApiContext, who: Identity, record: AccessToken) -> Access
     action = Action("create", "tokens", name=record.name)
 
     def write() -> AccessToken:
+        ctx.authorize(who, action, None, record)
         out = ctx.store.create(record, who.manager)
         assert isinstance(out, AccessToken)
         return out
 
-    out = audited(ctx, who, action, None, lambda: ctx.authorize(who, action, None, record), write)
+    out = audited(ctx, who, action, None, write)
     assert isinstance(out, AccessToken)
     return out
 
@@ -114,11 +115,12 @@ def _replace(ctx: ApiContext, who: Identity, record: AccessToken, force: bool) -
     action = Action("update", "tokens", name=record.name, force=force)
 
     def write() -> AccessToken:
+        ctx.authorize(who, action, current, record)
         out = ctx.store.update(record, who.manager, force=force)
         assert isinstance(out, AccessToken)
         return out
 
-    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, record), write)
+    out = audited(ctx, who, action, current, write)
     assert isinstance(out, AccessToken)
     _forget(ctx, record.name)
     return out
@@ -129,6 +131,7 @@ def _issue(ctx: ApiContext, who: Identity, body: TokenRequestBody) -> dict[str, 
     issued: list[str] = []
 
     def write() -> AccessToken:
+        ctx.authorize(who, action)
         record, text = issue_token(
             ctx.store, body.role, manager=who.manager, now=datetime.now(UTC),
             ttl=parse_expiry(body.ttl, field="ttl"), name=body.name, hypervisor=body.hypervisor,
@@ -136,7 +139,7 @@ def _issue(ctx: ApiContext, who: Identity, body: TokenRequestBody) -> dict[str, 
         issued.append(text)
         return record
 
-    record = audited(ctx, who, action, None, lambda: ctx.authorize(who, action), write)
+    record = audited(ctx, who, action, None, write)
     assert isinstance(record, AccessToken)
     doc = record.to_dict()
     doc["status"] = {"token": issued[0]}
@@ -181,9 +184,10 @@ def _revoke(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
     action = Action("update", "tokens", name=token_id)
 
     def write() -> AccessToken:
+        ctx.authorize(who, action, current, None)
         return revoke_token(ctx.store, token_id, who.manager)
 
-    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, None), write)
+    out = audited(ctx, who, action, current, write)
     assert isinstance(out, AccessToken)
     _forget(ctx, token_id)
     return out
@@ -201,10 +205,11 @@ def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
     action = Action("delete", "tokens", name=token_id)
 
     def write() -> AccessToken:
+        ctx.authorize(who, action, current, None)
         ctx.store.delete(KIND, token_id, current.metadata.resource_version)
         return current
 
-    out = audited(ctx, who, action, current, lambda: ctx.authorize(who, action, current, None), write)
+    out = audited(ctx, who, action, current, write)
     assert isinstance(out, AccessToken)
     _forget(ctx, token_id)
     return out

@@ -152,9 +152,11 @@ class WatchResponse(Response):
                     await self._write(self.fanout.encoded(ev))
 
         try:
+            inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
+                      if self.as_table and self.initial else None)
             for obj in self.initial or []:
                 if self._wanted(obj):
-                    await self._event("ADDED", obj)
+                    await self._event("ADDED", obj, inputs)
             if catch_up is not None:
                 try:
                     stream = self.ctx.store.watch(self.kind, since=self.since, name=self.name,

@@ -30,7 +30,14 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
-from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import (
+    KINDS,
+    STORED_KINDS,
+    Hypervisor,
+    OvercommitPolicy,
+    Reservation,
+    Resource,
+)
 from hvfleet.model.lease import Lease, lease_live, released, renewed
 from hvfleet.model.selectors import Selector, parse_selector
 
@@ -141,9 +148,11 @@ def gc_paused() -> Iterator[None]:
 def kind_of(kind: str) -> str:
     """Normalise 'hypervisors'/'hypervisor'/'Hypervisor' to the kind name. Access
     tokens are accepted (the backends store them) but not offered in the message."""
-    k = kind.strip().lower().removesuffix("s")
+    k = kind.strip().lower()
     for name in STORED_KINDS:
-        if name.lower() == k:
+        singular = name.lower()
+        plural = singular[:-1] + "ies" if singular.endswith("y") else singular + "s"
+        if k in (singular, plural):
             return name
     raise InvalidInput(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
 
@@ -338,6 +347,9 @@ class Store(ABC):
 
     def list_reservations(self, selector: Selector | str | None = None) -> builtins.list[Reservation]:
         return [o for o in self.list("Reservation", selector).items if isinstance(o, Reservation)]
+
+    def list_overcommit_policies(self) -> builtins.list[OvercommitPolicy]:
+        return [o for o in self.list("OvercommitPolicy").items if isinstance(o, OvercommitPolicy)]
 
     def update_with_retry(
         self,

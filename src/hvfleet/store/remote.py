@@ -22,11 +22,15 @@ its message; a server that cannot be reached is Unavailable, naming the URL.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import http.client
+import ipaddress
 import json
 import os
 import queue
+import random
+import socket
 import ssl
 import threading
 import time
@@ -52,6 +56,7 @@ from hvfleet.model.errors import (
     UnsupportedMediaType,
 )
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Reservation, Resource
+from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
     ClaimRefused,
@@ -91,7 +96,18 @@ _WATCH_SERVER_TIMEOUT_S = 1800  # a watch call's length; the client reconnects a
 
 
 def plural_of(kind: str) -> str:
-    return f"{kind.lower()}s"
+    """The API's plural of a kind (as its CRD names it: policy → policies)."""
+    if kind == "AccessToken":
+        return "accesstokens"
+    singular = kind.lower()
+    return singular[:-1] + "ies" if singular.endswith("y") else singular + "s"
+
+
+# Where each kind is served: the fleet kinds under their plurals, access tokens
+# at the admins' token endpoints (hvfleet.server.token_api), which speak the same
+# object mapping (a record whose hash the client made: the secret never travels).
+def _collection(kind: str) -> str:
+    return f"{GV}/{plural_of(kind)}"
 
 
 def _bool_param(url: str, query: dict[str, list[str]], key: str) -> bool:
@@ -354,10 +370,7 @@ class RemoteStore(Store):
     # -- objects ------------------------------------------------------------------------
 
     def _path(self, kind: str, name: str | None = None, sub: str | None = None) -> str:
-        if kind not in KINDS:
-            raise InvalidInput(f"store {self.url}: {kind} objects are not served through the API "
-                               "(access tokens: `hvfleet token` on the server's own store)")
-        path = f"{GV}/{plural_of(kind)}"
+        path = _collection(kind)
         if name is not None:
             path += "/" + quote(name, safe="")
         return f"{path}/{sub}" if sub else path
@@ -381,7 +394,7 @@ class RemoteStore(Store):
         k = kind_of(kind)
         return self._decode(k, self._call("GET", self._path(k, name)))
 
-    def list(self, kind: str, selector: Any = None) -> ListResult:
+    def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
         k = kind_of(kind)
         sel = str(as_selector(selector))
         path = self._path(k) + (f"?{urlencode({'labelSelector': sel})}" if sel else "")
@@ -389,7 +402,9 @@ class RemoteStore(Store):
         model = STORED_KINDS[k]
         with gc_paused():
             items = [self._remember(model.model_validate(item)) for item in doc.get("items") or []]
-        return ListResult(items=items, revision=int(doc["metadata"]["resourceVersion"]))
+        rv = (doc.get("metadata") or {}).get("resourceVersion")
+        # The token list carries no version (tokens are not watched): the store's, read after.
+        return ListResult(items=items, revision=int(rv) if rv else self.revision())
 
     def create(self, obj: Resource, manager: str) -> Resource:
         """POST; a Reservation's create is a claim on the server (its check)."""
@@ -407,6 +422,8 @@ class RemoteStore(Store):
         if base is None:
             base = self.get(kind, name)
         status_changed, rest_changed = changed_parts(base, obj)
+        if obj.kind not in KINDS:  # an access token: one object, no /status
+            status_changed, rest_changed = False, True
         if status_changed and rest_changed:
             out = self.write_all([Write("update", obj)], manager, force=force)
             return out[0]
@@ -449,6 +466,11 @@ class RemoteStore(Store):
             raise
         assert isinstance(out, Reservation)
         return out
+
+    def pause_after_conflict(self, attempt: int) -> None:
+        """A short jittered pause (as on etcd): clients of one server retrying a
+        stale write at once collide again, each round trip apart."""
+        time.sleep(random.random() * min(0.002 * 2**attempt, 0.2))
 
     def revision(self) -> int:
         """The store revision, from a list of one object of a collection the caller
@@ -646,19 +668,13 @@ class _WatchReader(threading.Thread):
             conn = self._conn
         if conn is not None and conn.sock is not None:
             # Unblocks the reader's readline; the thread then sees `ended` and stops.
-            try:
-                import socket
-
+            with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
-    import ipaddress
-
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
