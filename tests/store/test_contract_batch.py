@@ -188,3 +188,27 @@ def test_an_ownership_conflict_lists_every_field_and_owner(store: Store, make_hy
         apply_manifests(store, docs, "operator")
     assert caught.value.conflicts == [("spec.overcommit.cpu", "cortex"),
                                       ("spec.overcommit.memory", "cortex")]
+
+
+def _claimed_cpu(store: Store, name: str, host: str, cpu: int) -> Reservation:
+    r = Reservation.model_validate({
+        "metadata": {"name": name},
+        "spec": {"hypervisor": host, "consumer": name, "resources": {"cpu": cpu}},
+        "status": {"phase": "Active"},
+    })
+    out = store.claim(r, "scheduler", lambda h, others: None)
+    assert isinstance(out, Reservation)
+    return out
+
+
+def _released(r: Reservation) -> Reservation:
+    return r.model_copy(update={"status": r.status.model_copy(update={"phase": "Released"})})
+
+
+def test_a_batch_may_hold_several_reservations_of_one_host(store: Store, make_hypervisor: MakeHv) -> None:
+    # Both bump the host's reservation set key on etcd: one txn must name it once.
+    store.create(make_hypervisor("hv1"), "operator")
+    a, b = _claimed_cpu(store, "r1", "hv1", 2), _claimed_cpu(store, "r2", "hv1", 2)
+    out = store.write_all([Write("update", _released(a)), Write("update", _released(b))], "scheduler")
+    assert [o.status.phase for o in out if isinstance(o, Reservation)] == ["Released", "Released"]
+    assert [r.status.phase for r in store.list_reservations()] == ["Released", "Released"]

@@ -27,7 +27,7 @@ import typer.main
 from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.reconcile import COUNT_MODES, CountMode
 from hvfleet.agent.runner import Agent, AgentConfig
-from hvfleet.cli.main import app, error_line, with_connection_options
+from hvfleet.cli.main import PLAIN, app, error_line, with_connection_options
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
@@ -137,7 +137,7 @@ def agent(
 
 def standalone(argv: list[str], prog_name: str = "hvfleet agent") -> None:
     """`hvfleet agent ARGS` with only this command loaded."""
-    one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    one = typer.Typer(**PLAIN)  # type: ignore[arg-type]
     one.command()(agent)
     try:
         with_connection_options(typer.main.get_command(one))(args=argv, prog_name=prog_name)

@@ -21,12 +21,15 @@ import typer.main
 
 from hvfleet.model.errors import HvfleetError
 
+# Plain help and usage errors, as kubectl and virsh print them: Rich's help
+# renderer alone costs ~100 ms of every `--help` (docs/benchmarks.md).
+PLAIN = {"pretty_exceptions_enable": False, "add_completion": False, "rich_markup_mode": None}
+
 app = typer.Typer(
     name="hvfleet",
     help="A live, trustworthy picture of a libvirt/KVM fleet.",
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
+    **PLAIN,  # type: ignore[arg-type]
 )
 
 
@@ -142,6 +145,41 @@ def with_connection_options(command: Any) -> Any:
 # Modules of this package that hold no commands.
 _NOT_COMMANDS = frozenset({"main", "common", "output"})
 
+# Each top-level command → (the module of this package that registers it, the
+# line `hvfleet --help` shows for it). A command imports only its own module,
+# so `get` never pays for numpy, libvirt or the guest generator, and the help
+# imports none. tests/cli/test_import_budget.py checks this table against what
+# the modules register; a command missing here still runs, after every
+# module is imported.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "agent": ("agent", "Keep one hypervisor's status (capacity, allocation, instances, host "
+                       "capabilities, effective capacity) true, from libvirt."),
+    "apply": ("resources", "Create or update objects from Kubernetes-style manifests (server-side "
+                           "apply), all or nothing."),
+    "capacity": ("resources", "Effective, allocated and free capacity per host, with a total row."),
+    "cpu": ("guest", "CPU definitions for host groups."),
+    "crd": ("resources", "Print CustomResourceDefinitions for Hypervisor, Reservation and "
+                         "OvercommitPolicy."),
+    "delete": ("resources", "Delete one object (kubectl delete)."),
+    "describe": ("resources", "Capacity, cells, conditions and instances of one hypervisor."),
+    "export": ("resources", "Print manifests (YAML) that `apply -f` turns back into the same objects."),
+    "extra-capacity": ("resources", "Capacity libvirt cannot see (spec.extraCapacity)."),
+    "fit": ("scheduling", "Hosts a request fits on, best first."),
+    "get": ("resources", "List objects, or show one (kubectl get)."),
+    "guest": ("guest", "Guest definitions that run everywhere in a group."),
+    "overcommit": ("resources", "Set or unset overcommit ratios (spec.overcommit)."),
+    "placement": ("scheduling", "The Placement-compatible view, and mirroring Placement."),
+    "release": ("scheduling", "Give a reservation's space back."),
+    "reservations": ("scheduling", "List reservations; `gc` removes ended ones."),
+    "reserve": ("scheduling", "Take space on a host before the VM exists; prints the reservation "
+                              "name."),
+    "reserved": ("resources", "Set or unset the host reserve (spec.reserved)."),
+    "kubeconfig": ("kubeconfig", "Write a kubeconfig (CA embedded) that kubectl and the Kubernetes "
+                                 "clients use as is."),
+    "serve": ("serve", "Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."),
+    "token": ("token", "Bearer tokens for the API (hvfleet serve)."),
+}
+
 
 def _register() -> None:
     """Import every command family; each registers itself on `app` when imported."""
@@ -152,10 +190,36 @@ def _register() -> None:
             importlib.import_module(f"hvfleet.cli.{module.name}")
 
 
+def command_of(args: list[str]) -> str | None:
+    """The top-level command `args` names; None for the help, or for none."""
+    rest = iter(args)
+    for arg in rest:
+        if arg in ("--help", "-h"):
+            return None
+        if arg == "--store-prefix":
+            next(rest, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _listing() -> typer.Typer:
+    """`hvfleet --help` from COMMANDS: the same app, each command a stand-in that
+    carries its help line, so the help imports no command family."""
+    listing = typer.Typer(name=app.info.name, help=app.info.help, no_args_is_help=True, **PLAIN)  # type: ignore[arg-type]
+    listing.callback()(_global_options)
+    for name, (_module, line) in COMMANDS.items():
+        listing.command(name, help=line)(lambda: None)
+    return listing
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point. Usage errors are Typer's (exit 2); hvfleet's own errors
     become one line on stderr with their exit code."""
     args = sys.argv[1:] if argv is None else argv
+    # The fleet index compares numpy vectors and never multiplies matrices, yet
+    # OpenBLAS starts a thread per core when numpy loads: ~50 ms of every `fit`.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if args[:1] == ["agent"]:
         # The long-running node agent loads only its own command, not every
         # family's dependencies: 69 instead of 84 MiB RSS (docs/benchmarks.md).
@@ -163,9 +227,16 @@ def main(argv: list[str] | None = None) -> None:
 
         standalone(args[1:])
         return
-    _register()
+    name = command_of(args)
+    run = app
+    if name is None:
+        run = _listing()
+    elif name in COMMANDS:
+        importlib.import_module(f"hvfleet.cli.{COMMANDS[name][0]}")
+    else:
+        _register()  # not in the table: load everything, so it runs (or Typer says it is unknown)
     try:
-        with_connection_options(typer.main.get_command(app))(args=argv)
+        with_connection_options(typer.main.get_command(run))(args=args)
     except HvfleetError as exc:
         print(error_line(exc), file=sys.stderr)
         sys.exit(exc.exit_code)

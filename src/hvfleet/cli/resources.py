@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
-from rich.text import Text
 
 from hvfleet.cli.common import (
     DEFAULT_MANAGER,
@@ -180,6 +178,8 @@ def capacity(
     if not summary.hosts:
         print("No hypervisors found.", file=sys.stderr)
         return
+    from rich.text import Text
+
     t = table([c.name for c in views.capacity_columns(summary)], [])
     for row in views.capacity_rows(summary):
         cells = [Text(text, style=_LEVEL_STYLE[level])
@@ -364,6 +364,8 @@ def export(
     """Print manifests (YAML) that `apply -f` turns back into the same objects."""
     with connect(store) as s:
         objs = s.list(fleet_kind_of(kind), selector).items
+    import yaml
+
     sys.stdout.write(yaml.safe_dump_all([manifest_of(o) for o in objs], sort_keys=False))
 
 
@@ -384,4 +386,6 @@ def delete(
 @app.command("crd")
 def crd() -> None:
     """Print CustomResourceDefinitions for Hypervisor, Reservation and OvercommitPolicy."""
+    import yaml
+
     sys.stdout.write(yaml.safe_dump_all(crds(), sort_keys=False))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,12 +33,14 @@ from hvfleet.scheduling.claims import (
     reserve,
     reserve_auto,
 )
-from hvfleet.scheduling.index import FitResult, FleetIndex
-from hvfleet.scheduling.placement import export_fleet, sync
-from hvfleet.scheduling.placement_client import PlacementClient
 from hvfleet.scheduling.placement_push import PushIdentity
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import open_store
+
+if TYPE_CHECKING:
+    # Imported by the commands that use them: numpy comes with the index,
+    # an HTTP client with Placement; `reservations` and `release` need neither.
+    from hvfleet.scheduling.index import FitResult, FleetIndex
 
 
 class Weigher(StrEnum):
@@ -151,6 +153,8 @@ def fit_command(
     if limit is not None and limit < 1:
         raise InvalidInput("--limit: must be at least 1")
     sel = parse_selector(selector)
+    from hvfleet.scheduling.index import FleetIndex
+
     with open_store(store) as st:
         index = FleetIndex.from_store(st, _staleness(staleness))
     result = index.fit(request, selector=sel, weigher=weigher.value, limit=limit, why=why)
@@ -273,6 +277,8 @@ def placement_export_command(
     expects them, and current usages."""
     if output != "json":
         raise InvalidInput(f"-o: {output!r} is not supported here (json)")
+    from hvfleet.scheduling.placement import export_fleet
+
     with open_store(store) as st:
         doc = export_fleet(st, parse_selector(selector))
     _print_doc(doc)
@@ -303,6 +309,9 @@ def placement_sync_command(
 ) -> None:
     """Push inventories (and claims) to Placement, and keep one Reservation per
     Placement consumer per host until libvirt shows it. Exits 1 if a push failed."""
+    from hvfleet.scheduling.placement import sync
+    from hvfleet.scheduling.placement_client import PlacementClient
+
     with open_store(store) as st, PlacementClient(url, token) as client:
         report = sync(
             st,

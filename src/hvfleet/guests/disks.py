@@ -22,6 +22,7 @@ from hvfleet.guests.osinfo import OSInfo
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup
 from hvfleet.guests.scope import Scope
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hostcaps import major_minor
 
 _WHY_IO = {
     "qcow2": "qcow2 file: native AIO can block on allocating writes",
@@ -67,14 +68,6 @@ def decide_disk_bus(
     return Decision("disk bus", fallback, fallback, why, (evidence,))
 
 
-def _version(text: str) -> tuple[int, int] | None:
-    parts = text.split(".")
-    try:
-        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-    except ValueError:
-        return None
-
-
 def io_uring_offered(group: HostGroup, scope: Scope) -> tuple[bool, str]:
     """Does every host's libvirt and QEMU offer io='io_uring'? (and why)"""
     policy = scope.policy
@@ -85,7 +78,7 @@ def io_uring_offered(group: HostGroup, scope: Scope) -> tuple[bool, str]:
     too_old: list[str] = []
     unknown: list[str] = []
     for name, caps in group.hosts:
-        lv, qv = _version(caps.libvirt_version), _version(caps.hypervisor_version)
+        lv, qv = major_minor(caps.libvirt_version), major_minor(caps.hypervisor_version)
         if lv is None or qv is None:
             unknown.append(name)
         elif lv < policy.io_uring_min_libvirt or qv < policy.io_uring_min_qemu:

@@ -22,6 +22,7 @@ from hvfleet.guests.policy import Policy
 from hvfleet.guests.request import HostGroup
 from hvfleet.guests.scope import Scope
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.hostcaps import major_minor
 
 # QEMU version (major, minor) that first offered each enlightenment under KVM.
 KNOWN_SINCE: dict[str, tuple[int, int]] = {
@@ -42,14 +43,6 @@ class HyperV:
     spinlock_retries: int
     stimer_direct: bool
     vendor_id: str = ""
-
-
-def _version(text: str) -> tuple[int, int] | None:
-    parts = text.split(".")
-    try:
-        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-    except ValueError:
-        return None
 
 
 def _wanted(policy: Policy) -> list[str]:
@@ -99,7 +92,7 @@ def decide_hyperv(
         if caps.hyperv_features is not None:
             have = set(caps.hyperv_features)
             evidence.append(f"{name}: domcapabilities lists {len(have)} Hyper-V features")
-        elif domain_type == "kvm" and (v := _version(caps.hypervisor_version)):
+        elif domain_type == "kvm" and (v := major_minor(caps.hypervisor_version)):
             have = {f for f, since in KNOWN_SINCE.items() if v >= since}
             evidence.append(
                 f"{name}: libvirt too old to list Hyper-V features; QEMU {v[0]}.{v[1]} "

@@ -183,6 +183,29 @@ def reservation_phase(
     return phase
 
 
+def growth_past_claim(old: Reservation, new: Reservation, now: datetime) -> tuple[str, str] | None:
+    """Where an update of `old` to `new` would make the reservation hold more
+    than its claim checked, as (field, what), or None. Only a claim checks free
+    capacity inside the store's atomic write, so an update may shrink, release
+    or confirm a reservation, but never grow a resource, add one, move it to
+    another host, or revive one that stopped holding (Released, Expired,
+    Confirmed). Judged without the host: its instances only ever make a
+    reservation hold less. A mirror of a Placement allocation (source
+    `placement`, kept so by `placement sync`) follows what Placement decided."""
+    if old.spec.source == new.spec.source == "placement":
+        return None
+    if new.spec.hypervisor != old.spec.hypervisor:
+        return "spec.hypervisor", f"{old.spec.hypervisor} → {new.spec.hypervisor}"
+    for r, q in sorted(new.spec.resources.items(), key=lambda kv: str(kv[0])):
+        before = old.spec.resources.get(r)
+        if before is None or q > before:
+            return "spec.resources", f"{r} {before if before is not None else 'absent'} → {q}"
+    if not holds_space(old, None, now) and holds_space(new, None, now):
+        was, becomes = reservation_phase(old, None, now), reservation_phase(new, None, now)
+        return "status.phase", f"{was} → {becomes}"
+    return None
+
+
 def holds_space(res: Reservation, h: Hypervisor | None, now: datetime | None = None) -> bool:
     """Whether the reservation holds all it reserved (it is Pending or Active)."""
     return reservation_phase(res, h, now) in HOLDING_PHASES

@@ -100,3 +100,14 @@ class HostCapabilities(Model):
     # dumps would fill /var/lib/libvirt/qemu/dump or fail.
     dump_location: str | None = None
     notes: list[str] = Field(default_factory=list)
+
+
+def major_minor(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a version such as `libvirt_version` "9.0.0" or
+    `hypervisor_version` "7.2" (minor 0 when absent); None when it does not
+    start with numbers (unknown, e.g. ""), so a caller never guesses."""
+    parts = version.split(".")
+    try:
+        return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+    except ValueError:
+        return None

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from hvfleet.model.capacity import held_resources, reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
@@ -31,15 +31,19 @@ from hvfleet.model.hypervisor import (
     ReservationSpec,
     ReservationStatus,
 )
+from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
 from hvfleet.scheduling.fit import Reason, Rejection, check_claim
-from hvfleet.scheduling.index import FleetIndex, Weigher
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import ClaimCheck, ClaimRefused, Store
+
+if TYPE_CHECKING:
+    # numpy comes with the index: only `reserve_auto` needs it, not claiming on a host.
+    from hvfleet.scheduling.index import FleetIndex, Weigher
 
 MANAGER = "hvfleet-scheduler"
 HYPERVISOR_LABEL = "hvfleet.io/hypervisor"
@@ -94,7 +98,11 @@ def reserve(
     # Read before the atomic write, which covers the host and its reservations:
     # a policy changed in between counts as changed just after the claim.
     policies = store.list_overcommit_policies()
-    return _claim(store, reservation, manager, claim_check(consumer, request, staleness, policies))
+    # The agent's Lease, read the same way: readiness weighs it as fit and the
+    # index do (a live lease is the heartbeat; an expired one outweighs the status).
+    lease = agent_lease(store, host)
+    return _claim(store, reservation, manager,
+                  claim_check(consumer, request, staleness, policies, lease))
 
 
 def _claim(store: Store, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
@@ -116,10 +124,12 @@ def claim_check(
     request: Request,
     staleness: timedelta = DEFAULT_STALENESS,
     policies: Sequence[OvercommitPolicy] = (),
+    lease: Lease | None = None,
 ) -> ClaimCheck:
     """The check every claim runs inside the store's atomic write: the consumer
     holds nothing else on that host, and `request` fits there (under the
-    fleet's overcommit `policies`, read before the write)."""
+    fleet's overcommit `policies` and with the agent's `lease`, both read
+    before the write; the lease is judged at the time taken inside it)."""
 
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         # The time is taken inside the atomic write: what expired by now is free.
@@ -127,7 +137,8 @@ def claim_check(
         for other in others:
             if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
                 raise ConsumerAlreadyHolds(consumer, other.name, h.name)
-        check_claim(h, others, request, now, staleness, policies)
+        live = None if lease is None else lease_live(lease, now)
+        check_claim(h, others, request, now, staleness, policies, live)
 
     return check
 
@@ -149,8 +160,18 @@ def claim_reservation(
     })
     request = Request(dict(reservation.spec.resources))
     policies = store.list_overcommit_policies()
+    lease = agent_lease(store, reservation.spec.hypervisor)
     return _claim(store, reservation, manager,
-                  claim_check(reservation.spec.consumer, request, staleness, policies))
+                  claim_check(reservation.spec.consumer, request, staleness, policies, lease))
+
+
+def agent_lease(store: Store, host: str) -> Lease | None:
+    """The Lease of `host`'s agent, or None where it never held one."""
+    try:
+        lease = store.get("Lease", host)
+    except NotFound:
+        return None
+    return lease if isinstance(lease, Lease) else None
 
 
 @dataclass
@@ -174,6 +195,8 @@ def reserve_auto(
 ) -> AutoClaim:
     """Claim the best host for `request`; on a lost race, refresh and retry."""
     if index is None:
+        from hvfleet.scheduling.index import FleetIndex
+
         index = FleetIndex.from_store(store, staleness)
     failed_at: dict[str, int] = {}
     last: Exception | None = None

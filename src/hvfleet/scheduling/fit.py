@@ -212,9 +212,11 @@ def check_claim(
     now: datetime,
     staleness: timedelta = DEFAULT_STALENESS,
     policies: Sequence[OvercommitPolicy] = (),
+    live: bool | None = None,
 ) -> None:
-    """Raise DoesNotFit unless `request` fits on `h` right now."""
-    found = rejections(h, reservations, request, now, staleness, policies=policies)
+    """Raise DoesNotFit unless `request` fits on `h` right now. `live` is what
+    the host's agent Lease says (None: the host has none), as for `rejections`."""
+    found = rejections(h, reservations, request, now, staleness, live, policies)
     if found:
         raise DoesNotFit(h.name, found)
 

@@ -11,12 +11,16 @@ is `GenerationConflict`: the one answer a caller re-reads and retries on.
 
 from __future__ import annotations
 
-import http.client
 import json
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hvfleet.model.errors import HvfleetError, InvalidInput, Unavailable
+
+if TYPE_CHECKING:
+    # http.client (and ssl with it) loads with the first request: `placement
+    # sync` option defaults come from this package, and `fit` must not pay.
+    import http.client
 
 # 1.28 gives consumer generations, 1.34 allocation request mappings, 1.36 is the
 # newest version whose allocation bodies do not require a consumer_type.
@@ -73,6 +77,8 @@ class PlacementClient:
         self._conn: http.client.HTTPConnection | None = None
 
     def _connection(self) -> http.client.HTTPConnection:
+        import http.client
+
         if self._conn is None:
             cls = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
             self._conn = cls(self._host, self._port, timeout=self._timeout)
@@ -88,6 +94,8 @@ class PlacementClient:
     ) -> tuple[int, Any]:
         """Send one request; returns (status, decoded JSON or None). A status in
         `expect` is returned even when it is an error; other errors raise."""
+        import http.client
+
         headers = {
             "Accept": "application/json",
             "OpenStack-API-Version": f"placement {self.microversion}",

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import yaml
 from pydantic import ValidationError
 
 from hvfleet.model.errors import AlreadyExists, InvalidInput, NotFound, TooLarge
@@ -51,6 +50,8 @@ def load_manifests(text: str, source: str) -> list[Resource]:
     """Parse and validate every document before anything is written."""
     if len(text.encode()) > MAX_MANIFEST_BYTES:
         raise TooLarge(f"{source}: larger than {MAX_MANIFEST_BYTES} bytes")
+    import yaml  # here, not at the top: only apply reads YAML (CLI start-up)
+
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:

@@ -71,6 +71,22 @@ SEEN_CACHE = 4096
 CLAIM_DEADLINE_S = 30.0
 
 
+def _once_per_key(ops: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+    """`ops` with each put key once: etcd refuses a txn naming a key twice, and
+    two Reservations of one host in a batch both bump that host's set key (the
+    value, the last writer's name, only has to change)."""
+    seen: set[str] = set()
+    out: builtins.list[dict[str, Any]] = []
+    for op in ops:
+        put = op.get("request_put")
+        if put is not None:
+            if put["key"] in seen:
+                continue
+            seen.add(put["key"])
+        out.append(op)
+    return out
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -322,7 +338,7 @@ class EtcdStore(Store):
             ops += [op_put(key, value), *self._reservation_ops(old, new)]
             stored.append(new)
             values.append(value)
-        result = self.transport.txn(compares, ops, [op_get(k) for k in keys], what=what)
+        result = self.transport.txn(compares, _once_per_key(ops), [op_get(k) for k in keys], what=what)
         revision = result.revision if result.succeeded else landed(result, values)
         if revision is not None:
             for key, value in zip(keys, values, strict=True):

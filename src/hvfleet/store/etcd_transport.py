@@ -122,10 +122,6 @@ def cmp_absent(key: str) -> dict[str, Any]:
     return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": 0}
 
 
-def cmp_lease(key: str, lease: int) -> dict[str, Any]:
-    return {"key": b64(key), "target": "LEASE", "result": "EQUAL", "lease": lease}
-
-
 def op_put(key: str, value: bytes, lease: int = 0) -> dict[str, Any]:
     put: dict[str, Any] = {"key": b64(key), "value": b64(value)}
     if lease:

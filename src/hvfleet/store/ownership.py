@@ -20,8 +20,9 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from hvfleet.model.capacity import growth_past_claim
 from hvfleet.model.errors import Forbidden, InvalidInput
-from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec, Resource
+from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec, Reservation, Resource
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import ManagedFieldsEntry
 from hvfleet.store.base import OwnershipConflict, StaleVersion
@@ -151,6 +152,21 @@ def _check_lease_writer(obj: Resource, manager: str) -> None:
         )
 
 
+def _check_reservation_growth(old: Resource, new: Resource, now: datetime) -> None:
+    """Only a claim re-checks free capacity in the atomic write (`Store.claim`):
+    an update must not make a reservation hold more than was claimed."""
+    if not (isinstance(old, Reservation) and isinstance(new, Reservation)):
+        return
+    grown = growth_past_claim(old, new, now)
+    if grown is not None:
+        field, what = grown
+        raise InvalidInput(
+            f"Reservation {new.metadata.name}: {what} would hold more than its claim "
+            "checked; release it and claim anew",
+            field=field,
+        )
+
+
 def _check_status_writer(obj: Resource, manager: str) -> None:
     writer = _status_writer(obj)
     if writer is not None and manager != writer:
@@ -220,6 +236,7 @@ def prepare_update(
             f"is stale (current is {old.metadata.resource_version}); re-read and retry"
         )
     _check_lease_writer(new, manager)
+    _check_reservation_growth(old, new, now)
     status_changed = _status_of(new) != _status_of(old)
     if status_changed:
         _check_status_writer(new, manager)
