@@ -168,8 +168,7 @@ def test_host_page_shows_owners_cells_conditions_and_follows_the_watch(fleet: Fl
     node = tmp_path / "bigmem-01.xml"
     node.write_text(text[:first] + text[end:])
     agent_once(fleet.store_url, node, "bigmem-01")
-    page.wait_for_function("document.body.dataset.updated !== undefined", timeout=2000)
-    assert "agent/bigmem-01" in page.inner_text("table.recent")
+    page.wait_for_selector("table.recent:has-text('agent/bigmem-01')", timeout=2000)
 
 
 def test_viewer_sees_no_actions_and_the_server_refuses_them(fleet: Fleet, page: Any) -> None:
@@ -453,6 +452,8 @@ def test_reserve_form_claims_space_and_shows_phase_and_expiry(fleet: Fleet, page
     page.wait_for_selector("p.notice:has-text('Active')")
     with open_store(fleet.store_url) as s:
         [r] = s.list_reservations()
+    # The host's live section follows the watch: it shows the claim moments later.
+    page.wait_for_selector(f"#live:has-text('{r.name}')", timeout=5000)
     live = page.inner_text("#live")
     assert r.name in live and "Active" in live and r.spec.expires_at is not None
     assert r.spec.expires_at.isoformat() in live

@@ -45,7 +45,8 @@ def make_api(tmp_path: Path) -> Iterator[Callable[..., Api]]:
              authorizer: AllowAll | None = None, audit: RecordingAudit | None = None) -> Api:
         store = open_store(store_url or f"sqlite:///{tmp_path}/hvfleet.db")
         authorizer = authorizer or AllowAll()
-        app = create_app(store, StaticTokens(TOKENS), authorizer, audit=audit, limits=limits)
+        app = create_app(store, StaticTokens(TOKENS), authorizer, audit=audit, limits=limits,
+                         dashboard_pages=False)  # the API alone; tests/dashboard serve both
         files = make_tls_files(tmp_path / f"tls-{len(started)}") if tls else None
         server = ServerThread(app, files).__enter__()
         started.append((server, store))

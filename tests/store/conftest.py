@@ -65,7 +65,7 @@ def remote_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
                            ttl=timedelta(hours=2), name="contract-admin")
     # Concurrent tests open more watches than a person would with one token.
     app = create_app(behind, TokenAuthenticator(behind), RoleAuthorizer(),
-                     limits=Limits(watch=WatchLimits(per_token=256)))
+                     limits=Limits(watch=WatchLimits(per_token=256)), dashboard_pages=False)
     monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
     monkeypatch.setenv("HVFLEET_TOKEN", token)
     monkeypatch.setenv("HVFLEET_CA", str(files.ca))

@@ -75,9 +75,10 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
                           Target())
 
 
-def routes() -> list[Any]:
+def routes(dashboard_pages: bool = True) -> list[Any]:
     return [
-        *dashboard.routes(),  # the dashboard's pages: /, /login, /hosts/..., /dashboard/...
+        # The dashboard's pages: /, /login, /hosts/..., /dashboard/...
+        *(dashboard.routes() if dashboard_pages else []),
         Route("/version", _document(discovery.version, public=True)),
         Route("/healthz", _healthy), Route("/livez", _healthy), Route("/readyz", _healthy),
         Route("/api", _document(discovery.api_versions)),
@@ -110,22 +111,28 @@ def create_app(
     *,
     audit: AuditLog | None = None,
     limits: Limits | None = None,
+    dashboard_pages: bool = True,
 ) -> Starlette:
     """The API over `store`. The caller keeps ownership of the store (and closes
-    it); the app stops its watch fan-out threads when uvicorn shuts it down."""
+    it); the app stops its watch fan-out threads when uvicorn shuts it down.
+    With `dashboard_pages`, the dashboard is served at / and its live state
+    follows the watch fan-out from start-up (one more watcher per kind, and
+    history the fan-out keeps for it)."""
     ctx = ApiContext(store, authenticator, authorizer, audit, limits or Limits())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(actions.preload)
-        await dashboard.start(app)
+        if dashboard_pages:
+            await dashboard.start(app)
         try:
             yield
         finally:
-            await dashboard.stop(app)
+            if dashboard_pages:
+                await dashboard.stop(app)
             ctx.close()
 
-    app = Starlette(routes=routes(), lifespan=lifespan,
+    app = Starlette(routes=routes(dashboard_pages), lifespan=lifespan,
                     exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.ctx = ctx
     return app

@@ -808,7 +808,7 @@ async def guests_page(request: Request) -> Response:
            + field("vcpus", "vCPUs", q.get("vcpus", "2"), errors, form="g")
            + field("memory", "Memory", q.get("memory", "4Gi"), errors, form="g")
            + field("disks", "Disks", q.get("disks", ""), errors, form="g",
-                   hint="as hvfleet guest generate --disk, separated by ;")
+                   hint="kind=qcow2,source=PATH per disk, separated by ;")
            + field("firmware", "Firmware", q.get("firmware", "auto"), errors, kind="select", form="g",
                    options=[("auto", "auto"), ("bios", "bios"), ("efi", "efi")])
            + '<button type="submit">Generate</button></form>')

@@ -203,7 +203,12 @@
 
   function connect() {
     const es = new EventSource("/dashboard/events");
-    es.addEventListener("hello", () => { $("live-status").textContent = "Live updates: on"; });
+    es.addEventListener("hello", (ev) => {
+      $("live-status").textContent = "Live updates: on";
+      // A change between the page's data and the stream's start has no event of its own.
+      const v = JSON.parse(ev.data).version;
+      if (v !== doc.version && !pending) pending = setTimeout(() => { pending = null; refresh(); }, 0);
+    });
     es.addEventListener("change", () => {
       if (pending) return;
       pending = setTimeout(() => { pending = null; refresh(); }, 100);

@@ -13,5 +13,8 @@
   }
   const es = new EventSource("/dashboard/events?host=" + encodeURIComponent(host));
   es.addEventListener("change", () => { if (!pending) pending = setTimeout(reload, 100); });
+  // A change between this page's rendering and the stream's start has no event of
+  // its own: read the live part once when the stream says hello.
+  es.addEventListener("hello", () => { if (!pending) pending = setTimeout(reload, 0); });
   document.body.dataset.ready = "1";
 })();
