@@ -101,3 +101,23 @@ class TooManyRequests(HvfleetError):
 
     exit_code = 1
     http_status = 429
+
+
+# Each error class as a Kubernetes meta/v1 Status names it: (class, reason, code),
+# most specific first (TooLarge and BadRequest are InvalidInput too). The API
+# answers with it and the remote store reads answers back with it.
+STATUS_REASONS: tuple[tuple[type[HvfleetError], str, int], ...] = (
+    (TooLarge, "RequestEntityTooLarge", 413),
+    (UnsupportedMediaType, "UnsupportedMediaType", 415),
+    (BadRequest, "BadRequest", 400),
+    (InvalidInput, "Invalid", 422),
+    (NotFound, "NotFound", 404),
+    (AlreadyExists, "AlreadyExists", 409),
+    (Conflict, "Conflict", 409),
+    (Forbidden, "Forbidden", 403),
+    (Unauthorized, "Unauthorized", 401),
+    # Kubernetes says "Expired" for a watch or continue token past compaction.
+    (Gone, "Expired", 410),
+    (TooManyRequests, "TooManyRequests", 429),
+    (Unavailable, "ServiceUnavailable", 503),
+)

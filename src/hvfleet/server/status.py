@@ -16,41 +16,26 @@ from typing import Any
 from pydantic import ValidationError
 
 from hvfleet.model.errors import (
+    STATUS_REASONS,
     AlreadyExists,
     BadRequest,
     Conflict,
-    Forbidden,
-    Gone,
     HvfleetError,
     InvalidInput,
     NotFound,
     TooLarge,
-    TooManyRequests,
-    Unauthorized,
-    Unavailable,
     UnsupportedMediaType,
 )
 from hvfleet.model.meta import API_GROUP
 from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
 from hvfleet.store.base import OwnershipConflict, StaleVersion
 
-# Most specific first: TooLarge and BadRequest are InvalidInput too.
+# The model's table, with the scheduling refusals (a claim that does not fit) as
+# Conflict before it: they are no InvalidInput, and model knows nothing of them.
 _REASONS: tuple[tuple[type[HvfleetError], str, int], ...] = (
-    (TooLarge, "RequestEntityTooLarge", 413),
-    (UnsupportedMediaType, "UnsupportedMediaType", 415),
-    (BadRequest, "BadRequest", 400),
-    (InvalidInput, "Invalid", 422),
-    (NotFound, "NotFound", 404),
-    (AlreadyExists, "AlreadyExists", 409),
-    (Conflict, "Conflict", 409),
     (DoesNotFit, "Conflict", 409),
     (NoHostFits, "Conflict", 409),
-    (Forbidden, "Forbidden", 403),
-    (Unauthorized, "Unauthorized", 401),
-    # Kubernetes says "Expired" for a watch or continue token past compaction.
-    (Gone, "Expired", 410),
-    (TooManyRequests, "TooManyRequests", 429),
-    (Unavailable, "ServiceUnavailable", 503),
+    *STATUS_REASONS,
 )
 
 

@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from hvfleet.model.errors import (
+    STATUS_REASONS,
     AlreadyExists,
     BadRequest,
     Conflict,
@@ -220,12 +221,9 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
         if len(fields) == 1 and len(causes) == 1:
             return InvalidInput(str(fields[0].get("message", message)), field=str(fields[0]["field"]))
         return InvalidInput(message)
-    simple: dict[str, type[HvfleetError]] = {
-        "BadRequest": BadRequest, "Forbidden": Forbidden, "Unauthorized": Unauthorized,
-        "Expired": Gone, "Gone": Gone, "RequestEntityTooLarge": TooLarge,
-        "UnsupportedMediaType": UnsupportedMediaType, "TooManyRequests": TooManyRequests,
-        "ServiceUnavailable": Unavailable, "Timeout": Unavailable,
-    }
+    # NotFound, AlreadyExists, Conflict and Invalid were read above, with their details.
+    simple: dict[str, type[HvfleetError]] = {r: cls for cls, r, _ in STATUS_REASONS}
+    simple.update({"Gone": Gone, "Timeout": Unavailable})
     if reason in simple:
         return simple[reason](message)
     by_code: dict[int, type[HvfleetError]] = {
