@@ -198,6 +198,29 @@ def test_watch_delivers_every_event_in_order(store: Store, make_hypervisor: Make
     assert [e.revision for e in all_kinds] == sorted(e.revision for e in all_kinds)
 
 
+def test_watch_events_tell_the_objects_previous_state(store: Store, make_hypervisor: MakeHv) -> None:
+    """Each event carries the object as it was just before it (a label-selected
+    watch needs it to tell an object leaving its selection from one never in
+    it), or says the backend cannot tell (only the remote one, whose API sends
+    no previous states)."""
+    start = store.revision()
+    made = store.create(make_hypervisor("hv1"), "operator")
+    relabelled = store.update(made.model_copy(update={"metadata": made.metadata.model_copy(
+        update={"labels": {"rack": "b"}})}), "operator")
+    store.delete("Hypervisor", "hv1")
+    events = list(store.watch("Hypervisor", since=start, timeout=0.5))
+    assert [e.type for e in events] == ["ADDED", "MODIFIED", "DELETED"]
+    assert events[0].knows_previous and events[0].previous() is None
+    if not events[1].knows_previous:
+        assert store.url.startswith("https://")
+        return
+    assert events[1].previous() == made
+    assert events[2].previous() == relabelled
+    # Resumed from between the writes: the same previous states.
+    (deleted,) = store.watch("Hypervisor", since=events[1].revision, timeout=0.3)
+    assert deleted.previous() == relabelled
+
+
 def test_watch_by_name_sees_only_that_object(store: Store, make_hypervisor: MakeHv) -> None:
     start = store.revision()
     for name in ("hv1", "hv10", "hv2"):  # hv10 shares hv1's prefix

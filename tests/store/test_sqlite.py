@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hvfleet.model import Gone, Hypervisor, InvalidInput, Unavailable
+from hvfleet.model import Gone, Hypervisor, InvalidInput, ObjectMeta, Unavailable
 from hvfleet.store import open_store
 from hvfleet.store import sqlite as sqlite_backend
 from hvfleet.store.sqlite import MIGRATIONS, SqliteStore
@@ -52,3 +52,30 @@ def test_store_urls(tmp_path: Path) -> None:
         open_store("mysql://x")
     with pytest.raises(Unavailable, match="does not exist"):
         open_store(f"sqlite:///{tmp_path}/missing/dir/db")
+
+
+def test_compaction_keeps_each_objects_last_write_below_the_floor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watch from a revision above the floor still gets the previous state of
+    an object last written below it (as etcd keeps each key's latest version)."""
+    monkeypatch.setattr(sqlite_backend, "EVENT_HISTORY", 4)
+    monkeypatch.setattr(sqlite_backend, "_COMPACT_EVERY", 2)
+    store = SqliteStore(str(tmp_path / "db"))
+    old = store.create(Hypervisor(metadata=ObjectMeta(name="old", labels={"rack": "a"})), "ops")
+    gone = store.create(Hypervisor(metadata=ObjectMeta(name="gone")), "ops")
+    store.delete("Hypervisor", "gone")
+    for i in range(6):
+        store.create(Hypervisor(metadata=ObjectMeta(name=f"f{i}")), "ops")
+    since = store.revision()
+    with pytest.raises(Gone):
+        list(store.watch("Hypervisor", since=int(gone.metadata.resource_version or 0), timeout=0.1))
+    store.update(old.model_copy(update={"metadata": old.metadata.model_copy(update={"labels": {}})}),
+                 "ops")
+    (event,) = store.watch("Hypervisor", since=since, timeout=0.2)
+    assert event.type == "MODIFIED" and event.previous() == old
+    # Only the last write of each live object stays below the floor.
+    rows = store._read(lambda db: db.execute("SELECT name FROM events WHERE rev <= "
+                                             "(SELECT value FROM meta WHERE key = 'compacted')"
+                                             ).fetchall())
+    assert sorted(r[0] for r in rows) == ["f0", "f1", "f2", "old"]  # floor 6: revisions 1, 4-6

@@ -7,7 +7,9 @@ so a slow watcher cannot delay the others: when its queue is full it is marked
 overflowed and its stream ends with an `Expired` (410) ERROR event, the signal
 Kubernetes clients answer by listing again. A watch from a revision older than
 the kept history first catches up from the store itself (Gone there means
-compacted: 410 as well).
+compacted: 410 as well). `seen_through` is how a label-selected watch sees an
+event (an object entering or leaving the selection), from the previous state
+the store's event carries, so the kept history and a catch-up agree.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from hvfleet.model.errors import Gone, HvfleetError, TooManyRequests
-from hvfleet.store.base import Store, WatchEvent
+from hvfleet.model.hypervisor import Resource
+from hvfleet.model.selectors import Selector
+from hvfleet.store.base import EventType, Store, WatchEvent
+from hvfleet.store.encoding import with_version
 
 # Encoded event lines kept for clients that are a little behind the others.
 _ENCODED_KEPT = 1024
@@ -221,6 +226,36 @@ class WatchHub:
             self._fanouts.clear()
         for f in fanouts:
             f.close()
+
+
+def seen_through(event: WatchEvent, selector: Selector) -> tuple[EventType, Resource] | None:
+    """The event as a watch with this label selector sees it (None: not at all),
+    as kube-apiserver's watch cache tells it: an object modified so that it
+    starts matching is ADDED, one that stops matching is DELETED — with its
+    previous content, the one the client holds, at the event's revision — one
+    that matches before and after is MODIFIED, and one that matches neither is
+    not sent. A name filter needs none of this: a name never changes."""
+    if not selector.requirements:
+        return event.type, event.object
+    matches_now = selector.matches(event.object.metadata.labels)
+    if event.type != "MODIFIED":  # a DELETED event's object is the last one stored
+        return (event.type, event.object) if matches_now else None
+    previous: Resource | None = None
+    if event.knows_previous:
+        previous = event.previous()
+        assert previous is not None  # a modified object existed before
+        matched_before = selector.matches(previous.metadata.labels)
+    else:
+        # A store that cannot tell: as if it matched, so that a client is never
+        # left holding an object that left; at worst it is told to delete one
+        # it never had (which Kubernetes clients ignore).
+        matched_before = True
+    if matches_now:
+        return ("MODIFIED" if matched_before else "ADDED"), event.object
+    if not matched_before:
+        return None
+    left = event.object if previous is None else with_version(previous, event.revision)
+    return "DELETED", left
 
 
 def catch_up_batch(

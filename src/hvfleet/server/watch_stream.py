@@ -3,10 +3,11 @@
 The order is: the current objects as ADDED (when no resourceVersion was
 given), a catch-up from the store when the version is older than the fan-out's
 kept history, the kept history, then live events from the client's own
-queue; an event is sent at most once (by revision). Every write to the socket
-has a deadline (`send_timeout`) and a client whose queue overflowed gets an
-ERROR event with an Expired (410) Status and is dropped, so one slow reader
-holds nothing but its own queue. The stream ends after timeoutSeconds.
+queue; an event is sent at most once (by revision), as a label-selected watch
+sees it (`seen_through`: entering the selection is ADDED, leaving it DELETED).
+Every write to the socket has a deadline (`send_timeout`) and a client whose
+queue overflowed gets an ERROR event with an Expired (410) Status and is
+dropped, so one slow reader holds nothing but its own queue. The stream ends after timeoutSeconds.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hvfleet.model.selectors import Selector
 from hvfleet.server.context import ApiContext
 from hvfleet.server.status import status
 from hvfleet.server.table import TableInputs, table
-from hvfleet.server.watch import KindFanout, catch_up_batch
+from hvfleet.server.watch import KindFanout, catch_up_batch, seen_through
 from hvfleet.store.base import WatchEvent
 
 
@@ -97,9 +98,11 @@ class WatchResponse(Response):
             raise _Dropped() from None
 
     def _wanted(self, obj: Resource) -> bool:
+        return self._named(obj) and self.selector.matches(obj.metadata.labels)
+
+    def _named(self, obj: Resource) -> bool:
         n = obj.metadata.name
-        return ((self.name is None or n == self.name) and (self.not_name is None or n != self.not_name)
-                and self.selector.matches(obj.metadata.labels))
+        return (self.name is None or n == self.name) and (self.not_name is None or n != self.not_name)
 
     async def _event(self, type_: str, obj: Resource, inputs: TableInputs | None = None) -> None:
         if self.as_table:
@@ -144,10 +147,14 @@ class WatchResponse(Response):
                     last, sent_at_last = ev.revision, set()
                 assert sent_at_last is not None
                 sent_at_last.add(name)
-                if not self._wanted(ev.object):
+                if not self._named(ev.object):
                     continue
-                if self.as_table:
-                    await self._event(ev.type, ev.object, inputs)
+                seen = seen_through(ev, self.selector)
+                if seen is None:
+                    continue
+                type_, obj = seen
+                if self.as_table or type_ != ev.type or obj is not ev.object:
+                    await self._event(type_, obj, inputs)
                 else:
                     await self._write(self.fanout.encoded(ev))
 

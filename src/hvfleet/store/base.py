@@ -25,7 +25,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -60,6 +60,28 @@ class WatchEvent:
     # and this is True on the last of them. A consumer that stops at a
     # revision must stop only here, or it loses the rest of that write.
     last_of_revision: bool = True
+    # The object as it was just before this event, decoded on first use (only a
+    # watch filtering on something that can change, labels, needs it): None
+    # when the backend cannot tell. Backends that keep history give it (etcd
+    # from prev_kv, SQLite from its event log, which keeps each object's last
+    # write below its compaction floor), so a watch resumed from any revision
+    # still in history can tell an object leaving a selection from one that
+    # was never in it.
+    before: Callable[[], Resource] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def knows_previous(self) -> bool:
+        """Whether `previous()` can answer (an ADDED object had no previous state)."""
+        return self.type == "ADDED" or self.before is not None
+
+    def previous(self) -> Resource | None:
+        """The object just before this event: None when it did not exist (ADDED).
+        Only when `knows_previous`."""
+        if self.type == "ADDED":
+            return None
+        if self.before is None:
+            raise LookupError("this store does not tell an event's previous state")
+        return self.before()
 
 
 WriteAction = Literal["create", "update"]

@@ -11,6 +11,7 @@ timeout, which then ends it). `_WatchStream` is one stream, read by a thread.
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.client
 import json
 import queue
@@ -139,16 +140,21 @@ def _event(ev: dict[str, Any], decode: DecodeKv, following: dict[str, Any] | Non
         following is None or int(following.get("mod_revision", 0)) != kv.mod_revision
     )
     etype: EventType
+    # prev_kv is the key's value just before the event (etcd keeps it through a
+    # compaction, as the key's latest version): decoded only if asked for.
+    prev = KeyValue.from_json(ev["prev_kv"]) if ev.get("prev_kv") else None
+    before = None if prev is None else functools.cache(functools.partial(decode, prev))
     if ev.get("type") == "DELETE":
         # A delete carries no value: the object is the last one stored (prev_kv).
         etype = "DELETED"
-        prev = KeyValue.from_json(ev["prev_kv"])
+        assert prev is not None
         obj = decode(KeyValue(kv.key, prev.value, kv.mod_revision, prev.create_revision, 0))
     else:
         etype = "ADDED" if kv.version == 1 else "MODIFIED"
         obj = decode(kv)
     return WatchEvent(
-        type=etype, object=obj, revision=kv.mod_revision, last_of_revision=last_of_revision
+        type=etype, object=obj, revision=kv.mod_revision, last_of_revision=last_of_revision,
+        before=None if etype == "ADDED" else before,
     )
 
 

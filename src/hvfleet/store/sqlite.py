@@ -13,6 +13,7 @@ beyond `EVENT_HISTORY` revisions; asking for them raises Gone, as etcd does.
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import os
 import sqlite3
@@ -77,6 +78,10 @@ MIGRATIONS: list[str] = [
         type TEXT NOT NULL,
         body TEXT NOT NULL
     );
+    """,
+    # 2: an object's earlier events by key, for each event's previous state.
+    """
+    CREATE INDEX events_by_key ON events (kind, name, rev);
     """,
 ]
 
@@ -161,7 +166,15 @@ class SqliteStore(Store):
         ).fetchone()[0])
         if rev % _COMPACT_EVERY == 0 and rev > EVENT_HISTORY:
             floor = rev - EVENT_HISTORY
-            db.execute("DELETE FROM events WHERE rev <= ?", (floor,))
+            # Each object's last write at or below the floor stays (as etcd keeps
+            # each key's latest version when it compacts): it is the object's state
+            # at every revision from the floor up to its next write, which a watch
+            # from such a revision needs as that next event's previous state.
+            db.execute(
+                "DELETE FROM events WHERE rev <= ? AND (type = 'DELETED' OR rev NOT IN "
+                "(SELECT max(rev) FROM events WHERE rev <= ? GROUP BY kind, name))",
+                (floor, floor),
+            )
             db.execute("UPDATE meta SET value = ? WHERE key = 'compacted'", (floor,))
         return rev
 
@@ -292,7 +305,7 @@ class SqliteStore(Store):
             raise InvalidInput("watch: a name needs a kind")
         kinds = [kind_of(kind)] if kind else list(KINDS)
         placeholders = ",".join("?" * len(kinds))
-        by_name = "" if name is None else "AND name = ? "
+        by_name = "" if name is None else "AND e.name = ? "
         names = () if name is None else (name,)
         last = since
         idle_since = time.monotonic()
@@ -302,9 +315,14 @@ class SqliteStore(Store):
                 compacted = db.execute(
                     "SELECT value FROM meta WHERE key = 'compacted'"
                 ).fetchone()[0]
+                # With each event, the object's previous write (its state just
+                # before): an index seek per event, decoded only if asked for.
                 rows = db.execute(
-                    f"SELECT rev, kind, type, body FROM events WHERE rev > ? "
-                    f"AND kind IN ({placeholders}) {by_name}ORDER BY rev LIMIT 1000",
+                    "SELECT e.rev, e.kind, e.type, e.body, p.rev, p.body FROM events e "
+                    "LEFT JOIN events p ON e.type != 'ADDED' AND p.rev = (SELECT max(q.rev) "
+                    "FROM events q WHERE q.kind = e.kind AND q.name = e.name AND q.rev < e.rev) "
+                    f"WHERE e.rev > ? AND e.kind IN ({placeholders}) {by_name}"
+                    "ORDER BY e.rev LIMIT 1000",
                     (after, *kinds, *names),
                 ).fetchall()
                 return int(compacted), rows
@@ -315,9 +333,12 @@ class SqliteStore(Store):
                     f"watch: revision {last} was compacted (history starts after {compacted}); "
                     "list again and watch from the list's revision"
                 )
-            for rev, k, etype, body in rows:
+            for rev, k, etype, body, prev_rev, prev_body in rows:
                 last = rev
-                yield WatchEvent(type=etype, object=decode(k, body, rev), revision=rev)
+                before = (None if prev_body is None
+                          else functools.cache(functools.partial(decode, k, prev_body, prev_rev)))
+                yield WatchEvent(type=etype, object=decode(k, body, rev), revision=rev,
+                                 before=before)
             if rows:
                 idle_since = time.monotonic()
                 pause = 0.005
