@@ -105,10 +105,13 @@ def reserve(
                   claim_check(consumer, request, staleness, policies, lease))
 
 
-def _claim(store: Store, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
-    """store.claim; a refusal by the check a remote store's server ran itself is
-    the same DoesNotFit a local check raises."""
+def _claim(store: Store, reservation: Reservation, manager: str, check: ClaimCheck, *,
+           dry_run: bool = False) -> Reservation:
+    """store.claim (or its dry run); a refusal by the check a remote store's
+    server ran itself is the same DoesNotFit a local check raises."""
     try:
+        if dry_run:
+            return store.dry_run_claim(reservation, manager, check)
         return store.claim(reservation, manager, check)
     except ClaimRefused as exc:
         rejections = [
@@ -149,9 +152,12 @@ def claim_reservation(
     manager: str,
     *,
     staleness: timedelta = DEFAULT_STALENESS,
+    dry_run: bool = False,
 ) -> Reservation:
     """Claim a reservation someone wrote out whole (the API's create): the same
-    atomic check as `reserve`, with the same labels and an Active phase."""
+    atomic check as `reserve`, with the same labels and an Active phase. With
+    `dry_run`, the same checks on the current state, and nothing written (the
+    API's dryRun: would it fit?)."""
     labels = {**reservation_labels(reservation.spec.hypervisor, reservation.spec.source),
               **reservation.metadata.labels}
     reservation = reservation.model_copy(update={
@@ -162,7 +168,8 @@ def claim_reservation(
     policies = store.list_overcommit_policies()
     lease = agent_lease(store, reservation.spec.hypervisor)
     return _claim(store, reservation, manager,
-                  claim_check(reservation.spec.consumer, request, staleness, policies, lease))
+                  claim_check(reservation.spec.consumer, request, staleness, policies, lease),
+                  dry_run=dry_run)
 
 
 def agent_lease(store: Store, host: str) -> Lease | None:

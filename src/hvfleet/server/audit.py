@@ -23,6 +23,9 @@ audit events (user, verb, objectRef) so the same tools can read it:
      "force": false, "resourceVersion": {"before": "41", "after": "42"},
      "code": 200, "reason": "OK"}
 
+A dry run (`dryRun=All`: checked and answered, nothing written) adds
+`"dryRun": true`.
+
 Secrets never reach it: only the token's id is logged.
 """
 
@@ -67,7 +70,7 @@ def audit_event(
         ref["subresource"] = action.subresource
     if action.name:
         ref["name"] = action.name
-    return {
+    event = {
         "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "user": user,
         "verb": action.verb,
@@ -77,6 +80,10 @@ def audit_event(
         "code": code,
         "reason": reason[:_REASON_MAX],
     }
+    if action.dry_run:
+        # Checked and answered, not written: "after" is what the write would keep.
+        event["dryRun"] = True
+    return event
 
 
 def audit_write(

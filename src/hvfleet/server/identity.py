@@ -48,6 +48,8 @@ class Action:
     name: str | None = None
     subresource: str | None = None  # "status" or None
     force: bool = False  # server-side apply / update taking over others' fields
+    # dryRun=All: authorized and checked as the write itself, and not written.
+    dry_run: bool = False
 
 
 class Authenticator(Protocol):

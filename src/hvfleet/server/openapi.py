@@ -47,7 +47,8 @@ _LIST_PARAMS = [
     _query("timeoutSeconds", "End the list/watch call after this long.", "integer"),
 ]
 _WRITE_PARAMS = [
-    _query("dryRun", "Not supported; must be absent."),
+    _query("dryRun", "All: run every check of the write (authorization included) and "
+           "answer as it would, writing nothing. The only value."),
     _query("fieldManager", "Accepted for compatibility: the field manager is the caller's identity."),
     _query("fieldValidation", "Strict (default), Warn or Ignore: what to do with unknown fields."),
 ]

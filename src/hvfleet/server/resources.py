@@ -7,7 +7,9 @@ creating a Reservation is a claim (`hvfleet.scheduling.claims.claim_reservation`
 the same atomic check as `hvfleet reserve`); server-side apply merges with
 the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`). A write
 that reads first (PATCH, DELETE) writes with the version it read and
-authorized, and starts over if that version went stale meanwhile.
+authorized, and starts over if that version went stale meanwhile. `dryRun=All`
+takes the same path, authorization and audit included, and ends in the store's
+dry run of the write (`Store.dry_run*`: the same checks, no commit).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store.apply import plan_one
-from hvfleet.store.base import StaleVersion
+from hvfleet.store.base import StaleVersion, Write
 
 log = logging.getLogger("hvfleet.server")
 T = TypeVar("T")
@@ -114,9 +116,21 @@ def _flag(request: Request, name: str) -> bool:
     return value in ("true", "1")
 
 
-def _no_dry_run(request: Request) -> None:
-    if request.query_params.get("dryRun"):
-        raise BadRequest("dryRun: not supported by this server")
+def _dry_run(request: Request) -> bool:
+    """dryRun=All: every check of the write (decoding, validation, authorization,
+    the store's own rules, a claim's fit), and nothing written."""
+    values = [v for v in request.query_params.getlist("dryRun") if v]
+    for value in values:
+        if value != "All":
+            raise BadRequest(f'dryRun: unsupported value "{value}" (supported: "All")')
+    return bool(values)
+
+
+def _update(ctx: ApiContext, who: Identity, new: Resource, force: bool, dry_run: bool) -> Resource:
+    """The store's compare-and-swap update of `new`, or its dry run."""
+    if dry_run:
+        return ctx.store.dry_run(Write("update", new), who.manager, force=force)
+    return ctx.store.update(new, who.manager, force=force)
 
 
 def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource, code: int = 200,
@@ -315,7 +329,7 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
 
 
 async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
-    _no_dry_run(request)
+    dry_run = _dry_run(request)
     validation = bodies.field_validation(request.query_params.get("fieldValidation"))
     media = bodies.media_type(request)
     if media not in ("application/json", "*/*"):
@@ -325,27 +339,31 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
     target = Target(info.plural, str(name), info.kind)
     try:
-        who = await authenticate(ctx, request, Action("create", info.plural, name=target.name or None))
+        who = await authenticate(ctx, request, Action("create", info.plural, name=target.name or None,
+                                                      dry_run=dry_run))
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-        out = await run_in_threadpool(create_object, ctx, who, info, obj)
+        out = await run_in_threadpool(create_object, ctx, who, info, obj, dry_run)
         return render(request, ctx, info, out, 201, warnings)
     except Exception as exc:
         return error_response(exc, target)
 
 
-def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource) -> Resource:
-    """Create (a Reservation: claim) as the caller."""
-    action = Action("create", info.plural, name=obj.metadata.name)
+def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource,
+                  dry_run: bool = False) -> Resource:
+    """Create (a Reservation: claim) as the caller, or its dry run."""
+    action = Action("create", info.plural, name=obj.metadata.name, dry_run=dry_run)
 
     def write() -> Resource:
         if isinstance(obj, Reservation):
             try:
                 return claim_reservation(ctx.store, obj, who.manager,
-                                         staleness=ctx.limits.claim_staleness)
+                                         staleness=ctx.limits.claim_staleness, dry_run=dry_run)
             except NotFound as exc:
                 # The missing object is the host the reservation names, not the
                 # reservation: a 404 would read as "reservation not found".
                 raise InvalidInput(str(exc), field="spec.hypervisor") from None
+        if dry_run:
+            return ctx.store.dry_run(Write("create", obj), who.manager)
         return ctx.store.create(obj, who.manager)
 
     out = audited(ctx, who, action, None, write, check=lambda: ctx.authorize(who, action, None, obj))
@@ -372,7 +390,7 @@ async def item(request: Request) -> Response:
             if sub is not None:
                 raise ApiError(405, "MethodNotAllowed", "the status subresource cannot be deleted")
             return await delete(request, ctx, info, name)
-        _no_dry_run(request)
+        dry_run = _dry_run(request)
         validation = bodies.field_validation(request.query_params.get("fieldValidation"))
         force = _flag(request, "force")
         media = bodies.media_type(request)
@@ -389,20 +407,21 @@ async def item(request: Request) -> Response:
         doc: Any = (bodies.decode_patch_operations(body) if media == bodies.JSON_PATCH
                     else bodies.decode_document(body, media))
         who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
-                                                      force))
+                                                      force, dry_run))
         target = Target(info.plural, name, info.kind)
         if request.method == "PUT":
             obj, warnings = bodies.to_object(doc, info.kind, target, validation)
             _same_name(obj, name)
-            out = await run_in_threadpool(replace, ctx, who, info, obj, sub, force)
+            out = await run_in_threadpool(replace, ctx, who, info, obj, sub, force, dry_run)
             return render(request, ctx, info, out, 200, warnings)
         if media == bodies.APPLY_PATCH:
             obj, warnings = bodies.to_object(doc, info.kind, target, validation)
             _same_name(obj, name)
-            out, created = await run_in_threadpool(server_side_apply, ctx, who, info, obj, sub, force)
+            out, created = await run_in_threadpool(server_side_apply, ctx, who, info, obj, sub, force,
+                                                   dry_run)
             return render(request, ctx, info, out, 201 if created else 200, warnings)
         out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
-                                                validation, media)
+                                                validation, media, dry_run)
         return render(request, ctx, info, out, 200, warnings)
     except Exception as exc:
         return error_response(exc, target_of(request))
@@ -425,10 +444,10 @@ def _verb(method: str) -> Verb:
 
 
 def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, sub: str | None,
-            force: bool) -> Resource:
+            force: bool, dry_run: bool = False) -> Resource:
     """PUT: compare-and-swap on the body's resourceVersion. The main resource
     keeps the stored status, /status keeps everything but status."""
-    action = Action("update", info.plural, obj.metadata.name, sub, force)
+    action = Action("update", info.plural, obj.metadata.name, sub, force, dry_run)
     precheck(ctx, who, action)
     current = ctx.store.get(info.kind, obj.metadata.name)
     if sub is None:
@@ -438,14 +457,15 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
         new = new.model_copy(update={"metadata": current.metadata.model_copy(
             update={"resource_version": obj.metadata.resource_version})})
 
-    out = audited(ctx, who, action, current, lambda: ctx.store.update(new, who.manager, force=force),
+    out = audited(ctx, who, action, current, lambda: _update(ctx, who, new, force, dry_run),
                   check=lambda: ctx.authorize(who, action, current, new))
     assert out is not None
     return out
 
 
 def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: Any,
-          sub: str | None, force: bool, validation: str, media: str) -> tuple[Resource, list[str]]:
+          sub: str | None, force: bool, validation: str, media: str,
+          dry_run: bool = False) -> tuple[Resource, list[str]]:
     """PATCH with a JSON merge patch (RFC 7386) or JSON patch (RFC 6902) over the
     stored object."""
     if media == bodies.JSON_PATCH:
@@ -453,7 +473,7 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
                      for op in patch)
     else:
         pinned = isinstance(patch.get("metadata"), dict) and "resourceVersion" in patch["metadata"]
-    action = Action("patch", info.plural, name, sub, force)
+    action = Action("patch", info.plural, name, sub, force, dry_run)
     precheck(ctx, who, action)
     warnings: list[str] = []
 
@@ -476,8 +496,7 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
             new = new.model_copy(update={"metadata": current.metadata.model_copy(
                 update={"resource_version": patched.metadata.resource_version})})
 
-        out = audited(ctx, who, action, current,
-                      lambda: ctx.store.update(new, who.manager, force=force),
+        out = audited(ctx, who, action, current, lambda: _update(ctx, who, new, force, dry_run),
                       check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out
@@ -488,14 +507,14 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
 
 
 def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manifest: Resource,
-                      sub: str | None, force: bool) -> tuple[Resource, bool]:
+                      sub: str | None, force: bool, dry_run: bool = False) -> tuple[Resource, bool]:
     """PATCH application/apply-patch+yaml: create when absent (a Reservation is
     claimed), else merge the manifest's spec by field ownership; fields another
     manager owns conflict (409, one FieldManagerConflict cause each) unless forced."""
     name = manifest.metadata.name
     pinned = manifest.metadata.resource_version is not None
     created = False
-    precheck(ctx, who, Action("patch", info.plural, name, sub, force))
+    precheck(ctx, who, Action("patch", info.plural, name, sub, force, dry_run))
 
     def attempt() -> Resource:
         nonlocal created
@@ -505,7 +524,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             if sub is not None:
                 raise
             created = True
-            return create_object(ctx, who, info, manifest)
+            return create_object(ctx, who, info, manifest, dry_run)
         if sub is None:
             # The one apply planning (as `hvfleet apply`); status is /status's business.
             new = _with_status_of(plan_one(current, manifest, who.manager).object, current)
@@ -514,10 +533,9 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             if manifest.metadata.resource_version is not None:
                 new = new.model_copy(update={"metadata": current.metadata.model_copy(
                     update={"resource_version": manifest.metadata.resource_version})})
-        action = Action("patch", info.plural, name, sub, force)
+        action = Action("patch", info.plural, name, sub, force, dry_run)
 
-        out = audited(ctx, who, action, current,
-                      lambda: ctx.store.update(new, who.manager, force=force),
+        out = audited(ctx, who, action, current, lambda: _update(ctx, who, new, force, dry_run),
                       check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out
@@ -525,31 +543,37 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
     return _retrying(ctx, pinned, attempt) or manifest, created
 
 
-def _delete_options(body: bytes) -> tuple[str | None, str | None]:
-    """(uid, resourceVersion) preconditions from a DeleteOptions body, if any."""
+def _delete_options(body: bytes) -> tuple[str | None, str | None, bool]:
+    """(uid, resourceVersion) preconditions from a DeleteOptions body, if any,
+    and whether it asks for a dry run (`dryRun: ["All"]`, as client-go sends it)."""
     if not body.strip():
-        return None, None
+        return None, None, False
     doc = bodies.decode_document(body, "application/json")
     pre = doc.get("preconditions") or {}
     if not isinstance(pre, dict):
         raise BadRequest("preconditions: must be an object")
+    dry = doc.get("dryRun") or []
+    if not isinstance(dry, list) or any(v != "All" for v in dry):
+        raise BadRequest(f'dryRun: unsupported value {json.dumps(dry)} (supported: ["All"])')
     uid, rv = pre.get("uid"), pre.get("resourceVersion")
-    return (str(uid) if uid else None), (str(rv) if rv else None)
+    return (str(uid) if uid else None), (str(rv) if rv else None), bool(dry)
 
 
 async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: str) -> Response:
-    _no_dry_run(request)
+    dry_run = _dry_run(request)
     body = await bodies.read_body(request, ctx.limits.max_body)
-    uid, rv = _delete_options(body)
-    who = await authenticate(ctx, request, Action("delete", info.plural, name))
-    out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv)
+    uid, rv, body_dry_run = _delete_options(body)
+    dry_run = dry_run or body_dry_run
+    who = await authenticate(ctx, request, Action("delete", info.plural, name, dry_run=dry_run))
+    out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv, dry_run)
     return render(request, ctx, info, out)
 
 
 def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, uid: str | None,
-                  rv: str | None) -> Resource:
-    """Delete with preconditions; without them, with the version that was authorized."""
-    action = Action("delete", info.plural, name)
+                  rv: str | None, dry_run: bool = False) -> Resource:
+    """Delete with preconditions; without them, with the version that was
+    authorized. A dry run answers what would be deleted."""
+    action = Action("delete", info.plural, name, dry_run=dry_run)
     precheck(ctx, who, action)
 
     def attempt() -> Resource:
@@ -559,6 +583,9 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
             if uid is not None and uid != current.metadata.uid:
                 raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
                                    f"uid in object meta: {current.metadata.uid}")
+            if dry_run:
+                return ctx.store.dry_run_delete(info.kind, name,
+                                                rv or current.metadata.resource_version)
             ctx.store.delete(info.kind, name, rv or current.metadata.resource_version)
             return current
 

@@ -280,6 +280,71 @@ class Store(ABC):
     def close(self) -> None:  # noqa: B027 - optional for backends
         """Release connections."""
 
+    # -- dry runs (the API's dryRun=All): a write's checks, written nowhere ------------------
+    #
+    # Every backend's write is: read the stored object, check existence and the
+    # resourceVersion, then `prepare_create`/`prepare_update` (field ownership,
+    # status writer, agents and spec, reservation growth), then commit. A dry run
+    # is the same steps on the current state without the commit, so its answer
+    # and its refusals are the ones the write would give now.
+
+    def dry_run(self, write: Write, manager: str, *, force: bool = False) -> Resource:
+        """The object `write_all([write])` would store now (a create has no
+        resourceVersion yet, an update keeps the current one), or the error it
+        would raise; nothing is written."""
+        from hvfleet.store.ownership import prepare_create, prepare_update
+
+        obj = write.object
+        try:
+            old: Resource | None = self.get(obj.kind, obj.metadata.name)
+        except NotFound:
+            old = None
+        now = datetime.now(UTC).replace(microsecond=0)
+        if write.action == "create":
+            if old is not None:
+                raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
+            return prepare_create(obj, manager, now)
+        if old is None:
+            raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+        new = prepare_update(old, obj, manager, force=force, now=now)
+        meta = new.metadata.model_copy(update={"resource_version": old.metadata.resource_version})
+        return new.model_copy(update={"metadata": meta})
+
+    def dry_run_delete(self, kind: str, name: str, resource_version: str | None = None) -> Resource:
+        """The object `delete` would remove now, or the error it would raise."""
+        kind = kind_of(kind)
+        current = self.get(kind, name)
+        if resource_version is not None and resource_version != current.metadata.resource_version:
+            raise StaleVersion(
+                f"{kind} {name}: resourceVersion {resource_version} is stale "
+                f"(current is {current.metadata.resource_version})"
+            )
+        return current
+
+    def dry_run_claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
+        """The reservation `claim` would write now, after the same checks in the
+        same order (the host exists, the name is free, `check` passes on the
+        host and its reservations), or the error it would raise."""
+        from hvfleet.store.ownership import prepare_create
+
+        try:
+            host = self.get("Hypervisor", reservation.spec.hypervisor)
+        except NotFound:
+            raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found") from None
+        assert isinstance(host, Hypervisor)
+        try:
+            self.get("Reservation", reservation.metadata.name)
+        except NotFound:
+            pass
+        else:
+            raise AlreadyExists(f"Reservation {reservation.metadata.name!r} already exists")
+        others = [r for r in self.list_reservations()
+                  if r.spec.hypervisor == host.metadata.name]
+        check(host, others)
+        out = prepare_create(reservation, manager, datetime.now(UTC).replace(microsecond=0))
+        assert isinstance(out, Reservation)
+        return out
+
     # -- agent liveness: Lease objects (hvfleet.model.lease), on every backend --------------
 
     def keepalive(self, name: str, ttl: int) -> Lease:
