@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hvfleet.model.hypervisor import KINDS
+from hvfleet.model.hypervisor import STORED_KINDS
 from hvfleet.server.audit import audit_event
 from hvfleet.server.auth import RoleAuthorizer
 from hvfleet.server.identity import Action
@@ -32,8 +32,8 @@ APPLY = "application/apply-patch+yaml"
 
 
 def state(api: Api) -> tuple[int, list[dict[str, Any]]]:
-    """Everything the store holds, and its revision."""
-    objects = [o.to_dict() for kind in KINDS for o in api.store.list(kind).items]
+    """Everything the store holds (access tokens too), and its revision."""
+    objects = [o.to_dict() for kind in STORED_KINDS for o in api.store.list(kind).items]
     return api.store.revision(), objects
 
 
@@ -151,6 +151,24 @@ def test_a_dry_run_is_refused_as_the_write_would_be(roles_api: tuple[Api, Record
     bad = hypervisor("hv5")
     bad["spec"]["overcommitt"] = {}
     assert ops.post(HV, params=DRY, json=bad).status_code in (400, 422)
+    assert state(api) == before
+
+
+def test_writes_that_have_no_dry_run_refuse_one_and_write_nothing(api: Api) -> None:
+    """Release, token writes and batches have no dry run: asked for one, they
+    answer 400 rather than write while the caller believes nothing happened."""
+    ready_host(api, "hv1", cpu="4")
+    assert api.client("sched-token").post(RES, json=reservation("r1", "1")).status_code == 201
+    c = api.client()
+    before = state(api)
+    gv = "/apis/hvfleet.io/v1"
+    for r in (c.post(f"{gv}/reservations/r1/release", params=DRY),
+              c.post(f"{gv}/accesstokens", params=DRY, json={"role": "viewer"}),
+              c.delete(f"{gv}/accesstokens/abc", params=DRY),
+              c.post(f"{gv}/batch", params=DRY, json={"writes": [
+                  {"action": "create", "object": hypervisor("hv2")}]})):
+        status_of(400, "BadRequest", r.json())
+        assert "dryRun" in r.json()["message"]
     assert state(api) == before
 
 

@@ -179,6 +179,7 @@ async def release_reservation(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     name = request.path_params["name"]
     try:
+        bodies.no_dry_run(request, "release")
         await bodies.read_body(request, ctx.limits.max_body)
         who = await authenticate(ctx, request, Action("create", "release", name=name))
         out = await run_in_threadpool(_release, ctx, who, name)

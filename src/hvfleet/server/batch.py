@@ -126,8 +126,7 @@ def write_batch(ctx: ApiContext, who: Identity, writes: list[Write], force: bool
 async def batch(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     try:
-        if request.query_params.get("dryRun"):
-            raise BadRequest("dryRun: not supported by this server")
+        bodies.no_dry_run(request, "a batch")
         media = bodies.media_type(request)
         if media not in ("application/json", "*/*"):
             raise UnsupportedMediaType(f"batch: the body must be application/json, not {media!r}")

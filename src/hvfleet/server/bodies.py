@@ -28,6 +28,23 @@ APPLY_PATCH = "application/apply-patch+yaml"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 PATCH_TYPES = (MERGE_PATCH, APPLY_PATCH, JSON_PATCH)
+
+
+def dry_run(request: Request) -> bool:
+    """Whether a write asks for a dry run (`dryRun=All`, the only value
+    Kubernetes defines); any other value is refused."""
+    values = [v for v in request.query_params.getlist("dryRun") if v]
+    for value in values:
+        if value != "All":
+            raise BadRequest(f'dryRun: unsupported value "{value}" (supported: "All")')
+    return bool(values)
+
+
+def no_dry_run(request: Request, what: str) -> None:
+    """Refuse a dry run where the write has none: answering as if it were one
+    and writing anyway would be the worst of both."""
+    if dry_run(request):
+        raise BadRequest(f"dryRun: not supported for {what}")
 FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
 
 

@@ -116,16 +116,6 @@ def _flag(request: Request, name: str) -> bool:
     return value in ("true", "1")
 
 
-def _dry_run(request: Request) -> bool:
-    """dryRun=All: every check of the write (decoding, validation, authorization,
-    the store's own rules, a claim's fit), and nothing written."""
-    values = [v for v in request.query_params.getlist("dryRun") if v]
-    for value in values:
-        if value != "All":
-            raise BadRequest(f'dryRun: unsupported value "{value}" (supported: "All")')
-    return bool(values)
-
-
 def _update(ctx: ApiContext, who: Identity, new: Resource, force: bool, dry_run: bool) -> Resource:
     """The store's compare-and-swap update of `new`, or its dry run."""
     if dry_run:
@@ -329,7 +319,7 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
 
 
 async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
-    dry_run = _dry_run(request)
+    dry_run = bodies.dry_run(request)
     validation = bodies.field_validation(request.query_params.get("fieldValidation"))
     media = bodies.media_type(request)
     if media not in ("application/json", "*/*"):
@@ -390,7 +380,7 @@ async def item(request: Request) -> Response:
             if sub is not None:
                 raise ApiError(405, "MethodNotAllowed", "the status subresource cannot be deleted")
             return await delete(request, ctx, info, name)
-        dry_run = _dry_run(request)
+        dry_run = bodies.dry_run(request)
         validation = bodies.field_validation(request.query_params.get("fieldValidation"))
         force = _flag(request, "force")
         media = bodies.media_type(request)
@@ -560,7 +550,7 @@ def _delete_options(body: bytes) -> tuple[str | None, str | None, bool]:
 
 
 async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: str) -> Response:
-    dry_run = _dry_run(request)
+    dry_run = bodies.dry_run(request)
     body = await bodies.read_body(request, ctx.limits.max_body)
     uid, rv, body_dry_run = _delete_options(body)
     dry_run = dry_run or body_dry_run

@@ -150,6 +150,7 @@ async def collection(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     try:
         if request.method == "POST":
+            bodies.no_dry_run(request, "access tokens")
             doc = await _document(request, ctx)
             who = await authenticate(ctx, request)
             if _is_record(doc):
@@ -225,6 +226,7 @@ async def item(request: Request) -> Response:
             ctx.authorize(who, Action("get", "tokens", name=token_id))
             record = await run_in_threadpool(_record, ctx, token_id)
             return JSONResponse(record.to_dict())
+        bodies.no_dry_run(request, "access tokens")
         if request.method == "PUT":
             doc = await _document(request, ctx)
             _guarded(ctx, who, Action("update", "tokens", name=token_id))
