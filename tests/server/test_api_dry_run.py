@@ -24,7 +24,7 @@ from hvfleet.store.etcd_local import EtcdCluster
 from tests.server.conftest import Api
 from tests.server.static_auth import RecordingAudit
 from tests.server.test_api_collections import ready_host, reservation
-from tests.server.test_api_kubectl import KUBECTL_CURRENT, Kubectl, manifest
+from tests.server.test_api_kubectl import KUBECTLS, Kubectl, manifest
 from tests.server.test_api_objects import HV, RES, hypervisor, status_of
 
 DRY = {"dryRun": "All"}
@@ -178,8 +178,10 @@ def test_the_audit_line_of_a_dry_run_says_so() -> None:
     assert "dryRun" not in audit_event(None, Action("patch", "hypervisors", "hv1"), "4", "5", 200, "OK")
 
 
-def test_kubectl_server_dry_run_of_apply_and_delete(make_api: Callable[..., Api], tmp_path: Path) -> None:
-    kubectl = Kubectl(KUBECTL_CURRENT, "current", make_api(tls=True, authorizer=RoleAuthorizer()),
+@pytest.mark.parametrize("version", sorted(KUBECTLS))
+def test_kubectl_server_dry_run_of_apply_and_delete(make_api: Callable[..., Api], tmp_path: Path,
+                                                    version: str) -> None:
+    kubectl = Kubectl(KUBECTLS[version], version, make_api(tls=True, authorizer=RoleAuthorizer()),
                       tmp_path)
     api = kubectl.api
     before = state(api)

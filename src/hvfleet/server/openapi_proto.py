@@ -3,9 +3,11 @@
 kubectl 1.20 validates manifests and answers `explain` from the Swagger 2.0
 document, and it accepts it only as protobuf (the gnostic `openapi.v2.Document`
 message). This writes that message directly from the JSON document of
-`hvfleet.server.openapi` — only `swagger`, `info` and `definitions`, which
-is what those clients read — so there is no generated code and no protobuf
-dependency. Field numbers are those of gnostic's OpenAPIv2.proto.
+`hvfleet.server.openapi` — `swagger`, `info`, `definitions`, and of `paths`
+the operations' parameters and extensions (kubectl 1.20 decides whether a kind
+supports `--dry-run=server` from its PATCH operation's `dryRun` parameter),
+which is what those clients read — so there is no generated code and no
+protobuf dependency. Field numbers are those of gnostic's OpenAPIv2.proto.
 """
 
 from __future__ import annotations
@@ -109,13 +111,66 @@ def schema(node: dict[str, Any]) -> bytes:
     return bytes(out)
 
 
+# openapi.v2.PathItem's operations, and where a non-body parameter's sub-schema
+# (NonBodyParameter field) keeps its `type`.
+_PATH_OPERATIONS = {"get": 2, "put": 3, "post": 4, "delete": 5, "patch": 8}
+_NON_BODY = {"header": (1, 5), "query": (3, 6), "path": (4, 5)}
+
+
+def parameter(node: dict[str, Any]) -> bytes:
+    """One openapi.v2.ParametersItem (a Parameter: body or non-body)."""
+    where = node.get("in", "")
+    if where == "body":
+        body = (_string(1, node.get("description", "")) + _string(2, node.get("name", ""))
+                + _string(3, where) + _bool(4, bool(node.get("required")))
+                + _bytes(5, schema(node.get("schema", {}))))
+        return _bytes(1, _bytes(1, body))
+    sub, type_field = _NON_BODY.get(where, _NON_BODY["query"])
+    fields = (_bool(1, bool(node.get("required"))) + _string(2, where)
+              + _string(3, node.get("description", "")) + _string(4, node.get("name", ""))
+              + _string(type_field, node.get("type", "string")))
+    return _bytes(1, _bytes(2, _bytes(sub, fields)))
+
+
+def operation(node: dict[str, Any]) -> bytes:
+    """One openapi.v2.Operation: what kubectl reads of it is the parameters and
+    the x-kubernetes-group-version-kind (a PATCH with a dryRun parameter is how
+    kubectl 1.20 learns a kind supports --dry-run=server)."""
+    out = bytearray()
+    for tag in node.get("tags", []):
+        out += _string(1, tag)
+    out += _string(2, node.get("summary", "")) + _string(5, node.get("operationId", ""))
+    for media in node.get("produces", []):
+        out += _string(6, media)
+    for media in node.get("consumes", []):
+        out += _string(7, media)
+    for p in node.get("parameters", []):
+        out += _bytes(8, parameter(p))
+    for key, value in node.items():
+        if key.startswith("x-"):
+            out += _named_any(13, key, value)
+    return bytes(out)
+
+
+def path_item(node: dict[str, Any]) -> bytes:
+    out = bytearray()
+    for method, field in _PATH_OPERATIONS.items():
+        if method in node:
+            out += _bytes(field, operation(node[method]))
+    for p in node.get("parameters", []):
+        out += _bytes(9, parameter(p))
+    return bytes(out)
+
+
 def document(doc: dict[str, Any]) -> bytes:
     info = doc.get("info", {})
+    paths = b"".join(_bytes(2, _string(1, path) + _bytes(2, path_item(item)))
+                     for path, item in doc.get("paths", {}).items())
     definitions = b"".join(_bytes(1, _string(1, name) + _bytes(2, schema(s)))
                            for name, s in doc.get("definitions", {}).items())
     return (_string(1, doc.get("swagger", "2.0"))
             + _bytes(2, _string(1, info.get("title", "")) + _string(2, info.get("version", "")))
-            + _bytes(9, definitions))
+            + _bytes(8, paths) + _bytes(9, definitions))
 
 
 @functools.cache
