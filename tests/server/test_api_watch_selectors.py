@@ -27,7 +27,7 @@ from hvfleet.store import sqlite as sqlite_backend
 from hvfleet.store.etcd_local import EtcdCluster
 from tests.server.conftest import Api
 from tests.server.test_api_collections import TABLE
-from tests.server.test_api_kubectl import Kubectl
+from tests.server.test_api_kubectl import KUBECTLS, Kubectl
 from tests.server.test_api_objects import HV, hypervisor
 from tests.server.test_api_python_clients import GROUP, PLURAL, VERSION, api_client
 from tests.server.test_api_watch import Watcher, names
@@ -196,10 +196,10 @@ def test_kubernetes_client_watch_with_a_label_selector(make_api: Callable[..., A
     assert seen == EXPECTED
 
 
-def test_kubectl_get_watch_with_a_label_selector(make_api: Callable[..., Api], tmp_path: Path) -> None:
-    from tests.server.test_api_kubectl import KUBECTL_CURRENT
-
-    kubectl = Kubectl(KUBECTL_CURRENT, "current", make_api(tls=True), tmp_path)
+@pytest.mark.parametrize("version", sorted(KUBECTLS))
+def test_kubectl_get_watch_with_a_label_selector(make_api: Callable[..., Api], tmp_path: Path,
+                                                 version: str) -> None:
+    kubectl = Kubectl(KUBECTLS[version], version, make_api(tls=True), tmp_path)
     setup_fleet(kubectl.api)
     proc = subprocess.Popen(kubectl.argv("viewer-token", "get", "hv", "-l", "rack=a", "-w",
                                          "--output-watch-events", "--no-headers"),
