@@ -20,11 +20,11 @@ from hvfleet.model import (
     Reservation,
 )
 from hvfleet.model.resources import ResourceName
-from hvfleet.scheduling.claims import reserve
+from hvfleet.scheduling.claims import claim_reservation, new_reservation, reserve
 from hvfleet.scheduling.errors import DoesNotFit
 from hvfleet.scheduling.request import Request
 from hvfleet.store import Store, open_store
-from hvfleet.store.base import OwnershipConflict, StaleVersion
+from hvfleet.store.base import OwnershipConflict, StaleVersion, Write
 
 MakeHv = Callable[..., Hypervisor]
 CPU = ResourceName.parse("cpu")
@@ -266,6 +266,49 @@ def test_claim_writes_only_when_the_check_passes(store: Store) -> None:
     assert sorted(r.name for r in store.list_reservations()) == sorted([first.name, second.name])
     with pytest.raises(NotFound):
         reserve(store, "missing", Request({CPU: Quantity(1)}), "vm-3")
+
+
+def test_dry_runs_check_as_the_writes_do_and_write_nothing(store: Store, make_hypervisor: MakeHv) -> None:
+    made = store.create(make_hypervisor("hv1"), "operator")
+    ready_host(store, "hv3", cpu=4)
+    at = store.revision()
+    planned = store.dry_run(Write("create", make_hypervisor("hv2")), "operator")
+    assert planned.metadata.resource_version is None and planned.metadata.generation == 1
+    with pytest.raises(AlreadyExists):
+        store.dry_run(Write("create", make_hypervisor("hv1")), "operator")
+    changed = _set_ratio(made, "cpu", 2.0)
+    planned = store.dry_run(Write("update", changed), "operator")
+    assert planned.metadata.resource_version == made.metadata.resource_version
+    assert planned.metadata.generation == 2 and planned.spec.overcommit == changed.spec.overcommit
+    with pytest.raises(NotFound):
+        store.dry_run(Write("update", changed.model_copy(update={"metadata": changed.metadata.model_copy(
+            update={"name": "nope"})})), "operator")
+    assert store.revision() == at
+    real = store.update(changed, "operator")
+    assert real.model_copy(update={"metadata": real.metadata.model_copy(update={
+        "resource_version": planned.metadata.resource_version,
+        "managed_fields": planned.metadata.managed_fields})}) == planned
+    at = store.revision()
+    with pytest.raises(StaleVersion):
+        store.dry_run(Write("update", _set_ratio(made, "cpu", 3.0)), "operator")
+    with pytest.raises(OwnershipConflict):
+        store.dry_run(Write("update", _set_ratio(real, "cpu", 3.0)), "someone-else")
+    status = real.status.model_copy(update={"capacity": {CPU: Quantity(8)}})
+    with pytest.raises(Forbidden):
+        store.dry_run(Write("update", real.model_copy(update={"status": status})), "operator")
+    assert store.dry_run_delete("Hypervisor", "hv1") == real
+    with pytest.raises(StaleVersion):
+        store.dry_run_delete("Hypervisor", "hv1", made.metadata.resource_version)
+    with pytest.raises(NotFound):
+        store.dry_run_delete("Hypervisor", "nope")
+    # A claim's dry run: would it fit?
+    def reservation(name: str, cpu: int) -> Reservation:
+        return new_reservation("hv3", Request({CPU: Quantity(cpu)}), name, None, datetime.now(UTC))
+    fits = claim_reservation(store, reservation("vm-1", 3), "scheduler", dry_run=True)
+    assert fits.status.phase == "Active" and fits.metadata.resource_version is None
+    with pytest.raises(DoesNotFit, match="cpu"):
+        claim_reservation(store, reservation("vm-2", 5), "scheduler", dry_run=True)
+    assert store.revision() == at and store.list_reservations() == []
 
 
 def _increment(url: str, n: int) -> None:
