@@ -275,7 +275,7 @@ def test_a_socket_someone_else_serves_is_not_used(env: dict[str, str]) -> None:
     assert "owned by uid 0" in r.stderr or f"owned by uid {os.getuid()}" in r.stderr
 
 
-def test_a_bad_request_is_refused_and_the_worker_keeps_serving(env: dict[str, str]) -> None:
+def test_a_bad_request_is_declined_and_the_worker_keeps_serving(env: dict[str, str]) -> None:
     start(env)
     [path] = Path(env["XDG_RUNTIME_DIR"], "hvfleet").glob("worker-*.sock")
     for garbage in (b"not a request", b"%08x" % (2 << 20)):
@@ -284,10 +284,17 @@ def test_a_bad_request_is_refused_and_the_worker_keeps_serving(env: dict[str, st
             s.sendall(garbage)
             s.shutdown(socket.SHUT_WR)
             answer = s.recv(4096)
-        assert answer.startswith(b"refused "), answer
+        assert answer.startswith(b"decline "), answer
     r = hv(env, *GENERATE, "--caps-dir", str(GROUP))
     assert r.returncode == 0 and "<domain" in r.stdout
     assert len(served(env, 1)) == 1
+    # A client whose request is too large (an environment of 1.2 MB; one
+    # variable holds at most 128 KiB) is declined and runs the command itself.
+    big = {f"BIG{i}": "x" * 120_000 for i in range(10)}
+    r = hv({**env, **big}, *GENERATE, "--caps-dir", str(GROUP))
+    assert r.returncode == 0 and "<domain" in r.stdout, r.stderr
+    assert len(served(env)) == 1
+    assert [e["event"] for e in log(env)].count("declined") == 3, log(env)
 
 
 def test_start_stop_status_and_the_idle_timeout(env: dict[str, str]) -> None:

@@ -9,7 +9,9 @@ connection (its end of file means the client died: the child gets SIGHUP, as a
 terminal's hang-up sends) and a wake-up pipe for SIGTERM. A child takes the
 client's stdin, stdout and stderr, argv, environment, working directory and
 umask, and runs `hvfleet.cli.main.run` as the client's own process would;
-the worker sends the client its pid, then how it ended.
+the worker sends the client its pid, then how it ended. A request the
+worker cannot take (malformed, too large, a child that died) is declined:
+the client then runs the command itself.
 
 A worker never serves code or data that is no longer installed: before each
 fork it compares the modification times and sizes of hvfleet's source files
@@ -265,8 +267,11 @@ class Worker:
         try:
             self.handle(conn)
         except Exception as exc:  # one bad request never stops the worker
+            # Nothing ran: the client runs the command itself.
+            reason = f"{type(exc).__name__}: {exc}"
+            self.note("declined", reason=reason)
             with contextlib.suppress(OSError):
-                conn.sendall(f"refused {type(exc).__name__}: {exc}\n".encode())
+                conn.sendall(f"decline {reason}\n".encode())
             conn.close()
 
     def handle(self, conn: socket.socket) -> None:
@@ -276,6 +281,9 @@ class Worker:
             conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
         if uid != os.getuid():
             raise PermissionError(f"uid {uid} may not use uid {os.getuid()}'s worker")
+        if not conn.recv(1, socket.MSG_PEEK):
+            conn.close()  # a probe (`worker start` waiting for it to serve): nothing to run
+            return
         body, fds = _receive(conn, 3)
         try:
             args = launch.decode_request(body).args  # refused here if malformed
@@ -289,13 +297,18 @@ class Worker:
                 self.spawn_spare()
             child, self.spare = self.spare, None
             assert child is not None and child.handoff is not None
-            conn.settimeout(None)
-            conn.sendall(b"pid %d\n" % child.pid)
-            socket.send_fds(child.handoff, [b"%08x" % len(body)], fds)
-            child.handoff.sendall(body)
+            try:
+                socket.send_fds(child.handoff, [b"%08x" % len(body)], fds)
+                child.handoff.sendall(body)
+            except OSError:
+                self.spare = child  # it died: reaped as a spare, and the client declined
+                raise
         finally:
             for fd in fds:
                 os.close(fd)
+        conn.settimeout(None)
+        with contextlib.suppress(OSError):  # a client gone by now gets its child a SIGHUP
+            conn.sendall(b"pid %d\n" % child.pid)
         child.conn, child.command, child.started = conn, launch.command_of(args), time.monotonic()
         self.served += 1
         self.children[child.pidfd] = child
