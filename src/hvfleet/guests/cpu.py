@@ -202,30 +202,44 @@ def baseline_cpu(
     per_model: dict[str, tuple[set[str], set[str]]] = {}  # model → (added by all, removed by any)
     smallest: int | None = None
     nothing: frozenset[str] = frozenset()
-    canonical = cmap.aliases.get
+    aliases = cmap.aliases
+    canonical = aliases.get
+    spelled_otherwise = aliases.keys().isdisjoint  # False when some name needs canonical()
+    models = cmap.models
     for name, cpu in hosts:
         blocked = _blocked(cmap, qemu_models[name]) if name in qemu_models else nothing
         if not blocked and id(cpu) in seen_cpus:
             continue  # the very same parsed definition (cpus_from_texts shares them)
-        key = (cpu.model, tuple(cpu.features), tuple(cpu.disabled_features), blocked)
+        feats = cpu.features
+        dis = cpu.disabled_features
+        key = (cpu.model, tuple(feats), tuple(dis), blocked)
         if key in seen:
             continue
         seen.add(key)
         seen_cpus.add(id(cpu))
-        disabled_seen.update(cpu.disabled_features)
-        base = cmap.model(cpu.model, name).features
-        added = {canonical(f, f) for f in cpu.features}
-        removed = {canonical(f, f) for f in cpu.disabled_features} | blocked
+        m = models.get(cpu.model)
+        base = (m or cmap.model(cpu.model, name)).features
+        # Set operations in C, with a per-name Python step only for a CPU
+        # that spells some feature by an alias.
+        added = set(feats) if spelled_otherwise(feats) else {canonical(f, f) for f in feats}
         extra = added - base
-        size = len(base) + len(extra) - (len(removed & base) + len(removed & extra) if removed
-                                        else 0)
-        smallest = size if smallest is None else min(smallest, size)
+        if dis or blocked:
+            disabled_seen.update(dis)
+            removed = (set(dis) if spelled_otherwise(dis) else {canonical(f, f) for f in dis})
+            removed |= blocked
+            size = len(base) + len(extra) - len(removed & base) - len(removed & extra)
+        else:
+            removed = set()
+            size = len(base) + len(extra)
+        if smallest is None or size < smallest:
+            smallest = size
         group = per_model.get(cpu.model)
         if group is None:
             per_model[cpu.model] = (added, removed)
         else:
             group[0].intersection_update(added)
-            group[1].update(removed)
+            if removed:
+                group[1].update(removed)
     assert smallest is not None
     common = frozenset.intersection(*(
         (cmap.models[m].features | common_added) - removed_any
