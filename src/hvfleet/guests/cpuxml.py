@@ -54,12 +54,15 @@ _CAPS_HOST_CPU_RE = re.compile(
 # possessive: every child starts with "<" and ends with ">", so there is
 # never anything to backtrack into, and the engine need not keep the places.
 _PLAIN_VALUE = rf"""(?:"[^"'<&{_BAD}]*+"|'[^"'<&{_BAD}]*+')"""
+# A feature's name is never empty in the plain form: a nameless feature goes
+# to the parser's path, which refuses it with its message.
+_PLAIN_NAME = rf"""(?:"[^"'<&{_BAD}]++"|'[^"'<&{_BAD}]++')"""
 _PLAIN_TEXT = r"[^<&>\r\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]*+"
 _PLAIN_CHILD = (
     # The commonest first.
-    rf"<feature name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
+    rf"<feature name={_PLAIN_NAME}(?: policy={_PLAIN_VALUE})?/>"
     rf"|<(?:arch>{_PLAIN_TEXT}</arch|model>{_PLAIN_TEXT}</model|vendor>{_PLAIN_TEXT}</vendor)>"
-    rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_VALUE}/>"
+    rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_NAME}/>"
 )
 _PLAIN_CPU_RE = re.compile(
     rf"<cpu>(?:{_WS}*+(?:{_PLAIN_CHILD}|{_VOLATILE}))*+{_WS}*</cpu>{_WS}*"
@@ -72,8 +75,6 @@ _PLAIN_FEATURE_RE = re.compile(
     r"""(?: policy=["']([^"']*)["'])?/>"""
 )
 _PLAIN_NAME_RE = re.compile(r"""<feature name=["']([^"']*)["']/>""")
-_PLAIN_MODEL_RE = re.compile(r"<model>([^<]*)</model>")
-_PLAIN_VENDOR_RE = re.compile(r"<vendor>([^<]*)</vendor>")
 
 CPUFields = tuple[str, str, tuple[str, ...], tuple[str, ...]]
 
@@ -117,12 +118,13 @@ def _plain_fields(part: str) -> CPUFields | None:
         found = [(n, p1 or p2) for p1, n, p2 in _PLAIN_FEATURE_RE.findall(part)]
         names = tuple(n for n, p in found if p not in ("disable", "forbid"))
         disabled = tuple(n for n, p in found if p in ("disable", "forbid"))
-    if "" in names or "" in disabled:
-        return None  # a nameless feature: the parser's path refuses it, with its message
-    # The first one, as find() takes.
-    m = _PLAIN_MODEL_RE.search(part)
-    v = _PLAIN_VENDOR_RE.search(part)
-    return (v.group(1).strip() if v else "", m.group(1).strip() if m else "", names, disabled)
+    # The first <model> and <vendor>, as find() takes; in a plain <cpu> each
+    # "<" starts a tag and no text holds one, so the next closing tag is theirs.
+    m = part.find("<model>")
+    model = part[m + 7:part.index("</model>", m)].strip() if m >= 0 else ""
+    v = part.find("<vendor>")
+    vendor = part[v + 8:part.index("</vendor>", v)].strip() if v >= 0 else ""
+    return (vendor, model, names, disabled)
 
 
 _object_setattr = object.__setattr__
