@@ -340,3 +340,11 @@ def test_check_warns_of_a_removed_feature_the_guest_leaves_unsaid() -> None:
     (verdict,) = check_domain(dom, group)
     assert verdict.ok  # the host lacks intel-pt and the guest does not ask for it
     assert any("intel-pt" in w and "removed" in w for w in verdict.warnings), verdict.warnings
+
+
+def test_no_name_cpu_map_uses_is_taken_as_an_alias() -> None:
+    # baseline_cpu canonicalises only the features outside a host's model:
+    # sound only while no name in a model is an alias of another.
+    used = set(_CMAP.features).union(*(m.features | m.removed for m in _CMAP.models.values()))
+    assert not used & _CMAP.aliases.keys()
+    assert _CMAP.aliases  # (there are aliases to keep apart)

@@ -210,7 +210,7 @@ def baseline_cpu(
     nothing: frozenset[str] = frozenset()
     aliases = cmap.aliases
     canonical = aliases.get
-    spelled_otherwise = aliases.keys().isdisjoint  # False when some name needs canonical()
+    no_alias_in = aliases.keys().isdisjoint
     models = cmap.models
     for name, cpu in hosts:
         blocked = _blocked(cmap, qemu_models[name]) if name in qemu_models else nothing
@@ -225,12 +225,15 @@ def baseline_cpu(
         seen_cpus.add(id(cpu))
         m = models.get(cpu.model)
         base = (m or cmap.model(cpu.model, name)).features
-        # Set operations in C, with a per-name Python step only for a CPU
-        # that spells some feature by an alias.
-        extra = (set(feats) if spelled_otherwise(feats) else {canonical(f, f) for f in feats}) - base
+        # Set operations in C, with a per-name Python step only for the few
+        # features outside the model, and only when one is spelled by an
+        # alias (never a name in the model: cpumap keeps them apart).
+        extra = set(feats) - base
+        if not no_alias_in(extra):
+            extra = {canonical(f, f) for f in extra} - base
         if dis or blocked:
             disabled_seen.update(dis)
-            removed = (set(dis) if spelled_otherwise(dis) else {canonical(f, f) for f in dis})
+            removed = (set(dis) if no_alias_in(dis) else {canonical(f, f) for f in dis})
             removed |= blocked
             size = len(base) + len(extra) - len(removed & base) - len(removed & extra)
         else:

@@ -26,10 +26,14 @@ _BAD = r"\x00-\x1f\ud800-\udfff\ufffe\uffff"  # never in a plain attribute value
 # say nothing about its features (microcode revision, TSC frequency, topology,
 # ...), when self-closing with plainly well-formed attributes, none twice
 # (twice is malformed: for the parser to refuse).
+_VOLATILE_TAG = r"<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
+_ATTRIBUTE = rf"""{_WS}+{_NAME}{_WS}*={_WS}*(?:"[^"<&{_BAD}]*"|'[^'<&{_BAD}]*')"""
 _VOLATILE = (
-    r"<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
-    rf"(?![^<>]*?{_WS}(?P<att>{_NAME}){_WS}*=[^<>]*{_WS}(?P=att){_WS}*=)"
-    rf"""(?:{_WS}+{_NAME}{_WS}*={_WS}*(?:"[^"<&{_BAD}]*"|'[^'<&{_BAD}]*'))*{_WS}*/>"""
+    # With one attribute (a microcode line), none can be there twice: no
+    # look-ahead, whose group, once set, costs each later child a save of it.
+    rf"(?:{_VOLATILE_TAG}(?:{_ATTRIBUTE})?{_WS}*/>"
+    rf"|{_VOLATILE_TAG}(?![^<>]*?{_WS}(?P<att>{_NAME}){_WS}*=[^<>]*{_WS}(?P=att){_WS}*=)"
+    rf"(?:{_ATTRIBUTE})*{_WS}*/>)"
 )
 # ... removed only with nothing but whitespace between them and the tags
 # around them: that changes no element's text.
