@@ -28,10 +28,11 @@ _BAD = r"\x00-\x1f\ud800-\udfff\ufffe\uffff"  # never in a plain attribute value
 # (twice is malformed: for the parser to refuse).
 _VOLATILE_TAG = r"<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
 _ATTRIBUTE = rf"""{_WS}+{_NAME}{_WS}*={_WS}*(?:"[^"<&{_BAD}]*"|'[^'<&{_BAD}]*')"""
+# With one attribute (a microcode line), none can be there twice: no
+# look-ahead, whose group, once set, costs each later child a save of it.
+_VOLATILE_ONE = rf"{_VOLATILE_TAG}(?:{_ATTRIBUTE})?{_WS}*/>"
 _VOLATILE = (
-    # With one attribute (a microcode line), none can be there twice: no
-    # look-ahead, whose group, once set, costs each later child a save of it.
-    rf"(?:{_VOLATILE_TAG}(?:{_ATTRIBUTE})?{_WS}*/>"
+    rf"(?:{_VOLATILE_ONE}"
     rf"|{_VOLATILE_TAG}(?![^<>]*?{_WS}(?P<att>{_NAME}){_WS}*=[^<>]*{_WS}(?P=att){_WS}*=)"
     rf"(?:{_ATTRIBUTE})*{_WS}*/>)"
 )
@@ -69,7 +70,13 @@ _PLAIN_CHILD = (
     rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_NAME}/>"
 )
 _PLAIN_CPU_RE = re.compile(
-    rf"<cpu>(?:{_WS}*+(?:{_PLAIN_CHILD}|{_VOLATILE}))*+{_WS}*</cpu>{_WS}*"
+    # The usual head, arch, model and vendor (after a microcode line, say),
+    # with model and vendor taken, which are then the first ones; any of
+    # those children may also come anywhere in the rest.
+    rf"<cpu>(?:{_WS}*+{_VOLATILE_ONE})*+"
+    rf"(?:(?:{_WS}*+<arch>{_PLAIN_TEXT}</arch>)?+{_WS}*+<model>({_PLAIN_TEXT})</model>"
+    rf"{_WS}*+<vendor>({_PLAIN_TEXT})</vendor>)?+"
+    rf"(?:{_WS}*+(?:{_PLAIN_CHILD}|{_VOLATILE}))*+{_WS}*</cpu>{_WS}*"
 )
 # Once a document is known plain, these read it: every feature is in one of
 # the plain spellings above (so either quote ends a value), and nothing else
@@ -112,7 +119,8 @@ def _cpu_part(text: str) -> str:
 
 def _plain_fields(part: str) -> CPUFields | None:
     """(vendor, model, features, disabled) of a plain `<cpu>`, else None."""
-    if _PLAIN_CPU_RE.fullmatch(part) is None:
+    plain = _PLAIN_CPU_RE.fullmatch(part)
+    if plain is None:
         return None
     if "policy=" not in part:
         # A host CPU as `virsh capabilities` gives it: every feature present.
@@ -122,13 +130,16 @@ def _plain_fields(part: str) -> CPUFields | None:
         found = [(n, p1 or p2) for p1, n, p2 in _PLAIN_FEATURE_RE.findall(part)]
         names = tuple(n for n, p in found if p not in ("disable", "forbid"))
         disabled = tuple(n for n, p in found if p in ("disable", "forbid"))
-    # The first <model> and <vendor>, as find() takes; in a plain <cpu> each
-    # "<" starts a tag and no text holds one, so the next closing tag is theirs.
-    m = part.find("<model>")
-    model = part[m + 7:part.index("</model>", m)].strip() if m >= 0 else ""
-    v = part.find("<vendor>")
-    vendor = part[v + 8:part.index("</vendor>", v)].strip() if v >= 0 else ""
-    return (vendor, model, names, disabled)
+    model, vendor = plain.group(1, 2)
+    if model is None:
+        # Not in the usual head: the first <model> and <vendor>, as find()
+        # takes; in a plain <cpu> each "<" starts a tag and no text holds
+        # one, so the next closing tag is theirs.
+        m = part.find("<model>")
+        model = part[m + 7:part.index("</model>", m)] if m >= 0 else ""
+        v = part.find("<vendor>")
+        vendor = part[v + 8:part.index("</vendor>", v)] if v >= 0 else ""
+    return (vendor.strip(), model.strip(), names, disabled)
 
 
 _object_setattr = object.__setattr__
