@@ -117,19 +117,19 @@ def _cpu_part(text: str) -> str:
     return _BETWEEN_TAGS_RE.sub("><", text)
 
 
-def _plain_fields(part: str) -> CPUFields | None:
+def _plain_fields(part: str) -> tuple[str, str, list[str], list[str]] | None:
     """(vendor, model, features, disabled) of a plain `<cpu>`, else None."""
     plain = _PLAIN_CPU_RE.fullmatch(part)
     if plain is None:
         return None
     if "policy=" not in part:
         # A host CPU as `virsh capabilities` gives it: every feature present.
-        names = tuple(_PLAIN_NAME_RE.findall(part))
-        disabled: tuple[str, ...] = ()
+        names: list[str] = _PLAIN_NAME_RE.findall(part)
+        disabled: list[str] = []
     else:
         found = [(n, p1 or p2) for p1, n, p2 in _PLAIN_FEATURE_RE.findall(part)]
-        names = tuple(n for n, p in found if p not in ("disable", "forbid"))
-        disabled = tuple(n for n, p in found if p in ("disable", "forbid"))
+        names = [n for n, p in found if p not in ("disable", "forbid")]
+        disabled = [n for n, p in found if p in ("disable", "forbid")]
     model, vendor = plain.group(1, 2)
     if model is None:
         # Not in the usual head: the first <model> and <vendor>, as find()
@@ -194,8 +194,9 @@ def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]
 def _cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
     from hvfleet.discovery.xmlsafe import MAX_XML_BYTES, parse_xml
 
-    by_text: dict[str, list[HostCPU]] = {}
-    by_fields: dict[CPUFields, list[HostCPU]] = {}
+    # A document's CPU: one for a plain <cpu>, a list from the parser's path.
+    by_text: dict[str, HostCPU | list[HostCPU]] = {}
+    by_fields: dict[CPUFields, HostCPU] = {}
     by_part: dict[str, list[HostCPU]] = {}
     out: list[tuple[str, HostCPU]] = []
     for name, text in docs:
@@ -206,19 +207,20 @@ def _cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU
             # (A <cpu> document is its own host <cpu>.)
             fields = _plain_fields(text if text.startswith("<cpu>") else _host_cpu_slice(text))
             if fields is not None:
-                found = by_fields.get(fields)
+                vendor, model, feats, disabled = fields
+                key = (vendor, model, tuple(feats), tuple(disabled))
+                found = by_fields.get(key)
                 if found is None:
-                    vendor, model, feats, disabled = fields
-                    found = by_fields[fields] = [
-                        _host_cpu(vendor, model, list(feats), list(disabled), name)
-                    ]
+                    found = by_fields[key] = _host_cpu(vendor, model, feats, disabled, name)
             else:
                 part = _cpu_part(text)
                 found = by_part.get(part)
                 if found is None:
                     found = by_part[part] = cpus_from_document(parse_xml(part, name), name)
             by_text[text] = found
-        if len(found) == 1:
+        if not isinstance(found, list):
+            out.append((name, found))
+        elif len(found) == 1:
             out.append((name, found[0]))
         else:
             out += [(f"{name}#{i + 1}", c) for i, c in enumerate(found)]
