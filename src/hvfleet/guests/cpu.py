@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from lxml import etree
 
@@ -84,10 +84,10 @@ def expand_cpu(cpu: HostCPU, cmap: CPUMap, where: str) -> frozenset[str]:
 
 
 def _group_vendor(hosts: Sequence[tuple[str, HostCPU]]) -> tuple[str, dict[str, list[str]]]:
-    vendors = {cpu.vendor or "unknown" for _, cpu in hosts}
-    if len(vendors) == 1:  # the usual case, without a list append per host
-        vendor = vendors.pop()
-        return vendor, {vendor: [name for name, _ in hosts]}
+    vendors = set(map(_VENDOR_OF, map(_CPU_OF, hosts)))
+    if len(vendors) == 1:  # the usual case, without a Python step per host
+        vendor = vendors.pop() or "unknown"
+        return vendor, {vendor: list(map(_NAME_OF, hosts))}
     by_vendor: dict[str, list[str]] = {}
     for name, cpu in hosts:
         by_vendor.setdefault(cpu.vendor or "unknown", []).append(name)
@@ -98,7 +98,10 @@ def _group_vendor(hosts: Sequence[tuple[str, HostCPU]]) -> tuple[str, dict[str, 
 # A distinct host CPU definition: model, features, disabled features, and
 # the features its QEMU blocks.
 _CPUDef = tuple[str, tuple[str, ...], tuple[str, ...], frozenset[str]]
+_NAME_OF = itemgetter(0)
+_CPU_OF = itemgetter(1)
 _MODEL_OF = attrgetter("model")
+_VENDOR_OF = attrgetter("vendor")
 _FEATURES_OF = attrgetter("features")
 _DISABLED_OF = attrgetter("disabled_features")
 
@@ -188,8 +191,10 @@ def baseline_cpu(
     `skippable` False says the caller cannot leave hosts out (a guest)."""
     if not hosts:
         raise InvalidInput("cpu baseline: no host CPUs given")
-    # (is_unknown_cpu, inline: a call per host is a tenth of a 1000-host baseline.)
-    unknown_hosts = [n for n, c in hosts if not c.model]
+    # (is_unknown_cpu, without a call per host: that is a tenth of a
+    # 1000-host baseline.)
+    unknown_hosts = ([] if all(map(_MODEL_OF, map(_CPU_OF, hosts)))
+                     else [n for n, c in hosts if is_unknown_cpu(c)])
     if unknown_hosts and not (skip_unknown and skippable):
         raise UnknownHostCPU(unknown_hosts, skippable)
     if unknown_hosts:
@@ -211,7 +216,8 @@ def baseline_cpu(
     # cpus_from_texts, one object): each distinct definition is expanded
     # once. Found with maps over the hosts, in C: a Python step per host is
     # most of the time of a 1000-host baseline.
-    cpus = [c for n, c in hosts if n not in blocked_of] if blocked_of else [c for _, c in hosts]
+    cpus = ([c for n, c in hosts if n not in blocked_of] if blocked_of
+            else list(map(_CPU_OF, hosts)))
     cpus = list(dict(zip(map(id, cpus), cpus, strict=True)).values())  # each object once
     nothing: frozenset[str] = frozenset()
     defs: dict[_CPUDef, None] = dict.fromkeys(zip(map(_MODEL_OF, cpus), map(tuple, map(_FEATURES_OF, cpus)),
