@@ -220,8 +220,10 @@ def baseline_cpu(
             else list(map(_CPU_OF, hosts)))
     cpus = list(dict(zip(map(id, cpus), cpus, strict=True)).values())  # each object once
     nothing: frozenset[str] = frozenset()
-    defs: dict[_CPUDef, None] = dict.fromkeys(zip(map(_MODEL_OF, cpus), map(tuple, map(_FEATURES_OF, cpus)),
-                             map(tuple, map(_DISABLED_OF, cpus)), repeat(nothing)))
+    defs: dict[_CPUDef, None] = dict.fromkeys(zip(
+        map(_MODEL_OF, cpus), map(tuple, map(_FEATURES_OF, cpus)),
+        map(tuple, map(_DISABLED_OF, cpus)), repeat(nothing),
+    ))
     for n, c in hosts if blocked_of else ():
         if n in blocked_of:
             defs[(c.model, tuple(c.features), tuple(c.disabled_features), blocked_of[n])] = None
