@@ -185,3 +185,35 @@ def test_entries_unused_for_long_are_pruned_when_one_is_written(cache: Path,
     cpumap.load_cpu_map(str(src))  # a miss: writes, and prunes its kind
     assert live.exists() and recent.exists() and other.exists()
     assert not stale.exists()
+
+
+def test_a_process_that_keeps_what_it_loaded_learns_of_a_change(cache: Path, tmp_path: Path) -> None:
+    """revalidate(): what the API server or a CLI worker calls before serving
+    from memory. An edit, a new file and a removed one are each seen; nothing
+    changed, nothing is cleared."""
+    src = tmp_path / "cpu_map"
+    shutil.copytree(cpumap.CPU_MAP_DIR, src)
+    first = cpumap.load_cpu_map(str(src))
+    assert datacache.revalidate() == []
+    assert cpumap.load_cpu_map(str(src)) is first  # still the memo
+    model = src / "x86_Cascadelake-Server.xml"
+    model.write_text(model.read_text().replace("<feature name='avx512vnni'/>", ""))
+    os.utime(model, ns=(1, 1))
+    assert datacache.revalidate() != []
+    edited = cpumap.load_cpu_map(str(src))
+    assert edited is not first
+    assert "avx512vnni" not in edited.models["Cascadelake-Server"].features
+    assert datacache.revalidate() == []
+    (src / "x86_Made-Up.xml").write_text("<cpus/>")  # a new file: its directory changed
+    assert datacache.revalidate() != []
+    cpumap.load_cpu_map(str(src))
+    (src / "x86_Made-Up.xml").unlink()
+    assert datacache.revalidate() != []
+    # The data versions recorded in guests are hashed again too.
+    from hvfleet.guests import datasets
+
+    v = datasets.cpu_map_version(str(src))
+    cpumap.load_cpu_map(str(src))
+    model.write_text(model.read_text() + "\n")
+    assert datacache.revalidate() != []
+    assert datasets.cpu_map_version(str(src)) != v

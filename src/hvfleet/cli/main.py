@@ -8,6 +8,7 @@ the CLI says which of its flags sets that field, so the line names the flag.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import pkgutil
@@ -19,6 +20,7 @@ import typer
 import typer.core
 import typer.main
 
+from hvfleet.cli.launch import command_of
 from hvfleet.model.errors import HvfleetError
 
 # Plain help and usage errors, as kubectl and virsh print them: Rich's help
@@ -77,6 +79,7 @@ FLAGS = {
     "drivers": "--drivers",
     "allow_abi_change": "--allow-abi-change",
     "dump_location": "--dump-dir",
+    "idle_timeout": "--idle-timeout",
 }
 
 
@@ -178,29 +181,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                  "clients use as is."),
     "serve": ("serve", "Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."),
     "token": ("token", "Bearer tokens for the API (hvfleet serve)."),
+    "worker": ("worker", "A warm worker that runs hvfleet commands in a forked child, without the "
+                         "start-up."),
 }
 
 
-def _register() -> None:
+def load_all_commands() -> None:
     """Import every command family; each registers itself on `app` when imported."""
     import hvfleet.cli
 
     for module in pkgutil.iter_modules(hvfleet.cli.__path__):
         if module.name not in _NOT_COMMANDS and not module.name.startswith("_"):
             importlib.import_module(f"hvfleet.cli.{module.name}")
-
-
-def command_of(args: list[str]) -> str | None:
-    """The top-level command `args` names; None for the help, or for none."""
-    rest = iter(args)
-    for arg in rest:
-        if arg in ("--help", "-h"):
-            return None
-        if arg == "--store-prefix":
-            next(rest, None)
-        elif not arg.startswith("-"):
-            return arg
-    return None
 
 
 def _listing() -> typer.Typer:
@@ -214,8 +206,9 @@ def _listing() -> typer.Typer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point. Usage errors are Typer's (exit 2); hvfleet's own errors
-    become one line on stderr with their exit code."""
+    """The CLI in this process (`launch.main` calls it when no worker runs the
+    command). Usage errors are Typer's (exit 2); hvfleet's own errors become
+    one line on stderr with their exit code."""
     args = sys.argv[1:] if argv is None else argv
     # The fleet index compares numpy vectors and never multiplies matrices, yet
     # OpenBLAS starts a thread per core when numpy loads: ~50 ms of every `fit`.
@@ -227,21 +220,59 @@ def main(argv: list[str] | None = None) -> None:
 
         standalone(args[1:])
         return
-    name = command_of(args)
-    run = app
-    if name is None:
-        run = _listing()
-    elif name in COMMANDS:
-        importlib.import_module(f"hvfleet.cli.{COMMANDS[name][0]}")
-    else:
-        _register()  # not in the table: load everything, so it runs (or Typer says it is unknown)
+    run(args)
+
+
+def run(args: list[str], prog_name: str | None = None) -> None:
+    """Run the command `args` name: here, or in a worker's child (`cli/forkserver.py`),
+    which has every family loaded and the commands built, and is given the
+    client's program name (Click would name the worker's)."""
     try:
-        with_connection_options(typer.main.get_command(run))(args=args)
+        _command(_which(args), *_registered())(args=args, prog_name=prog_name)
     except HvfleetError as exc:
         print(error_line(exc), file=sys.stderr)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _which(args: list[str]) -> str | None:
+    """None for the help listing; else "app", once the family that registers the
+    command is imported (every family, for a name not in COMMANDS)."""
+    name = command_of(args)
+    if name is None:
+        return None
+    if name in COMMANDS:
+        importlib.import_module(f"hvfleet.cli.{COMMANDS[name][0]}")
+    else:
+        load_all_commands()  # not in the table: load everything, so it runs (or Typer says it is unknown)
+    return "app"
+
+
+def _registered() -> tuple[int, int]:
+    return len(app.registered_commands), len(app.registered_groups)
+
+
+@functools.cache
+def _command(which: str | None, *_registered: int) -> Any:
+    """The Click command for the help listing (None) or the app: built once per
+    process and set of registered families (a process running several commands
+    in turn, as the tests do, may load more), so a worker builds it before it forks."""
+    return with_connection_options(typer.main.get_command(app if which else _listing()))
+
+
+def prepare() -> None:
+    """Everything a command needs before it parses its arguments (a worker's
+    warm-up): every family, both commands built, and each option's converter
+    (Typer builds one per option on first use: ~10 ms of a 20-option command)."""
+    load_all_commands()
+    pending = [_command(None, *_registered()), _command("app", *_registered())]
+    while pending:
+        command = pending.pop()
+        pending += getattr(command, "commands", {}).values()
+        for param in command.params:
+            if hasattr(param, "get_runtime_param"):
+                param.get_runtime_param()
 
 
 if __name__ == "__main__":

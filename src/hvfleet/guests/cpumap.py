@@ -158,4 +158,5 @@ def load_cpu_map(directory: str = CPU_MAP_DIR) -> CPUMap:
         build=lambda: _load(directory),
         dump=_dump,
         load=_undump,
+        forget=load_cpu_map.cache_clear,
     )

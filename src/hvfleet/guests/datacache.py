@@ -12,6 +12,11 @@ ignored and rebuilt. Entries are written to a temporary file and renamed into
 place, so concurrent processes see either a whole old entry or a whole new one.
 A cache directory that cannot be written only costs the speed. Entries
 unused for 30 days are removed when another of their kind is written.
+
+A process that keeps what it loaded (the API server, a CLI worker) calls
+`revalidate()` to learn whether the files behind it changed since; the
+in-process memos registered with `forget=` or `on_change` are then cleared, so
+the next call loads the new files.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -49,7 +53,7 @@ def tree_files(root: str, suffix: str = ".xml") -> list[str]:
     return out
 
 
-def _versions(paths: Iterable[str]) -> list[tuple[str, int, int]]:
+def _versions(paths: Iterable[str]) -> list[tuple[str, int, int]]:  # (path, mtime_ns, size)
     out = []
     for p in paths:
         try:
@@ -78,6 +82,36 @@ def entry_path(kind: str, root: str, code: Iterable[str] = ()) -> str:
     return os.path.join(cache_dir(), f"{kind}-{tag}.json")
 
 
+# What this process has loaded: entry path → (the files and directories its
+# key covers, their versions then); and what to clear when one of them changed.
+_LOADED: dict[str, tuple[list[str], list[tuple[str, int, int]]]] = {}
+_FORGET: list[Callable[[], None]] = []
+
+
+def on_change(forget: Callable[[], None]) -> None:
+    """Call `forget` (an in-process memo's cache_clear) when `revalidate()`
+    finds a loaded entry's files changed."""
+    if forget not in _FORGET:
+        _FORGET.append(forget)
+
+
+def watched() -> list[str]:
+    """The files and directories the loaded entries' keys cover."""
+    return sorted({p for paths, _ in _LOADED.values() for p in paths})
+
+
+def revalidate() -> list[str]:
+    """The loaded entries whose files changed (edited, added or removed: their
+    directories are watched too) since this process loaded them. When any did,
+    every registered memo is cleared and the list of loaded entries emptied."""
+    stale = [path for path, (watched, then) in _LOADED.items() if _versions(watched) != then]
+    if stale:
+        for forget in _FORGET:
+            forget()
+        _LOADED.clear()
+    return stale
+
+
 def cached(
     kind: str,
     root: str,
@@ -86,12 +120,19 @@ def cached(
     build: Callable[[], T],
     dump: Callable[[T], Any],
     load: Callable[[Any], T],
+    forget: Callable[[], None] | None = None,
 ) -> T:
     """`load` of the cached entry for (`kind`, `root`) when its key still holds,
-    else `build()`, stored through `dump` for the next process."""
+    else `build()`, stored through `dump` for the next process. `forget` clears
+    the caller's in-process memo of the result (see `revalidate`)."""
     code = list(code)
+    sources = list(sources)
     key = fingerprint(sources, code)
+    watched = sorted({*sources, *code, *(os.path.dirname(p) for p in sources), root})
     path = entry_path(kind, root, code)
+    _LOADED[path] = (watched, _versions(watched))
+    if forget is not None:
+        on_change(forget)
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
@@ -129,6 +170,8 @@ def _prune(kind: str, keep: str) -> None:
 
 
 def _write(path: str, doc: dict[str, Any]) -> None:
+    import tempfile  # only when an entry is (re)written
+
     directory = os.path.dirname(path)
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)

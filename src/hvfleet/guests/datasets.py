@@ -18,6 +18,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from hvfleet.guests import datacache
 from hvfleet.guests.cpumap import CPU_MAP_DIR
 from hvfleet.guests.osinfo import OSINFO_DIR
 
@@ -62,6 +63,27 @@ def cpu_map_version(directory: str) -> str:
         except OSError:
             continue
     return "sha256:" + h.hexdigest()[:16]
+
+
+# A process that keeps them (the server, a CLI worker) hashes the files again
+# once osinfo-db or cpu_map changed under it.
+datacache.on_change(osinfo_version.cache_clear)
+datacache.on_change(cpu_map_version.cache_clear)
+
+
+def preload() -> None:
+    """Load what the guest and CPU commands read, once per process (the API
+    server, a CLI worker). Both call forms are warmed: the loaders cache per
+    argument list, and the generator names the directories while other
+    callers take the defaults."""
+    from hvfleet.guests.cpumap import load_cpu_map
+    from hvfleet.guests.osinfo import load_os_database
+
+    load_cpu_map()
+    load_os_database()
+    load_cpu_map(DEFAULT_DATA.cpu_map_dir)
+    load_os_database(DEFAULT_DATA.osinfo_dir)
+    DEFAULT_DATA.versions()
 
 
 def changed_versions(recorded: dict[str, str], current: dict[str, str]) -> list[str]:

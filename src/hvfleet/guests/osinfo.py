@@ -193,6 +193,7 @@ class OSDatabase:
             build=lambda: _parse_tables(directory),
             dump=_dump,
             load=_undump,
+            forget=load_os_database.cache_clear,
         )
 
     @property

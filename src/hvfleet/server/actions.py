@@ -6,7 +6,7 @@ same core functions as `hvfleet fit`, `release`, `placement export`,
 `cpu baseline` and `guest generate|check`. Each body is a small model that
 refuses unknown fields. They are served warm: the fleet index lives across
 requests (caught up with the store before each fit), and osinfo-db and
-libvirt's cpu_map are loaded once per process (`preload`). Each is authorized
+libvirt's cpu_map are loaded once per process (`datasets.preload`). Each is authorized
 as verb "create" on its own resource name ("fit", "release", ...).
 """
 
@@ -24,13 +24,10 @@ from starlette.responses import JSONResponse, Response
 from hvfleet.discovery.xmlsafe import parse_xml
 from hvfleet.guests.check import check_domain
 from hvfleet.guests.cpu import baseline_cpu, cpu_element, qemu_models_of
-from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.cpuxml import cpus_from_texts
-from hvfleet.guests.datasets import DEFAULT_DATA
 from hvfleet.guests.explain import explain as explain_plan
 from hvfleet.guests.generate import generate as generate_guest
 from hvfleet.guests.hosts import group_from_store
-from hvfleet.guests.osinfo import load_os_database
 from hvfleet.guests.policy import LATEST
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, parse_memory
 from hvfleet.model.errors import BadRequest, InvalidInput, UnsupportedMediaType
@@ -49,18 +46,6 @@ from hvfleet.server.discovery import RESOURCES
 from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import audited, authenticate, error_response, render
 from hvfleet.server.status import Target, invalid_object, unknown_fields
-
-
-def preload() -> None:
-    """Load what the guest and CPU verbs read, once per process. Both call forms
-    are warmed: the loaders cache per argument list, and the generator names the
-    directories while other callers take the defaults."""
-    load_cpu_map()
-    load_os_database()
-    load_cpu_map(DEFAULT_DATA.cpu_map_dir)
-    load_os_database(DEFAULT_DATA.osinfo_dir)
-    DEFAULT_DATA.versions()
-
 
 # -- bodies ------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from hvfleet.guests import datasets
 from hvfleet.server import actions, dashboard, discovery, impersonation, openapi
 from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
@@ -122,7 +123,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await run_in_threadpool(actions.preload)
+        await run_in_threadpool(datasets.preload)
         if dashboard_pages:
             await dashboard.start(app)
         try:
