@@ -190,9 +190,28 @@ def _blocked(env: dict[str, str]) -> subprocess.Popen[str]:
     """`apply -f -` waiting for the manifest on a pipe that stays open."""
     proc = subprocess.Popen([HVFLEET, "apply", "-f", "-"], env=env, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(2.0)  # past its imports (in its own process) or handed to the worker
-    assert proc.poll() is None
+    assert proc.stdin is not None
+    pipe = f"pipe:[{os.fstat(proc.stdin.fileno()).st_ino}]"
+    deadline = time.monotonic() + 60
+    while not _reading(pipe):  # the command itself, here or in the worker's child
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
     return proc
+
+
+def _reading(pipe: str) -> bool:
+    """Whether some process is blocked in read(2) on its stdin, `pipe`."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/0") != pipe:
+                continue
+            with open(f"/proc/{pid}/syscall") as f:
+                call = f.read().split()
+        except OSError:
+            continue
+        if call[:2] == ["0", "0x0"]:  # x86-64 read, fd 0
+            return True
+    return False
 
 
 def test_ctrl_c_reaches_the_command_and_its_exit_code_comes_back(env: dict[str, str]) -> None:
