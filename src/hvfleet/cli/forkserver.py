@@ -4,22 +4,27 @@ per command that `cli/launch.py` hands it.
 
 The worker is single-threaded (a fork copies only the forking thread, so no
 thread may hold a lock at that moment) and serves requests from one selector
-loop: the listening socket, each running child's pidfd, each waiting client's
-connection (its end of file means the client died: the child gets SIGHUP, as a
-terminal's hang-up sends) and a wake-up pipe for SIGTERM. A child takes the
-client's stdin, stdout and stderr, argv, environment, working directory and
-umask, and runs `hvfleet.cli.main.run` as the client's own process would;
-the worker sends the client its pid, then how it ended. A request the
-worker cannot take (malformed, too large, a child that died) is declined:
-the client then runs the command itself.
+loop: the listening socket, each child's pidfd and the worker's end of its
+socketpair, each waiting client's connection (its end of file means the
+client died: the child gets SIGHUP, as a terminal's hang-up sends) and a
+wake-up pipe for SIGTERM. One child is always forked ahead (the spare); a
+request goes to it with the client's stdin, stdout and stderr, argv,
+environment, working directory and umask, and it runs `hvfleet.cli.main.run`
+as the client's own process would. The worker sends the client the child's
+pid, then how it ended: the exit code the child reports just before it
+exits, or the signal that ended it. A request the worker cannot take
+(malformed, too large, a spare that died) is declined: the client then runs
+the command itself.
 
-A worker never serves code or data that is no longer installed: before each
-fork it compares the modification times and sizes of hvfleet's source files
-and of every `sys.path` directory (an installed, upgraded or removed package
-changes its directory) with those it started with, and revalidates the
-osinfo-db and cpu_map it holds (`guests/datacache.revalidate`). Changed code
-answers "stale": the client runs the command itself and the worker exits.
-Changed data is reloaded before the fork.
+A worker never serves code or data that is no longer installed. Before each
+request it reads its inotify watch (`cli/changes.py`) of every directory
+holding hvfleet's source files and of every `sys.path` directory (an
+installed, upgraded or removed package changes its entries there) and of the
+osinfo-db and cpu_map files it loaded; after an event it compares the files'
+modification times and sizes with those it started with, and revalidates the
+data (`guests/datacache.revalidate`). Changed code answers "stale": the
+client runs the command itself and the worker exits. Changed data is
+reloaded, and the spare forked before it replaced.
 
 It serves only its own user: the socket's directory is 0700 and owned by that
 user, and each connection's peer uid (SO_PEERCRED) must be the worker's. It
