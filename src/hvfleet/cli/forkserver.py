@@ -40,6 +40,7 @@ import fcntl
 import gc
 import json
 import os
+import pkgutil
 import selectors
 import signal
 import socket
@@ -102,8 +103,14 @@ def warm() -> None:
     from hvfleet.cli import main
 
     main.prepare()
-    for module in ("hvfleet.store.sqlite", "hvfleet.store.remote", "hvfleet.store.etcd",
-                   "rich.console", "rich.table", "yaml", "httpx", "ssl"):
+    # Every module of hvfleet (commands import many lazily, in the function
+    # that needs them: the fleet index and numpy, the guest generator, the
+    # store backends), and what tables and YAML print with.
+    import hvfleet
+
+    names = [m.name for m in pkgutil.walk_packages(hvfleet.__path__, "hvfleet.")
+             if not m.name.endswith("__main__")]
+    for module in (*names, "rich.console", "rich.table", "rich.text", "yaml"):
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
     _load_data()
