@@ -2,7 +2,8 @@
 
 1. Guest generation: hvfleet `generate()` (in-process, warm) and the `hvfleet
    guest generate` command (one process per guest: with only the guest
-   commands loaded, as the console script, and with a cold data cache) vs `virt-install
+   commands loaded, as the console script, with a cold data cache, and as
+   the console script with `hvfleet worker` running) vs `virt-install
    --print-xml --dry-run` (Debian virtinst, one process per guest, on libvirt's
    test driver: virt-install cannot open qemu:///embed) for the same OS and
    resources.
@@ -11,7 +12,8 @@
    `test:///default`, with a check that hvfleet's result is a superset of
    libvirt's (minus non-migratable features) and a subset of every host.
 
-Usage: .venv/bin/python bench/guests.py [--quick]
+Usage: .venv/bin/python bench/guests.py [--quick] [--baseline-only]
+(--baseline-only: part 2 alone, without the slow process-per-guest runs of part 1)
 """
 
 from __future__ import annotations
@@ -117,11 +119,14 @@ def bench_generate(quick: bool) -> None:
     procs = 4 if quick else 12
     script = str(Path(sys.executable).with_name("hvfleet"))
     rows: dict[str, list[float]] = {
-        k: [] for k in ("floor", "imports", "family", "script", "cold", "virt-install")
+        k: [] for k in ("floor", "imports", "family", "script", "worker", "cold", "virt-install")
     }
     with tempfile.TemporaryDirectory() as tmp:
         warm_env = {**os_env(), "HVFLEET_CACHE_DIR": f"{tmp}/warm"}
         subprocess.run(cli(OSES[0]), check=True, capture_output=True, env=warm_env)  # fill it
+        worker_env = {**warm_env, "XDG_RUNTIME_DIR": f"{tmp}/run"}
+        del worker_env["HVFLEET_WORKER"]
+        subprocess.run([script, "worker", "start"], check=True, capture_output=True, env=worker_env)
         for i in range(procs):
             os = OSES[i % len(OSES)]
             runs = (
@@ -129,6 +134,7 @@ def bench_generate(quick: bool) -> None:
                 ("imports", [PY, "-c", "import typer, lxml.etree, hvfleet.model.hostcaps"], warm_env),
                 ("family", cli(os), warm_env),
                 ("script", [script, *cli(os)[3:]], warm_env),
+                ("worker", [script, *cli(os)[3:]], worker_env),
                 ("cold", cli(os), {**os_env(), "HVFLEET_CACHE_DIR": f"{tmp}/cold{i}"}),
                 ("virt-install", virt_install(os), os_env()),
             )
@@ -136,6 +142,7 @@ def bench_generate(quick: bool) -> None:
                 t = time.perf_counter()
                 subprocess.run(cmd, check=True, capture_output=True, env=env)
                 rows[label].append(time.perf_counter() - t)
+        subprocess.run([script, "worker", "stop"], check=True, capture_output=True, env=worker_env)
     ours_ms = median_ms(ours)
     vi_ms = median_ms(rows["virt-install"])
     print("## Guest generation (median per guest)")
@@ -149,6 +156,7 @@ def bench_generate(quick: bool) -> None:
         ("family", "hvfleet guest generate, guest commands only, cache warm"),
         ("cold", "the same, cache cold (osinfo-db and cpu_map parsed)"),
         ("script", "hvfleet guest generate (console script, every command family)"),
+        ("worker", "hvfleet guest generate (console script, hvfleet worker running)"),
         ("floor", "floor: python -c 'import lxml.etree'"),
         ("imports", "floor: python importing typer, lxml and hvfleet.model.hostcaps"),
     ):
@@ -159,9 +167,10 @@ def bench_generate(quick: bool) -> None:
 
 
 def os_env() -> dict[str, str]:
+    """The environment, with no user's own `hvfleet worker` in the way."""
     import os
 
-    return dict(os.environ)
+    return {**os.environ, "HVFLEET_WORKER": "0"}
 
 
 def _libvirt_features(xml: str) -> set[str]:
@@ -247,7 +256,8 @@ def bench_baseline(quick: bool) -> None:
 
 def main() -> None:
     quick = "--quick" in sys.argv
-    bench_generate(quick)
+    if "--baseline-only" not in sys.argv:
+        bench_generate(quick)
     bench_baseline(quick)
 
 

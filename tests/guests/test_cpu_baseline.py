@@ -16,7 +16,7 @@ from hvfleet.guests.cpu import baseline_cpu, cpu_element, expand_cpu
 from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.cpuxml import cpus_from_document
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hostcaps import HostCPU
+from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 
 from .conftest import HOSTS
 
@@ -153,6 +153,7 @@ def test_document_kinds_are_all_read(tmp_path: Path) -> None:
 _CMAP = load_cpu_map()
 _VENDOR_MODELS = sorted(m.name for m in _CMAP.models.values() if m.vendor == "Intel")
 _FEATURES = sorted(_CMAP.features)
+_SPELLINGS = {f: sorted({f} | {a for a, c in _CMAP.aliases.items() if c == f}) for f in _FEATURES}
 
 
 @st.composite
@@ -161,11 +162,15 @@ def intel_host(draw: st.DrawFn) -> HostCPU:
     extra = draw(st.lists(st.sampled_from(_FEATURES), max_size=12, unique=True))
     own = sorted(_CMAP.models[model].features)
     missing = draw(st.just([]) | st.lists(st.sampled_from(own), max_size=4, unique=True))
+    # Now and then a feature spelled as QEMU may spell it (an alias of cpu_map's name).
+    spell = draw(st.booleans())
     return HostCPU(
         vendor="Intel",
         model=model,
-        features=[f for f in extra if f not in missing],
-        disabled_features=missing,
+        features=[draw(st.sampled_from(_SPELLINGS[f])) if spell else f
+                  for f in extra if f not in missing],
+        disabled_features=[draw(st.sampled_from(_SPELLINGS[f])) if spell else f
+                           for f in missing],
     )
 
 
@@ -193,6 +198,8 @@ def test_random_hosts_baseline_is_sound_and_at_least_libvirts(hosts: list[HostCP
             # libvirt's baseline treats every feature of a host CPU as present,
             # policy='disable' included, so it is no reference for those.
             return
+        if not all(set(c.features) <= set(_FEATURES) for c in hosts):
+            return  # QEMU's spellings, which libvirt's own XML need not accept
         theirs = _libvirt_features(conn, [_as_xml(c) for c in hosts])
         assert not (theirs - ours.features - _CMAP.non_migratable)
     finally:
@@ -333,3 +340,67 @@ def test_check_warns_of_a_removed_feature_the_guest_leaves_unsaid() -> None:
     (verdict,) = check_domain(dom, group)
     assert verdict.ok  # the host lacks intel-pt and the guest does not ask for it
     assert any("intel-pt" in w and "removed" in w for w in verdict.warnings), verdict.warnings
+
+
+def test_no_name_cpu_map_uses_is_taken_as_an_alias() -> None:
+    # baseline_cpu canonicalises only the features outside a host's model:
+    # sound only while no name in a model is an alias of another.
+    used = set(_CMAP.features).union(*(m.features | m.removed for m in _CMAP.models.values()))
+    assert not used & _CMAP.aliases.keys()
+    assert _CMAP.aliases  # (there are aliases to keep apart)
+
+
+# -- the baseline's shortcuts against the plain definition ---------------------
+#
+# baseline_cpu intersects per model and only the hosts' own lists, dedupes
+# definitions by object and by value, and canonicalises only what lies
+# outside a model. The reference below does none of that: every host's full
+# feature set, intersected.
+
+_ALL_USABLE = [CPUModelInfo(name=m, usable=True) for m in _CMAP.models]
+
+
+@st.composite
+def fleet(draw: st.DrawFn) -> tuple[list[tuple[str, HostCPU]], dict[str, list[CPUModelInfo]]]:
+    kinds = draw(st.lists(intel_host(), min_size=1, max_size=4))
+    hosts: list[tuple[str, HostCPU]] = []
+    qemu: dict[str, list[CPUModelInfo]] = {}
+    for i in range(draw(st.integers(1, 12))):
+        cpu = draw(st.sampled_from(kinds))
+        if draw(st.booleans()):  # an equal definition in an object of its own
+            cpu = cpu.model_copy(deep=True)
+        name = f"h{i}"
+        hosts.append((name, cpu))
+        if draw(st.integers(0, 3)) == 0:  # a QEMU that blocks a few features on this host
+            blockers = draw(st.lists(st.sampled_from(_FEATURES), min_size=1, max_size=3))
+            victim = draw(st.sampled_from(_VENDOR_MODELS))
+            qemu[name] = [m for m in _ALL_USABLE if m.name != victim] + [
+                CPUModelInfo(name=victim, usable=False, blockers=blockers)]
+    return hosts, qemu
+
+
+def _reference(hosts: list[tuple[str, HostCPU]],
+               qemu: dict[str, list[CPUModelInfo]]) -> tuple[frozenset[str], int, int]:
+    """(guest features, distinct definitions, size of the smallest) by the book."""
+    canon = _CMAP.canonical_feature
+    defs = set()
+    for name, c in hosts:
+        blocked = frozenset(canon(f) for m in qemu.get(name, ()) if m.usable is False
+                            for f in m.blockers or ())
+        defs.add((c.model, tuple(c.features), tuple(c.disabled_features), blocked))
+    full = [(_CMAP.models[m].features | {canon(f) for f in feats})
+            - {canon(f) for f in dis} - blocked for m, feats, dis, blocked in defs]
+    common = frozenset.intersection(*full) & frozenset(_CMAP.features)
+    return common - _CMAP.non_migratable, len(defs), min(map(len, full))
+
+
+@settings(max_examples=300, deadline=None)
+@given(group=fleet())
+def test_baseline_equals_the_intersection_of_every_hosts_full_features(
+    group: tuple[list[tuple[str, HostCPU]], dict[str, list[CPUModelInfo]]],
+) -> None:
+    hosts, qemu = group
+    features, distinct, smallest = _reference(hosts, qemu)
+    d = baseline_cpu(hosts, _CMAP, qemu_models=qemu)
+    assert d.value.features == features
+    assert f"({distinct} distinct host CPU definitions, smallest has {smallest})" in d.evidence[1]

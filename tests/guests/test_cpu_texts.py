@@ -178,3 +178,26 @@ def test_every_spelling_reads_as_the_xml_parser_reads_it(bit: str) -> None:
         except InvalidInput:
             got = InvalidInput
         assert got == want, text
+
+
+def test_a_host_cpu_read_from_text_is_the_model_construct_one() -> None:
+    # cpuxml builds HostCPUs without model_construct's per-field walk: the
+    # result must be the same object in every respect pydantic looks at.
+    from hvfleet.guests.cpuxml import _HOST_CPU_PLAIN, _host_cpu
+
+    assert _HOST_CPU_PLAIN  # else the short way is never taken and this proves nothing
+    fast = _host_cpu("Intel", "Haswell", ["vmx", "pdpe1gb"], ["pcid"], "h1")
+    slow = HostCPU.model_construct(vendor="Intel", model="Haswell", features=["vmx", "pdpe1gb"],
+                                   disabled_features=["pcid"], source="h1")
+    assert fast == slow
+    assert fast.__dict__ == slow.__dict__
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.__pydantic_extra__ == slow.__pydantic_extra__
+    assert fast.__pydantic_private__ == slow.__pydantic_private__
+    assert fast.to_dict() == slow.to_dict()
+    assert HostCPU.model_validate(fast.to_dict()) == fast
+    assert fast.model_copy(update={"model": "Broadwell"}).model == "Broadwell"
+    fast.model = "Skylake-Client"  # validate_assignment still applies
+    assert fast.model == "Skylake-Client" and slow.model == "Haswell"
+    with pytest.raises(ValueError):
+        fast.features = 3  # type: ignore[assignment]

@@ -217,3 +217,16 @@ def test_a_process_that_keeps_what_it_loaded_learns_of_a_change(cache: Path, tmp
     model.write_text(model.read_text() + "\n")
     assert datacache.revalidate() != []
     assert datasets.cpu_map_version(str(src)) != v
+
+
+def test_revalidate_every_compares_at_most_that_often(cache: Path, tmp_path: Path) -> None:
+    src = tmp_path / "cpu_map"
+    shutil.copytree(cpumap.CPU_MAP_DIR, src)
+    first = cpumap.load_cpu_map(str(src))
+    assert datacache.revalidate() == []  # compared just now
+    model = src / "x86_Cascadelake-Server.xml"
+    model.write_text(model.read_text() + "\n")
+    assert datacache.revalidate(every=3600) == []  # too soon: not compared
+    assert cpumap.load_cpu_map(str(src)) is first
+    assert datacache.revalidate() != []
+    assert cpumap.load_cpu_map(str(src)) is not first

@@ -4,20 +4,27 @@ per command that `cli/launch.py` hands it.
 
 The worker is single-threaded (a fork copies only the forking thread, so no
 thread may hold a lock at that moment) and serves requests from one selector
-loop: the listening socket, each running child's pidfd, each waiting client's
-connection (its end of file means the client died: the child gets SIGHUP, as a
-terminal's hang-up sends) and a wake-up pipe for SIGTERM. A child takes the
-client's stdin, stdout and stderr, argv, environment, working directory and
-umask, and runs `hvfleet.cli.main.run` as the client's own process would;
-the worker sends the client its pid, then how it ended.
+loop: the listening socket, each child's pidfd and the worker's end of its
+socketpair, each waiting client's connection (its end of file means the
+client died: the child gets SIGHUP, as a terminal's hang-up sends) and a
+wake-up pipe for SIGTERM. One child is always forked ahead (the spare); a
+request goes to it with the client's stdin, stdout and stderr, argv,
+environment, working directory and umask, and it runs `hvfleet.cli.main.run`
+as the client's own process would. The worker sends the client the child's
+pid, then how it ended: the exit code the child reports just before it
+exits, or the signal that ended it. A request the worker cannot take
+(malformed, too large, a spare that died) is declined: the client then runs
+the command itself.
 
-A worker never serves code or data that is no longer installed: before each
-fork it compares the modification times and sizes of hvfleet's source files
-and of every `sys.path` directory (an installed, upgraded or removed package
-changes its directory) with those it started with, and revalidates the
-osinfo-db and cpu_map it holds (`guests/datacache.revalidate`). Changed code
-answers "stale": the client runs the command itself and the worker exits.
-Changed data is reloaded before the fork.
+A worker never serves code or data that is no longer installed. Before each
+request it reads its inotify watch (`cli/changes.py`) of every directory
+holding hvfleet's source files and of every `sys.path` directory (an
+installed, upgraded or removed package changes its entries there) and of the
+osinfo-db and cpu_map files it loaded; after an event it compares the files'
+modification times and sizes with those it started with, and revalidates the
+data (`guests/datacache.revalidate`). Changed code answers "stale": the
+client runs the command itself and the worker exits. Changed data is
+reloaded, and the spare forked before it replaced.
 
 It serves only its own user: the socket's directory is 0700 and owned by that
 user, and each connection's peer uid (SO_PEERCRED) must be the worker's. It
@@ -33,6 +40,7 @@ import fcntl
 import gc
 import json
 import os
+import pkgutil
 import selectors
 import signal
 import socket
@@ -95,8 +103,14 @@ def warm() -> None:
     from hvfleet.cli import main
 
     main.prepare()
-    for module in ("hvfleet.store.sqlite", "hvfleet.store.remote", "hvfleet.store.etcd",
-                   "rich.console", "rich.table", "yaml", "httpx", "ssl"):
+    # Every module of hvfleet (commands import many lazily, in the function
+    # that needs them: the fleet index and numpy, the guest generator, the
+    # store backends), and what tables and YAML print with.
+    import hvfleet
+
+    names = [m.name for m in pkgutil.walk_packages(hvfleet.__path__, "hvfleet.")
+             if not m.name.endswith("__main__")]
+    for module in (*names, "rich.console", "rich.table", "rich.text", "yaml"):
         with contextlib.suppress(ImportError):
             importlib.import_module(module)
     _load_data()
@@ -265,8 +279,11 @@ class Worker:
         try:
             self.handle(conn)
         except Exception as exc:  # one bad request never stops the worker
+            # Nothing ran: the client runs the command itself.
+            reason = f"{type(exc).__name__}: {exc}"
+            self.note("declined", reason=reason)
             with contextlib.suppress(OSError):
-                conn.sendall(f"refused {type(exc).__name__}: {exc}\n".encode())
+                conn.sendall(f"decline {reason}\n".encode())
             conn.close()
 
     def handle(self, conn: socket.socket) -> None:
@@ -276,6 +293,9 @@ class Worker:
             conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
         if uid != os.getuid():
             raise PermissionError(f"uid {uid} may not use uid {os.getuid()}'s worker")
+        if not conn.recv(1, socket.MSG_PEEK):
+            conn.close()  # a probe (`worker start` waiting for it to serve): nothing to run
+            return
         body, fds = _receive(conn, 3)
         try:
             args = launch.decode_request(body).args  # refused here if malformed
@@ -289,13 +309,18 @@ class Worker:
                 self.spawn_spare()
             child, self.spare = self.spare, None
             assert child is not None and child.handoff is not None
-            conn.settimeout(None)
-            conn.sendall(b"pid %d\n" % child.pid)
-            socket.send_fds(child.handoff, [b"%08x" % len(body)], fds)
-            child.handoff.sendall(body)
+            try:
+                socket.send_fds(child.handoff, [b"%08x" % len(body)], fds)
+                child.handoff.sendall(body)
+            except OSError:
+                self.spare = child  # it died: reaped as a spare, and the client declined
+                raise
         finally:
             for fd in fds:
                 os.close(fd)
+        conn.settimeout(None)
+        with contextlib.suppress(OSError):  # a client gone by now gets its child a SIGHUP
+            conn.sendall(b"pid %d\n" % child.pid)
         child.conn, child.command, child.started = conn, launch.command_of(args), time.monotonic()
         self.served += 1
         self.children[child.pidfd] = child

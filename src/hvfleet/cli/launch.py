@@ -36,8 +36,9 @@ IN_PROCESS = frozenset({"agent", "serve", "worker"})
 MAGIC = b"hvfleet-worker-1"
 # The worker's answers, one line each: "pid N" once the child runs, then
 # "exit N" (its exit code) or "signal N" (the signal that ended it); "stale"
-# when the worker's code or data is no longer what is installed (it then
-# exits, and the command runs in this process); "refused TEXT" otherwise.
+# when the worker's code is no longer what is installed (it then exits), or
+# "decline REASON" when it cannot take the request: the command then runs in
+# this process.
 
 
 def command_of(args: list[str]) -> str | None:
@@ -135,7 +136,10 @@ def _in_worker(args: list[str]) -> int | None:
         sys.stderr.write(f"warning: not using {path}: it is served by uid {uid}, not this user\n")
         return None
     try:
-        body = encode_request(args)
+        try:
+            body = encode_request(args)
+        except OSError:  # no working directory (removed): as the command itself will say
+            return None
         # stdin, stdout, stderr as the C ints SCM_RIGHTS carries (no `array` import).
         fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (0, 1, 2))
         try:
@@ -185,7 +189,7 @@ def _wait(sock: object) -> int | None:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return 128 + signum
-        elif word == "stale" and not child:
+        elif word in ("stale", "decline") and not child:
             return None
         else:
             sys.stderr.write(f"error: hvfleet worker: {line.decode(errors='replace')}\n")

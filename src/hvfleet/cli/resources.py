@@ -22,7 +22,7 @@ from hvfleet.cli.common import (
     parse_ratio,
 )
 from hvfleet.cli.main import app
-from hvfleet.cli.output import OutputFormat, console, dump, emit, human, table
+from hvfleet.cli.output import OutputFormat, console, dump, emit, human, print_table, table
 from hvfleet.model import capacity as cap
 from hvfleet.model import views
 from hvfleet.model.crd import crds
@@ -88,7 +88,7 @@ def get(
         print(f"No {'overcommit policie' if k == 'OvercommitPolicy' else k.lower()}s found.",
               file=sys.stderr)
         return
-    console.print(table([c.name for c in cols], rows))
+    print_table([c.name for c in cols], rows)
 
 
 # -- describe --------------------------------------------------------------------------------

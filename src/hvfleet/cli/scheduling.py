@@ -16,7 +16,7 @@ import typer
 
 from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
-from hvfleet.cli.output import console, dump, human, table
+from hvfleet.cli.output import dump, human, print_table
 from hvfleet.model import views as model_views
 from hvfleet.model.durations import parse_duration, parse_expiry
 from hvfleet.model.errors import InvalidInput
@@ -79,7 +79,7 @@ def _print_doc(data: Any, output: Output = Output.json) -> None:
 def _table(rows: list[list[str]]) -> None:
     """rows[0] is the header, as everywhere else in the CLI (hvfleet.cli.output)."""
     if rows:
-        console.print(table(rows[0], rows[1:]))
+        print_table(rows[0], rows[1:])
 
 
 def _request_dict(request: Request) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import typer
 
 from hvfleet.cli.common import DEFAULT_MANAGER, StoreOpt, connect
 from hvfleet.cli.main import app
-from hvfleet.cli.output import console, emit, table
+from hvfleet.cli.output import emit, print_table
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.token import Role, token_state
 from hvfleet.model.views import age
@@ -88,7 +88,7 @@ def list_command(
          age(t.metadata.creation_timestamp, now)]
         for t in tokens
     ]
-    console.print(table(["ID", "ROLE", "SUBJECT", "HYPERVISOR", "STATE", "EXPIRES", "AGE"], rows))
+    print_table(["ID", "ROLE", "SUBJECT", "HYPERVISOR", "STATE", "EXPIRES", "AGE"], rows)
 
 
 @token_app.command("revoke")

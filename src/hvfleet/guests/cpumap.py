@@ -94,8 +94,13 @@ def _load(directory: str) -> CPUMap:
                      if f.get("removed") == "yes"],
                 )
             )
+    # A name cpu_map itself uses is never taken as an alias: the baseline
+    # relies on a model's features being spelled as they are (guests/cpu.py).
     for name in features:
         aliases.pop(name, None)
+    for _, _, feats, _, removed in raw_models:
+        for name in (*feats, *removed):
+            aliases.pop(name, None)
     models: dict[str, CPUModel] = {}
     for pos, (name, vendor, feats, parents, removed) in enumerate(raw_models):
         inherited: set[str] = set()

@@ -26,10 +26,15 @@ _BAD = r"\x00-\x1f\ud800-\udfff\ufffe\uffff"  # never in a plain attribute value
 # say nothing about its features (microcode revision, TSC frequency, topology,
 # ...), when self-closing with plainly well-formed attributes, none twice
 # (twice is malformed: for the parser to refuse).
+_VOLATILE_TAG = r"<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
+_ATTRIBUTE = rf"""{_WS}+{_NAME}{_WS}*={_WS}*(?:"[^"<&{_BAD}]*"|'[^'<&{_BAD}]*')"""
+# With one attribute (a microcode line), none can be there twice: no
+# look-ahead, whose group, once set, costs each later child a save of it.
+_VOLATILE_ONE = rf"{_VOLATILE_TAG}(?:{_ATTRIBUTE})?{_WS}*/>"
 _VOLATILE = (
-    r"<(?:microcode|counter|topology|signature|maxphysaddr|cache|pages)"
-    rf"(?![^<>]*?{_WS}(?P<att>{_NAME}){_WS}*=[^<>]*{_WS}(?P=att){_WS}*=)"
-    rf"""(?:{_WS}+{_NAME}{_WS}*={_WS}*(?:"[^"<&{_BAD}]*"|'[^'<&{_BAD}]*'))*{_WS}*/>"""
+    rf"(?:{_VOLATILE_ONE}"
+    rf"|{_VOLATILE_TAG}(?![^<>]*?{_WS}(?P<att>{_NAME}){_WS}*=[^<>]*{_WS}(?P=att){_WS}*=)"
+    rf"(?:{_ATTRIBUTE})*{_WS}*/>)"
 )
 # ... removed only with nothing but whitespace between them and the tags
 # around them: that changes no element's text.
@@ -45,29 +50,42 @@ _CAPS_HOST_CPU_RE = re.compile(
     re.S,
 )
 # A host <cpu> in its plainest form: children arch, model and vendor with
-# plain text, features with plainly quoted name (and policy) attributes, and
-# volatile children, with whitespace between them; nothing else (no entity,
-# no attribute value or text an XML parser would normalise or refuse, no
-# duplicate attribute). Such a document means the same to any XML parser, so
-# it is read with regular expressions; anything else goes to the XML parser.
-_PLAIN_VALUE = rf"""(?:"([^"<&{_BAD}]*)"|'([^'<&{_BAD}]*)')"""
-_PLAIN_TEXT = r"[^<&>\r\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]*"
+# plain text, features with plainly quoted name (and policy) attributes
+# holding no quote character of either kind, and volatile children, with
+# whitespace between them; nothing else (no entity, no attribute value or
+# text an XML parser would normalise or refuse, no duplicate attribute). Such
+# a document means the same to any XML parser, so it is read with regular
+# expressions; anything else goes to the XML parser. The quantifiers are
+# possessive: every child starts with "<" and ends with ">", so there is
+# never anything to backtrack into, and the engine need not keep the places.
+_PLAIN_VALUE = rf"""(?:"[^"'<&{_BAD}]*+"|'[^"'<&{_BAD}]*+')"""
+# A feature's name is never empty in the plain form: a nameless feature goes
+# to the parser's path, which refuses it with its message.
+_PLAIN_NAME = rf"""(?:"[^"'<&{_BAD}]++"|'[^"'<&{_BAD}]++')"""
+_PLAIN_TEXT = r"[^<&>\r\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]*+"
 _PLAIN_CHILD = (
-    rf"<(?P<tag>arch|model|vendor)>({_PLAIN_TEXT})</(?P=tag)>"
-    rf"|<feature name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
-    rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_VALUE}/>"
+    # The commonest first.
+    rf"<feature name={_PLAIN_NAME}(?: policy={_PLAIN_VALUE})?/>"
+    rf"|<(?:arch>{_PLAIN_TEXT}</arch|model>{_PLAIN_TEXT}</model|vendor>{_PLAIN_TEXT}</vendor)>"
+    rf"|<feature policy={_PLAIN_VALUE} name={_PLAIN_NAME}/>"
 )
 _PLAIN_CPU_RE = re.compile(
-    rf"<cpu>(?:{_WS}*(?:{_PLAIN_CHILD}|{_VOLATILE}))*{_WS}*</cpu>{_WS}*"
+    # The usual head, arch, model and vendor (after a microcode line, say),
+    # with model and vendor taken, which are then the first ones; any of
+    # those children may also come anywhere in the rest.
+    rf"<cpu>(?:{_WS}*+{_VOLATILE_ONE})*+"
+    rf"(?:(?:{_WS}*+<arch>{_PLAIN_TEXT}</arch>)?+{_WS}*+<model>({_PLAIN_TEXT})</model>"
+    rf"{_WS}*+<vendor>({_PLAIN_TEXT})</vendor>)?+"
+    rf"(?:{_WS}*+(?:{_PLAIN_CHILD}|{_VOLATILE}))*+{_WS}*</cpu>{_WS}*"
 )
 # Once a document is known plain, these read it: every feature is in one of
-# the plain spellings above, and nothing else in it can look like one.
+# the plain spellings above (so either quote ends a value), and nothing else
+# in it can look like one (no value or text holds a "<").
 _PLAIN_FEATURE_RE = re.compile(
-    rf"<feature (?:policy={_PLAIN_VALUE} )?name={_PLAIN_VALUE}(?: policy={_PLAIN_VALUE})?/>"
+    r"""<feature (?:policy=["']([^"']*)["'] )?name=["']([^"']*)["']"""
+    r"""(?: policy=["']([^"']*)["'])?/>"""
 )
-_PLAIN_NAME_RE = re.compile(rf"<feature name={_PLAIN_VALUE}/>")
-_PLAIN_MODEL_RE = re.compile(r"<model>([^<]*)</model>")
-_PLAIN_VENDOR_RE = re.compile(r"<vendor>([^<]*)</vendor>")
+_PLAIN_NAME_RE = re.compile(r"""<feature name=["']([^"']*)["']/>""")
 
 CPUFields = tuple[str, str, tuple[str, ...], tuple[str, ...]]
 
@@ -99,26 +117,57 @@ def _cpu_part(text: str) -> str:
     return _BETWEEN_TAGS_RE.sub("><", text)
 
 
-def _plain_fields(part: str) -> CPUFields | None:
+def _plain_fields(part: str) -> tuple[str, str, list[str], list[str]] | None:
     """(vendor, model, features, disabled) of a plain `<cpu>`, else None."""
-    if _PLAIN_CPU_RE.fullmatch(part) is None:
+    plain = _PLAIN_CPU_RE.fullmatch(part)
+    if plain is None:
         return None
     if "policy=" not in part:
         # A host CPU as `virsh capabilities` gives it: every feature present.
-        names = tuple(a or b for a, b in _PLAIN_NAME_RE.findall(part))
-        disabled: tuple[str, ...] = ()
+        names: list[str] = _PLAIN_NAME_RE.findall(part)
+        disabled: list[str] = []
     else:
-        # findall gives "" for the groups that did not take part (the other quote).
-        found = [(n1 or n2, p1 or p2 or p3 or p4)
-                 for p1, p2, n1, n2, p3, p4 in _PLAIN_FEATURE_RE.findall(part)]
-        names = tuple(n for n, p in found if p not in ("disable", "forbid"))
-        disabled = tuple(n for n, p in found if p in ("disable", "forbid"))
-    if "" in names or "" in disabled:
-        return None  # a nameless feature: the parser's path refuses it, with its message
-    # The first one, as find() takes.
-    m = _PLAIN_MODEL_RE.search(part)
-    v = _PLAIN_VENDOR_RE.search(part)
-    return (v.group(1).strip() if v else "", m.group(1).strip() if m else "", names, disabled)
+        found = [(n, p1 or p2) for p1, n, p2 in _PLAIN_FEATURE_RE.findall(part)]
+        names = [n for n, p in found if p not in ("disable", "forbid")]
+        disabled = [n for n, p in found if p in ("disable", "forbid")]
+    model, vendor = plain.group(1, 2)
+    if model is None:
+        # Not in the usual head: the first <model> and <vendor>, as find()
+        # takes; in a plain <cpu> each "<" starts a tag and no text holds
+        # one, so the next closing tag is theirs.
+        m = part.find("<model>")
+        model = part[m + 7:part.index("</model>", m)] if m >= 0 else ""
+        v = part.find("<vendor>")
+        vendor = part[v + 8:part.index("</vendor>", v)] if v >= 0 else ""
+    return (vendor.strip(), model.strip(), names, disabled)
+
+
+_object_setattr = object.__setattr__
+_HOST_CPU_FIELDS = frozenset(("vendor", "model", "features", "disabled_features", "source"))
+# What model_construct would do otherwise: the short way only while it is this.
+_HOST_CPU_PLAIN = (set(HostCPU.model_fields) == _HOST_CPU_FIELDS
+                   and not (HostCPU.__pydantic_post_init__ or HostCPU.__pydantic_root_model__
+                            or HostCPU.model_config.get("extra") == "allow"))
+
+
+def _host_cpu(
+    vendor: str, model: str, features: list[str], disabled: list[str], source: str
+) -> HostCPU:
+    """`HostCPU.model_construct` with every field given, which it then
+    fills in just so: without its per-field walk over aliases and defaults,
+    a quarter of the time of reading a thousand distinct documents. Every
+    field is a str or a list of str by construction: nothing to validate.
+    (tests/guests/test_cpu_texts.py checks it against model_construct.)"""
+    if not _HOST_CPU_PLAIN:  # a hook or an extra-field rule to honour: the long way
+        return HostCPU.model_construct(vendor=vendor, model=model, features=features,
+                                       disabled_features=disabled, source=source)
+    cpu = HostCPU.__new__(HostCPU)
+    _object_setattr(cpu, "__dict__", {"vendor": vendor, "model": model, "features": features,
+                                      "disabled_features": disabled, "source": source})
+    _object_setattr(cpu, "__pydantic_fields_set__", set(_HOST_CPU_FIELDS))
+    _object_setattr(cpu, "__pydantic_extra__", None)
+    _object_setattr(cpu, "__pydantic_private__", None)
+    return cpu
 
 
 def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
@@ -145,8 +194,9 @@ def cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]
 def _cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU]]:
     from hvfleet.discovery.xmlsafe import MAX_XML_BYTES, parse_xml
 
-    by_text: dict[str, list[HostCPU]] = {}
-    by_fields: dict[CPUFields, list[HostCPU]] = {}
+    # A document's CPU: one for a plain <cpu>, a list from the parser's path.
+    by_text: dict[str, HostCPU | list[HostCPU]] = {}
+    by_fields: dict[CPUFields, HostCPU] = {}
     by_part: dict[str, list[HostCPU]] = {}
     out: list[tuple[str, HostCPU]] = []
     for name, text in docs:
@@ -154,24 +204,23 @@ def _cpus_from_texts(docs: Sequence[tuple[str, str]]) -> list[tuple[str, HostCPU
         if found is None:
             if len(text) > MAX_XML_BYTES:
                 raise InvalidInput(f"{name}: document is larger than {MAX_XML_BYTES} bytes")
-            fields = _plain_fields(_host_cpu_slice(text))
+            # (A <cpu> document is its own host <cpu>.)
+            fields = _plain_fields(text if text.startswith("<cpu>") else _host_cpu_slice(text))
             if fields is not None:
-                found = by_fields.get(fields)
+                vendor, model, feats, disabled = fields
+                key = (vendor, model, tuple(feats), tuple(disabled))
+                found = by_fields.get(key)
                 if found is None:
-                    vendor, model, feats, disabled = fields
-                    # Every field is a str or a list of str by construction:
-                    # no validation needed.
-                    found = by_fields[fields] = [HostCPU.model_construct(
-                        vendor=vendor, model=model, features=list(feats),
-                        disabled_features=list(disabled), source=name,
-                    )]
+                    found = by_fields[key] = _host_cpu(vendor, model, feats, disabled, name)
             else:
                 part = _cpu_part(text)
                 found = by_part.get(part)
                 if found is None:
                     found = by_part[part] = cpus_from_document(parse_xml(part, name), name)
             by_text[text] = found
-        if len(found) == 1:
+        if not isinstance(found, list):
+            out.append((name, found))
+        elif len(found) == 1:
             out.append((name, found[0]))
         else:
             out += [(f"{name}#{i + 1}", c) for i, c in enumerate(found)]

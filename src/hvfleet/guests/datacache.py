@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -100,15 +101,26 @@ def watched() -> list[str]:
     return sorted({p for paths, _ in _LOADED.values() for p in paths})
 
 
-def revalidate() -> list[str]:
+_CHECKED = [0.0]  # when revalidate last compared (time.monotonic())
+_LOCK = threading.Lock()  # the API server's threads revalidate and load at once
+
+
+def revalidate(every: float = 0.0) -> list[str]:
     """The loaded entries whose files changed (edited, added or removed: their
     directories are watched too) since this process loaded them. When any did,
-    every registered memo is cleared and the list of loaded entries emptied."""
-    stale = [path for path, (watched, then) in _LOADED.items() if _versions(watched) != then]
-    if stale:
-        for forget in _FORGET:
-            forget()
-        _LOADED.clear()
+    every registered memo is cleared and the list of loaded entries emptied.
+    With `every`, compare at most that often (seconds); [] between times."""
+    with _LOCK:
+        now = time.monotonic()
+        if every and now - _CHECKED[0] < every:
+            return []
+        _CHECKED[0] = now
+        stale = [path for path, (watched, then) in list(_LOADED.items())
+                 if _versions(watched) != then]
+        if stale:
+            for forget in _FORGET:
+                forget()
+            _LOADED.clear()
     return stale
 
 

@@ -12,6 +12,7 @@ as verb "create" on its own resource name ("fit", "release", ...).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -22,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from hvfleet.discovery.xmlsafe import parse_xml
+from hvfleet.guests import datacache
 from hvfleet.guests.check import check_domain
 from hvfleet.guests.cpu import baseline_cpu, cpu_element, qemu_models_of
 from hvfleet.guests.cpuxml import cpus_from_texts
@@ -112,6 +114,25 @@ def _ok(kind: str, doc: dict[str, Any]) -> JSONResponse:
     return JSONResponse({"apiVersion": API_VERSION, "kind": kind, **doc})
 
 
+def _verb(what: str, body_model: type[Model], run: Callable[[ApiContext, Identity, Any], dict[str, Any]],
+          kind: str | None) -> Callable[[Request], Awaitable[Response]]:
+    """The handler of an action: its body decoded strictly, the caller
+    authenticated, `run` in the thread pool (it authorizes), the answer as a
+    `kind` document (None: `run`'s document as it is), any error a Status."""
+
+    async def handler(request: Request) -> Response:
+        ctx: ApiContext = request.app.state.ctx
+        try:
+            body = await _body(request, ctx, body_model, what)
+            who = await authenticate(ctx, request)
+            doc = await run_in_threadpool(run, ctx, who, body)
+            return JSONResponse(doc) if kind is None else _ok(kind, doc)
+        except Exception as exc:
+            return error_response(exc, Target(name=what))
+
+    return handler
+
+
 def _quantity(r: ResourceName, v: Fraction | Quantity) -> str:
     return str(Quantity(v, "binary" if r == MEMORY else "decimal"))
 
@@ -156,14 +177,7 @@ def _fit(ctx: ApiContext, who: Identity, body: FitBody) -> dict[str, Any]:
         return fit_document(index, result, body.why)
 
 
-async def fit(request: Request) -> Response:
-    ctx: ApiContext = request.app.state.ctx
-    try:
-        body = await _body(request, ctx, FitBody, "fit")
-        who = await authenticate(ctx, request)
-        return _ok("FitResult", await run_in_threadpool(_fit, ctx, who, body))
-    except Exception as exc:
-        return error_response(exc, Target(name="fit"))
+fit = _verb("fit", FitBody, _fit, "FitResult")
 
 
 # -- release ------------------------------------------------------------------------------------
@@ -196,18 +210,17 @@ def _placement(ctx: ApiContext, who: Identity, body: PlacementBody) -> dict[str,
     return export_fleet(ctx.store, selector)
 
 
-async def placement(request: Request) -> Response:
-    ctx: ApiContext = request.app.state.ctx
-    try:
-        body = await _body(request, ctx, PlacementBody, "placement")
-        who = await authenticate(ctx, request)
-        doc = await run_in_threadpool(_placement, ctx, who, body)
-        return JSONResponse(doc)
-    except Exception as exc:
-        return error_response(exc, Target(name="placement"))
+placement = _verb("placement", PlacementBody, _placement, None)
 
 
 # -- CPU baseline and guests ------------------------------------------------------------------
+
+def _fresh_data() -> None:
+    """osinfo-db and cpu_map are kept in memory; before a CPU or guest verb
+    they are checked for a change (at most once a second), so an upgraded
+    package is read without a restart."""
+    datacache.revalidate(every=1.0)
+
 
 def _group(ctx: ApiContext, selector: str) -> HostGroup:
     hvs = ctx.store.list_hypervisors(parse_selector(selector))
@@ -220,6 +233,7 @@ def _cpubaseline(ctx: ApiContext, who: Identity, body: CpuBaselineBody) -> dict[
     if bool(body.cpus) == (body.label_selector is not None):
         raise BadRequest("cpubaseline: give cpus (XML texts) or labelSelector, not both")
     ctx.authorize(who, Action("create", "cpubaseline"))
+    _fresh_data()
     cpus: list[tuple[str, HostCPU]]
     qemu_models = None
     if body.cpus:
@@ -243,18 +257,12 @@ def _cpubaseline(ctx: ApiContext, who: Identity, body: CpuBaselineBody) -> dict[
     return doc
 
 
-async def cpubaseline(request: Request) -> Response:
-    ctx: ApiContext = request.app.state.ctx
-    try:
-        body = await _body(request, ctx, CpuBaselineBody, "cpubaseline")
-        who = await authenticate(ctx, request)
-        return _ok("CPUBaseline", await run_in_threadpool(_cpubaseline, ctx, who, body))
-    except Exception as exc:
-        return error_response(exc, Target(name="cpubaseline"))
+cpubaseline = _verb("cpubaseline", CpuBaselineBody, _cpubaseline, "CPUBaseline")
 
 
 def _generate(ctx: ApiContext, who: Identity, body: GuestBody) -> dict[str, Any]:
     ctx.authorize(who, Action("create", "guests", name="generate"))
+    _fresh_data()
     req = GuestRequest(
         os=body.os, name=body.name, vcpus=body.vcpus, memory=parse_memory(body.memory),
         disks=tuple(DiskSpec.parse(s) for s in body.disks),
@@ -269,29 +277,16 @@ def _generate(ctx: ApiContext, who: Identity, body: GuestBody) -> dict[str, Any]
     return doc
 
 
-async def guest_generate(request: Request) -> Response:
-    ctx: ApiContext = request.app.state.ctx
-    try:
-        body = await _body(request, ctx, GuestBody, "guests/generate")
-        who = await authenticate(ctx, request)
-        return _ok("GuestDefinition", await run_in_threadpool(_generate, ctx, who, body))
-    except Exception as exc:
-        return error_response(exc, Target(name="guests/generate"))
+guest_generate = _verb("guests/generate", GuestBody, _generate, "GuestDefinition")
 
 
 def _check(ctx: ApiContext, who: Identity, body: GuestCheckBody) -> dict[str, Any]:
     ctx.authorize(who, Action("create", "guests", name="check"))
+    _fresh_data()
     verdicts = check_domain(parse_xml(body.domain, "domain"), _group(ctx, body.label_selector))
     return {"ok": all(v.ok for v in verdicts),
             "hosts": [{"host": v.host, "ok": v.ok, "problems": list(v.problems),
                        "warnings": list(v.warnings)} for v in verdicts]}
 
 
-async def guest_check(request: Request) -> Response:
-    ctx: ApiContext = request.app.state.ctx
-    try:
-        body = await _body(request, ctx, GuestCheckBody, "guests/check")
-        who = await authenticate(ctx, request)
-        return _ok("GuestCheck", await run_in_threadpool(_check, ctx, who, body))
-    except Exception as exc:
-        return error_response(exc, Target(name="guests/check"))
+guest_check = _verb("guests/check", GuestCheckBody, _check, "GuestCheck")
