@@ -7,7 +7,8 @@ queue; an event is sent at most once (by revision), as a label-selected watch
 sees it (`seen_through`: entering the selection is ADDED, leaving it DELETED).
 Every write to the socket has a deadline (`send_timeout`) and a client whose
 queue overflowed gets an ERROR event with an Expired (410) Status and is
-dropped, so one slow reader holds nothing but its own queue. The stream ends after timeoutSeconds.
+dropped, so one slow reader holds nothing but its own queue. The stream ends
+after timeoutSeconds.
 """
 
 from __future__ import annotations

@@ -8,13 +8,16 @@ directly:
 - field ownership is recorded in `metadata.managedFields` and enforced inside
   the same atomic write (see `hvfleet.store.ownership`);
 - `watch(since=R)` yields every event with revision > R, in order; history
-  that was compacted away raises Gone;
+  that was compacted away raises Gone; each event can tell the object's
+  previous state (`WatchEvent.previous`);
 - `claim()` re-checks a reservation against its host and that host's other
   reservations and writes it in one atomic step, without a global lock;
 - `write_all()` writes several objects all-or-nothing (one SQLite
   transaction, one etcd txn comparing every object's revision);
 - agent liveness is a small Lease object per hypervisor (`keepalive`,
-  `agent_liveness`), written like any other object, so every backend has it.
+  `agent_liveness`), written like any other object, so every backend has it;
+- `dry_run`, `dry_run_delete` and `dry_run_claim` run a write's checks on the
+  current state and write nothing (the API's dryRun), on every backend.
 """
 
 from __future__ import annotations
