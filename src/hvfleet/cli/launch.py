@@ -157,10 +157,16 @@ def _wait(sock: object) -> int | None:
 
     recv = sock.recv  # type: ignore[attr-defined]
     child = 0
+    pending: list[int] = []  # signals that came before the child's pid
 
     def forward(signum: int, _frame: object) -> None:
         if child:
             os.kill(child, signum)
+        else:
+            pending.append(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, forward)
 
     buffered = b""
     while True:
@@ -173,14 +179,14 @@ def _wait(sock: object) -> int | None:
                 if child:
                     sys.stderr.write("error: the hvfleet worker stopped before the command ended\n")
                     return 1
-                return None
+                return 128 + pending[0] if pending else None
             buffered += chunk
         line, _, buffered = buffered.partition(b"\n")
         word, _, value = line.decode().partition(" ")
         if word == "pid":
             child = int(value)
-            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-                signal.signal(signum, forward)
+            for signum in pending:
+                os.kill(child, signum)
         elif word == "exit":
             return int(value)
         elif word == "signal":
@@ -190,7 +196,8 @@ def _wait(sock: object) -> int | None:
             os.kill(os.getpid(), signum)
             return 128 + signum
         elif word in ("stale", "decline") and not child:
-            return None
+            # Not taken: the command runs here, unless the user already interrupted it.
+            return 128 + pending[0] if pending else None
         else:
             sys.stderr.write(f"error: hvfleet worker: {line.decode(errors='replace')}\n")
             return 1
