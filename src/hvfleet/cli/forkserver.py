@@ -53,6 +53,7 @@ from typing import Any, TextIO
 
 from hvfleet.cli import launch
 from hvfleet.cli.changes import Changes
+from hvfleet.guests import datacache
 
 MAX_REQUEST = 1 << 20  # argv + environment; ARG_MAX is 2 MiB, a shell's env far less
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -81,17 +82,6 @@ def _code_files() -> list[str]:
         out += [os.path.join(dirpath, f) for f in filenames if not f.endswith(".pyc")]
     out += [p for p in sys.path if p and os.path.isdir(p)]
     return sorted(out)
-
-
-def _versions(paths: list[str]) -> list[tuple[int, int]]:
-    out = []
-    for p in paths:
-        try:
-            st = os.stat(p)
-            out.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append((-1, -1))
-    return out
 
 
 def warm() -> None:
@@ -190,7 +180,7 @@ class Worker:
     def serve(self) -> None:
         warm()
         self.code_files = _code_files()
-        self.code = _versions(self.code_files)
+        self.code = datacache.file_versions(self.code_files)
         self.changes = self.watch()
         if threading.active_count() != 1:  # pragma: no cover - a dependency started one
             raise RuntimeError("a thread runs after warm-up: forking would be unsafe")
@@ -334,8 +324,6 @@ class Worker:
     def watch(self) -> Changes:
         """inotify on every directory holding the code and data this worker
         serves: a request then costs one read unless something changed."""
-        from hvfleet.guests import datacache
-
         paths = [*self.code_files, *datacache.watched()]
         return Changes([p if os.path.isdir(p) else os.path.dirname(p) for p in paths])
 
@@ -345,10 +333,8 @@ class Worker:
         with the old data, replaced."""
         if not self.changes.changed():
             return False
-        if _versions(self.code_files) != self.code:
+        if datacache.file_versions(self.code_files) != self.code:
             return True
-        from hvfleet.guests import datacache
-
         if datacache.revalidate():
             _load_data()  # the next children get the new data warm
             self.changes.close()

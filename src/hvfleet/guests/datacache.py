@@ -54,7 +54,8 @@ def tree_files(root: str, suffix: str = ".xml") -> list[str]:
     return out
 
 
-def _versions(paths: Iterable[str]) -> list[tuple[str, int, int]]:  # (path, mtime_ns, size)
+def file_versions(paths: Iterable[str]) -> list[tuple[str, int, int]]:
+    """(path, mtime_ns, size) of each path; (path, -1, -1) for one that is gone."""
     out = []
     for p in paths:
         try:
@@ -69,7 +70,7 @@ def _versions(paths: Iterable[str]) -> list[tuple[str, int, int]]:  # (path, mti
 def fingerprint(sources: Iterable[str], code: Iterable[str]) -> str:
     import hvfleet
 
-    doc = [FORMAT, hvfleet.__version__, _versions(sources), _versions(code)]
+    doc = [FORMAT, hvfleet.__version__, file_versions(sources), file_versions(code)]
     return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -116,7 +117,7 @@ def revalidate(every: float = 0.0) -> list[str]:
             return []
         _CHECKED[0] = now
         stale = [path for path, (watched, then) in list(_LOADED.items())
-                 if _versions(watched) != then]
+                 if file_versions(watched) != then]
         if stale:
             for forget in _FORGET:
                 forget()
@@ -142,7 +143,7 @@ def cached(
     key = fingerprint(sources, code)
     watched = sorted({*sources, *code, *(os.path.dirname(p) for p in sources), root})
     path = entry_path(kind, root, code)
-    _LOADED[path] = (watched, _versions(watched))
+    _LOADED[path] = (watched, file_versions(watched))
     if forget is not None:
         on_change(forget)
     try:
