@@ -76,10 +76,7 @@ def _code_files() -> list[str]:
     import hvfleet
 
     root = os.path.dirname(os.path.abspath(hvfleet.__file__))
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        out += [os.path.join(dirpath, f) for f in filenames if not f.endswith(".pyc")]
+    out = [f for f in datacache.tree_files(root, "") if not f.endswith(".pyc")]
     out += [p for p in sys.path if p and os.path.isdir(p)]
     return sorted(out)
 
