@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from hvfleet.guests import datasets
-from hvfleet.server import actions, dashboard, discovery, impersonation, openapi
+from hvfleet.server import access_review, actions, dashboard, discovery, impersonation, openapi
 from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.identity import Authenticator, Authorizer
@@ -86,6 +86,12 @@ def routes(dashboard_pages: bool = True) -> list[Any]:
         Route("/apis", _document(discovery.api_group_list)),
         Route("/apis/hvfleet.io", _document(discovery.api_group)),
         Route(GV, _document(discovery.api_resource_list)),
+        Route(f"/apis/{access_review.GROUP}", _document(access_review.api_group)),
+        Route(access_review.PREFIX, _document(access_review.api_resource_list)),
+        Route(f"{access_review.PREFIX}/{access_review.ACCESS_REVIEWS}",
+              access_review.self_subject_access_review, methods=["POST"]),
+        Route(f"{access_review.PREFIX}/{access_review.RULES_REVIEWS}",
+              access_review.self_subject_rules_review, methods=["POST"]),
         Route("/openapi/v2", _openapi_v2),
         Route("/openapi/v3", _document(openapi.openapi_v3_root)),
         Route(f"/openapi/v3/{openapi.GV_PATH}", _document(openapi.openapi_v3_group)),
@@ -99,7 +105,7 @@ def routes(dashboard_pages: bool = True) -> list[Any]:
         Route(f"{GV}/guests/generate", actions.guest_generate, methods=["POST"]),
         Route(f"{GV}/guests/check", actions.guest_check, methods=["POST"]),
         Route(f"{GV}/reservations/{{name}}/release", actions.release_reservation, methods=["POST"]),
-        Route(f"{GV}/{{plural}}", collection, methods=["GET", "POST"]),
+        Route(f"{GV}/{{plural}}", collection, methods=["GET", "POST", "DELETE"]),
         Route(f"{GV}/{{plural}}/{{name}}", item, methods=["GET", "PUT", "PATCH", "DELETE"]),
         Route(f"{GV}/{{plural}}/{{name}}/status", item, methods=["GET", "PUT", "PATCH"]),
     ]

@@ -61,10 +61,10 @@ _READ_FLEET = (
     _grant("guests", "create"),
 )
 _OPERATE = (
-    _grant("hypervisors", "create update patch delete"),
+    _grant("hypervisors", "create update patch delete deletecollection"),
     # Fleet-wide ratios are the operator's, like each host's spec.overcommit.
-    _grant("overcommitpolicies", "create update patch delete"),
-    _grant("reservations", "delete"),
+    _grant("overcommitpolicies", "create update patch delete deletecollection"),
+    _grant("reservations", "delete deletecollection"),
     _grant("fit", "create"),
 )
 _SCHEDULE = (
@@ -105,7 +105,7 @@ _WHY: dict[Role, str] = {
 }
 
 
-_WRITES = frozenset({"create", "update", "patch", "delete"})
+_WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
 def _agent_only(who: Identity, action: Action, name: str | None) -> str | None:
@@ -188,7 +188,8 @@ class RoleAuthorizer:
             )
 
 
-VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")
+VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete",
+                          "deletecollection")
 
 
 def table_resources() -> list[str]:

@@ -15,7 +15,7 @@ from hvfleet import __version__
 from hvfleet.model.crd import crds
 from hvfleet.model.meta import API_GROUP, API_VERSION
 
-VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 STATUS_VERBS = ["get", "patch", "update"]
 
 
@@ -78,10 +78,16 @@ def api_group() -> dict[str, Any]:
             "preferredVersion": gv}
 
 
+# authorization.k8s.io/v1 serves only the self reviews (hvfleet.server.access_review).
+AUTHORIZATION_GROUP = "authorization.k8s.io"
+
+
 def api_group_list() -> dict[str, Any]:
     group = api_group()
     del group["kind"], group["apiVersion"]
-    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+    authz = {"groupVersion": f"{AUTHORIZATION_GROUP}/v1", "version": "v1"}
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        group, {"name": AUTHORIZATION_GROUP, "versions": [authz], "preferredVersion": authz}]}
 
 
 def api_resource_list() -> dict[str, Any]:

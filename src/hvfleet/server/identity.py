@@ -21,7 +21,9 @@ __all__ = ["ROLES", "Action", "Authenticator", "Authorizer", "Identity", "Role",
 
 # Kubernetes verbs, plus the fleet's action endpoints (fit, release, ...), which
 # are authorized as verb "create" on their own resource name ("fit", ...).
-Verb = Literal["get", "list", "watch", "create", "update", "patch", "delete"]
+# "deletecollection" is a DELETE on a collection (each object it removes is
+# authorized as "delete" too).
+Verb = Literal["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
 
 
 @dataclass(frozen=True)

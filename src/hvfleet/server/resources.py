@@ -36,13 +36,14 @@ from hvfleet.model.errors import (
 from hvfleet.model.hypervisor import Reservation, Resource
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_GROUP, API_VERSION
-from hvfleet.model.selectors import parse_selector
+from hvfleet.model.selectors import Selector, parse_selector
 from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.impersonation import acting_identity
+from hvfleet.server.read_options import check_not_newer, read_options
 from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
@@ -123,14 +124,34 @@ def _update(ctx: ApiContext, who: Identity, new: Resource, force: bool, dry_run:
     return ctx.store.update(new, who.manager, force=force)
 
 
+def field_validation(request: Request) -> str:
+    """The request's fieldValidation; kube-apiserver's default is Warn (drop
+    unknown fields and say so in a Warning header), and so is this API's."""
+    return bodies.field_validation(request.query_params.get("fieldValidation") or "Warn")
+
+
+def warning_header(message: str) -> str:
+    """One RFC 7234 Warning value as kube-apiserver writes it: code 299, agent
+    "-", the text as a quoted-string (so kubectl prints it as `Warning: ...`).
+    A header carries printable ASCII only: anything else (from a field name the
+    client chose) becomes "?", and a long text is cut."""
+    text = "".join(ch if " " <= ch <= "~" else "?" for ch in message[:256])
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{escaped}"'
+
+
 def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource, code: int = 200,
            warnings: list[str] | None = None) -> Response:
-    headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
     if wants_table(request.headers.get("accept")):
         body = table(info.kind, [obj], ctx.table_inputs(info.kind), obj.metadata.resource_version or "",
                      request.query_params.get("includeObject", "PartialObjectMetadata"))
-        return JSONResponse(body, status_code=code, headers=headers)
-    return JSONResponse(obj.to_dict(), status_code=code, headers=headers)
+        response = JSONResponse(body, status_code=code)
+    else:
+        response = JSONResponse(obj.to_dict(), status_code=code)
+    for w in warnings or []:
+        # One header per warning, as kube-apiserver sends them.
+        response.headers.append("Warning", warning_header(w))
+    return response
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
@@ -179,6 +200,17 @@ def _retrying(ctx: ApiContext, pinned: bool, attempt: Callable[[], Resource | No
 
 
 # -- collections ----------------------------------------------------------------------------
+
+def label_selector(text: str | None) -> Selector:
+    """A query's labelSelector: one that does not parse is a malformed request
+    (400 BadRequest, as kube-apiserver answers), not an invalid object."""
+    try:
+        return parse_selector(text)
+    except BadRequest:
+        raise
+    except InvalidInput as exc:
+        raise BadRequest(f"labelSelector: {exc.detail}") from None
+
 
 def name_from_field_selector(text: str | None) -> tuple[str | None, str | None]:
     """(name that must match, name that must not) from `metadata.name=X` terms."""
@@ -233,6 +265,8 @@ async def collection(request: Request) -> Response:
         info = _info(request)
         if request.method == "POST":
             return await create(request, ctx, info)
+        if request.method == "DELETE":
+            return await delete_collection(request, ctx, info)
         if _flag(request, "watch"):
             return await watch(request, ctx, info)
         return await list_objects(request, ctx, info)
@@ -242,8 +276,9 @@ async def collection(request: Request) -> Response:
 
 async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
     q = request.query_params
-    selector = parse_selector(q.get("labelSelector"))
+    selector = label_selector(q.get("labelSelector"))
     equal, unequal = name_from_field_selector(q.get("fieldSelector"))
+    options = read_options(q, watch=False)
     limit = _limit(request)
     after, snapshot = _decode_continue(q["continue"]) if q.get("continue") else (None, "")
     who = await authenticate(ctx, request)
@@ -254,6 +289,7 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     kept = ctx.list_snapshots.get(snapshot) if snapshot else None
     if kept is None:
         result = await run_in_threadpool(ctx.store.list, info.kind, selector)
+        check_not_newer(options, result.revision)
         revision = result.revision
         everything = [o for o in result.items
                       if (equal is None or o.metadata.name == equal)
@@ -283,11 +319,9 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
 
 async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
     q = request.query_params
-    selector = parse_selector(q.get("labelSelector"))
+    selector = label_selector(q.get("labelSelector"))
     equal, unequal = name_from_field_selector(q.get("fieldSelector"))
-    rv_text = q.get("resourceVersion", "")
-    if rv_text not in ("", "0") and not rv_text.isdigit():
-        raise BadRequest(f"resourceVersion: {rv_text!r} is not a resource version")
+    options = read_options(q, watch=True)
     timeout_text = q.get("timeoutSeconds", "")
     if timeout_text and not timeout_text.isdigit():
         raise BadRequest(f"timeoutSeconds: {timeout_text!r} is not a number of seconds")
@@ -300,18 +334,25 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
     try:
         fanout = await run_in_threadpool(ctx.hub.fanout, info.kind)
         initial: list[Resource] | None = None
-        if rv_text in ("", "0"):
-            # No version: the current objects first (as ADDED), then changes after them.
+        # Without sendInitialEvents, kube's default: the current objects first (as
+        # ADDED) when no version is given, else changes after the version.
+        send_initial = (options.send_initial_events if options.send_initial_events is not None
+                        else options.resource_version in ("", "0"))
+        if send_initial:
             listed = await run_in_threadpool(ctx.store.list, info.kind, selector)
+            check_not_newer(options, listed.revision)
             since = listed.revision
             initial = listed.items
         else:
-            since = int(rv_text)
+            current = await run_in_threadpool(ctx.store.revision)
+            check_not_newer(options, current)
+            since = options.revision if options.revision is not None else current
         return WatchResponse(
             ctx, fanout, info.kind, since, initial, selector=selector, name=equal, not_name=unequal,
             bookmarks=_flag(request, "allowWatchBookmarks"), timeout=timeout,
             as_table=wants_table(request.headers.get("accept")),
             include_object=q.get("includeObject", "PartialObjectMetadata"), release=release,
+            initial_events_end=bool(options.send_initial_events),
         )
     except BaseException:
         release()
@@ -320,7 +361,7 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
 
 async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
     dry_run = bodies.dry_run(request)
-    validation = bodies.field_validation(request.query_params.get("fieldValidation"))
+    validation = field_validation(request)
     media = bodies.media_type(request)
     if media not in ("application/json", "*/*"):
         raise UnsupportedMediaType(f"create: the body must be application/json, not {media!r}")
@@ -381,7 +422,7 @@ async def item(request: Request) -> Response:
                 raise ApiError(405, "MethodNotAllowed", "the status subresource cannot be deleted")
             return await delete(request, ctx, info, name)
         dry_run = bodies.dry_run(request)
-        validation = bodies.field_validation(request.query_params.get("fieldValidation"))
+        validation = field_validation(request)
         force = _flag(request, "force")
         media = bodies.media_type(request)
         if media == bodies.STRATEGIC_PATCH:
@@ -587,3 +628,34 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
     out = _retrying(ctx, rv is not None or uid is not None, attempt)
     assert out is not None
     return out
+
+
+async def delete_collection(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
+    """DELETE on a collection: every object the label and field selectors match,
+    authorized as deletecollection on the collection and as delete on each
+    object (the store's rules and the audit log see one delete per object). As
+    in Kubernetes it is not atomic: it answers the list of what it deleted."""
+    q = request.query_params
+    selector = label_selector(q.get("labelSelector"))
+    equal, unequal = name_from_field_selector(q.get("fieldSelector"))
+    body = await bodies.read_body(request, ctx.limits.max_body)
+    _, _, body_dry_run = _delete_options(body)
+    dry_run = bodies.dry_run(request) or body_dry_run
+    action = Action("deletecollection", info.plural, name=equal, dry_run=dry_run)
+    who = await authenticate(ctx, request, action)
+    precheck(ctx, who, action)
+    listed = await run_in_threadpool(ctx.store.list, info.kind, selector)
+    deleted: list[Resource] = []
+    for obj in listed.items:
+        name = obj.metadata.name
+        if (equal is not None and name != equal) or (unequal is not None and name == unequal):
+            continue
+        try:
+            deleted.append(await run_in_threadpool(delete_object, ctx, who, info, name, None, None,
+                                                   dry_run))
+        except NotFound:
+            continue  # deleted meanwhile: nothing left to do for it
+    rv = await run_in_threadpool(ctx.store.revision)
+    return JSONResponse({"apiVersion": API_VERSION, "kind": f"{info.kind}List",
+                         "metadata": {"resourceVersion": str(rv)},
+                         "items": [o.to_dict() for o in deleted]})

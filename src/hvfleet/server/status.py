@@ -70,6 +70,7 @@ class ApiError(Exception):
     reason: str
     message: str
     causes: list[dict[str, str]] = field(default_factory=list)
+    retry_after: int | None = None  # details.retryAfterSeconds
 
 
 def status(
@@ -78,6 +79,7 @@ def status(
     message: str,
     target: Target | None = None,
     causes: list[dict[str, str]] | None = None,
+    retry_after: int | None = None,
 ) -> dict[str, Any]:
     details: dict[str, Any] = {}
     if target is not None:
@@ -88,6 +90,8 @@ def status(
             details["kind"] = target.plural
     if causes:
         details["causes"] = causes
+    if retry_after is not None:
+        details["retryAfterSeconds"] = retry_after
     out: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -142,7 +146,7 @@ def unknown_fields(paths: list[str]) -> ApiError:
 def from_error(exc: Exception, target: Target) -> dict[str, Any]:
     """The Status for an exception raised while serving a request about `target`."""
     if isinstance(exc, ApiError):
-        return status(exc.code, exc.reason, exc.message, target, exc.causes)
+        return status(exc.code, exc.reason, exc.message, target, exc.causes, exc.retry_after)
     if not isinstance(exc, HvfleetError):
         return status(500, "InternalError", f"internal error: {type(exc).__name__}", target)
     reason, code = next(((r, c) for cls, r, c in _REASONS if isinstance(exc, cls)),

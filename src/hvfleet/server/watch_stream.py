@@ -1,8 +1,10 @@
 """One client's watch as an HTTP response: newline-delimited JSON events.
 
 The order is: the current objects as ADDED (when no resourceVersion was
-given), a catch-up from the store when the version is older than the fan-out's
-kept history, the kept history, then live events from the client's own
+given, or with sendInitialEvents=true), for a watch-list the BOOKMARK
+annotated `k8s.io/initial-events-end` at the version of those objects, a
+catch-up from the store when the version is older than the fan-out's kept
+history, the kept history, then live events from the client's own
 queue; an event is sent at most once (by revision), as a label-selected watch
 sees it (`seen_through`: entering the selection is ADDED, leaving it DELETED).
 Every write to the socket has a deadline (`send_timeout`) and a client whose
@@ -28,6 +30,7 @@ from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector
 from hvfleet.server.context import ApiContext
+from hvfleet.server.read_options import INITIAL_EVENTS_END
 from hvfleet.server.status import status
 from hvfleet.server.table import TableInputs, table
 from hvfleet.server.watch import KindFanout, catch_up_batch, seen_through
@@ -44,7 +47,8 @@ class WatchResponse(Response):
     def __init__(self, ctx: ApiContext, fanout: KindFanout, kind: str, since: int,
                  initial: list[Resource] | None, *, selector: Selector, name: str | None,
                  not_name: str | None, bookmarks: bool, timeout: float, as_table: bool,
-                 include_object: str, release: Callable[[], None]) -> None:
+                 include_object: str, release: Callable[[], None],
+                 initial_events_end: bool = False) -> None:
         self.ctx = ctx
         self.fanout = fanout
         self.kind = kind
@@ -58,6 +62,7 @@ class WatchResponse(Response):
         self.as_table = as_table
         self.include_object = include_object
         self.release = release
+        self.initial_events_end = initial_events_end
         self._send: Send | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -119,9 +124,13 @@ class WatchResponse(Response):
         await self._write(json.dumps({"type": "ERROR",
                                       "object": status(code, reason, message)}).encode() + b"\n")
 
-    async def _bookmark(self, revision: int) -> None:
-        obj = {"kind": self.kind, "apiVersion": API_VERSION,
-               "metadata": {"resourceVersion": str(revision)}}
+    async def _bookmark(self, revision: int, initial_events_end: bool = False) -> None:
+        meta: dict[str, object] = {"resourceVersion": str(revision)}
+        if initial_events_end:
+            # What client-go's watch-list (kubectl wait, informers) waits for
+            # before it counts the initial state as complete.
+            meta["annotations"] = {INITIAL_EVENTS_END: "true"}
+        obj = {"kind": self.kind, "apiVersion": API_VERSION, "metadata": meta}
         await self._write(json.dumps({"type": "BOOKMARK", "object": obj}).encode() + b"\n")
 
     async def _stream(self) -> None:
@@ -165,6 +174,9 @@ class WatchResponse(Response):
             for obj in self.initial or []:
                 if self._wanted(obj):
                     await self._event("ADDED", obj, inputs)
+            if self.initial_events_end:
+                # The initial objects are the state at `since`: the bookmark says so.
+                await self._bookmark(self.since, initial_events_end=True)
             if catch_up is not None:
                 try:
                     stream = self.ctx.store.watch(self.kind, since=self.since, name=self.name,
