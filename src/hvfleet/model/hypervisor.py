@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PlainSerializer, field_validator, model_validator
 
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.lease import Lease
@@ -40,6 +40,16 @@ def check_ratio(resource: str, value: Any) -> float:
     return ratio
 
 
+def _whole_as_integer(value: float) -> int | float:
+    # As Go's encoding/json (so kube-apiserver) writes a float64: 4.0 is `4` on
+    # the wire, and large values keep their exponent form.
+    return int(value) if value.is_integer() and abs(value) < 1e21 else value
+
+
+# An overcommit ratio: a float in Python, an integer in JSON when it is whole.
+OvercommitRatio = Annotated[float, PlainSerializer(_whole_as_integer, when_used="json")]
+
+
 def _non_negative(field: str, values: ResourceList) -> ResourceList:
     for name, q in values.items():
         if q < 0:
@@ -48,7 +58,7 @@ def _non_negative(field: str, values: ResourceList) -> ResourceList:
 
 
 class HypervisorSpec(Model):
-    overcommit: dict[ResourceName, float] = Field(default_factory=dict)
+    overcommit: dict[ResourceName, OvercommitRatio] = Field(default_factory=dict)
     reserved: ResourceList = Field(default_factory=dict)
     extra_capacity: ResourceList = Field(default_factory=dict)
     maintenance: Literal["", "manual", "drain"] = ""
@@ -208,7 +218,7 @@ class LabelSelector(Model):
 
 class OvercommitPolicySpec(Model):
     selector: LabelSelector = Field(default_factory=LabelSelector)
-    overcommit: dict[ResourceName, float]
+    overcommit: dict[ResourceName, OvercommitRatio]
     # Higher wins where two matching policies give a ratio for the same resource;
     # at equal priority the policy whose name sorts first.
     priority: int = 0

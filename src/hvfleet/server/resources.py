@@ -43,7 +43,7 @@ from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.impersonation import acting_identity
-from hvfleet.server.read_options import check_not_newer, read_options
+from hvfleet.server.read_options import EXACT, check_not_newer, read_options
 from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
@@ -290,6 +290,10 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     if kept is None:
         result = await run_in_threadpool(ctx.store.list, info.kind, selector)
         check_not_newer(options, result.revision)
+        exact = options.revision if options.match == EXACT else None
+        if exact is not None and exact != result.revision:
+            # The objects as they were at that revision, from the store's history.
+            result = await run_in_threadpool(ctx.store.list_at, info.kind, exact, selector)
         revision = result.revision
         everything = [o for o in result.items
                       if (equal is None or o.metadata.name == equal)

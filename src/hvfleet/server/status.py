@@ -86,7 +86,11 @@ def status(
         if target.name:
             details["name"] = target.name
         details["group"] = API_GROUP
-        if target.plural:
+        # kube-apiserver names the resource ("hypervisors") in most details, and
+        # the kind ("Hypervisor") in an Invalid one (errors.NewInvalid).
+        if reason == "Invalid" and target.kind:
+            details["kind"] = target.kind
+        elif target.plural:
             details["kind"] = target.plural
     if causes:
         details["causes"] = causes

@@ -262,6 +262,14 @@ class Store(ABC):
     def revision(self) -> int:
         """The store's current revision."""
 
+    def list_at(self, kind: str, revision: int, selector: Selector | str | None = None) -> ListResult:
+        """The objects of `kind` as they were at `revision` (not newer than the
+        current one), from the store's history (hvfleet.store.history); Gone
+        once that history is compacted."""
+        from hvfleet.store.history import list_at  # history builds on this module
+
+        return list_at(self, kind, revision, selector)
+
     @abstractmethod
     def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
         """Create `reservation` only if `check(host, other reservations of that

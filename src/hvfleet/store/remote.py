@@ -404,6 +404,19 @@ class RemoteStore(Store):
         # The token list carries no version (tokens are not watched): the store's, read after.
         return ListResult(items=items, revision=int(rv) if rv else self.revision())
 
+    def list_at(self, kind: str, revision: int, selector: Selector | str | None = None) -> ListResult:
+        """The server's own read at that revision (resourceVersionMatch=Exact)."""
+        k = kind_of(kind)
+        query = {"resourceVersion": str(revision), "resourceVersionMatch": "Exact"}
+        sel = str(as_selector(selector))
+        if sel:
+            query["labelSelector"] = sel
+        doc = json.loads(self._call("GET", f"{self._path(k)}?{urlencode(query)}"))
+        model = STORED_KINDS[k]
+        with gc_paused():
+            items = [model.model_validate(item) for item in doc.get("items") or []]
+        return ListResult(items=items, revision=revision)
+
     def create(self, obj: Resource, manager: str) -> Resource:
         """POST; a Reservation's create is a claim on the server (its check)."""
         host = obj.spec.hypervisor if isinstance(obj, Reservation) else None
