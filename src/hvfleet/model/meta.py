@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 API_VERSION: Final = "hvfleet.io/v1"
@@ -65,20 +65,93 @@ class ManagedFieldsEntry(Model):
     fields_v1: dict[str, Any] = Field(default_factory=dict, alias="fieldsV1")
 
 
-class ObjectMeta(Model):
+# Random characters a generated name ends with (kube's utilrand alphabet: no
+# vowels, no look-alikes), and how long the prefix may be before them.
+GENERATED_SUFFIX_LENGTH = 5
+MAX_GENERATE_NAME_PREFIX = 58
+
+
+class OwnerReference(Model):
+    """An object this one belongs to: when every owner is gone, it is deleted
+    too (hvfleet.store.lifecycle's garbage collector). `uid` tells the owner
+    from a later object of the same name."""
+
+    api_version: str
+    kind: str
     name: str
+    uid: str
+    controller: bool | None = None
+    block_owner_deletion: bool | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return validate_name(v)
+
+    @field_validator("api_version", "kind", "uid")
+    @classmethod
+    def _required(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+
+class ObjectMeta(Model):
+    # Empty only in a create that asks for a generated one (generateName).
+    name: str = ""
+    generate_name: str | None = None
     uid: str | None = None
     resource_version: str | None = None
     generation: int = 0
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     creation_timestamp: datetime | None = None
+    # Set by a DELETE of an object that still has finalizers; it is removed
+    # when the last finalizer is (hvfleet.store.lifecycle).
+    deletion_timestamp: datetime | None = None
+    deletion_grace_period_seconds: int | None = None
+    # None rather than empty, so objects without them read (and store) as before.
+    finalizers: list[str] | None = None
+    owner_references: list[OwnerReference] | None = None
     managed_fields: list[ManagedFieldsEntry] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        return validate_name(v)
+        return v if v == "" else validate_name(v)
+
+    @field_validator("generate_name")
+    @classmethod
+    def _generate_name(cls, v: str | None) -> str | None:
+        if v:
+            # Whatever the suffix, the generated name must be a valid one.
+            try:
+                validate_name(v[:MAX_GENERATE_NAME_PREFIX] + "x" * GENERATED_SUFFIX_LENGTH)
+            except ValueError:
+                raise ValueError(f"{v!r} is not a valid prefix for a name (lower-case letters, "
+                                 "digits, '-' and '.', starting with a letter or digit)") from None
+        return v
+
+    @field_validator("finalizers")
+    @classmethod
+    def _finalizers(cls, v: list[str] | None) -> list[str] | None:
+        for f in v or []:
+            if len(f) > 316 or not _LABEL_KEY_RE.match(f):
+                raise ValueError(f"finalizer {f!r} is not a valid qualified name")
+        return v
+
+    @field_validator("owner_references")
+    @classmethod
+    def _one_controller(cls, v: list[OwnerReference] | None) -> list[OwnerReference] | None:
+        if sum(1 for r in v or [] if r.controller) > 1:
+            raise ValueError("only one reference can have controller set to true")
+        return v
+
+    @model_validator(mode="after")
+    def _named(self) -> ObjectMeta:
+        if not self.name and not self.generate_name:
+            raise ValueError("name or generateName is required")
+        return self
 
     @field_validator("labels")
     @classmethod

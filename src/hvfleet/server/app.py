@@ -29,6 +29,7 @@ from hvfleet.server.resources import authenticate, collection, error_response, i
 from hvfleet.server.status import ApiError, Target
 from hvfleet.server.token_api import token_routes
 from hvfleet.store.base import Store
+from hvfleet.store.lifecycle import GarbageCollector
 
 GV = "/apis/hvfleet.io/v1"
 
@@ -132,11 +133,14 @@ def create_app(
         await run_in_threadpool(datasets.preload)
         if dashboard_pages:
             await dashboard.start(app)
+        # Dependents whose owners are gone (ownerReferences), deleted in the background.
+        collector = GarbageCollector(store).start()
         try:
             yield
         finally:
             if dashboard_pages:
                 await dashboard.stop(app)
+            await run_in_threadpool(collector.close)
             ctx.close()
 
     app = Starlette(routes=routes(dashboard_pages), lifespan=lifespan,

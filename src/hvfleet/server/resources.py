@@ -47,6 +47,7 @@ from hvfleet.server.read_options import EXACT, check_not_newer, read_options
 from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
+from hvfleet.store import lifecycle
 from hvfleet.store.apply import plan_one
 from hvfleet.store.base import StaleVersion, Write
 
@@ -117,11 +118,12 @@ def _flag(request: Request, name: str) -> bool:
     return value in ("true", "1")
 
 
-def _update(ctx: ApiContext, who: Identity, new: Resource, force: bool, dry_run: bool) -> Resource:
-    """The store's compare-and-swap update of `new`, or its dry run."""
-    if dry_run:
-        return ctx.store.dry_run(Write("update", new), who.manager, force=force)
-    return ctx.store.update(new, who.manager, force=force)
+def _update(ctx: ApiContext, who: Identity, current: Resource, new: Resource, force: bool,
+            dry_run: bool) -> Resource:
+    """The store's compare-and-swap update of `new` over `current`, or its dry
+    run; the one that removes the last finalizer of an object being deleted
+    deletes it (hvfleet.store.lifecycle)."""
+    return lifecycle.update(ctx.store, current, new, who.manager, force=force, dry_run=dry_run)
 
 
 def field_validation(request: Request) -> str:
@@ -386,20 +388,24 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
 def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource,
                   dry_run: bool = False) -> Resource:
     """Create (a Reservation: claim) as the caller, or its dry run."""
-    action = Action("create", info.plural, name=obj.metadata.name, dry_run=dry_run)
+    action = Action("create", info.plural, name=obj.metadata.name or None, dry_run=dry_run)
 
-    def write() -> Resource:
-        if isinstance(obj, Reservation):
+    def create_one(candidate: Resource) -> Resource:
+        if isinstance(candidate, Reservation):
             try:
-                return claim_reservation(ctx.store, obj, who.manager,
+                return claim_reservation(ctx.store, candidate, who.manager,
                                          staleness=ctx.limits.claim_staleness, dry_run=dry_run)
             except NotFound as exc:
                 # The missing object is the host the reservation names, not the
                 # reservation: a 404 would read as "reservation not found".
                 raise InvalidInput(str(exc), field="spec.hypervisor") from None
         if dry_run:
-            return ctx.store.dry_run(Write("create", obj), who.manager)
-        return ctx.store.create(obj, who.manager)
+            return ctx.store.dry_run(Write("create", candidate), who.manager)
+        return ctx.store.create(candidate, who.manager)
+
+    def write() -> Resource:
+        # metadata.generateName without a name: a generated one, another on a collision.
+        return lifecycle.create_named(obj, create_one)
 
     out = audited(ctx, who, action, None, write, check=lambda: ctx.authorize(who, action, None, obj))
     assert out is not None
@@ -492,7 +498,7 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
         new = new.model_copy(update={"metadata": current.metadata.model_copy(
             update={"resource_version": obj.metadata.resource_version})})
 
-    out = audited(ctx, who, action, current, lambda: _update(ctx, who, new, force, dry_run),
+    out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
                   check=lambda: ctx.authorize(who, action, current, new))
     assert out is not None
     return out
@@ -531,7 +537,7 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
             new = new.model_copy(update={"metadata": current.metadata.model_copy(
                 update={"resource_version": patched.metadata.resource_version})})
 
-        out = audited(ctx, who, action, current, lambda: _update(ctx, who, new, force, dry_run),
+        out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
                       check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out
@@ -570,7 +576,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
                     update={"resource_version": manifest.metadata.resource_version})})
         action = Action("patch", info.plural, name, sub, force, dry_run)
 
-        out = audited(ctx, who, action, current, lambda: _update(ctx, who, new, force, dry_run),
+        out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
                       check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out
@@ -618,11 +624,8 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
             if uid is not None and uid != current.metadata.uid:
                 raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
                                    f"uid in object meta: {current.metadata.uid}")
-            if dry_run:
-                return ctx.store.dry_run_delete(info.kind, name,
-                                                rv or current.metadata.resource_version)
-            ctx.store.delete(info.kind, name, rv or current.metadata.resource_version)
-            return current
+            # With finalizers, only marked (deletionTimestamp) until they are removed.
+            return lifecycle.delete(ctx.store, current, who.manager, rv, dry_run=dry_run)[0]
 
         out = audited(ctx, who, action, current, write,
                       check=lambda: ctx.authorize(who, action, current, None))

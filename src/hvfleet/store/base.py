@@ -220,6 +220,9 @@ class Store(ABC):
     below are shared."""
 
     url: str
+    # Whether `delete` itself keeps an object with finalizers (marking it), as
+    # the remote store's server does; else hvfleet.store.lifecycle does it.
+    finalizes_on_delete: bool = False
 
     @abstractmethod
     def get(self, kind: str, name: str) -> Resource:

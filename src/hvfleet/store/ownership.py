@@ -25,6 +25,7 @@ from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec, Reservation, Resource
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import ManagedFieldsEntry
+from hvfleet.store import lifecycle
 from hvfleet.store.base import OwnershipConflict, StaleVersion
 
 Path = tuple[str, ...]
@@ -179,6 +180,7 @@ def _check_status_writer(obj: Resource, manager: str) -> None:
 def prepare_create(obj: Resource, manager: str, now: datetime) -> Resource:
     """The object as stored on create (resourceVersion is set by the backend)."""
     check_manager(manager)
+    obj = lifecycle.on_create(obj)
     _check_lease_writer(obj, manager)
     writer = _status_writer(obj)
     if (
@@ -235,6 +237,7 @@ def prepare_update(
             f"{new.kind} {new.metadata.name}: resourceVersion {new.metadata.resource_version} "
             f"is stale (current is {old.metadata.resource_version}); re-read and retry"
         )
+    new = lifecycle.on_update(old, new)
     _check_lease_writer(new, manager)
     _check_reservation_growth(old, new, now)
     status_changed = _status_of(new) != _status_of(old)

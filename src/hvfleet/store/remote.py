@@ -249,6 +249,9 @@ def _rejected_resource(field: object) -> str | None:
 class RemoteStore(Store):
     """The Store contract over `hvfleet serve` (see the module docstring)."""
 
+    # The server's DELETE honours finalizers itself (hvfleet.store.lifecycle there).
+    finalizes_on_delete = True
+
     def __init__(self, server: str, token: str | None, ca_pem: bytes | None = None, *,
                  impersonate: bool = False, timeout: float = DEFAULT_TIMEOUT) -> None:
         scheme, host, port = _origin(server)

@@ -1,0 +1,276 @@
+"""An object's life as Kubernetes' generic registry runs it, for every backend:
+generated names, finalizers (a deletion that waits) and owner references
+(dependents collected when their owners are gone).
+
+The rules a write must keep (`on_create`, `on_update`) run inside every
+backend's atomic write, through `prepare_create` / `prepare_update`
+(hvfleet.store.ownership), so no writer can break them:
+- `deletionTimestamp` is set only by a deletion and never changes or goes
+  away once set (a write that carries another value keeps the stored one);
+- while an object is being deleted, no finalizer can be added;
+- an owner reference names a kind this store keeps.
+
+The operations built on the Store contract (`create_named`, `delete`,
+`update`) are what the edges call instead of the bare store calls: a
+DELETE of an object with finalizers only marks it (deletionTimestamp), and the
+write that removes its last finalizer deletes it. `GarbageCollector` follows
+the store's watch and deletes an object once none of its owners exists any
+more (kube's background propagation), through the same `delete`, so a
+dependent's own finalizers hold it as they would any deletion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from hvfleet.model.errors import AlreadyExists, Gone, HvfleetError, InvalidInput, NotFound
+from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Resource
+from hvfleet.model.meta import (
+    API_VERSION,
+    GENERATED_SUFFIX_LENGTH,
+    MAX_GENERATE_NAME_PREFIX,
+    OwnerReference,
+)
+from hvfleet.store.base import StaleVersion, Store, Write
+
+log = logging.getLogger("hvfleet.store.lifecycle")
+
+# kube's utilrand alphabet: no vowels (no words), no look-alikes (0/o, 1/l).
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+# Names tried for one generateName create before giving up (kube tries 8).
+GENERATE_ATTEMPTS = 8
+# The manager of the collector's own writes.
+COLLECTOR = "hvfleet-garbage-collector"
+
+
+# -- the rules every write keeps (called by prepare_create / prepare_update) ---------------
+
+def _check_owner_references(obj: Resource) -> None:
+    for i, ref in enumerate(obj.metadata.owner_references or []):
+        if ref.api_version != API_VERSION or ref.kind not in KINDS:
+            raise InvalidInput(f"{ref.api_version} {ref.kind}: an owner must be one of this "
+                               f"server's kinds ({API_VERSION}: {', '.join(KINDS)})",
+                               field=f"metadata.ownerReferences[{i}]")
+        if ref.kind == obj.kind and ref.name == obj.metadata.name:
+            raise InvalidInput("an object cannot own itself", field=f"metadata.ownerReferences[{i}]")
+
+
+def on_create(obj: Resource) -> Resource:
+    """The object as a create may store it: named, owners of known kinds, and
+    not being deleted (a client cannot create a deleted object)."""
+    if not obj.metadata.name:
+        raise InvalidInput("name or generateName is required", field="metadata.name")
+    _check_owner_references(obj)
+    if obj.metadata.deletion_timestamp is None and obj.metadata.deletion_grace_period_seconds is None:
+        return obj
+    meta = obj.metadata.model_copy(update={"deletion_timestamp": None,
+                                           "deletion_grace_period_seconds": None})
+    return obj.model_copy(update={"metadata": meta})
+
+
+def on_update(old: Resource, new: Resource) -> Resource:
+    """`new` as an update may store it over `old` (see the module's rules)."""
+    if new.metadata.owner_references != old.metadata.owner_references:
+        _check_owner_references(new)
+    deleting = old.metadata.deletion_timestamp
+    if deleting is None:
+        return new
+    added = sorted(set(new.metadata.finalizers or []) - set(old.metadata.finalizers or []))
+    if added:
+        raise InvalidInput(f"no new finalizers can be added if the object is being deleted, "
+                           f"found new finalizers {added}", field="metadata.finalizers")
+    if (new.metadata.deletion_timestamp == deleting
+            and new.metadata.deletion_grace_period_seconds == old.metadata.deletion_grace_period_seconds):
+        return new
+    meta = new.metadata.model_copy(update={
+        "deletion_timestamp": deleting,
+        "deletion_grace_period_seconds": old.metadata.deletion_grace_period_seconds})
+    return new.model_copy(update={"metadata": meta})
+
+
+# -- generated names ----------------------------------------------------------------------
+
+def generated_name(prefix: str) -> str:
+    """`prefix` (cut to leave room) and five random characters, as kube-apiserver
+    names an object created with metadata.generateName."""
+    suffix = "".join(secrets.choice(_ALPHABET) for _ in range(GENERATED_SUFFIX_LENGTH))
+    return prefix[:MAX_GENERATE_NAME_PREFIX] + suffix
+
+
+def create_named(obj: Resource, write: Callable[[Resource], Resource],
+                 attempts: int = GENERATE_ATTEMPTS) -> Resource:
+    """`write(obj)` (a create, a claim, or their dry run); when `obj` has no name
+    but a generateName, with a generated name, and another on a collision."""
+    prefix = obj.metadata.generate_name
+    if obj.metadata.name or not prefix:
+        return write(obj)
+    for _ in range(attempts):
+        meta = obj.metadata.model_copy(update={"name": generated_name(prefix)})
+        try:
+            return write(obj.model_copy(update={"metadata": meta}))
+        except AlreadyExists:
+            continue
+    raise AlreadyExists(f"{obj.kind}: no unused name from generateName {prefix!r} after "
+                        f"{attempts} attempts; retry")
+
+
+# -- deletion that waits for finalizers -----------------------------------------------------
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def delete(store: Store, current: Resource, manager: str, resource_version: str | None = None,
+           *, dry_run: bool = False) -> tuple[Resource, bool]:
+    """Delete `current` (as read; `resource_version` the version the caller
+    names, else the one read) — or, while it has finalizers, mark it with a
+    deletionTimestamp and keep it. Returns the object as it is now and whether
+    it is gone. A dry run answers the same and writes nothing."""
+    rv = resource_version or current.metadata.resource_version
+    kind, name = current.kind, current.metadata.name
+    if store.finalizes_on_delete and not dry_run:
+        store.delete(kind, name, rv)
+        try:
+            return store.get(kind, name), False  # kept, marked, for its finalizers
+        except NotFound:
+            return current, True
+    if current.metadata.finalizers:
+        if current.metadata.deletion_timestamp is not None:
+            return current, False  # already being deleted: nothing more to do
+        meta = current.metadata.model_copy(update={
+            "deletion_timestamp": _now(), "deletion_grace_period_seconds": 0, "resource_version": rv})
+        marked = current.model_copy(update={"metadata": meta})
+        if dry_run:
+            return store.dry_run(Write("update", marked), manager), False
+        return store.update(marked, manager), False
+    if dry_run:
+        return store.dry_run_delete(kind, name, rv), False
+    store.delete(kind, name, rv)
+    return current, True
+
+
+def update(store: Store, current: Resource, new: Resource, manager: str, *, force: bool = False,
+           dry_run: bool = False) -> Resource:
+    """Write `new` over `current` (compare-and-swap, as Store.update); when the
+    object is being deleted and this write leaves it without finalizers, it is
+    deleted right after (its last state is returned)."""
+    # Only a deletion sets these: a client's write keeps the stored ones.
+    keep = {"deletion_timestamp": current.metadata.deletion_timestamp,
+            "deletion_grace_period_seconds": current.metadata.deletion_grace_period_seconds}
+    if any(getattr(new.metadata, k) != v for k, v in keep.items()):
+        new = new.model_copy(update={"metadata": new.metadata.model_copy(update=keep)})
+    if dry_run:
+        return store.dry_run(Write("update", new), manager, force=force)
+    out = store.update(new, manager, force=force)
+    if out.metadata.deletion_timestamp is not None and not out.metadata.finalizers:
+        # Deleted meanwhile, or changed again: that write decides.
+        with contextlib.suppress(NotFound, StaleVersion):
+            store.delete(out.kind, out.metadata.name, out.metadata.resource_version)
+    return out
+
+
+# -- garbage collection of dependents ------------------------------------------------------
+
+def _owner_exists(store: Store, ref: OwnerReference) -> bool:
+    try:
+        return store.get(ref.kind, ref.name).metadata.uid == ref.uid
+    except NotFound:
+        return False
+
+
+def collect(store: Store, obj: Resource) -> bool:
+    """Delete `obj` if it has owners and none of them exists any more (as the
+    collector's own deletion, which its finalizers hold like any other).
+    Returns whether it asked for the deletion."""
+    refs = obj.metadata.owner_references or []
+    if not refs or any(_owner_exists(store, r) for r in refs):
+        return False
+    try:
+        current = store.get(obj.kind, obj.metadata.name)
+        if current.metadata.uid != obj.metadata.uid:
+            return False
+        delete(store, current, COLLECTOR)
+    except (NotFound, StaleVersion):
+        return False  # gone or changed meanwhile: the next event looks again
+    return True
+
+
+class GarbageCollector:
+    """Follows the store's watch of every kind and deletes dependents whose
+    owners are all gone: on start-up, every such object (what was left while
+    no collector ran), then each time an owner is deleted. Deletion is in the
+    background, as kube-apiserver's default propagation: the owner's DELETE
+    does not wait for it."""
+
+    def __init__(self, store: Store, retry: float = 1.0) -> None:
+        self.store = store
+        self.retry = retry
+        self._stop = threading.Event()
+        # uid of an owner -> (kind, name) of the objects that name it, and back.
+        self._dependents: dict[str, set[tuple[str, str]]] = {}
+        self._owners_of: dict[tuple[str, str], set[str]] = {}
+        self._thread = threading.Thread(target=self._run, name="garbage-collector", daemon=True)
+
+    def start(self) -> GarbageCollector:
+        self._thread.start()
+        return self
+
+    def _track(self, obj: Resource, present: bool) -> None:
+        key = (obj.kind, obj.metadata.name)
+        for uid in self._owners_of.pop(key, set()):
+            deps = self._dependents.get(uid)
+            if deps is not None:
+                deps.discard(key)
+                if not deps:
+                    del self._dependents[uid]
+        if present and obj.metadata.owner_references:
+            uids = {r.uid for r in obj.metadata.owner_references}
+            self._owners_of[key] = uids
+            for uid in uids:
+                self._dependents.setdefault(uid, set()).add(key)
+
+    def _sweep(self) -> int:
+        """Index every object with owners, collect the orphans; the revision read at."""
+        self._dependents.clear()
+        self._owners_of.clear()
+        revision = self.store.revision()
+        for kind in STORED_KINDS:
+            for obj in self.store.list(kind).items:
+                if obj.metadata.owner_references:
+                    self._track(obj, True)
+                    collect(self.store, obj)
+        return revision
+
+    def _run(self) -> None:
+        since: int | None = None
+        while not self._stop.is_set():
+            try:
+                if since is None:
+                    since = self._sweep()
+                for event in self.store.watch(None, since=since, stop=self._stop):
+                    obj = event.object
+                    self._track(obj, event.type != "DELETED")
+                    if event.type == "DELETED" and obj.metadata.uid:
+                        for kind, name in sorted(self._dependents.pop(obj.metadata.uid, set())):
+                            with contextlib.suppress(NotFound):
+                                collect(self.store, self.store.get(kind, name))
+                    elif obj.metadata.owner_references and event.type == "ADDED":
+                        collect(self.store, obj)  # created with an owner already gone
+                    since = event.revision
+            except Gone:
+                since = None  # history compacted past us: index everything again
+            except HvfleetError as exc:
+                log.warning("garbage collector: %s; retrying", exc)
+                self._stop.wait(self.retry)
+            except Exception:  # never let one bad object stop collection for good
+                log.exception("garbage collector: unexpected error; retrying")
+                self._stop.wait(self.retry)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

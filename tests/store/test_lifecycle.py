@@ -1,0 +1,133 @@
+"""Object lifecycle on every backend (hvfleet.store.lifecycle): generated names,
+deletion that waits for finalizers, owner references and the garbage
+collector that deletes dependents once their owners are gone."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from tests.store.hosts import ready_host
+
+from hvfleet.model import Hypervisor, Reservation
+from hvfleet.model.errors import AlreadyExists, InvalidInput, NotFound
+from hvfleet.model.hypervisor import Resource
+from hvfleet.store import Store, lifecycle
+
+OPS = "operator"
+
+
+def _hv(name: str = "", **meta: object) -> Hypervisor:
+    return Hypervisor.model_validate({"metadata": {"name": name, **meta}})
+
+
+def _gone(store: Store, kind: str, name: str) -> bool:
+    try:
+        store.get(kind, name)
+    except NotFound:
+        return True
+    return False
+
+
+def _eventually(test: Callable[[], bool], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not test():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+
+
+def test_generate_name_creates_with_a_random_suffix_and_retries_a_collision(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = lifecycle.create_named(_hv(generateName="hv-"), lambda o: store.create(o, OPS))
+    assert made.metadata.name.startswith("hv-") and len(made.metadata.name) == len("hv-") + 5
+    assert made.metadata.generate_name == "hv-"
+    # The first name tried is taken: the next one is used.
+    names = iter([made.metadata.name, "hv-zzzzz"])
+    monkeypatch.setattr(lifecycle, "generated_name", lambda prefix: next(names))
+    again = lifecycle.create_named(_hv(generateName="hv-"), lambda o: store.create(o, OPS))
+    assert again.metadata.name == "hv-zzzzz"
+    monkeypatch.setattr(lifecycle, "generated_name", lambda prefix: "hv-zzzzz")
+    with pytest.raises(AlreadyExists, match="no unused name"):
+        lifecycle.create_named(_hv(generateName="hv-"), lambda o: store.create(o, OPS))
+    monkeypatch.undo()
+    # Nothing is ever stored under an empty name: a local store refuses it (names
+    # are generated above it); the remote store's server generates one, as
+    # kube-apiserver does.
+    try:
+        out = store.create(_hv(generateName="hv-"), OPS)
+    except InvalidInput as exc:
+        assert "metadata.name" in str(exc)
+    else:
+        assert out.metadata.name.startswith("hv-") and len(out.metadata.name) == len("hv-") + 5
+
+
+def test_finalizers_hold_a_deletion_until_they_are_removed(store: Store) -> None:
+    store.create(_hv("hv1", finalizers=["example.com/drain"]), OPS)
+    current = store.get("Hypervisor", "hv1")
+    marked, gone = lifecycle.delete(store, current, OPS)
+    assert not gone
+    assert marked.metadata.deletion_timestamp is not None
+    stored = store.get("Hypervisor", "hv1")
+    assert stored.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+    # Deleting again changes nothing.
+    again, gone = lifecycle.delete(store, stored, OPS)
+    assert not gone and again.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+    # No new finalizer once deleting; the deletionTimestamp cannot be taken away.
+    more = stored.model_copy(update={"metadata": stored.metadata.model_copy(
+        update={"finalizers": ["example.com/drain", "example.com/more"]})})
+    with pytest.raises(InvalidInput, match="no new finalizers"):
+        lifecycle.update(store, stored, more, OPS)
+    undeleted = stored.model_copy(update={"metadata": stored.metadata.model_copy(
+        update={"deletion_timestamp": None, "labels": {"a": "b"}})})
+    kept = lifecycle.update(store, stored, undeleted, OPS)
+    assert kept.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
+    # Removing the last finalizer deletes it.
+    done = kept.model_copy(update={"metadata": kept.metadata.model_copy(update={"finalizers": []})})
+    lifecycle.update(store, kept, done, OPS)
+    assert _gone(store, "Hypervisor", "hv1")
+
+
+def test_an_object_without_finalizers_is_deleted_at_once(store: Store) -> None:
+    store.create(_hv("hv1"), OPS)
+    _, gone = lifecycle.delete(store, store.get("Hypervisor", "hv1"), OPS)
+    assert gone and _gone(store, "Hypervisor", "hv1")
+
+
+def _owned_by(owner: Resource, name: str) -> Reservation:
+    ref = {"apiVersion": "hvfleet.io/v1", "kind": owner.kind, "name": owner.metadata.name,
+           "uid": owner.metadata.uid}
+    return Reservation.model_validate({
+        "metadata": {"name": name, "ownerReferences": [ref]},
+        "spec": {"hypervisor": owner.metadata.name, "resources": {"cpu": 1}, "consumer": name}})
+
+
+def test_owner_references_are_stored_and_checked(store: Store) -> None:
+    owner = ready_host(store, "hv1", 8)
+    made = store.create(_owned_by(owner, "r1"), OPS)
+    (ref,) = made.metadata.owner_references or []
+    assert (ref.kind, ref.name, ref.uid) == ("Hypervisor", "hv1", owner.metadata.uid)
+    bad = _hv("hv2", ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}])
+    with pytest.raises(InvalidInput, match="ownerReferences"):
+        store.create(bad, OPS)
+    assert _gone(store, "Hypervisor", "hv2")
+
+
+def test_dependents_are_collected_when_their_owner_is_gone(store: Store) -> None:
+    collector = lifecycle.GarbageCollector(store).start()
+    try:
+        owner = ready_host(store, "hv1", 8)
+        other = ready_host(store, "hv2", 8)
+        store.create(_owned_by(owner, "r1"), OPS)
+        store.create(_owned_by(other, "r2"), OPS)
+        held = _owned_by(owner, "r3")
+        held = held.model_copy(update={"metadata": held.metadata.model_copy(
+            update={"finalizers": ["example.com/keep"]})})
+        store.create(held, OPS)
+        lifecycle.delete(store, store.get("Hypervisor", "hv1"), OPS)
+        _eventually(lambda: _gone(store, "Reservation", "r1"))
+        # A dependent with a finalizer is marked, not removed; another owner's stays.
+        _eventually(lambda: store.get("Reservation", "r3").metadata.deletion_timestamp is not None)
+        assert not _gone(store, "Reservation", "r2")
+    finally:
+        collector.close()
