@@ -45,7 +45,9 @@ def schemas(api: Api) -> dict[str, dict[str, Any]]:
     c = api.client()
     url = c.get("/openapi/v3").json()["paths"]["apis/hvfleet.io/v1"]["serverRelativeURL"]
     comps = c.get(url).json()["components"]["schemas"]
-    return {kind: comps[f"io.hvfleet.v1.{kind}"] for kind in ("Hypervisor", "Reservation")}
+    # With the components, so metadata's $ref to ObjectMeta resolves (and is checked too).
+    return {kind: {**comps[f"io.hvfleet.v1.{kind}"], "components": {"schemas": comps}}
+            for kind in ("Hypervisor", "Reservation")}
 
 
 def check_answer(r: Any, kind: str, published: dict[str, dict[str, Any]]) -> None:

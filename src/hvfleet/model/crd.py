@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from hvfleet.model.field_docs import FIELD_DOCS, describe
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_GROUP
@@ -64,6 +65,13 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
+def plain_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's structural schema as it is (no CRD rules on metadata)."""
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    out: dict[str, Any] = _structural(schema, schema.get("$defs", {}))
+    return out
+
+
 def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True, mode="validation")
     defs = schema.get("$defs", {})
@@ -77,14 +85,16 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _version(model: type[BaseModel], columns: list[dict[str, Any]]) -> dict[str, Any]:
+def _version(model: type[BaseModel], kind: str, columns: list[dict[str, Any]]) -> dict[str, Any]:
     # A Lease has no status (as coordination.k8s.io's), so no status subresource.
     has_status = "status" in model.model_fields
+    # Every field described, for `kubectl explain` (here and on a cluster with the CRDs).
+    schema = describe(structural_schema(model), FIELD_DOCS[kind])
     return {
         "name": "v1",
         "served": True,
         "storage": True,
-        "schema": {"openAPIV3Schema": structural_schema(model)},
+        "schema": {"openAPIV3Schema": schema},
         "subresources": {"status": {}} if has_status else {},
         "additionalPrinterColumns": columns,
     }
@@ -137,7 +147,7 @@ def crds() -> list[dict[str, Any]]:
                     "kind": kind, "listKind": f"{kind}List", "plural": plural,
                     "singular": kind.lower(), **({"shortNames": short} if short else {}),
                 },
-                "versions": [_version(model, columns)],
+                "versions": [_version(model, kind, columns)],
             },
         })
     return out

@@ -5,7 +5,10 @@ RESOURCES), as kube-apiserver publishes a CRD's schema: the v3 document keeps
 the schema as written; the v2 one drops what Swagger 2.0 cannot say (anyOf,
 nullable), as the apiserver does. Every PATCH operation lists the
 `fieldValidation` parameter and names its group/version/kind: that is how
-kubectl finds out that the server validates fields itself (Strict).
+kubectl finds out that the server validates fields itself. Every kind's
+`metadata` refers to the one ObjectMeta schema (as kube-apiserver publishes
+it for a CRD), and every field has a description (hvfleet.model.field_docs),
+so `kubectl explain hypervisor.spec.overcommit` explains it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import json
 from typing import Any
 
 from hvfleet import __version__
-from hvfleet.model.meta import API_GROUP
+from hvfleet.model.crd import plain_schema
+from hvfleet.model.field_docs import FIELD_DOCS, OBJECT_META_DOCS, describe
+from hvfleet.model.meta import API_GROUP, ObjectMeta
 from hvfleet.server.discovery import RESOURCES, ResourceInfo
 
 GV_PATH = f"apis/{API_GROUP}/v1"
@@ -50,7 +55,8 @@ _WRITE_PARAMS = [
     _query("dryRun", "All: run every check of the write (authorization included) and "
            "answer as it would, writing nothing. The only value."),
     _query("fieldManager", "Accepted for compatibility: the field manager is the caller's identity."),
-    _query("fieldValidation", "Strict (default), Warn or Ignore: what to do with unknown fields."),
+    _query("fieldValidation", "Warn (default: drop them, with a Warning header), Strict or "
+           "Ignore: what to do with unknown fields."),
 ]
 _PATCH_PARAMS = [*_WRITE_PARAMS, _query("force", "Server-side apply: take over conflicting fields.",
                                         "boolean")]
@@ -127,9 +133,22 @@ def _to_v2(node: Any) -> Any:
     return out
 
 
-def _with_gvk(schema: dict[str, Any], kind: str) -> dict[str, Any]:
+OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+
+@functools.cache
+def object_meta_schema() -> dict[str, Any]:
+    """ObjectMeta as hvfleet stores it, every field described."""
+    return describe(plain_schema(ObjectMeta), OBJECT_META_DOCS)
+
+
+def _with_gvk(schema: dict[str, Any], kind: str, meta_ref: dict[str, Any] | None = None) -> dict[str, Any]:
     out = copy.deepcopy(schema)
     out["x-kubernetes-group-version-kind"] = _gvk(kind)
+    if meta_ref is not None:
+        # What a CRD's schema leaves to the server, the server publishes.
+        out.setdefault("properties", {})["metadata"] = {
+            **meta_ref, "description": FIELD_DOCS[kind]["metadata"]}
     return out
 
 
@@ -150,8 +169,10 @@ def openapi_v2() -> dict[str, Any]:
     definitions: dict[str, Any] = {}
     for r in RESOURCES.values():
         paths.update(_paths2(r))
-        definitions[definition_name(r.kind)] = _with_gvk(_to_v2(r.schema), r.kind)
+        definitions[definition_name(r.kind)] = _with_gvk(
+            _to_v2(r.schema), r.kind, {"$ref": f"#/definitions/{OBJECT_META}"})
         definitions[definition_name(f"{r.kind}List")] = _list_schema(r, _ref2(r.kind))
+    definitions[OBJECT_META] = _to_v2(object_meta_schema())
     return {"swagger": "2.0", "info": {"title": "hvfleet", "version": __version__},
             "paths": paths, "definitions": definitions}
 
@@ -201,8 +222,10 @@ def openapi_v3_group() -> dict[str, Any]:
                     out[method] = _to_v3_op(op)
             paths[path] = out
         ref = {"$ref": f"#/components/schemas/{definition_name(r.kind)}"}
-        schemas[definition_name(r.kind)] = _with_gvk(r.schema, r.kind)
+        schemas[definition_name(r.kind)] = _with_gvk(
+            r.schema, r.kind, {"allOf": [{"$ref": f"#/components/schemas/{OBJECT_META}"}]})
         schemas[definition_name(f"{r.kind}List")] = _list_schema(r, ref)
+    schemas[OBJECT_META] = object_meta_schema()
     return {"openapi": "3.0.0", "info": {"title": "hvfleet", "version": __version__},
             "paths": paths, "components": {"schemas": schemas}}
 
