@@ -198,3 +198,24 @@ def test_deletecollection_removes_what_the_selector_matches(server: Server, stor
                                                         label_selector="rack in (")
     assert err.value.status == 400
     assert sorted(h.name for h in store.list_hypervisors()) == ["hv1", "hv2", "hv5"]
+
+
+def test_the_python_client_asks_an_access_review(server: Server) -> None:
+    config = write_kubeconfig(server.data_dir.parent / "kc-agent", server.url,
+                              server.tokens["agent"], server.ca)
+    authz = k8s.AuthorizationV1Api(k8s_config.new_client_from_config(config_file=str(config)))
+
+    def ask(verb: str, name: str) -> bool:
+        review = k8s.V1SelfSubjectAccessReview(spec=k8s.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=k8s.V1ResourceAttributes(
+                verb=verb, group="hvfleet.io", resource="hypervisors", subresource="status",
+                name=name)))
+        out = authz.create_self_subject_access_review(review)
+        return bool(out.status.allowed)
+
+    assert ask("patch", "hv1") is True
+    assert ask("patch", "hv2") is False
+    rules = authz.create_self_subject_rules_review(k8s.V1SelfSubjectRulesReview(
+        spec=k8s.V1SelfSubjectRulesReviewSpec(namespace="default")))
+    assert any(r.resource_names == ["hv1"] and "hypervisors/status" in r.resources
+               for r in rules.status.resource_rules)

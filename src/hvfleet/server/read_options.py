@@ -63,6 +63,7 @@ def read_options(query: Mapping[str, str], *, watch: bool) -> ReadOptions:
     rv = query.get("resourceVersion", "")
     if rv and (not (rv.isascii() and rv.isdigit()) or len(rv) > 20):
         raise BadRequest(f"resourceVersion: {rv!r} is not a resource version")
+    rv = str(int(rv)) if rv else ""  # "007" is 7, "00" is "0"
     match = query.get("resourceVersionMatch", "")
     send = _bool(query, "sendInitialEvents")
     bookmarks = _bool(query, "allowWatchBookmarks")
