@@ -30,6 +30,10 @@ def _gone(store: Store, kind: str, name: str) -> bool:
     return False
 
 
+def _write(store: Store) -> Callable[[Resource], Resource]:
+    return lambda obj: store.update(obj, OPS)
+
+
 def _eventually(test: Callable[[], bool], timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout
     while not test():
@@ -77,14 +81,14 @@ def test_finalizers_hold_a_deletion_until_they_are_removed(store: Store) -> None
     more = stored.model_copy(update={"metadata": stored.metadata.model_copy(
         update={"finalizers": ["example.com/drain", "example.com/more"]})})
     with pytest.raises(InvalidInput, match="no new finalizers"):
-        lifecycle.update(store, stored, more, OPS)
+        lifecycle.update(store, stored, more, _write(store))
     undeleted = stored.model_copy(update={"metadata": stored.metadata.model_copy(
         update={"deletion_timestamp": None, "labels": {"a": "b"}})})
-    kept = lifecycle.update(store, stored, undeleted, OPS)
+    kept = lifecycle.update(store, stored, undeleted, _write(store))
     assert kept.metadata.deletion_timestamp == marked.metadata.deletion_timestamp
     # Removing the last finalizer deletes it.
     done = kept.model_copy(update={"metadata": kept.metadata.model_copy(update={"finalizers": []})})
-    lifecycle.update(store, kept, done, OPS)
+    lifecycle.update(store, kept, done, _write(store))
     assert _gone(store, "Hypervisor", "hv1")
 
 

@@ -122,8 +122,13 @@ def _update(ctx: ApiContext, who: Identity, current: Resource, new: Resource, fo
             dry_run: bool) -> Resource:
     """The store's compare-and-swap update of `new` over `current`, or its dry
     run; the one that removes the last finalizer of an object being deleted
-    deletes it (hvfleet.store.lifecycle)."""
-    return lifecycle.update(ctx.store, current, new, who.manager, force=force, dry_run=dry_run)
+    deletes it (hvfleet.store.lifecycle.update)."""
+    def write(new: Resource) -> Resource:
+        if dry_run:
+            return ctx.store.dry_run(Write("update", new), who.manager, force=force)
+        return ctx.store.update(new, who.manager, force=force)
+
+    return lifecycle.update(ctx.store, current, new, write, dry_run=dry_run)
 
 
 def field_validation(request: Request) -> str:

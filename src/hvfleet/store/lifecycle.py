@@ -154,20 +154,20 @@ def delete(store: Store, current: Resource, manager: str, resource_version: str 
     return current, True
 
 
-def update(store: Store, current: Resource, new: Resource, manager: str, *, force: bool = False,
-           dry_run: bool = False) -> Resource:
-    """Write `new` over `current` (compare-and-swap, as Store.update); when the
-    object is being deleted and this write leaves it without finalizers, it is
-    deleted right after (its last state is returned)."""
+def update(store: Store, current: Resource, new: Resource, write: Callable[[Resource], Resource],
+           *, dry_run: bool = False) -> Resource:
+    """`write(new)` — the caller's compare-and-swap write of `new` over `current`
+    (Store.update, a batch, or their dry run) — keeping the stored deletion
+    fields whatever the client sent; when the object is being deleted and this
+    write leaves it without finalizers, it is deleted right after (its last
+    state is returned)."""
     # Only a deletion sets these: a client's write keeps the stored ones.
     keep = {"deletion_timestamp": current.metadata.deletion_timestamp,
             "deletion_grace_period_seconds": current.metadata.deletion_grace_period_seconds}
     if any(getattr(new.metadata, k) != v for k, v in keep.items()):
         new = new.model_copy(update={"metadata": new.metadata.model_copy(update=keep)})
-    if dry_run:
-        return store.dry_run(Write("update", new), manager, force=force)
-    out = store.update(new, manager, force=force)
-    if out.metadata.deletion_timestamp is not None and not out.metadata.finalizers:
+    out = write(new)
+    if not dry_run and out.metadata.deletion_timestamp is not None and not out.metadata.finalizers:
         # Deleted meanwhile, or changed again: that write decides.
         with contextlib.suppress(NotFound, StaleVersion):
             store.delete(out.kind, out.metadata.name, out.metadata.resource_version)
