@@ -650,11 +650,13 @@ async def delete_collection(request: Request, ctx: ApiContext, info: ResourceInf
     q = request.query_params
     selector = label_selector(q.get("labelSelector"))
     equal, unequal = name_from_field_selector(q.get("fieldSelector"))
+    dry_run = bodies.dry_run(request)
+    # Who is asking comes first: nothing of the body is read for an anonymous caller.
+    who = await authenticate(ctx, request, Action("deletecollection", info.plural, name=equal,
+                                                  dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    _, _, body_dry_run = _delete_options(body)
-    dry_run = bodies.dry_run(request) or body_dry_run
+    dry_run = dry_run or _delete_options(body)[2]
     action = Action("deletecollection", info.plural, name=equal, dry_run=dry_run)
-    who = await authenticate(ctx, request, action)
     precheck(ctx, who, action)
     listed = await run_in_threadpool(ctx.store.list, info.kind, selector)
     deleted: list[Resource] = []
