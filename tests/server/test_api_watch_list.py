@@ -127,8 +127,13 @@ def test_a_version_past_the_newest_is_504_too_large_resource_version(api: Api) -
         assert body["details"]["retryAfterSeconds"] == 1
         assert body["details"]["causes"] == [{"reason": "ResourceVersionTooLarge",
                                               "message": "Too large resource version"}]
+    # A get too.
+    r = c.get(f"{HV}/hv0?resourceVersion={newest + 100}")
+    status_of(504, "Timeout", r.json())
+    assert r.json()["details"]["retryAfterSeconds"] == 1
     # The newest itself is fine.
     assert c.get(f"{HV}?resourceVersion={newest}").status_code == 200
+    assert c.get(f"{HV}/hv0?resourceVersion={newest}").status_code == 200
 
 
 def _ready(api: Api, name: str) -> None:

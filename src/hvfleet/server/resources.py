@@ -428,8 +428,13 @@ async def item(request: Request) -> Response:
         if sub is not None and not info.has_status:
             raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
         if request.method == "GET":
+            # A get's only read option: a version past the newest is 504, as for lists.
+            options = read_options({"resourceVersion": request.query_params.get("resourceVersion", "")},
+                                   watch=False)
             who = await authenticate(ctx, request)
             ctx.authorize(who, Action("get", info.plural, name=name, subresource=sub))
+            if options.revision is not None:
+                check_not_newer(options, await run_in_threadpool(ctx.store.revision))
             obj = await run_in_threadpool(ctx.store.get, info.kind, name)
             return render(request, ctx, info, obj)
         if request.method == "DELETE":
