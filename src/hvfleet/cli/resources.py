@@ -34,6 +34,7 @@ from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.spec_edits import SpecEdit, SpecMap
 from hvfleet.scheduling.fleet_edit import edit_hosts
+from hvfleet.store import lifecycle
 from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
 from hvfleet.store.base import fleet_kind_of, kind_of
 
@@ -376,11 +377,16 @@ def delete(
     store: StoreOpt = None,
 ) -> None:
     """Delete one object (kubectl delete). A claim is better given back with
-    `hvfleet release`, which keeps a record of it."""
+    `hvfleet release`, which keeps a record of it. An object with finalizers is
+    only marked for deletion, and goes when the last one is removed."""
     k = kind_of(kind)
     with connect(store) as s:
-        s.delete(k, name)
-    console.print(f"{k.lower()}/{name} deleted")
+        now, gone = lifecycle.delete(s, s.get(k, name), DEFAULT_MANAGER)
+    if gone:
+        console.print(f"{k.lower()}/{name} deleted")
+    else:
+        waiting = ", ".join(now.metadata.finalizers or [])
+        console.print(f"{k.lower()}/{name} marked for deletion, waiting for finalizers: {waiting}")
 
 
 @app.command("crd")
