@@ -7,6 +7,7 @@ that may, and nothing for the others."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -219,3 +220,24 @@ def test_the_python_client_asks_an_access_review(server: Server) -> None:
         spec=k8s.V1SelfSubjectRulesReviewSpec(namespace="default")))
     assert any(r.resource_names == ["hv1"] and "hypervisors/status" in r.resources
                for r in rules.status.resource_rules)
+
+
+def test_setting_owner_references_takes_the_right_to_delete(server: Server, store: Store) -> None:
+    """An owner reference arranges the object's deletion (the garbage collector),
+    so a scheduler, which may patch a hypervisor but not delete one, may not
+    set one; an operator may."""
+    owner = store.get("Hypervisor", "hv2")
+    refs = {"metadata": {"ownerReferences": [{"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
+                                              "name": "hv2", "uid": owner.metadata.uid}]}}
+    before = store.get("Hypervisor", "hv1").metadata.resource_version
+    r = server.session(server.tokens["scheduler"]).patch(
+        server.url + f"{GV}/hypervisors/hv1", data=json.dumps(refs),
+        headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 403, r.text
+    assert 'cannot delete resource "hypervisors"' in r.json()["message"]
+    assert store.get("Hypervisor", "hv1").metadata.resource_version == before
+    r = server.session(server.tokens["operator"]).patch(
+        server.url + f"{GV}/hypervisors/hv1", data=json.dumps(refs),
+        headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+    assert store.get("Hypervisor", "hv1").metadata.owner_references

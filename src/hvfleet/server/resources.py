@@ -40,7 +40,7 @@ from hvfleet.model.selectors import Selector, parse_selector
 from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
-from hvfleet.server.discovery import RESOURCES, ResourceInfo
+from hvfleet.server.discovery import BY_KIND, RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.impersonation import acting_identity
 from hvfleet.server.read_options import EXACT, check_not_newer, read_options
@@ -129,6 +129,18 @@ def _update(ctx: ApiContext, who: Identity, current: Resource, new: Resource, fo
         return ctx.store.update(new, who.manager, force=force)
 
     return lifecycle.update(ctx.store, current, new, write, dry_run=dry_run)
+
+
+def authorize_write(ctx: ApiContext, who: Identity, action: Action, current: Resource | None,
+                    new: Resource) -> None:
+    """The write's authorization. Owner references arrange an object's deletion
+    (the garbage collector deletes it with its owners): setting or changing
+    them takes the right to delete the object too, not only to write it."""
+    ctx.authorize(who, action, current, new)
+    before = current.metadata.owner_references if current is not None else None
+    if (new.metadata.owner_references or None) != (before or None):
+        ctx.authorize(who, Action("delete", BY_KIND[new.kind].plural, name=new.metadata.name or None,
+                                  dry_run=action.dry_run), current, None)
 
 
 def field_validation(request: Request) -> str:
@@ -412,7 +424,7 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
         # metadata.generateName without a name: a generated one, another on a collision.
         return lifecycle.create_named(obj, create_one)
 
-    out = audited(ctx, who, action, None, write, check=lambda: ctx.authorize(who, action, None, obj))
+    out = audited(ctx, who, action, None, write, check=lambda: authorize_write(ctx, who, action, None, obj))
     assert out is not None
     return out
 
@@ -509,7 +521,7 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
             update={"resource_version": obj.metadata.resource_version})})
 
     out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
-                  check=lambda: ctx.authorize(who, action, current, new))
+                  check=lambda: authorize_write(ctx, who, action, current, new))
     assert out is not None
     return out
 
@@ -548,7 +560,7 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
                 update={"resource_version": patched.metadata.resource_version})})
 
         out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
-                      check=lambda: ctx.authorize(who, action, current, new))
+                      check=lambda: authorize_write(ctx, who, action, current, new))
         assert out is not None
         return out
 
@@ -587,7 +599,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
         action = Action("patch", info.plural, name, sub, force, dry_run)
 
         out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
-                      check=lambda: ctx.authorize(who, action, current, new))
+                      check=lambda: authorize_write(ctx, who, action, current, new))
         assert out is not None
         return out
 
