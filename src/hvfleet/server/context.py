@@ -15,7 +15,7 @@ from typing import Protocol
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.scheduling.index import FleetIndex
-from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity
+from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity, Selecting
 from hvfleet.server.table import TableInputs
 from hvfleet.server.watch import WatchHub, WatchLimits
 from hvfleet.store.base import Store
@@ -83,6 +83,11 @@ class ApiContext:
     def authorize(self, who: Identity, action: Action, current: Resource | None = None,
                   new: Resource | None = None) -> None:
         self.authorizer.authorize(who, action, current, new)
+
+    def authorize_read(self, who: Identity, action: Action) -> Selecting | None:
+        """Authorize a get, list or watch; what it is narrowed to, if anything
+        (the handler then serves only those objects, hvfleet.server.narrowing)."""
+        return self.authorizer.authorize(who, action, None, None)
 
     def table_inputs(self, kind: str) -> TableInputs:
         """Liveness (and, for reservations, their hosts) for Table rows, read at
