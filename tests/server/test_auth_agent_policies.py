@@ -1,7 +1,8 @@
 """Issue 20 over the real `hvfleet serve` (TLS, tokens in the store, the role
 table): an agent token reads and watches the OvercommitPolicies that select its
 own hypervisor, judged by that host's labels when it asks, and no other —
-nor writes any. kubectl with the agent's kubeconfig sees the same."""
+nor writes any. kubectl with the agent's kubeconfig sees the same. A property
+test replays any sequence of policy changes through the narrowed watch."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hvfleet.model import Hypervisor, ObjectMeta
-from hvfleet.model.hypervisor import OvercommitPolicy
+from hvfleet.model.hypervisor import OvercommitPolicy, Resource
+from hvfleet.model.overcommit import selects
+from hvfleet.model.selectors import parse_selector
+from hvfleet.server.watch import seen_through
 from hvfleet.store import Store, open_store
+from hvfleet.store.base import WatchEvent
 from tests.server.test_auth_https import (
     GV,
     SETUP,
@@ -156,3 +163,56 @@ def test_kubectl_with_an_agent_kubeconfig_sees_only_its_policies(
     denied = kubectl(config, "get", "overcommitpolicy", "edge-cpu")
     assert denied.returncode == 1
     assert "Error from server (Forbidden)" in denied.stderr and "edge-cpu" in denied.stderr
+
+
+# -- the narrowed watch, as a property ----------------------------------------------------------
+
+HOST_LABELS = {"role": "compute", "az": "1"}
+SELECTORS: list[dict[str, Any]] = [
+    {}, {"matchLabels": {"role": "compute"}}, {"matchLabels": {"role": "edge"}},
+    {"matchLabels": {"az": "1"}}, {"matchLabels": {"role": "compute", "az": "2"}},
+    {"matchExpressions": [{"key": "role", "operator": "NotIn", "values": ["compute"]}]},
+    {"matchExpressions": [{"key": "gpu", "operator": "DoesNotExist"}]},
+]
+
+
+def _visible(obj: Resource) -> bool:
+    return isinstance(obj, OvercommitPolicy) and selects(obj, HOST_LABELS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]),
+                          st.none() | st.sampled_from(range(len(SELECTORS)))), max_size=40),
+       st.sampled_from(["", "team=x"]))
+def test_a_narrowed_watch_replayed_holds_exactly_the_policies_selecting_the_host(
+    steps: list[tuple[str, int | None]], label_selector: str
+) -> None:
+    """Whatever sequence of creates, selector changes and deletes: a client that
+    applies what an agent's watch shows holds exactly the policies that select
+    its host, and is never shown content of one that does not."""
+    selector = parse_selector(label_selector)
+    stored: dict[str, OvercommitPolicy] = {}
+    client: dict[str, Resource] = {}
+    for revision, (name, which) in enumerate(steps, start=1):
+        before = stored.get(name)
+        if which is None:
+            if before is None:
+                continue
+            event = WatchEvent("DELETED", before, revision)
+            del stored[name]
+        else:
+            labels = {"team": "x"} if label_selector else {}
+            p = policy(name, SELECTORS[which]).model_copy(
+                update={"metadata": ObjectMeta(name=name, labels=labels)})
+            event = WatchEvent("MODIFIED" if before else "ADDED", p, revision,
+                               before=(lambda b=before: b) if before else None)
+            stored[name] = p
+        seen = seen_through(event, selector, _visible)
+        if seen is not None:
+            type_, obj = seen
+            assert _visible(obj), f"{type_} showed {obj.metadata.name}, which it may not read"
+            if type_ == "DELETED":
+                client.pop(obj.metadata.name, None)
+            else:
+                client[obj.metadata.name] = obj
+        assert client == {n: p for n, p in stored.items() if _visible(p)}
