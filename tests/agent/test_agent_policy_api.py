@@ -49,6 +49,7 @@ class Fleet:
     server: Server
     store: Store
     agents: dict[str, subprocess.Popen[str]]
+    latencies: list[float]
 
     def cli(self, role: str, *args: str) -> subprocess.CompletedProcess[str]:
         return hvfleet(*args, "--store", self.server.url, "--ca", str(self.server.ca),
@@ -77,7 +78,11 @@ def fleet(store_url: str, tmp_path: Path) -> Iterator[Fleet]:
                     "--ca", str(server.ca), "--resync", "60s")
             for host in HOSTS:
                 wait_for(store, host, lambda h: bool(h.status.capacity), 30)
-            yield Fleet(server, store, agents)
+            yield (fleet := Fleet(server, store, agents, []))
+            if fleet.latencies:  # shown with -s: what a change takes to reach status
+                lat = sorted(fleet.latencies)
+                print(f"\n{store_url.split(':')[0]}: change → status.effectiveCapacity over the API: "
+                      f"median {lat[len(lat) // 2]:.3f} s, max {lat[-1]:.3f} s ({len(lat)} waits)")
     finally:
         errors = {}
         for host, agent in agents.items():
@@ -122,7 +127,8 @@ def settle(fleet: Fleet, expected: dict[str, tuple[int, int]]) -> None:
         def there(h: Hypervisor, cpu: int = cpu, mem: int = mem) -> bool:
             e = h.status.effective_capacity
             return e.get("cpu") == cpu and e.get("memory") == mem * GI
-        _, h = wait_for(fleet.store, host, there, LATENCY)
+        took, h = wait_for(fleet.store, host, there, LATENCY)
+        fleet.latencies.append(took)
         assert h.status.effective_capacity == hypervisor_effective_capacity(h, policies)
         synced = find_condition(h.status.conditions, "Synced")
         assert synced is not None and synced.status == "True", synced
