@@ -16,12 +16,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hvfleet.model import Hypervisor, ObjectMeta
+from hvfleet.model.errors import Forbidden
 from hvfleet.model.hypervisor import OvercommitPolicy, Resource
 from hvfleet.model.overcommit import selects
 from hvfleet.model.selectors import parse_selector
+from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
+from hvfleet.server.context import ApiContext, Limits
+from hvfleet.server.identity import Action, Identity, Selecting
 from hvfleet.server.watch import seen_through
 from hvfleet.store import Store, open_store
 from hvfleet.store.base import WatchEvent
+from hvfleet.store.sqlite import SqliteStore
 from tests.server.test_auth_https import (
     GV,
     SETUP,
@@ -216,3 +221,18 @@ def test_a_narrowed_watch_replayed_holds_exactly_the_policies_selecting_the_host
             else:
                 client[obj.metadata.name] = obj
         assert client == {n: p for n, p in stored.items() if _visible(p)}
+
+
+def test_a_handler_that_cannot_narrow_refuses_the_narrowed_read(tmp_path: Path) -> None:
+    """Fail closed: ApiContext.authorize (for handlers that serve whole objects)
+    refuses what only authorize_read, whose callers narrow, may allow."""
+    agent = Identity(subject="agent/hv1", role="agent", hypervisor="hv1", token_id="t")
+    with SqliteStore(str(tmp_path / "s.db")) as store:
+        ctx = ApiContext(store, TokenAuthenticator(store), RoleAuthorizer(), None, Limits())
+        try:
+            action = Action("list", "overcommitpolicies")
+            assert ctx.authorize_read(agent, action) == Selecting("hv1")
+            with pytest.raises(Forbidden, match="reads only the overcommitpolicies whose selector"):
+                ctx.authorize(agent, action)
+        finally:
+            ctx.close()
