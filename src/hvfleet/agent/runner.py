@@ -63,6 +63,9 @@ from hvfleet.store.base import Store
 
 log = logging.getLogger(__name__)
 
+# Longest the main loop waits at once, so that a stop signal is seen this soon.
+_SIGNAL_SLICE_S = 0.5
+
 
 def checked_name(name: str) -> str:
     try:
@@ -375,7 +378,10 @@ class Agent:
                 deadlines = [next_resync]
                 if retry_write_at is not None:
                     deadlines.append(retry_write_at)
-                self._wake.wait(max(0.0, min(deadlines) - now))
+                # In slices: Python runs a signal handler (SIGTERM → stop) only in the
+                # main thread, and a signal the kernel hands to another thread (the
+                # libvirt event loop's, a watch's) does not interrupt this wait.
+                self._wake.wait(min(max(0.0, min(deadlines) - now), _SIGNAL_SLICE_S))
                 if stop.is_set():
                     break
                 self._wake.clear()
