@@ -244,3 +244,38 @@ def test_an_agent_that_cannot_read_its_policies_keeps_the_last_effective_capacit
         assert candidate["synced"]["state"] == "False"
         table = hvfleet("fit", "--cpu", "1", "--store", url)
         assert "compute-01: SYNCED False: RatiosUnresolved" in table.stderr
+
+
+def test_a_running_agent_resolves_its_ratios_again_once_it_may_read_them(tmp_path: Path) -> None:
+    """Refused the policies, a long-running agent writes Synced False and no
+    guess; once the server lets it read them it tries again on its own (the
+    write backoff, at most 10 s) and writes the resolved effectiveCapacity."""
+    url = f"sqlite:///{tmp_path / 'hvfleet.db'}"
+    with open_store(url) as store:
+        put_policy(store, {"matchLabels": {"role": "compute"}}, {"cpu": 3})
+        store.create(Hypervisor.model_validate(
+            {"metadata": {"name": "compute-01", "labels": {"role": "compute"}}}), SETUP)
+        files = make_tls_files(tmp_path / "tls")
+        authorizer = RoleAuthorizer(OLD_GRANTS)
+        app = create_app(store, TokenAuthenticator(store), authorizer, dashboard_pages=False)
+        token = issue_token(store, "agent", manager=SETUP, now=datetime.now(UTC),
+                            ttl=timedelta(hours=1), hypervisor="compute-01")[1]
+        with ServerThread(app, files) as srv:
+            agent = start_agent("--connect", fleet_uri("compute-01"), "--store", srv.url,
+                                "--token", token, "--ca", str(files.ca), "--resync", "60s")
+            try:
+                def unresolved(h: Hypervisor) -> bool:
+                    c = find_condition(h.status.conditions, "Synced")
+                    return c is not None and c.status == "False"
+                _, h = wait_for(store, "compute-01", unresolved, 30)
+                assert h.status.capacity["cpu"] == 32
+                assert h.status.effective_capacity == {}  # never resolved: none, not a guess
+                authorizer.grants = ROLE_GRANTS  # the server learns issue 20
+                _, h = wait_for(store, "compute-01",
+                                lambda h: h.status.effective_capacity.get("cpu") == 96, 15)
+                synced = find_condition(h.status.conditions, "Synced")
+                assert synced is not None and synced.status == "True"
+            finally:
+                rc, _, err = stop(agent, signal.SIGTERM)
+        assert rc == 0, err
+        assert err.count("cannot read the overcommit policies") == 1  # once, not per retry
