@@ -60,9 +60,14 @@ def api_group() -> dict[str, Any]:
 def _allowed(ctx: ApiContext, who: Identity, verb: Verb, resource: str, subresource: str | None,
              name: str | None) -> tuple[bool, str]:
     try:
-        ctx.authorize(who, Action(verb, resource, name=name or None, subresource=subresource or None))
+        narrowed = ctx.authorizer.authorize(
+            who, Action(verb, resource, name=name or None, subresource=subresource or None), None, None)
     except Forbidden as exc:
         return False, str(exc)
+    if narrowed is not None:
+        # A narrowed read is allowed; it serves only what selects the caller's host.
+        return True, (f"allowed to role {who.role}, narrowed to the {resource} that select "
+                      f"hypervisor {narrowed.hypervisor}")
     return True, f"allowed to role {who.role}"
 
 

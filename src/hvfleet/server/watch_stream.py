@@ -30,6 +30,7 @@ from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector
 from hvfleet.server.context import ApiContext
+from hvfleet.server.narrowing import View
 from hvfleet.server.read_options import INITIAL_EVENTS_END
 from hvfleet.server.status import status
 from hvfleet.server.table import TableInputs, table
@@ -48,6 +49,7 @@ class WatchResponse(Response):
                  initial: list[Resource] | None, *, selector: Selector, name: str | None,
                  not_name: str | None, bookmarks: bool, timeout: float, as_table: bool,
                  include_object: str, release: Callable[[], None],
+                 view: Callable[[], View] | None = None,
                  initial_events_end: bool = False) -> None:
         self.ctx = ctx
         self.fanout = fanout
@@ -62,6 +64,9 @@ class WatchResponse(Response):
         self.as_table = as_table
         self.include_object = include_object
         self.release = release
+        # A narrowed watch (an agent's policies): what it may see, read again
+        # for every batch, as the host's labels may change while it watches.
+        self.view = view
         self.initial_events_end = initial_events_end
         self._send: Send | None = None
 
@@ -146,8 +151,11 @@ class WatchResponse(Response):
 
         async def deliver(events: list[WatchEvent]) -> None:
             nonlocal last, sent_at_last
+            view = await run_in_threadpool(self.view) if self.view is not None and events else None
             inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
-                      if self.as_table and events else None)
+                      if self.as_table and events and view is None else None)
+            if view is not None and self.as_table:
+                inputs = view.table_inputs
             for ev in events:
                 name = ev.object.metadata.name
                 if ev.revision < last or (ev.revision == last and (sent_at_last is None
@@ -159,7 +167,7 @@ class WatchResponse(Response):
                 sent_at_last.add(name)
                 if not self._named(ev.object):
                     continue
-                seen = seen_through(ev, self.selector)
+                seen = seen_through(ev, self.selector, None if view is None else view.visible)
                 if seen is None:
                     continue
                 type_, obj = seen
@@ -169,10 +177,13 @@ class WatchResponse(Response):
                     await self._write(self.fanout.encoded(ev))
 
         try:
+            view = await run_in_threadpool(self.view) if self.view is not None else None
             inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
-                      if self.as_table and self.initial else None)
+                      if self.as_table and self.initial and view is None else None)
+            if view is not None and self.as_table:
+                inputs = view.table_inputs
             for obj in self.initial or []:
-                if self._wanted(obj):
+                if self._wanted(obj) and (view is None or view.visible(obj)):
                     await self._event("ADDED", obj, inputs)
             if self.initial_events_end:
                 # The initial objects are the state at `since`: the bookmark says so.
