@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hvfleet.model.documents import MAX_DEPTH, DocumentError, load_json, load_yaml, load_yaml_all
@@ -59,6 +59,8 @@ def test_plain_manifests_read_as_safe_load_reads_them() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(min_value=1, max_value=MAX_DEPTH + 50), st.sampled_from(["list", "map"]))
+@example(MAX_DEPTH, "list").via("the last depth accepted")
+@example(MAX_DEPTH + 1, "map").via("the first depth refused")
 def test_json_and_yaml_nest_at_most_max_depth(depth: int, kind: str) -> None:
     text = json.dumps(nested(depth, kind))
     if depth <= MAX_DEPTH:

@@ -46,13 +46,15 @@ class _BoundedSafeLoader(yaml.SafeLoader):
         if getattr(event, "anchor", None) is not None:
             raise ComposerError(None, None, f"found anchor &{event.anchor}: anchors and aliases are "
                                 "not accepted (write the value out)", mark)
-        self._depth += 1
+        # Only objects and lists count as a level, as in check_depth.
+        step = 1 if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)) else 0
+        self._depth += step
         try:
             if self._depth > MAX_DEPTH:
                 raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
             return super().compose_node(parent, index)
         finally:
-            self._depth -= 1
+            self._depth -= step
 
 
 def _yaml_error(exc: yaml.YAMLError) -> DocumentError:
