@@ -572,7 +572,8 @@ async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: st
     dry_run = bodies.dry_run(request)
     who = await authenticate(ctx, request, Action("delete", info.plural, name, dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    uid, rv, body_dry_run = _delete_options(body)
+    uid, rv, body_dry_run = (await run_in_threadpool(_delete_options, body)
+                             if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body))
     dry_run = dry_run or body_dry_run
     out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv, dry_run)
     return render(request, ctx, info, out)
