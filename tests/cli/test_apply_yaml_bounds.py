@@ -35,3 +35,14 @@ def test_apply_refuses_aliases_and_deep_nesting_at_once(run: Run, tmp_path: Path
     assert r.err.count("\n") == 1
     with open_store(db_url) as s:
         assert s.list_hypervisors() == []
+
+
+def test_a_kubeconfig_with_anchors_is_refused_by_the_same_reader() -> None:
+    from hvfleet.model.errors import InvalidInput
+    from hvfleet.store.kubeconfig import load_kubeconfig
+
+    text = ("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            "clusters: [{name: x, cluster: &c {server: 'https://127.0.0.1:1'}}]\n"
+            "contexts: [{name: c, context: {cluster: x, user: u}}]\nusers: [{name: u, user: *c}]\n")
+    with pytest.raises(InvalidInput, match="found anchor &c"):
+        load_kubeconfig(text, "kc")
