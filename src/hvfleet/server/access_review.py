@@ -207,7 +207,7 @@ async def _review(request: Request, kind: str) -> tuple[ApiContext, Identity, di
         # The answer is JSON, which client-go reads whatever it sent.
         doc = decode_protobuf_review(body, kind)
     elif media in ("application/json", "*/*"):
-        doc = bodies.decode_document(body, media)
+        doc = await bodies.parse_document(body, media)
     else:
         raise UnsupportedMediaType(f"{kind}: the body must be application/json or {PROTOBUF}, "
                                    f"not {media!r}")

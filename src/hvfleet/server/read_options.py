@@ -44,7 +44,8 @@ def _bool(query: Mapping[str, str], name: str) -> bool | None:
         return None
     value = query[name].lower()
     if value not in ("true", "false", "1", "0"):
-        raise BadRequest(f"{name}: {query[name]!r} is not a boolean")
+        shown = query[name][:40]
+        raise BadRequest(f"{shown!r} is not a boolean", field=name)
     return value in ("true", "1")
 
 
@@ -62,7 +63,8 @@ def read_options(query: Mapping[str, str], *, watch: bool) -> ReadOptions:
     refuses it."""
     rv = query.get("resourceVersion", "")
     if rv and (not (rv.isascii() and rv.isdigit()) or len(rv) > 20):
-        raise BadRequest(f"resourceVersion: {rv!r} is not a resource version")
+        shown = rv if len(rv) <= 40 else f"{rv[:20]}... ({len(rv)} characters)"
+        raise BadRequest(f"{shown!r} is not a resource version", field="resourceVersion")
     rv = str(int(rv)) if rv else ""  # "007" is 7, "00" is "0"
     match = query.get("resourceVersionMatch", "")
     send = _bool(query, "sendInitialEvents")

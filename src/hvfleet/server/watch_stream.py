@@ -10,7 +10,8 @@ sees it (`seen_through`: entering the selection is ADDED, leaving it DELETED).
 Every write to the socket has a deadline (`send_timeout`) and a client whose
 queue overflowed gets an ERROR event with an Expired (410) Status and is
 dropped, so one slow reader holds nothing but its own queue. The stream ends
-after timeoutSeconds.
+after timeoutSeconds, or with an ERROR event (401) once the caller's token
+is revoked or expired (checked every `Limits.token_recheck` seconds).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from hvfleet.model.errors import Gone
+from hvfleet.model.errors import Gone, Unauthorized
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector
@@ -50,6 +51,7 @@ class WatchResponse(Response):
                  not_name: str | None, bookmarks: bool, timeout: float, as_table: bool,
                  include_object: str, release: Callable[[], None],
                  view: Callable[[], View] | None = None,
+                 authorization: str | None = None,
                  initial_events_end: bool = False) -> None:
         self.ctx = ctx
         self.fanout = fanout
@@ -67,6 +69,8 @@ class WatchResponse(Response):
         # A narrowed watch (an agent's policies): what it may see, read again
         # for every batch, as the host's labels may change while it watches.
         self.view = view
+        # The caller's credentials, checked again every `token_recheck` seconds.
+        self.authorization = authorization
         self.initial_events_end = initial_events_end
         self._send: Send | None = None
 
@@ -128,6 +132,16 @@ class WatchResponse(Response):
     async def _error(self, code: int, reason: str, message: str) -> None:
         await self._write(json.dumps({"type": "ERROR",
                                       "object": status(code, reason, message)}).encode() + b"\n")
+
+    async def _still_authenticated(self) -> bool:
+        """Whether the caller's token is still in force; if not, the stream's
+        last event says why (a revoked or expired token watches no longer)."""
+        try:
+            await run_in_threadpool(self.ctx.authenticator.authenticate, self.authorization)
+        except Unauthorized as exc:
+            await self._error(401, "Unauthorized", str(exc))
+            return False
+        return True
 
     async def _bookmark(self, revision: int, initial_events_end: bool = False) -> None:
         meta: dict[str, object] = {"resourceVersion": str(revision)}
@@ -200,14 +214,19 @@ class WatchResponse(Response):
                     await self._error(410, "Expired", f"too old resource version: {self.since} ({exc})")
                     return
             await deliver(replay)
-            last_bookmark = time.monotonic()
+            last_bookmark = checked = time.monotonic()
             bookmark_rv = self.since
+            recheck = self.ctx.limits.token_recheck
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
                 wait = min(remaining, limits.bookmark_interval) if self.bookmarks else remaining
-                events, position = await sub.next_batch(wait)
+                events, position = await sub.next_batch(min(wait, recheck))
+                if self.authorization is not None and time.monotonic() - checked >= recheck:
+                    checked = time.monotonic()
+                    if not await self._still_authenticated():
+                        return
                 if sub.overflowed:
                     await self._error(410, "Expired", "the watch fell too far behind and was dropped; "
                                       "list again and watch from the list's resourceVersion")
