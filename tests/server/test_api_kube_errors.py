@@ -105,3 +105,12 @@ def test_an_exact_list_past_the_kept_history_is_410_expired(
         c.post(HV, json=hypervisor(f"hv{i}"))
     r = c.get(HV, params={"resourceVersion": rv, "resourceVersionMatch": "Exact"})
     status_of(410, "Expired", r.json())
+
+
+def test_a_ratio_set_without_validation_still_serializes_as_an_integer() -> None:
+    from hvfleet.model.hypervisor import Hypervisor
+
+    h = Hypervisor.model_validate({"metadata": {"name": "hv1"}})
+    # model_copy skips validation: the ratio stays the int it was given.
+    h = h.model_copy(update={"spec": h.spec.model_copy(update={"overcommit": {"cpu": 4}})})
+    assert json.dumps(h.to_dict()["spec"]["overcommit"]) == '{"cpu": 4}'

@@ -42,8 +42,10 @@ def check_ratio(resource: str, value: Any) -> float:
 
 def _whole_as_integer(value: float) -> int | float:
     # As Go's encoding/json (so kube-apiserver) writes a float64: 4.0 is `4` on
-    # the wire, and large values keep their exponent form.
-    return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    # the wire, and large values keep their exponent form. (A model_copy can
+    # carry an int here: it skips validation.)
+    number = float(value)
+    return int(number) if number.is_integer() and abs(number) < 1e21 else number
 
 
 # An overcommit ratio: a float in Python, an integer in JSON when it is whole.
