@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from hvfleet.model.errors import Forbidden, Unauthorized
 from hvfleet.model.hypervisor import Resource
-from hvfleet.model.meta import API_GROUP
+from hvfleet.model.meta import API_GROUP, ObjectMeta
 from hvfleet.model.token import ROLES, AccessToken, Role, check_token, split_token
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.store.base import Store
@@ -36,15 +36,34 @@ _CACHE_LIMIT = 50_000
 @dataclass(frozen=True)
 class Grant:
     """`verbs` on `resource` ("hypervisors", "hypervisors/status", "fit", ...);
-    with `own`, only on the object named after the caller's hypervisor."""
+    with `own`, only on the object named after the caller's hypervisor; with
+    `bare`, a create carries nothing of its own but the name (and a status the
+    caller may write): metadata and spec stay as a new object has them."""
 
     resource: str
     verbs: frozenset[Verb]
     own: bool = False
+    bare: bool = False
 
 
-def _grant(resource: str, verbs: str, *, own: bool = False) -> Grant:
-    return Grant(resource, frozenset(verbs.split()), own)  # type: ignore[arg-type]
+def _grant(resource: str, verbs: str, *, own: bool = False, bare: bool = False) -> Grant:
+    return Grant(resource, frozenset(verbs.split()), own, bare)  # type: ignore[arg-type]
+
+
+# Metadata the store sets on create, whatever a request says.
+_STORE_SET_META = frozenset({"uid", "resource_version", "generation", "creation_timestamp", "managed_fields"})
+
+
+def not_bare(obj: Resource) -> list[str]:
+    """The fields `obj` sets that a new object of its kind does not have: its
+    metadata beyond the name, and a spec other than the default."""
+    given = obj.metadata.model_dump(exclude=set(_STORE_SET_META))
+    fresh = ObjectMeta(name=obj.metadata.name).model_dump(exclude=set(_STORE_SET_META))
+    fields = [name for name, value in given.items() if value != fresh.get(name)]
+    out = [f"metadata.{ObjectMeta.model_fields[f].alias or f}" for f in sorted(fields)]
+    if obj.spec != type(obj.spec)():
+        out.append("spec")
+    return out
 
 
 _READ_FLEET = (
@@ -78,7 +97,11 @@ _SCHEDULE = (
 )
 _AGENT = (
     # Its own Hypervisor only: least privilege, so an agent cannot map the fleet.
-    _grant("hypervisors", "get list watch create", own=True),
+    # It creates it bare, as it registers itself (agent.status_writer): labels
+    # choose OvercommitPolicies and scheduling selectors, and spec is an
+    # operator's, so an agent whose Hypervisor was deleted cannot bring it back
+    # with labels or spec of its choosing.
+    _grant("hypervisors", "get list watch create", own=True, bare=True),
     _grant("hypervisors/status", "get update patch", own=True),
     _grant("leases", "get create update patch delete", own=True),
 )
@@ -177,6 +200,12 @@ class RoleAuthorizer:
                     f"role agent, bound to hypervisor {who.hypervisor}, may {action.verb} "
                     f"only {what} (metadata.name={who.hypervisor})" + (f"; {only}" if only else ""),
                 )
+            if grant.bare and action.verb == "create" and new is not None and (extra := not_bare(new)):
+                raise _denied(
+                    who, action, name,
+                    f"role {who.role} creates only a bare object (name and status); "
+                    f"{', '.join(extra)} are set by an operator",
+                )
             allowed = True
             break
         if not allowed:
@@ -213,6 +242,8 @@ def role_matrix_markdown() -> str:
             text = " ".join(v for v in VERBS if any(v in g.verbs for g in verbs))
             if text and any(g.own for g in verbs):
                 text += " (own)"
+            if text and any(g.bare for g in verbs):
+                text += " (create bare)"
             cells.append(text or "—")
         lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
     lines.append("| force | " + " | ".join("yes" if r in FORCE_ROLES else "—" for r in ROLES) + " |")
