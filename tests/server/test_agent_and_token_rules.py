@@ -20,9 +20,23 @@ from typing import Any
 
 import pytest
 import requests
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hvfleet.model import Hypervisor, ObjectMeta
-from hvfleet.model.token import AccessToken, AccessTokenSpec, Role, hash_secret, new_secret, token_text
+from hvfleet.model.errors import Forbidden, InvalidInput
+from hvfleet.model.token import (
+    AccessToken,
+    AccessTokenSpec,
+    Role,
+    check_token_update,
+    hash_secret,
+    new_secret,
+    role_conflict,
+    token_text,
+)
+from hvfleet.server.auth import RoleAuthorizer, not_bare
+from hvfleet.server.identity import Action, Identity
 from hvfleet.store import Store, open_store
 from hvfleet.store.tokens import list_tokens
 from tests.server.test_auth_https import GV, HVFLEET, Server, start_server, stop_server
@@ -258,3 +272,74 @@ def test_two_admins_racing_never_leave_one_subject_two_roles(server: Server, sto
         assert stayed == {records[k].name for k in (0, 1) if codes[k] == 201}
         kept_201 += len(stayed)
     assert kept_201 >= 1
+
+
+# -- the rules themselves, on random inputs ------------------------------------------------------
+
+_subjects = st.sampled_from(["nova", "dash", "ops"])
+_roles = st.sampled_from(["viewer", "operator", "scheduler", "admin"])
+_step = st.one_of(
+    st.tuples(st.just("create"), _subjects, _roles),
+    st.tuples(st.just("revoke"), st.integers(0, 20)),
+    st.tuples(st.just("update"), st.integers(0, 20), _subjects, _roles, st.booleans()),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_step, max_size=25))
+def test_no_sequence_of_creates_revokes_and_updates_gives_a_subject_two_roles(
+    steps: list[tuple[Any, ...]]
+) -> None:
+    """What create_token and the PUT path let through (role_conflict on create,
+    check_token_update on update) never leaves one subject two live roles."""
+    tokens: list[AccessToken] = []
+    for step in steps:
+        if step[0] == "create":
+            new, _ = _record(step[1], step[2])
+            if role_conflict(new, tokens) is None:
+                tokens.append(new)
+        elif tokens:
+            i = step[1] % len(tokens)
+            old = tokens[i]
+            if step[0] == "revoke":
+                spec = old.spec.model_copy(update={"revoked": True})
+            else:
+                spec = old.spec.model_copy(update={"subject": step[2], "role": step[3], "revoked": step[4]})
+            new = old.model_copy(update={"spec": spec})
+            try:
+                check_token_update(old, new)
+            except InvalidInput:
+                continue
+            tokens[i] = new
+        for subject in ("nova", "dash", "ops"):
+            live = {t.spec.role for t in tokens if t.spec.subject == subject and not t.spec.revoked}
+            assert len(live) <= 1, (subject, live)
+
+
+_label_values = st.from_regex(r"[a-z0-9]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["role", "zone", "rack"]), _label_values, max_size=2),
+    st.dictionaries(st.sampled_from(["note", "owner"]), st.text(max_size=8), max_size=2),
+    st.dictionaries(st.sampled_from(["cpu", "memory"]), st.sampled_from([0.5, 1.0, 4.0]), max_size=2),
+)
+def test_an_agent_create_is_allowed_exactly_when_it_sets_nothing_but_its_name(
+    labels: dict[str, str], annotations: dict[str, str], overcommit: dict[str, float]
+) -> None:
+    hv = Hypervisor.model_validate({
+        "metadata": {"name": "hv1", "labels": labels, "annotations": annotations},
+        "spec": {"overcommit": overcommit}, "status": {"capacity": {"cpu": 4}}})
+    agent = Identity("agent/hv1", "agent", hypervisor="hv1", token_id="t")
+    expected = [*(["metadata.annotations"] if annotations else []), *(["metadata.labels"] if labels else []),
+                *(["spec"] if overcommit else [])]
+    assert not_bare(hv) == expected
+    decide = RoleAuthorizer().authorize
+    if expected:
+        with pytest.raises(Forbidden, match="creates only a bare object"):
+            decide(agent, Action("create", "hypervisors", "hv1"), None, hv)
+    else:
+        decide(agent, Action("create", "hypervisors", "hv1"), None, hv)
+    # An operator's create is not bound by it.
+    decide(Identity("ops", "operator", token_id="o"), Action("create", "hypervisors", "hv1"), None, hv)
