@@ -4,6 +4,8 @@ over HTTP, and the pure planning behind it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -406,6 +408,56 @@ def test_a_claim_of_a_custom_class_ensures_it_without_pushing_inventories(
     second = _sync(run, placement.url, *claims_only)
     assert second["claims"]["created"] == [C1]
     assert c.consumer_allocations(C1)["allocations"][rp["gpu-01"]]["resources"] == {NIC_VF: 4}
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_the_example_fleet_syncs_as_nova_has_it_gpu_01_included(
+    run: Any, placement: RealPlacement, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 as reported: the example fleet (agents on its test-driver hosts,
+    then `apply -f examples/fleet-spec.yaml`), one provider per hypervisor
+    created by name as nova-compute does, `sync --push-claims`."""
+    url = f"sqlite:///{tmp_path}/example.db"
+    monkeypatch.setenv("HVFLEET_STORE", url)
+    for node in sorted((EXAMPLES / "fleet").glob("*.xml")):
+        subprocess.run([sys.executable, "-m", "hvfleet", "agent", "--connect", f"test://{node}",
+                        "--store", url, "--once"], check=True, capture_output=True, timeout=120)
+    assert run("apply", "-f", str(EXAMPLES / "fleet-spec.yaml")).code == 0
+    c = _fresh(placement)
+    _without_custom_classes(c)
+    with open_store(url) as fleet:
+        names = sorted(h.name for h in fleet.list_hypervisors())
+    assert "gpu-01" in names and len(names) == 7
+    rp = {}
+    for name in names:
+        c.request("POST", "/resource_providers", {"name": name})
+        rp[name] = next(p["uuid"] for p in c.get("/resource_providers")["resource_providers"]
+                        if p["name"] == name)
+    r = run("reserve", "gpu-01", "--cpu", "2", "--memory", "4Gi", "--resource", "VGPU=1",
+            "--resource", f"{NIC_VF}=2", "--consumer", C1)
+    assert r.code == 0, r.err
+
+    first = _sync(run, placement.url, "--push-claims")
+    assert first["errors"] == []
+    assert first["resourceClasses"] == {"created": [NIC_VF], "existing": 0}
+    assert sorted(first["inventories"]["updated"]) == names
+    exported = {p["name"]: p["inventories"] for p in json.loads(run("placement", "export").out)[
+        "resource_providers"]}
+    for name in names:
+        held = c.inventories(rp[name])[1]
+        assert {cls: {f: held[cls][f] for f in inv} for cls, inv in held.items()} == exported[name]
+    assert {k: v["resources"] for k, v in c.consumer_allocations(C1)["allocations"].items()} == {
+        rp["gpu-01"]: {"VCPU": 2, "MEMORY_MB": 4096, "VGPU": 1, NIC_VF: 2}
+    }
+
+    again = _sync(run, placement.url, "--push-claims")
+    assert again["resourceClasses"] == {"created": [], "existing": 1}
+    assert (again["inventories"]["updated"], again["inventories"]["unchanged"]) == ([], 7)
+    assert (again["claims"]["created"], again["claims"]["updated"], again["claims"]["unchanged"]) == (
+        [], [], 1)
+    assert (again["created"], again["updated"], again["deleted"], again["errors"]) == ([], [], [], [])
 
 
 def test_custom_classes_are_those_of_pushed_inventories_and_claims() -> None:
