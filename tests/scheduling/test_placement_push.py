@@ -18,9 +18,14 @@ from real_placement import RealPlacement
 from sched_fleet import host, now, put_host
 
 from hvfleet.model import Quantity, ResourceName
+from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Instance
 from hvfleet.scheduling.placement import export_inventories, provider_uuid, sync
-from hvfleet.scheduling.placement_client import PlacementClient
+from hvfleet.scheduling.placement_client import (
+    IDEMPOTENT_RESOURCE_CLASSES,
+    PlacementClient,
+    microversion_tuple,
+)
 from hvfleet.scheduling.placement_push import (
     ConsumerState,
     ProviderTree,
@@ -458,6 +463,19 @@ def test_the_example_fleet_syncs_as_nova_has_it_gpu_01_included(
     assert (again["claims"]["created"], again["claims"]["updated"], again["claims"]["unchanged"]) == (
         [], [], 1)
     assert (again["created"], again["updated"], again["deleted"], again["errors"]) == ([], [], [], [])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("1.6", (1, 6)), ("1.7", (1, 7)), ("1.36", (1, 36)), ("latest", (10**6, 0))]
+)
+def test_microversions_compare_as_numbers(text: str, expected: tuple[int, int]) -> None:
+    assert microversion_tuple(text) == expected
+    assert (microversion_tuple(text) >= IDEMPOTENT_RESOURCE_CLASSES) == (text != "1.6")
+
+
+def test_a_malformed_microversion_names_the_setting() -> None:
+    with pytest.raises(InvalidInput, match=r"placement microversion: 'one\.seven'"):
+        microversion_tuple("one.seven")
 
 
 def test_custom_classes_are_those_of_pushed_inventories_and_claims() -> None:
