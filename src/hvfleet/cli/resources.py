@@ -122,9 +122,7 @@ def describe(
     if h.spec.maintenance_reason:
         maint += f" ({h.spec.maintenance_reason})"
     console.print(f"[bold]Maintenance:[/bold] {maint}")
-    owners = "; ".join(
-        f"{e.manager}" for e in m.managed_fields
-    )
+    owners = "; ".join(dict.fromkeys(e.manager for e in m.managed_fields))
     console.print(f"[bold]Managers:[/bold]    {owners or '-'}")
     matching = ", ".join(p.name for p in matching_policies(h, policies))
     console.print(f"[bold]Policies:[/bold]    {matching or '-'}")

@@ -55,12 +55,15 @@ def validate_name(name: str, where: str = "metadata.name") -> str:
 
 
 class ManagedFieldsEntry(Model):
-    """Who set which fields, in the shape of Kubernetes server-side apply."""
+    """Who set which fields, in the shape of Kubernetes server-side apply: one
+    entry per (manager, operation, subresource), so a manager's applied fields
+    stay apart from what it changed by update and from what it wrote to /status."""
 
     manager: str
     operation: Literal["Apply", "Update"] = "Update"
     api_version: str = API_VERSION
     time: datetime | None = None
+    subresource: str | None = None
     fields_type: Literal["FieldsV1"] = "FieldsV1"
     fields_v1: dict[str, Any] = Field(default_factory=dict, alias="fieldsV1")
 

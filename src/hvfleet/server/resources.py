@@ -5,7 +5,9 @@ authorizer, makes one store call and renders the answer. Writes always name
 `Identity.manager` as the field manager (a client's `fieldManager` is ignored);
 creating a Reservation is a claim (`hvfleet.scheduling.claims.claim_reservation`,
 the same atomic check as `hvfleet reserve`); server-side apply merges with
-the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`). A write
+the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`) and
+is the only write that can meet an ownership conflict: PUT and PATCH are
+Updates, which take the fields they change from whoever owned them. A write
 that reads first (PATCH, DELETE) writes with the version it read and
 authorized, and starts over if that version went stale meanwhile. `dryRun=All`
 takes the same path, authorization and audit included, and ends in the store's
@@ -47,9 +49,13 @@ from hvfleet.server.status import ApiError, Target, from_error
 from hvfleet.server.table import table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store.apply import plan_one
-from hvfleet.store.base import StaleVersion, Write
+from hvfleet.store.base import FieldPath, StaleVersion, Write
+from hvfleet.store.ownership import applied_fields
 
 log = logging.getLogger("hvfleet.server")
+# The field manager of the apply kubectl's client-side apply sends after its
+# patch, holding only the last-applied-configuration annotation.
+LAST_APPLIED_MANAGER = "kubectl-last-applied"
 T = TypeVar("T")
 
 
@@ -116,10 +122,14 @@ def _flag(request: Request, name: str) -> bool:
     return value in ("true", "1")
 
 
-def _update(ctx: ApiContext, who: Identity, new: Resource, force: bool, dry_run: bool) -> Resource:
-    """The store's compare-and-swap update of `new`, or its dry run."""
+def _update(ctx: ApiContext, who: Identity, new: Resource, force: bool, dry_run: bool,
+            applied: frozenset[FieldPath] | None = None) -> Resource:
+    """The store's compare-and-swap update of `new` (with `applied`: a
+    server-side apply of those fields), or its dry run."""
     if dry_run:
-        return ctx.store.dry_run(Write("update", new), who.manager, force=force)
+        return ctx.store.dry_run(Write("update", new, applied), who.manager, force=force)
+    if applied is not None:
+        return ctx.store.write_all([Write("update", new, applied)], who.manager, force=force)[0]
     return ctx.store.update(new, who.manager, force=force)
 
 
@@ -339,8 +349,9 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
 
 
 def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource,
-                  dry_run: bool = False) -> Resource:
-    """Create (a Reservation: claim) as the caller, or its dry run."""
+                  dry_run: bool = False, applied: frozenset[FieldPath] | None = None) -> Resource:
+    """Create (a Reservation: claim) as the caller, or its dry run; with
+    `applied`, a server-side apply's create (its fields are applied ones)."""
     action = Action("create", info.plural, name=obj.metadata.name, dry_run=dry_run)
 
     def write() -> Resource:
@@ -353,7 +364,9 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
                 # reservation: a 404 would read as "reservation not found".
                 raise InvalidInput(str(exc), field="spec.hypervisor") from None
         if dry_run:
-            return ctx.store.dry_run(Write("create", obj), who.manager)
+            return ctx.store.dry_run(Write("create", obj, applied), who.manager)
+        if applied is not None:
+            return ctx.store.write_all([Write("create", obj, applied)], who.manager)[0]
         return ctx.store.create(obj, who.manager)
 
     out = audited(ctx, who, action, None, write, check=lambda: ctx.authorize(who, action, None, obj))
@@ -407,8 +420,9 @@ async def item(request: Request) -> Response:
         if media == bodies.APPLY_PATCH:
             obj, warnings = bodies.to_object(doc, info.kind, target, validation)
             _same_name(obj, name)
-            out, created = await run_in_threadpool(server_side_apply, ctx, who, info, obj, sub, force,
-                                                   dry_run)
+            out, created = await run_in_threadpool(
+                server_side_apply, ctx, who, info, obj, sub, force, dry_run,
+                request.query_params.get("fieldManager") == LAST_APPLIED_MANAGER)
             return render(request, ctx, info, out, 201 if created else 200, warnings)
         out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
                                                 validation, media, dry_run)
@@ -497,10 +511,18 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
 
 
 def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manifest: Resource,
-                      sub: str | None, force: bool, dry_run: bool = False) -> tuple[Resource, bool]:
+                      sub: str | None, force: bool, dry_run: bool = False,
+                      last_applied: bool = False) -> tuple[Resource, bool]:
     """PATCH application/apply-patch+yaml: create when absent (a Reservation is
     claimed), else merge the manifest's spec by field ownership; fields another
-    manager owns conflict (409, one FieldManagerConflict cause each) unless forced."""
+    manager owns conflict (409, one FieldManagerConflict cause each) unless forced.
+
+    `last_applied`: kubectl's client-side apply follows its patch with an apply
+    of only its last-applied annotation, as field manager
+    `kubectl-last-applied`. hvfleet records the caller's identity as manager,
+    so that apply would share (and prune) the Apply entry of the same caller's
+    `kubectl apply --server-side`: it is written as what it means, an update
+    of the fields it names, which removes nothing."""
     name = manifest.metadata.name
     pinned = manifest.metadata.resource_version is not None
     created = False
@@ -514,10 +536,14 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             if sub is not None:
                 raise
             created = True
-            return create_object(ctx, who, info, manifest, dry_run)
+            return create_object(ctx, who, info, manifest, dry_run, applied_fields(manifest))
+        applied: frozenset[FieldPath] | None = None
         if sub is None:
             # The one apply planning (as `hvfleet apply`); status is /status's business.
-            new = _with_status_of(plan_one(current, manifest, who.manager).object, current)
+            planned = plan_one(current, manifest, who.manager, prune=not last_applied)
+            new, applied = _with_status_of(planned.object, current), planned.applied
+            if last_applied:
+                applied = None
         else:
             new = _with_status_of(current, manifest)
             if manifest.metadata.resource_version is not None:
@@ -525,7 +551,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
                     update={"resource_version": manifest.metadata.resource_version})})
         action = Action("patch", info.plural, name, sub, force, dry_run)
 
-        out = audited(ctx, who, action, current, lambda: _update(ctx, who, new, force, dry_run),
+        out = audited(ctx, who, action, current,
+                      lambda: _update(ctx, who, new, force, dry_run, applied),
                       check=lambda: ctx.authorize(who, action, current, new))
         assert out is not None
         return out

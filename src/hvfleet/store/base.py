@@ -6,7 +6,10 @@ directly:
   is the revision of its last write (etcd's mod_revision);
 - every update is compare-and-swap on `resourceVersion` (stale → Conflict);
 - field ownership is recorded in `metadata.managedFields` and enforced inside
-  the same atomic write (see `hvfleet.store.ownership`);
+  the same atomic write (see `hvfleet.store.ownership`): an update takes what
+  it changes, an apply (`Write.applied`) conflicts with others' fields;
+- a write that changes nothing is not written: no new resourceVersion, no
+  generation bump, no watch event, on every backend;
 - `watch(since=R)` yields every event with revision > R, in order; history
   that was compacted away raises Gone; each event can tell the object's
   previous state (`WatchEvent.previous`);
@@ -88,16 +91,27 @@ class WatchEvent:
 
 
 WriteAction = Literal["create", "update"]
+# A field as managedFields records it: ("spec", "overcommit", "cpu"),
+# ("metadata", "labels", "az"), ("status",).
+FieldPath = tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Write:
     """One object of an atomic batch (`Store.write_all`): `create` it (it must
     not exist), or `update` it by compare-and-swap on the resourceVersion it
-    carries, exactly as `Store.create` and `Store.update` would."""
+    carries, exactly as `Store.create` and `Store.update` would.
+
+    `applied` makes the write a server-side apply (managedFields operation
+    Apply) of a configuration naming exactly these fields: the manager's
+    applied fields become exactly these, and changing a field another manager
+    owns is an OwnershipConflict unless forced. Without it the write is an
+    Update: it succeeds whoever owned what, and takes what it changes
+    (hvfleet.store.ownership)."""
 
     action: WriteAction
     object: Resource
+    applied: frozenset[FieldPath] | None = None
 
 
 @dataclass(frozen=True)
@@ -237,7 +251,9 @@ class Store(ABC):
     @abstractmethod
     def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
         """Compare-and-swap on obj.metadata.resourceVersion (required): stale →
-        Conflict. Field ownership is checked against the stored object."""
+        Conflict. An Update: it takes ownership of the fields it changes (status
+        writer and agent rules still apply); `force` is for applies. A write
+        that changes nothing returns the stored object as it is."""
 
     @abstractmethod
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
@@ -306,10 +322,10 @@ class Store(ABC):
         if write.action == "create":
             if old is not None:
                 raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
-            return prepare_create(obj, manager, now)
+            return prepare_create(obj, manager, now, write.applied)
         if old is None:
             raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-        new = prepare_update(old, obj, manager, force=force, now=now)
+        new = prepare_update(old, obj, manager, force=force, now=now, applied=write.applied)
         meta = new.metadata.model_copy(update={"resource_version": old.metadata.resource_version})
         return new.model_copy(update={"metadata": meta})
 
@@ -450,13 +466,23 @@ class Store(ABC):
         *,
         force: bool = False,
         attempts: int = 50,
+        as_apply: bool = False,
     ) -> Resource:
         """Read, apply `mutate`, write with CAS; on a stale version re-read and retry.
-        Ownership conflicts are not retried: they need a person's decision."""
+        `as_apply`: write a person's edit as an apply of what it changes
+        (`ownership.applied_after_edit`), so a field another manager owns is an
+        OwnershipConflict unless forced; else an Update, which takes what it
+        changes. Ownership conflicts are not retried: they need a person's decision."""
+        from hvfleet.store.ownership import applied_after_edit
+
         last: StaleVersion | None = None
         for attempt in range(attempts):
-            new = mutate(self.get(kind, name))
+            old = self.get(kind, name)
+            new = mutate(old)
             try:
+                if as_apply:
+                    applied = applied_after_edit(old, new, manager)
+                    return self.write_all([Write("update", new, applied)], manager, force=force)[0]
                 return self.update(new, manager, force=force)
             except StaleVersion as exc:
                 last = exc
@@ -475,11 +501,13 @@ class Store(ABC):
         manager: str,
         *,
         force: bool = False,
+        as_apply: bool = False,
     ) -> Hypervisor:
         def typed(obj: Resource) -> Resource:
             assert isinstance(obj, Hypervisor)
             return mutate(obj)
 
-        out = self.update_with_retry("Hypervisor", name, typed, manager, force=force)
+        out = self.update_with_retry("Hypervisor", name, typed, manager, force=force,
+                                     as_apply=as_apply)
         assert isinstance(out, Hypervisor)
         return out

@@ -56,7 +56,7 @@ from hvfleet.store.etcd_transport import (
     prefix_end,
 )
 from hvfleet.store.etcd_watch import watch_range
-from hvfleet.store.ownership import prepare_create, prepare_update
+from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
 
 __all__ = ["DEFAULT_PREFIX", "EtcdStore", "parse_etcd_url"]
 
@@ -279,6 +279,8 @@ class EtcdStore(Store):
             old_revision, old_value = kvs[0].mod_revision, kvs[0].value
         old = decode(kind, old_value, old_revision)
         stored = prepare_update(old, obj, manager, force=force, now=_now())
+        if unchanged(old, stored):
+            return old
         value = encode(stored)
         result = self.transport.txn(
             [cmp_mod(key, old_revision)],
@@ -320,30 +322,42 @@ class EtcdStore(Store):
         ops: builtins.list[dict[str, Any]] = []
         stored: builtins.list[Resource] = []
         values: builtins.list[bytes] = []
+        kept: set[int] = set()  # writes that change nothing
         for i, (w, key) in enumerate(zip(writes, keys, strict=True)):
             obj, kv = w.object, snap.first(i)
             old: Resource | None = None
             if w.action == "create":
                 if kv is not None:
                     raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
-                new = prepare_create(obj, manager, now)
+                new = prepare_create(obj, manager, now, w.applied)
                 compares.append(cmp_absent(key))
             else:
                 if kv is None:
                     raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
                 old = decode(obj.kind, kv.value, kv.mod_revision)
-                new = prepare_update(old, obj, manager, force=force, now=now)
+                new = prepare_update(old, obj, manager, force=force, now=now, applied=w.applied)
                 compares.append(cmp_mod(key, kv.mod_revision))
+                if unchanged(old, new):
+                    # Nothing to write; still compared, so the batch lands on the
+                    # state every check saw.
+                    stored.append(old)
+                    values.append(kv.value)
+                    kept.add(i)
+                    continue
             value = encode(new)
             ops += [op_put(key, value), *self._reservation_ops(old, new)]
             stored.append(new)
             values.append(value)
+        if not ops:
+            return stored  # every write was a no-op on the snapshot just read
         result = self.transport.txn(compares, _once_per_key(ops), [op_get(k) for k in keys], what=what)
         revision = result.revision if result.succeeded else landed(result, values)
         if revision is not None:
-            for key, value in zip(keys, values, strict=True):
-                self._remember(key, revision, value)
-            return [with_version(obj, revision) for obj in stored]
+            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+                if i not in kept:
+                    self._remember(key, revision, value)
+            return [obj if i in kept else with_version(obj, revision)
+                    for i, obj in enumerate(stored)]
         # Changed since the read: name the first object that did.
         for i, w in enumerate(writes):
             before, now_kv = snap.first(i), result.first(i)

@@ -444,7 +444,7 @@ class RemoteStore(Store):
         check_batch(writes)
         if not writes:
             return []
-        body = {"writes": [{"action": w.action, "object": w.object.to_dict()} for w in writes]}
+        body = {"writes": [_batch_item(w) for w in writes]}
         doc = json.loads(self._call("POST", BATCH_PATH + ("?force=true" if force else ""), body,
                                     manager=manager))
         return [self._remember(STORED_KINDS[w.object.kind].model_validate(item))
@@ -677,3 +677,13 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _batch_item(write: Write) -> dict[str, Any]:
+    """One write of a batch body; an apply carries its field set as FieldsV1."""
+    from hvfleet.store.ownership import to_fields_v1
+
+    item: dict[str, Any] = {"action": write.action, "object": write.object.to_dict()}
+    if write.applied is not None:
+        item["applied"] = to_fields_v1(write.applied)
+    return item

@@ -47,7 +47,7 @@ from hvfleet.store.base import (
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
-from hvfleet.store.ownership import prepare_create, prepare_update
+from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
 
 T = TypeVar("T")
 
@@ -244,7 +244,7 @@ class SqliteStore(Store):
             if old is None:
                 raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
             new = prepare_update(old, obj, manager, force=force, now=_now())
-            return self._put(db, new, "MODIFIED")
+            return old if unchanged(old, new) else self._put(db, new, "MODIFIED")
 
     def write_all(
         self, writes: Sequence[Write], manager: str, *, force: bool = False
@@ -261,12 +261,13 @@ class SqliteStore(Store):
                 if w.action == "create":
                     if old is not None:
                         raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
-                    out.append(self._put(db, prepare_create(obj, manager, now), "ADDED"))
+                    out.append(self._put(db, prepare_create(obj, manager, now, w.applied), "ADDED"))
                 else:
                     if old is None:
                         raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-                    new = prepare_update(old, obj, manager, force=force, now=now)
-                    out.append(self._put(db, new, "MODIFIED"))
+                    new = prepare_update(old, obj, manager, force=force, now=now,
+                                         applied=w.applied)
+                    out.append(old if unchanged(old, new) else self._put(db, new, "MODIFIED"))
         return out
 
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
