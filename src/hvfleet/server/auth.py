@@ -7,8 +7,10 @@ that bound is how long a revoke takes to reach every replica. `RoleAuthorizer`
 answers from `ROLE_GRANTS`, the one table of what each role may do, which
 docs/security.md renders (`role_matrix_markdown`). Store-level rules stay where
 the write is accepted (hvfleet.store.ownership): only `agent/<name>` writes a
-hypervisor's status, agents never write spec, and a spec field owned by another
-manager needs force; this table decides who may even ask.
+hypervisor's status, agents never write spec, and an apply of a field another
+manager owns needs force; this table decides who may even ask, who may force,
+and that a role which may not force may not take another manager's fields by
+update either.
 """
 
 from __future__ import annotations
@@ -186,6 +188,18 @@ class RoleAuthorizer:
                 who, action, name,
                 f"role {who.role} may not force: fields other managers own stay theirs",
             )
+        if (who.role not in FORCE_ROLES and action.verb in ("update", "patch") and not action.apply
+                and action.subresource is None and current is not None and new is not None):
+            # An update takes the fields it changes from their owners (only an
+            # apply conflicts): a role that may not force may not take them.
+            taken = taken_from_others(current, new, who.manager)
+            if taken:
+                field, owner = taken[0]
+                raise _denied(
+                    who, action, name,
+                    f"role {who.role} may not take fields other managers own: "
+                    f"{field} is owned by {owner!r}",
+                )
 
 
 VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")

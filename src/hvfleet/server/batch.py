@@ -85,7 +85,7 @@ def _actions(write: Write, current: Resource | None, force: bool) -> list[Action
                     or current.metadata.annotations != new.metadata.annotations)
     out = []
     if rest_changed or not status_changed:
-        out.append(Action("update", info.plural, name, None, force))
+        out.append(Action("update", info.plural, name, None, force, apply=write.applied is not None))
     if status_changed:
         out.append(Action("update", info.plural, name, "status", force))
     return out

@@ -526,7 +526,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
     name = manifest.metadata.name
     pinned = manifest.metadata.resource_version is not None
     created = False
-    precheck(ctx, who, Action("patch", info.plural, name, sub, force, dry_run))
+    precheck(ctx, who, Action("patch", info.plural, name, sub, force, dry_run, apply=True))
 
     def attempt() -> Resource:
         nonlocal created
@@ -549,7 +549,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             if manifest.metadata.resource_version is not None:
                 new = new.model_copy(update={"metadata": current.metadata.model_copy(
                     update={"resource_version": manifest.metadata.resource_version})})
-        action = Action("patch", info.plural, name, sub, force, dry_run)
+        action = Action("patch", info.plural, name, sub, force, dry_run, apply=applied is not None)
 
         out = audited(ctx, who, action, current,
                       lambda: _update(ctx, who, new, force, dry_run, applied),

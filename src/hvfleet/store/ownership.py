@@ -454,6 +454,20 @@ def _remove(doc: dict[str, Any], path: Path) -> None:
     doc.pop(path[-1], None)
 
 
+def taken_from_others(old: Resource, new: Resource, manager: str) -> list[tuple[str, str]]:
+    """Every (field, owner) that writing `new` over `old` as `manager` changes
+    while another manager owns it: what an Update takes over, and what an
+    Apply conflicts on. A role that may not force may not take them either
+    (hvfleet.server.auth)."""
+    before, after = owned_fields(old), owned_fields(new)
+    missing = object()
+    changed = {p for p in set(before) | set(after)
+               if before.get(p, missing) != after.get(p, missing)}
+    return sorted((".".join(p), e.manager) for e in _entries(old).values()
+                  if e.manager != manager and e.subresource == ""
+                  for p in e.paths & changed)
+
+
 def applied_after_edit(old: Resource, new: Resource, manager: str) -> frozenset[Path]:
     """An edit of some fields (the CLI's and the dashboard's spec edits) as an
     apply: what `manager` applied before and still holds, plus what the edit

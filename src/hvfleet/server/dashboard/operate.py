@@ -72,7 +72,7 @@ def quantity_field(text: str, field: str, *, required: bool = False) -> Quantity
 
 def _edit(ctx: ApiContext, who: Identity, name: str, force: bool,
           change: Callable[[Hypervisor], Hypervisor]) -> Hypervisor:
-    action = Action("patch", "hypervisors", name=name, force=force)
+    action = Action("patch", "hypervisors", name=name, force=force, apply=True)
     precheck(ctx, who, action)
 
     def mutate(h: Hypervisor) -> Hypervisor:
