@@ -120,12 +120,12 @@ def test_client_side_apply_keeps_labels_and_its_force_never_recreates(
     # Another manager takes the ratio by server-side apply.
     _ok(kubectl.apply(_manifest(tmp_path, overcommit={"cpu": 2}), "--force-conflicts",
                       token="ops2-token"))
-    # ops' client-side apply of its manifest again (a current kubectl follows its
-    # patch with an apply of the last-applied annotation): labels stay, the
-    # ratio comes back (a patch takes it), the same object.
+    # ops' client-side apply of its manifest again (a merge patch): labels stay,
+    # the ratio comes back (a patch takes it), the same object.
     _ok(kubectl("apply", "-f", str(listed)))
     h = store.get_hypervisor("hv1")
     assert h.metadata.labels == {"az": "a", "role": "compute"}
+    assert h.spec.overcommit == {"cpu": 4.0}
     assert "kubectl.kubernetes.io/last-applied-configuration" in h.metadata.annotations
     # With --force too: the patch succeeds, so nothing is deleted and recreated.
     _ok(kubectl("apply", "--force", "-f", str(_manifest(

@@ -478,6 +478,14 @@ def test_an_update_takes_anothers_field_only_for_a_role_that_may_force(
     r = scheduler.put(base, data=json.dumps(doc), headers={"Content-Type": "application/json"},
                       timeout=30)
     assert r.status_code == 403, r.text
+    # Nor through the apply kubectl sends for its last-applied annotation, which
+    # is written as an update.
+    apply = {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "metadata": {"name": "hv1"},
+             "spec": {"overcommit": {"cpu": 8}}}
+    r = scheduler.patch(base, params={"fieldManager": "kubectl-last-applied"},
+                        data=json.dumps(apply), headers={"Content-Type": "application/apply-patch+yaml"},
+                        timeout=30)
+    assert r.status_code == 403, r.text
     assert snapshot(store) == before
     r = scheduler.patch(base, data=json.dumps({"spec": {"overcommit": {"memory": 2}}}),
                         headers=merge, timeout=30)

@@ -27,6 +27,7 @@ from hvfleet.model.meta import API_GROUP
 from hvfleet.model.token import ROLES, AccessToken, Role, check_token, split_token
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.store.base import Store
+from hvfleet.store.ownership import taken_from_others
 from hvfleet.store.tokens import find_token
 
 # How long a token record is trusted before it is read again: the longest a

@@ -53,8 +53,8 @@ from hvfleet.store.base import FieldPath, StaleVersion, Write
 from hvfleet.store.ownership import applied_fields
 
 log = logging.getLogger("hvfleet.server")
-# The field manager of the apply kubectl's client-side apply sends after its
-# patch, holding only the last-applied-configuration annotation.
+# The field manager of the apply `kubectl apply --server-side` sends after its
+# own, holding only the last-applied-configuration annotation.
 LAST_APPLIED_MANAGER = "kubectl-last-applied"
 T = TypeVar("T")
 
@@ -517,12 +517,14 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
     claimed), else merge the manifest's spec by field ownership; fields another
     manager owns conflict (409, one FieldManagerConflict cause each) unless forced.
 
-    `last_applied`: kubectl's client-side apply follows its patch with an apply
-    of only its last-applied annotation, as field manager
+    `last_applied`: `kubectl apply --server-side` of an object that carries a
+    client-side apply's last-applied annotation follows its apply with a
+    second one holding only that annotation, as field manager
     `kubectl-last-applied`. hvfleet records the caller's identity as manager,
-    so that apply would share (and prune) the Apply entry of the same caller's
-    `kubectl apply --server-side`: it is written as what it means, an update
-    of the fields it names, which removes nothing."""
+    so that apply would share (and prune) the Apply entry the first one just
+    wrote: it is written as what it means, an update of the fields it names,
+    which removes nothing (and, as an update, is refused to a role that may
+    not force if it changes another manager's field)."""
     name = manifest.metadata.name
     pinned = manifest.metadata.resource_version is not None
     created = False
