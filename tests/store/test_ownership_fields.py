@@ -120,3 +120,27 @@ def test_an_identical_apply_changes_nothing(first: dict[str, Any]) -> None:
     write = plan_one(state, _manifest(first), "x")
     assert prepare_update(state, write.object, "x", force=False, now=NOW,
                           applied=write.applied) is state
+
+
+def test_an_agents_status_writes_move_only_its_status_entry() -> None:
+    created = _stored(prepare_create(_manifest({"labels": {"a": "x"}}), "creator", NOW), 1)
+
+    def with_heartbeat(obj: Resource, at: datetime) -> Resource:
+        assert isinstance(obj, Hypervisor)
+        return obj.model_copy(update={"status": obj.status.model_copy(
+            update={"last_heartbeat_time": at})})
+
+    first = _stored(prepare_update(created, with_heartbeat(created, NOW), "agent/hv1", force=False,
+                                   now=NOW), 2)
+    later = NOW.replace(hour=1)
+    second = prepare_update(first, with_heartbeat(first, later), "agent/hv1", force=False, now=later)
+    entries = {(e.manager, e.operation, e.subresource): (e.fields_v1, e.time)
+               for e in second.metadata.managed_fields}
+    assert entries == {
+        ("agent/hv1", "Update", "status"): ({"f:status": {}}, later),
+        ("creator", "Update", None): ({"f:metadata": {"f:labels": {"f:a": {}}}}, NOW),
+    }
+    assert second.metadata.generation == first.metadata.generation
+    # The same status again: nothing to write.
+    assert prepare_update(first, with_heartbeat(first, NOW), "agent/hv1", force=False,
+                          now=later) is first
