@@ -95,21 +95,7 @@ class Quantity:
         return parsed
 
     def __str__(self) -> str:
-        v = self._value
-        if v == 0:
-            return "0"
-        sign = "-" if v < 0 else ""
-        a = abs(v)
-        if self._format == "binary" and a.denominator == 1:
-            for suffix, mult in reversed(BINARY_SUFFIXES.items()):
-                if a.numerator % mult == 0:
-                    return f"{sign}{a.numerator // mult}{suffix}"
-            return f"{sign}{a.numerator}"
-        for suffix, dmult in reversed(DECIMAL_SUFFIXES.items()):
-            scaled = a / dmult
-            if scaled.denominator == 1:
-                return f"{sign}{scaled.numerator}{suffix}"
-        return sign + _exact_decimal(a)
+        return _canonical(self._value, self._format)
 
     def __repr__(self) -> str:
         return f"Quantity({str(self)!r})"
@@ -332,6 +318,27 @@ def _parse_text(s: str) -> Quantity | str:
     if m["sign"] == "-":
         value = -value
     return Quantity(value, fmt)
+
+
+@functools.lru_cache(maxsize=8192)
+def _canonical(v: Fraction, fmt: Format) -> str:
+    """The canonical text of a value in a format. Cached: every stored object
+    writes the same few amounts ("16Gi", "2") each time it is encoded, and the
+    suffix search divides Fractions."""
+    if v == 0:
+        return "0"
+    sign = "-" if v < 0 else ""
+    a = abs(v)
+    if fmt == "binary" and a.denominator == 1:
+        for suffix, mult in reversed(BINARY_SUFFIXES.items()):
+            if a.numerator % mult == 0:
+                return f"{sign}{a.numerator // mult}{suffix}"
+        return f"{sign}{a.numerator}"
+    for suffix, dmult in reversed(DECIMAL_SUFFIXES.items()):
+        scaled = a / dmult
+        if scaled.denominator == 1:
+            return f"{sign}{scaled.numerator}{suffix}"
+    return sign + _exact_decimal(a)
 
 
 def _exact_decimal(a: Fraction) -> str:
