@@ -236,20 +236,20 @@ class QuantityBound:
         self.limit = min(limit, READABLE_LIMIT)
         self._from_text = functools.lru_cache(maxsize=8192)(self._parse_bounded)
 
-    def check(self, q: Quantity) -> str | None:
-        """Why `q` is out of bounds, or None."""
+    def check(self, q: Quantity, shown: str | None = None) -> str | None:
+        """Why `q` (written as `shown`) is out of bounds, or None."""
         v = q.value
         if v.denominator != 1 and PRECISION % v.denominator:
-            return f"{q!s} is finer than 1n (the smallest quantity is 0.000000001)"
+            return f"{shown or _preview(q)} is finer than 1n (the smallest quantity is 0.000000001)"
         if abs(v) > self.limit:
-            return f"{_preview(q)} is out of range (at most {self.limit} in magnitude)"
+            return f"{shown or _preview(q)} is out of range (at most {self.limit} in magnitude)"
         return None
 
     def _parse_bounded(self, text: str) -> Quantity | str:
         parsed = _parse_text(text.strip())
         if isinstance(parsed, str):
             return f"{_preview(repr(text))} {parsed}"
-        return self.check(parsed) or parsed
+        return self.check(parsed, _preview(repr(text))) or parsed
 
     def validate(self, v: Any) -> Quantity:
         if isinstance(v, bool):

@@ -19,11 +19,6 @@ from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, 
 from hvfleet.model.lease import Lease
 from hvfleet.store.undecodable import Undecodable
 
-# The column that says whether an object can be trusted, per kind: an object
-# that does not decode reads `Unknown` there (hvfleet.store.undecodable).
-_STATE_COLUMNS = frozenset({"READY", "PHASE", "LIVE"})
-UNKNOWN = "Unknown"
-
 
 def wants_table(accept: str | None) -> bool:
     """True when the client's first acceptable type is a meta.k8s.io/v1 Table."""
@@ -72,6 +67,12 @@ def rows_for(kind: str, objs: Sequence[Resource],
     return [c.to_dict() for c in cols], rows
 
 
+def _columns(kind: str) -> list[views.Column]:
+    by_kind = {"Hypervisor": views.hypervisor_columns, "Reservation": views.reservation_columns,
+               "OvercommitPolicy": views.policy_columns, "Lease": views.lease_columns}
+    return by_kind[kind](True)
+
+
 def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
     if include == "None":
         return None
@@ -81,13 +82,10 @@ def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
 
 
-def undecodable_row(cols: Sequence[dict[str, Any]], err: Undecodable,
-                    include: str) -> dict[str, Any]:
+def undecodable_row(kind: str, err: Undecodable, include: str) -> dict[str, Any]:
     """The row of an object that does not decode: its name, `Unknown` in the
     kind's state column, nothing else (the reason is in the answer's Warning)."""
-    cells = [err.name if c["format"] == "name" else UNKNOWN if c["name"] in _STATE_COLUMNS else "-"
-             for c in cols]
-    row: dict[str, Any] = {"cells": cells}
+    row: dict[str, Any] = {"cells": views.unknown_row(_columns(kind), err.name)}
     if include != "None":
         meta: dict[str, Any] = {"name": err.name, "resourceVersion": str(err.revision)}
         if err.uid:
@@ -109,7 +107,7 @@ def table(kind: str, objs: Sequence[Resource], inputs: TableInputs,
             row["object"] = o
         out_rows.append(row)
     if undecodable:
-        out_rows += [undecodable_row(cols, err, include_object) for err in undecodable]
+        out_rows += [undecodable_row(kind, err, include_object) for err in undecodable]
         out_rows.sort(key=lambda r: str(r["cells"][0]))
     meta: dict[str, Any] = {"resourceVersion": resource_version}
     if continue_token:
