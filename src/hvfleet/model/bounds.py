@@ -77,6 +77,9 @@ def _timestamp(value: datetime) -> datetime:
 
 
 Timestamp = Annotated[datetime, AfterValidator(_timestamp)]
+# (checked with its own message by hvfleet.model.hypervisor.check_ratio first;
+# the constraint here puts the range in the published schema.)
+Ratio = Annotated[float, Field(ge=MIN_RATIO, le=MAX_RATIO)]
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 Reason = Annotated[str, Field(max_length=MAX_REASON)]
@@ -89,5 +92,5 @@ __all__ = [
     "EARLIEST", "INT64_MAX", "LATEST", "MAX_CELLS", "MAX_CONDITIONS", "MAX_EFFECTIVE",
     "MAX_INSTANCES", "MAX_LABELS", "MAX_LEASE_SECONDS", "MAX_LIST", "MAX_NAME", "MAX_QUANTITY",
     "MAX_RATIO", "MAX_REASON", "MAX_RESOURCES", "MAX_SELECTOR_TERMS", "MAX_TEXT", "MIN_RATIO",
-    "Amount", "Count", "EffectiveAmount", "Int64", "Reason", "ShortName", "Timestamp",
+    "Amount", "Count", "EffectiveAmount", "Int64", "Ratio", "Reason", "ShortName", "Timestamp",
 ]

@@ -30,6 +30,7 @@ from hvfleet.model.bounds import (
     Count,
     EffectiveAmount,
     Int64,
+    Ratio,
     Timestamp,
 )
 from hvfleet.model.hostcaps import HostCapabilities
@@ -89,7 +90,7 @@ def _non_negative(field: str, values: ResourceList) -> ResourceList:
 
 
 class HypervisorSpec(Model):
-    overcommit: dict[ResourceName, float] = Field(default_factory=dict)
+    overcommit: dict[ResourceName, Ratio] = Field(default_factory=dict, max_length=MAX_RESOURCES)
     reserved: ResourceList = Field(default_factory=dict)
     extra_capacity: ResourceList = Field(default_factory=dict)
     maintenance: Literal["", "manual", "drain"] = ""
@@ -284,7 +285,7 @@ class LabelSelector(Model):
 
 class OvercommitPolicySpec(Model):
     selector: LabelSelector = Field(default_factory=LabelSelector)
-    overcommit: dict[ResourceName, float]
+    overcommit: dict[ResourceName, Ratio] = Field(max_length=MAX_RESOURCES)
     # Higher wins where two matching policies give a ratio for the same resource;
     # at equal priority the policy whose name sorts first.
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
