@@ -163,7 +163,7 @@ CASES: list[Case] = [
     Case("Hypervisor", ("status", "cells"), _many(MAX_CELLS, {"id": 0}), "status.cells"),
     Case("Hypervisor", ("status", "instances", 0, "resources", "cpu"), _quantity(MAX_QUANTITY),
          "status.instances.0.resources.cpu"),
-    Case("Hypervisor", ("status", "instances", 0, "name"), _n(254), "status.instances.0.name"),
+    Case("Hypervisor", ("status", "instances", 0, "name"), _n(1025), "status.instances.0.name"),
     Case("Hypervisor", ("status", "instances", 0, "crashCount"), _COUNT,
          "status.instances.0.crashCount"),
     Case("Hypervisor", ("status", "instances", 0, "lastCrashTime"), _TIME,

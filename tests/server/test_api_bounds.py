@@ -7,6 +7,7 @@ SQLite or etcd behind the server) leaves list, watch, the Table behind
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import suppress
@@ -268,3 +269,19 @@ def test_any_field_of_any_kind_past_its_bound_is_422_and_nothing_is_written(
         _invalid(r, case.field)
     assert snapshot(store) == before
     _still_answering(server)
+
+
+def test_a_token_record_that_does_not_decode_is_an_unknown_token(server: Server, store: Store) -> None:
+    text = server.token("viewer", name="spoiled-viewer")
+    token_id = text.removeprefix("hvf_").split("_", 1)[0]
+    assert server.session(text).get(server.url + f"{GV}/hypervisors", timeout=30).status_code == 200
+    poison(server.store_url, "AccessToken", token_id, b'{"kind": "AccessToken", "spec": 1}')
+    # The server keeps a token record for at most a second (TokenAuthenticator.max_age).
+    deadline = time.monotonic() + 10
+    while True:
+        r = server.session(text).get(server.url + f"{GV}/hypervisors", timeout=30)
+        if r.status_code != 200 or time.monotonic() > deadline:
+            break
+    assert r.status_code == 401, r.text
+    with suppress(NotFound):
+        store.delete("AccessToken", token_id)

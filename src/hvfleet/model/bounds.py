@@ -3,8 +3,8 @@
 The rule (docs/design ARCHITECTURE): every value a write stores is one every
 reader accepts. A reader decodes a stored object with the same model a write
 is validated with, and computes with its values (capacity arithmetic, lease
-expiry, heartbeat age, int64 columns of the fleet index, Kubernetes clients
-that hold integers as int64): so each field type below carries the bound
+expiry, heartbeat age, the fleet index's columns, Kubernetes clients that hold
+counters as int64): so each field type below carries the bound
 past which one of them would fail, and a write past it is refused
 (InvalidInput, the API's 422 Invalid naming the field) with nothing written.
 The limits are listed, with what a caller gets past each, in docs/security.md.
@@ -27,9 +27,10 @@ INT64_MAX: Final = 2**63 - 1
 INT64_MIN: Final = -(2**63)
 
 # An amount of one resource that a caller sets (capacity, allocation, reserve,
-# extra capacity, a reservation's or an instance's resources): int64, as
-# Kubernetes' resource.Quantity and the fleet index's integer columns hold it.
-MAX_QUANTITY: Final = INT64_MAX
+# extra capacity, a reservation's or an instance's resources): 10^21 (1000E, a
+# thousand exabytes), far past any host (8Ei of memory is 9.2 × 10^18), and
+# small enough that what is computed from it (below) prints in 25 digits.
+MAX_QUANTITY: Final = 10**21
 # Overcommit ratios: a finite number in this range (below 1 keeps part free).
 MIN_RATIO: Final = 0.001
 MAX_RATIO: Final = 1000.0

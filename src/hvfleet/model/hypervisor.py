@@ -127,7 +127,8 @@ class Cell(Model):
 
 class Instance(Model):
     uuid: str = Field(max_length=MAX_NAME)
-    name: str = Field(max_length=MAX_NAME)
+    # A domain name as libvirt has it (libvirt sets no limit of its own).
+    name: str = Field(max_length=1024)
     state: str = Field(max_length=MAX_NAME)
     resources: ResourceList = Field(default_factory=dict)
     # Guest crashes the node agent saw (libvirt's lifecycle event CRASHED, which
