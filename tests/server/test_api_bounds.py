@@ -7,6 +7,7 @@ SQLite or etcd behind the server) leaves list, watch, the Table behind
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -174,8 +175,10 @@ def _check_poisoned_fleet(server: Server, tmp_path: Path) -> None:
     assert "cannot be read" in shown.stderr
     # Counted where Prometheus scrapes.
     metrics = viewer.get(server.url + "/metrics", timeout=30)
-    if metrics.status_code == 200:
-        assert 'hvfleet_store_undecodable_skipped_total{kind="Hypervisor"}' in metrics.text
+    assert metrics.status_code == 200
+    counted = re.search(r'^hvfleet_store_undecodable_skipped_total\{kind="Hypervisor"\} (\S+)$',
+                        metrics.text, re.M)
+    assert counted is not None and float(counted[1]) >= 1, metrics.text[-2000:]
     # An agent cannot delete it; an admin can.
     assert _session(server, "agent").delete(server.url + f"{GV}/hypervisors/bad",
                                             timeout=30).status_code == 403
