@@ -1,6 +1,7 @@
 """The real `hvfleet agent` keeps status.effectiveCapacity equal to what every
 reader computes when an OvercommitPolicy is created, shadowed by the host's
-own spec, and deleted: the agent watches the policies too."""
+own spec, and deleted, and when the host is relabelled out of and into it: the
+agent watches the policies too, and its own labels."""
 
 from __future__ import annotations
 
@@ -53,6 +54,19 @@ def test_status_effective_capacity_follows_policies_and_agrees_with_readers(tmp_
             _, h = wait_for(store, "compute-01", lambda h: h.status.effective_capacity["cpu"] == 64, 2.0)
             assert h.status.effective_capacity["memory"] == 160 * GI
             assert readers_effective(url) == {"cpu": "64", "memory": "160Gi"}
+
+            # Relabelled out of the policy and back: its labels decide, within the same 2 s.
+            # (labels set as an operator's client would, leaving spec alone: a manifest
+            # applied without spec.overcommit would take back the ratio set above)
+            for role, memory in (("edge", 128), ("compute", 160)):
+                h = store.get_hypervisor("compute-01")
+                meta = h.metadata.model_copy(update={"labels": {"role": role}})
+                store.update(h.model_copy(update={"metadata": meta}), "ops")
+                _, h = wait_for(
+                    store, "compute-01", lambda h, m=memory: h.status.effective_capacity["memory"] == m * GI,
+                    2.0,
+                )
+                assert h.status.effective_capacity["cpu"] == 64  # its own ratio stays
 
             assert hvfleet("delete", "overcommitpolicy", "compute-default", "--store", url).returncode == 0
             _, h = wait_for(

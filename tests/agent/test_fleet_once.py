@@ -124,7 +124,8 @@ def test_fleet_host_status_is_exact(tmp_path: Path, host: str) -> None:
     assert s.effective_capacity == C(capacity)  # no spec: ratio 1, nothing reserved
     assert [c.effective_capacity for c in s.cells] == [C(a) for a, _ in cells]
     conditions = {c.type: (c.status, c.reason) for c in s.conditions}
-    assert conditions == {"LibvirtConnected": ("True", "Connected"), "Ready": ("True", "Reconciled")}
+    assert conditions == {"LibvirtConnected": ("True", "Connected"), "Ready": ("True", "Reconciled"),
+                          "Synced": ("True", "RatiosResolved")}
     assert s.last_heartbeat_time is not None
     assert h.spec.model_dump() == type(h.spec)().model_dump()
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hvfleet.agent.reconcile import (
     Facts,
     ParsedDomain,
+    Unresolved,
     add_allocation,
     add_capacity,
     add_conditions,
@@ -19,7 +21,9 @@ from hvfleet.agent.reconcile import (
 )
 from hvfleet.discovery.domains import DomainRecord, cell_units, parse_domain
 from hvfleet.model import Hypervisor, ObjectMeta
+from hvfleet.model.hypervisor import OvercommitPolicy
 from hvfleet.model.meta import find_condition
+from hvfleet.model.views import spec_sync
 
 from .conftest import GI, fixture_text, quantities, two_cell_host
 
@@ -121,3 +125,45 @@ def test_unreadable_host_is_not_ready_and_keeps_the_last_observation() -> None:
     assert (ready.status, ready.reason, ready.message) == (
         "False", "UnreadableHost", "capabilities: cell 0: no <memory>")
     assert bad.status.allocation == h.status.allocation
+
+
+COMPUTE_CPU = OvercommitPolicy.model_validate({
+    "metadata": {"name": "compute-cpu"},
+    "spec": {"selector": {"matchLabels": {"role": "compute"}}, "overcommit": {"cpu": 3}},
+})
+
+
+def test_unresolved_policies_keep_the_last_effective_capacity_and_say_synced_false() -> None:
+    labelled = fresh().model_copy(update={"metadata": ObjectMeta(name="h", generation=4,
+                                                                 labels={"role": "compute"})})
+    resolved = reconcile(labelled, replace(facts(), policies=(COMPUTE_CPU,)))
+    assert resolved.status.effective_capacity["cpu"] == 24  # 8 CPUs x 3 (compute-cpu)
+    synced = find_condition(resolved.status.conditions, "Synced")
+    assert synced is not None and (synced.status, synced.reason) == ("True", "RatiosResolved")
+    assert "cpu 3 (OvercommitPolicy/compute-cpu)" in synced.message
+
+    # The policies cannot be read: nothing is guessed (ratio 1 would say cpu 8).
+    why = 'overcommitpolicies.hvfleet.io is forbidden: User "agent/h" cannot list'
+    later = reconcile(resolved, replace(facts(), policies=Unresolved(why)), T0 + timedelta(minutes=1))
+    assert later.status.effective_capacity == resolved.status.effective_capacity
+    assert [c.effective_capacity for c in later.status.cells] == [
+        c.effective_capacity for c in resolved.status.cells]
+    assert [c.effective_capacity["cpu"] for c in later.status.cells] == [12, 12]
+    synced = find_condition(later.status.conditions, "Synced")
+    assert synced is not None and (synced.status, synced.reason) == ("False", "RatiosUnresolved")
+    assert why in synced.message and synced.last_transition_time == T0 + timedelta(minutes=1)
+    # Readers show it: SYNCED False with the agent's reason, before anything else.
+    shown = spec_sync(later, [COMPUTE_CPU])
+    assert shown.state == "False" and why in shown.message and "RatiosUnresolved" in shown.message
+
+    # A host that never had one gets none, rather than a guess.
+    first = reconcile(labelled, replace(facts(), policies=Unresolved(why)))
+    assert first.status.effective_capacity == {}
+    assert first.status.capacity  # what libvirt showed is still written
+
+    # The same on the fault paths.
+    down = mark_disconnected(resolved, "qemu:///system", "gone", T0, Unresolved(why))
+    assert down.status.effective_capacity == resolved.status.effective_capacity
+    unreadable = mark_unreadable_host(resolved, "bad caps", T0, Unresolved(why))
+    synced = find_condition(unreadable.status.conditions, "Synced")
+    assert synced is not None and synced.status == "False"

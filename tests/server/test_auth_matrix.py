@@ -12,7 +12,7 @@ from hvfleet.model import Hypervisor, ObjectMeta
 from hvfleet.model.errors import Forbidden
 from hvfleet.model.token import ROLES, AccessToken, AccessTokenSpec, Role
 from hvfleet.server.auth import ROLE_GRANTS, RoleAuthorizer, role_matrix_markdown
-from hvfleet.server.identity import Action, Identity, Verb
+from hvfleet.server.identity import Action, Identity, Selecting, Verb
 from hvfleet.store.ownership import agent_manager
 from hvfleet.store.sqlite import SqliteStore
 
@@ -31,7 +31,8 @@ READS = {
     "reservations/status": "get", "leases": READ, "overcommitpolicies": READ,
     "overcommitpolicies/status": "get", **COMPUTE,
 }
-# The issue's "Who may do what", by hand. Agents: on their own hypervisor's name.
+# The issue's "Who may do what", by hand. Agents: on their own hypervisor's name,
+# and (issue 20) reading the OvercommitPolicies that select their own host.
 EXPECTED: dict[Role, dict[str, str]] = {
     "viewer": READS,
     "operator": {
@@ -47,6 +48,7 @@ EXPECTED: dict[Role, dict[str, str]] = {
         "hypervisors": "get list watch create",
         "hypervisors/status": "get update patch",
         "leases": "get create update patch delete",
+        "overcommitpolicies": READ,
     },
     "admin": {
         **READS, "hypervisors": f"{READ} create update patch delete",
@@ -85,8 +87,10 @@ def test_every_role_verb_and_resource_is_allowed_or_forbidden(role: Role, verb: 
     expected = verb in EXPECTED[role].get(key, "").split()
     # On the caller's own hypervisor's name (hv1) ...
     assert decide(role, verb, key, "hv1") is expected
-    # ... and on another's: agents lose everything, the other roles nothing.
-    assert decide(role, verb, key, "hv2") is (expected and role != "agent")
+    # ... and on another's: agents lose everything, the other roles nothing. A
+    # policy's name is no host's: an agent's read of policies is narrowed instead.
+    narrowed = role == "agent" and key == "overcommitpolicies"
+    assert decide(role, verb, key, "hv2") is (expected and (role != "agent" or narrowed))
 
 
 @pytest.mark.parametrize("verb", ["list", "watch"])
@@ -95,6 +99,31 @@ def test_an_agent_lists_and_watches_only_its_own_hypervisor(verb: Verb) -> None:
         RoleAuthorizer().authorize(identity("agent"), action(verb, "hypervisors", None), None, None)
     assert decide("agent", verb, "hypervisors", "hv1")
     assert decide("viewer", verb, "hypervisors", None)
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_an_agent_reads_only_the_policies_selecting_its_host_and_writes_none(verb: Verb) -> None:
+    auth = RoleAuthorizer()
+    for name in (None, "compute-cpu"):
+        if verb in ("get", "list", "watch"):
+            got = auth.authorize(identity("agent"), action(verb, "overcommitpolicies", name), None, None)
+            assert got == Selecting("hv1")
+        else:
+            with pytest.raises(Forbidden, match="role agent touches only its own hypervisor"):
+                auth.authorize(identity("agent"), action(verb, "overcommitpolicies", name), None, None)
+    # Every other role reads them whole, and nothing else of an agent's is narrowed.
+    for role in ("viewer", "operator", "scheduler", "admin"):
+        if verb in ("get", "list", "watch"):
+            assert auth.authorize(identity(role), action(verb, "overcommitpolicies", None), None,
+                                  None) is None
+    if verb in ("get", "list", "watch"):
+        assert auth.authorize(identity("agent"), action(verb, "hypervisors", "hv1"), None, None) is None
+
+
+def test_an_agent_token_bound_to_no_hypervisor_reads_no_policy() -> None:
+    unbound = Identity(subject="agent/", role="agent", hypervisor=None, token_id="t")
+    with pytest.raises(Forbidden):
+        RoleAuthorizer().authorize(unbound, action("list", "overcommitpolicies", None), None, None)
 
 
 def test_agent_a_cannot_write_b_status_in_the_authorizer_or_the_store(tmp_path: Path) -> None:

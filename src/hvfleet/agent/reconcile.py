@@ -9,6 +9,12 @@ taking the object and returning a new one:
 `digest` turns a raw `Observation` (XML strings and node info, as read from
 libvirt by `hvfleet.agent.observe`) into `Facts` once, so the steps only
 arrange values. Nothing here does I/O, so every step is tested alone.
+
+effectiveCapacity takes its ratios from spec and the OvercommitPolicies that
+select the host (`Facts.policies`, read by the runner). When the runner could
+not read them (`Unresolved`), nothing is guessed: the last effectiveCapacity
+(host and cells) stays, and the `Synced` condition says False and why, which
+every reader shows (`hvfleet.model.views.spec_sync`).
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.hypervisor import Cell, Hypervisor, Instance, OvercommitPolicy, ResourceList
 from hvfleet.model.meta import Condition, set_condition
+from hvfleet.model.overcommit import (
+    RATIOS_RESOLVED,
+    RATIOS_UNRESOLVED,
+    SYNCED_CONDITION,
+    resolve_overcommit,
+)
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 
@@ -56,6 +68,18 @@ CRASH_REASONS = {0: "panicked", 1: "crashloaded"}
 _INACTIVE_STATES = frozenset({5, 6})  # shutoff, crashed
 
 CapabilitiesParser = Callable[[str, str | None], HostCapabilities]
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """The OvercommitPolicies could not be read: the store's words why."""
+
+    message: str
+
+
+# What the runner read of the policies: the ones the store shows this agent
+# (on a direct store, all of them; through the API, those selecting its host).
+Policies = tuple[OvercommitPolicy, ...] | Unresolved
 
 
 @dataclass(frozen=True)
@@ -114,7 +138,7 @@ class Facts:
     dump_location: str | None = None
     # The OvercommitPolicies in the store (read by the runner, not from libvirt):
     # effectiveCapacity takes their ratios where spec.overcommit says nothing.
-    policies: tuple[OvercommitPolicy, ...] = ()
+    policies: Policies = ()
 
 
 Parsed = tuple[DomainDemand, CellUnits] | InvalidInput
@@ -202,6 +226,11 @@ def _zeros(like: ResourceList) -> ResourceList:
 
 def add_capacity(h: Hypervisor, facts: Facts) -> Hypervisor:
     capacity, cells = host_capacity(facts.topology)
+    # A cell keeps its effectiveCapacity until add_effective_capacity resolves a
+    # new one (it does not when the policies could not be read).
+    before = {c.id: c.effective_capacity for c in h.status.cells}
+    cells = [c.model_copy(update={"effective_capacity": before.get(c.id, c.effective_capacity)})
+             for c in cells]
     return _status(h, capacity=capacity, cells=cells)
 
 
@@ -278,8 +307,33 @@ def add_host_capabilities(h: Hypervisor, facts: Facts) -> Hypervisor:
     return _status(h, host_capabilities=caps)
 
 
+def _ratios(h: Hypervisor, policies: Sequence[OvercommitPolicy]) -> str:
+    ratios = resolve_overcommit(h, policies)
+    if not ratios:
+        return "ratio 1 for every resource"
+    return ", ".join(f"{r} {v.value:g} ({v.source})" for r, v in ratios.items())
+
+
+def with_resolved_capacity(h: Hypervisor, policies: Policies, now: datetime) -> Hypervisor:
+    """status.effectiveCapacity from spec and the policies, with the `Synced`
+    condition saying so; if the policies are `Unresolved`, the last one kept."""
+    if isinstance(policies, Unresolved):
+        synced = Condition(
+            type=SYNCED_CONDITION, status="False", reason=RATIOS_UNRESOLVED,
+            message=(f"the agent could not read the OvercommitPolicies that select this host "
+                     f"({policies.message}); status.effectiveCapacity is the last one it resolved"),
+        )
+    else:
+        h = with_effective_capacity(h, policies)
+        synced = Condition(
+            type=SYNCED_CONDITION, status="True", reason=RATIOS_RESOLVED,
+            message=f"status.effectiveCapacity under {_ratios(h, policies)}",
+        )
+    return _status(h, conditions=set_condition(h.status.conditions, synced, now))
+
+
 def add_effective_capacity(h: Hypervisor, facts: Facts) -> Hypervisor:
-    return with_effective_capacity(h, facts.policies)
+    return with_resolved_capacity(h, facts.policies, facts.now)
 
 
 def add_conditions(h: Hypervisor, facts: Facts) -> Hypervisor:
@@ -342,7 +396,7 @@ def reconcile(h: Hypervisor, facts: Facts, now: datetime | None = None) -> Hyper
 
 
 def mark_disconnected(
-    h: Hypervisor, uri: str, message: str, now: datetime, policies: Sequence[OvercommitPolicy] = ()
+    h: Hypervisor, uri: str, message: str, now: datetime, policies: Policies = ()
 ) -> Hypervisor:
     """libvirt cannot be reached: keep the last observation (marked not Ready),
     and still honour spec (and policy) changes in effectiveCapacity."""
@@ -361,14 +415,12 @@ def mark_disconnected(
         ),
         now,
     )
-    h = with_effective_capacity(h, policies)
-    return _status(
-        h, conditions=conditions, observed_generation=h.metadata.generation, last_heartbeat_time=now
-    )
+    h = with_resolved_capacity(_status(h, conditions=conditions), policies, now)
+    return _status(h, observed_generation=h.metadata.generation, last_heartbeat_time=now)
 
 
 def mark_unreadable_host(
-    h: Hypervisor, message: str, now: datetime, policies: Sequence[OvercommitPolicy] = ()
+    h: Hypervisor, message: str, now: datetime, policies: Policies = ()
 ) -> Hypervisor:
     """libvirt answers, but its description of the host cannot be parsed."""
     conditions = set_condition(
@@ -376,10 +428,8 @@ def mark_unreadable_host(
         Condition(type=READY, status="False", reason="UnreadableHost", message=message),
         now,
     )
-    h = with_effective_capacity(h, policies)
-    return _status(
-        h, conditions=conditions, observed_generation=h.metadata.generation, last_heartbeat_time=now
-    )
+    h = with_resolved_capacity(_status(h, conditions=conditions), policies, now)
+    return _status(h, observed_generation=h.metadata.generation, last_heartbeat_time=now)
 
 
 def same_status(a: Hypervisor, b: Hypervisor) -> bool:

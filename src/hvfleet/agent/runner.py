@@ -5,9 +5,11 @@ Three sources wake the reconcile loop:
   (pinning, numatune) and device added/removed events: a burst is
   debounced (`debounce` seconds of quiet, at most `max_delay` after the first
   event), then domains are re-read and status rewritten;
-- the store watch on its own object: a spec change (overcommit, reserve)
-  recomputes effectiveCapacity from the last observation, without libvirt;
-  so does any OvercommitPolicy change (a second watch, on that kind);
+- the store watch on its own object: a spec change (overcommit, reserve) or a
+  label change (which policies select it) recomputes effectiveCapacity from
+  the last observation, without libvirt; so does any OvercommitPolicy change
+  (a second watch, on that kind: through the API, an agent token reads and
+  watches only the policies that select its own host);
 - the resync timer: every `resync` seconds everything, host facts included,
   is re-read, which catches any event that was missed.
 
@@ -15,7 +17,9 @@ Faults: when libvirt goes away (close callback, or any call failing) the agent
 writes `LibvirtConnected=False`, reconnects with capped exponential backoff and
 resyncs fully. When the store is unreachable it keeps observing and retries the
 write with backoff; the write is CAS-protected and rebuilt from the newest
-observation, so nothing older ever lands.
+observation, so nothing older ever lands. When the policies cannot be read,
+the status keeps its last effectiveCapacity with `Synced=False` (never ratio 1
+guessed), and the write is retried with the same backoff until they can.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from hvfleet.agent.reconcile import (
     CrashEvent,
     DomainParseCache,
     Facts,
+    Policies,
+    Unresolved,
     digest,
     mark_disconnected,
     mark_unreadable_host,
@@ -56,6 +62,9 @@ from hvfleet.model.readiness import DEFAULT_RESYNC
 from hvfleet.store.base import Store
 
 log = logging.getLogger(__name__)
+
+# Longest the main loop waits at once, so that a stop signal is seen this soon.
+_SIGNAL_SLICE_S = 0.5
 
 
 def checked_name(name: str) -> str:
@@ -147,8 +156,10 @@ class Agent:
         self._first_event_at: float | None = None
         self._last_event_at = 0.0
         self._last_spec: HypervisorSpec | None = None
+        self._last_labels: dict[str, str] | None = None
         self._last_skipped: tuple[tuple[str, str], ...] = ()
-        self._policies: tuple[OvercommitPolicy, ...] = ()
+        self._policies_error: str | None = None  # the last read's failure, to warn on change
+        self.unresolved = False  # the last status write could not resolve its ratios
         # Crash events not yet in a written status (guarded by _lock).
         self._crashes: list[CrashEvent] = []
         self._dump_ok: bool | None = None  # last dump location check, to warn on change
@@ -246,20 +257,31 @@ class Agent:
         result = self.writer.write(build, heartbeat=heartbeat)
         self.last = result.hypervisor
         self._last_spec = result.hypervisor.spec
+        self._last_labels = dict(result.hypervisor.metadata.labels)
         if self.metrics is not None:
             self.metrics.observe_status(
                 result.hypervisor, len(self.facts.skipped) if self.facts else 0
             )
         return result
 
-    def policies(self) -> tuple[OvercommitPolicy, ...]:
-        """The store's OvercommitPolicies, read for every status write (a handful
-        of small objects); if the read fails, the last ones read."""
+    def policies(self) -> Policies:
+        """The OvercommitPolicies the store shows this agent, read for every status
+        write (a handful of small objects); `Unresolved` if the read fails: no
+        ratio is guessed, the status keeps its last effectiveCapacity."""
         try:
-            self._policies = tuple(self.store.list_overcommit_policies())
+            policies: tuple[OvercommitPolicy, ...] = tuple(self.store.list_overcommit_policies())
         except HvfleetError as exc:
-            log.warning("reading overcommit policies failed, using the last ones: %s", exc)
-        return self._policies
+            if str(exc) != self._policies_error:  # warn on change, not on every retry
+                log.warning("cannot read the overcommit policies; status.effectiveCapacity "
+                            "stays the last one resolved (condition Synced=False): %s", exc)
+            self._policies_error = str(exc)
+            self.unresolved = True
+            return Unresolved(str(exc))
+        if self._policies_error is not None:
+            log.info("overcommit policies readable again")
+        self._policies_error = None
+        self.unresolved = False
+        return policies
 
     def write_facts(self, heartbeat: bool = False) -> WriteResult:
         facts = self.facts
@@ -356,7 +378,10 @@ class Agent:
                 deadlines = [next_resync]
                 if retry_write_at is not None:
                     deadlines.append(retry_write_at)
-                self._wake.wait(max(0.0, min(deadlines) - now))
+                # In slices: Python runs a signal handler (SIGTERM → stop) only in the
+                # main thread, and a signal the kernel hands to another thread (the
+                # libvirt event loop's, a watch's) does not interrupt this wait.
+                self._wake.wait(min(max(0.0, min(deadlines) - now), _SIGNAL_SLICE_S))
                 if stop.is_set():
                     break
                 self._wake.clear()
@@ -400,6 +425,9 @@ class Agent:
                     if self._try_write(store_backoff, heartbeat_pending):
                         retry_write_at = None
                         heartbeat_pending = False
+                        if self.unresolved:  # written with Synced=False: read them again soon
+                            self._write_pending = True
+                            retry_write_at = time.monotonic() + store_backoff.next_delay()
                         if self.metrics is not None:
                             self.metrics.reconcile_seconds.labels(self.name).observe(
                                 time.monotonic() - started
@@ -423,7 +451,8 @@ class Agent:
             log.warning("status write for %s failed, will retry: %s", self.name, exc)
             return False
         self._write_pending = False
-        store_backoff.reset()
+        if not self.unresolved:
+            store_backoff.reset()
         self.reconciles += 1
         return True
 
@@ -508,7 +537,9 @@ class Agent:
                     obj = ev.object
                     if not isinstance(obj, Hypervisor) or obj.metadata.name != self.name:
                         continue
-                    if ev.type == "DELETED" or obj.spec != self._last_spec:
+                    # Labels decide which policies select this host.
+                    if (ev.type == "DELETED" or obj.spec != self._last_spec
+                            or obj.metadata.labels != self._last_labels):
                         self._spec_changed()
                 backoff.reset()
             except Gone:

@@ -105,7 +105,8 @@ def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool)
             "considered": result.considered,
             "fitting": result.fitting,
             "candidates": [
-                {"name": c.name, "score": round(c.score, 6), "free": _free(index, c.name)}
+                {"name": c.name, "score": round(c.score, 6), "free": _free(index, c.name),
+                 "synced": index.synced(c.name).to_dict()}
                 for c in result.candidates
             ],
         }
@@ -113,12 +114,19 @@ def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool)
             data["rejected"] = {name: [r.to_dict() for r in found] for name, found in result.rejected.items()}
         _print_doc(data, output)
         return
-    rows = [["HOST", "SCORE", "FREE CPU", "FREE MEMORY"]]
+    rows = [["HOST", "SCORE", "FREE CPU", "FREE MEMORY", "SYNCED"]]
+    lagging = []
     for c in result.candidates:
         free = index.free(c.name)
-        rows.append([c.name, f"{c.score:.4f}", _human_free(free, CPU), _human_free(free, MEMORY)])
+        synced = index.synced(c.name)
+        rows.append([c.name, f"{c.score:.4f}", _human_free(free, CPU), _human_free(free, MEMORY),
+                     synced.state])
+        if synced.state == "False":
+            lagging.append(f"{c.name}: SYNCED False: {synced.message}")
     if result.candidates:
         _table(rows)
+        for line in lagging:
+            print(line, file=sys.stderr)
     else:
         print(f"no host fits {describe(result.request)}", file=sys.stderr)
     if why:

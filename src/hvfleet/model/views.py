@@ -20,7 +20,8 @@ from typing import Any, Literal
 from hvfleet.model import capacity as cap
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, ResourceList
 from hvfleet.model.lease import Lease, lease_live
-from hvfleet.model.overcommit import SPEC, resolve_overcommit
+from hvfleet.model.meta import find_condition
+from hvfleet.model.overcommit import SPEC, SYNCED_CONDITION, resolve_overcommit
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, Readiness, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -98,10 +99,19 @@ class SpecSync:
 def spec_sync(h: Hypervisor, policies: Sequence[OvercommitPolicy] | None = None) -> SpecSync:
     """Whether the agent's status.effectiveCapacity is from the current spec.
     With `policies` (the store's OvercommitPolicies), also whether it is from
-    the current policies: a policy change moves no host's generation."""
+    the current policies: a policy change moves no host's generation. An
+    agent that could not resolve its ratios says so in its `Synced` condition,
+    which comes first: its effectiveCapacity is then the last one it resolved."""
     gen, seen = h.metadata.generation, h.status.observed_generation
     if seen is None:
         return SpecSync("Unknown", gen, None, "no agent has observed this host's spec yet")
+    said = find_condition(h.status.conditions, SYNCED_CONDITION)
+    if said is not None and said.status == "False":
+        return SpecSync(
+            "False", gen, seen,
+            f"{said.reason or 'NotSynced'}: {said.message}; shown is the capacity under the "
+            "current spec and policies",
+        )
     if seen >= gen:
         if policies is not None and h.status.capacity:
             current = cap.hypervisor_effective_capacity(h, policies)

@@ -46,6 +46,7 @@ from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
+from hvfleet.model.views import SpecSync, spec_sync
 from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent
@@ -493,6 +494,10 @@ class FleetIndex:
 
     def host(self, name: str) -> Hypervisor | None:
         return self._hosts.get(name)
+
+    def synced(self, name: str) -> SpecSync:
+        """SYNCED of a host in the index, as `get` and `capacity` show it."""
+        return spec_sync(self._hosts[name], self._policy_list)
 
     def reservations_of(self, name: str) -> list[Reservation]:
         return list(self._reservations.get(name, {}).values())

@@ -157,7 +157,8 @@ def fit_document(index: FleetIndex, result: FitResult, why: bool) -> dict[str, A
         "fitting": result.fitting,
         "candidates": [
             {"name": c.name, "score": round(c.score, 6),
-             "free": {str(r): _quantity(r, v) for r, v in sorted(index.free(c.name).items(), key=str)}}
+             "free": {str(r): _quantity(r, v) for r, v in sorted(index.free(c.name).items(), key=str)},
+             "synced": index.synced(c.name).to_dict()}
             for c in result.candidates
         ],
     }

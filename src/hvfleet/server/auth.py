@@ -5,7 +5,10 @@
 replica shares them) and caching the record for at most `max_age` seconds:
 that bound is how long a revoke takes to reach every replica. `RoleAuthorizer`
 answers from `ROLE_GRANTS`, the one table of what each role may do, which
-docs/security.md renders (`role_matrix_markdown`). Store-level rules stay where
+docs/security.md renders (`role_matrix_markdown`). A grant is on every object,
+on the caller's own hypervisor (`own`), or on the objects that select it
+(`selecting`: the read is allowed and narrowed, `Selecting`, and the handler
+serves only those objects, hvfleet.server.narrowing). Store-level rules stay where
 the write is accepted (hvfleet.store.ownership): only `agent/<name>` writes a
 hypervisor's status, agents never write spec, and a spec field owned by another
 manager needs force; this table decides who may even ask.
@@ -23,7 +26,7 @@ from hvfleet.model.errors import Forbidden, Unauthorized
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_GROUP
 from hvfleet.model.token import ROLES, AccessToken, Role, check_token, split_token
-from hvfleet.server.identity import Action, Identity, Verb
+from hvfleet.server.identity import Action, Identity, Selecting, Verb
 from hvfleet.store.base import Store
 from hvfleet.store.tokens import find_token
 
@@ -36,15 +39,18 @@ _CACHE_LIMIT = 50_000
 @dataclass(frozen=True)
 class Grant:
     """`verbs` on `resource` ("hypervisors", "hypervisors/status", "fit", ...);
-    with `own`, only on the object named after the caller's hypervisor."""
+    with `own`, only on the object named after the caller's hypervisor; with
+    `selecting`, only on the objects whose selector selects the caller's
+    hypervisor (reads only: the handler narrows what it serves)."""
 
     resource: str
     verbs: frozenset[Verb]
     own: bool = False
+    selecting: bool = False
 
 
-def _grant(resource: str, verbs: str, *, own: bool = False) -> Grant:
-    return Grant(resource, frozenset(verbs.split()), own)  # type: ignore[arg-type]
+def _grant(resource: str, verbs: str, *, own: bool = False, selecting: bool = False) -> Grant:
+    return Grant(resource, frozenset(verbs.split()), own, selecting)  # type: ignore[arg-type]
 
 
 _READ_FLEET = (
@@ -81,6 +87,9 @@ _AGENT = (
     _grant("hypervisors", "get list watch create", own=True),
     _grant("hypervisors/status", "get update patch", own=True),
     _grant("leases", "get create update patch delete", own=True),
+    # What decides its own effectiveCapacity, and nothing else: the policies that
+    # select its hypervisor (by that host's labels when asked), never the fleet's.
+    _grant("overcommitpolicies", "get list watch", selecting=True),
 )
 _TOKENS = (_grant("tokens", "get list watch create update patch delete"),)
 
@@ -156,7 +165,7 @@ class RoleAuthorizer:
 
     def authorize(
         self, who: Identity, action: Action, current: Resource | None, new: Resource | None
-    ) -> None:
+    ) -> Selecting | None:
         name = _target_name(action, current, new)
         # Token records are served only as tokens: a handler that mapped a request
         # to the wrong resource must not leak or accept one.
@@ -166,9 +175,14 @@ class RoleAuthorizer:
             raise _denied(who, action, name, "access tokens are served only as tokens")
         key = _resource_key(action)
         allowed = False
+        narrowed: Selecting | None = None
         for grant in self.grants.get(who.role, ()):
             if grant.resource != key or action.verb not in grant.verbs:
                 continue
+            if grant.selecting:
+                if who.hypervisor is None or action.verb in _WRITES:
+                    continue
+                narrowed = Selecting(who.hypervisor)
             if grant.own and (who.hypervisor is None or name != who.hypervisor):
                 what = "a list or watch narrowed to its own name" if name is None else "its own"
                 only = _agent_only(who, action, name)
@@ -186,6 +200,17 @@ class RoleAuthorizer:
                 who, action, name,
                 f"role {who.role} may not force: fields other managers own stay theirs",
             )
+        return narrowed
+
+
+def not_selecting(who: Identity, action: Action, name: str | None, narrowed: Selecting) -> Forbidden:
+    """The refusal of a narrowed read of an object outside what it is narrowed to
+    (or of one that does not exist: the caller learns nothing of the others)."""
+    return _denied(
+        who, action, name,
+        f"role {who.role}, bound to hypervisor {narrowed.hypervisor}, reads only the "
+        f"{action.resource} whose selector selects hypervisor {narrowed.hypervisor}",
+    )
 
 
 VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")
@@ -213,6 +238,8 @@ def role_matrix_markdown() -> str:
             text = " ".join(v for v in VERBS if any(v in g.verbs for g in verbs))
             if text and any(g.own for g in verbs):
                 text += " (own)"
+            if text and any(g.selecting for g in verbs):
+                text += " (selecting own)"
             cells.append(text or "—")
         lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
     lines.append("| force | " + " | ".join("yes" if r in FORCE_ROLES else "—" for r in ROLES) + " |")

@@ -15,7 +15,8 @@ from typing import Protocol
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.scheduling.index import FleetIndex
-from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity
+from hvfleet.server.auth import not_selecting
+from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity, Selecting
 from hvfleet.server.table import TableInputs
 from hvfleet.server.watch import WatchHub, WatchLimits
 from hvfleet.store.base import Store
@@ -82,7 +83,16 @@ class ApiContext:
 
     def authorize(self, who: Identity, action: Action, current: Resource | None = None,
                   new: Resource | None = None) -> None:
-        self.authorizer.authorize(who, action, current, new)
+        narrowed = self.authorizer.authorize(who, action, current, new)
+        if narrowed is not None:
+            # Fail closed: a handler that serves whole objects must not serve a read
+            # the caller may make only of some of them (see authorize_read).
+            raise not_selecting(who, action, action.name, narrowed)
+
+    def authorize_read(self, who: Identity, action: Action) -> Selecting | None:
+        """Authorize a get, list or watch; what it is narrowed to, if anything
+        (the handler then serves only those objects, hvfleet.server.narrowing)."""
+        return self.authorizer.authorize(who, action, None, None)
 
     def table_inputs(self, kind: str) -> TableInputs:
         """Liveness (and, for reservations, their hosts) for Table rows, read at

@@ -17,7 +17,7 @@ from hvfleet.model.token import ROLES, Role
 if TYPE_CHECKING:
     from hvfleet.model.hypervisor import Resource
 
-__all__ = ["ROLES", "Action", "Authenticator", "Authorizer", "Identity", "Role", "Verb"]
+__all__ = ["ROLES", "Action", "Authenticator", "Authorizer", "Identity", "Role", "Selecting", "Verb"]
 
 # Kubernetes verbs, plus the fleet's action endpoints (fit, release, ...), which
 # are authorized as verb "create" on their own resource name ("fit", ...).
@@ -52,6 +52,18 @@ class Action:
     dry_run: bool = False
 
 
+@dataclass(frozen=True)
+class Selecting:
+    """An allowed read narrowed to the objects whose selector selects hypervisor
+    `hypervisor` (by its labels when the handler reads them): an agent's view of
+    the OvercommitPolicies that decide its own capacity, as Kubernetes' node
+    authorizer lets a kubelet read only what the pods bound to its node use.
+    The handler applies it (hvfleet.server.narrowing): a list or watch shows
+    only those objects, a get of any other is Forbidden."""
+
+    hypervisor: str
+
+
 class Authenticator(Protocol):
     def authenticate(self, authorization: str | None) -> Identity:
         """The caller of a request with this Authorization header value; raises
@@ -62,8 +74,9 @@ class Authenticator(Protocol):
 class Authorizer(Protocol):
     def authorize(
         self, who: Identity, action: Action, current: Resource | None, new: Resource | None
-    ) -> None:
+    ) -> Selecting | None:
         """Raise hvfleet.model.errors.Forbidden unless `who` may do `action`.
         `current` is the stored object (None on create or for collections), `new`
-        the object the write would store (None for reads and deletes)."""
+        the object the write would store (None for reads and deletes). A read
+        allowed only on some objects returns what it is narrowed to."""
         ...

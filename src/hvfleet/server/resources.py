@@ -19,6 +19,7 @@ import binascii
 import json
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -43,8 +44,9 @@ from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.impersonation import acting_identity
+from hvfleet.server.narrowing import get_visible, view_of
 from hvfleet.server.status import ApiError, Target, from_error, success
-from hvfleet.server.table import table, wants_table
+from hvfleet.server.table import TableInputs, table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store.apply import plan_one
 from hvfleet.store.base import StaleVersion, Write
@@ -141,10 +143,11 @@ def _unreadable_warnings(found: list[Undecodable]) -> list[str]:
 
 
 def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource, code: int = 200,
-           warnings: list[str] | None = None) -> Response:
+           warnings: list[str] | None = None, inputs: TableInputs | None = None) -> Response:
     headers = warning_header(warnings)
     if wants_table(request.headers.get("accept")):
-        body = table(info.kind, [obj], ctx.table_inputs(info.kind), obj.metadata.resource_version or "",
+        inputs = ctx.table_inputs(info.kind) if inputs is None else inputs
+        body = table(info.kind, [obj], inputs, obj.metadata.resource_version or "",
                      request.query_params.get("includeObject", "PartialObjectMetadata"))
         return JSONResponse(body, status_code=code, headers=headers)
     return JSONResponse(obj.to_dict(), status_code=code, headers=headers)
@@ -264,7 +267,8 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     limit = _limit(request)
     after, snapshot = _decode_continue(q["continue"]) if q.get("continue") else (None, "")
     who = await authenticate(ctx, request)
-    ctx.authorize(who, Action("list", info.plural, name=equal))
+    narrowed = ctx.authorize_read(who, Action("list", info.plural, name=equal))
+    view = None if narrowed is None else await run_in_threadpool(view_of, ctx.store, narrowed)
     # A later page is cut from the snapshot the first page was read from (one
     # revision for all pages, and one store read for a whole `kubectl get`);
     # once that is gone, from the current state after the last name returned.
@@ -283,6 +287,9 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
                       and (after is None or e.name > after)]
     else:
         revision, everything = kept
+    if view is not None:
+        everything = [o for o in everything if view.visible(o)]
+        unreadable = []  # whether the caller may see them cannot be judged
     items = [o for o in everything if after is None or o.metadata.name > after]
     token, remaining = "", 0
     if limit is not None and len(items) > limit:
@@ -293,7 +300,8 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     rv = str(revision)
     headers = warning_header(_unreadable_warnings(unreadable))
     if wants_table(request.headers.get("accept")):
-        inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
+        inputs = (await run_in_threadpool(ctx.table_inputs, info.kind) if view is None
+                  else view.table_inputs)
         body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
                      token, unreadable)
         return JSONResponse(body, headers=headers)
@@ -319,7 +327,7 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
     # 0, as no value, means the server's longest watch (as in Kubernetes).
     timeout = min(float(timeout_text), limits.max_timeout) if int(timeout_text or 0) else limits.max_timeout
     who = await authenticate(ctx, request)
-    ctx.authorize(who, Action("watch", info.plural, name=equal))
+    narrowed = ctx.authorize_read(who, Action("watch", info.plural, name=equal))
     release = ctx.hub.acquire(who.token_id)
     try:
         fanout = await run_in_threadpool(ctx.hub.fanout, info.kind)
@@ -336,6 +344,7 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
             bookmarks=_flag(request, "allowWatchBookmarks"), timeout=timeout,
             as_table=wants_table(request.headers.get("accept")),
             include_object=q.get("includeObject", "PartialObjectMetadata"), release=release,
+            view=None if narrowed is None else partial(view_of, ctx.store, narrowed),
         )
     except BaseException:
         release()
@@ -397,7 +406,12 @@ async def item(request: Request) -> Response:
             raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
         if request.method == "GET":
             who = await authenticate(ctx, request)
-            ctx.authorize(who, Action("get", info.plural, name=name, subresource=sub))
+            action = Action("get", info.plural, name=name, subresource=sub)
+            narrowed = ctx.authorize_read(who, action)
+            if narrowed is not None:
+                obj, view = await run_in_threadpool(get_visible, ctx.store, who, action, info.kind,
+                                                    narrowed)
+                return render(request, ctx, info, obj, inputs=view.table_inputs)
             try:
                 obj = await run_in_threadpool(ctx.store.get, info.kind, name)
             except Undecodable as exc:

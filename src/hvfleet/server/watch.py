@@ -229,16 +229,24 @@ class WatchHub:
             f.close()
 
 
-def seen_through(event: WatchEvent, selector: Selector) -> tuple[EventType, Resource] | None:
+def seen_through(
+    event: WatchEvent, selector: Selector, visible: Callable[[Resource], bool] | None = None
+) -> tuple[EventType, Resource] | None:
     """The event as a watch with this label selector sees it (None: not at all),
     as kube-apiserver's watch cache tells it: an object modified so that it
     starts matching is ADDED, one that stops matching is DELETED — with its
     previous content, the one the client holds, at the event's revision — one
     that matches before and after is MODIFIED, and one that matches neither is
-    not sent. A name filter needs none of this: a name never changes."""
-    if not selector.requirements:
+    not sent. A name filter needs none of this: a name never changes. `visible`
+    narrows further (what an agent may read, hvfleet.server.narrowing), the
+    same way, except that an object is never shown on a guess of its past."""
+    if not selector.requirements and visible is None:
         return event.type, event.object
-    matches_now = selector.matches(event.object.metadata.labels)
+
+    def matches(obj: Resource) -> bool:
+        return selector.matches(obj.metadata.labels) and (visible is None or visible(obj))
+
+    matches_now = matches(event.object)
     if event.type != "MODIFIED":  # a DELETED event's object is the last one stored
         return (event.type, event.object) if matches_now else None
     previous: Resource | None = None
@@ -248,8 +256,9 @@ def seen_through(event: WatchEvent, selector: Selector) -> tuple[EventType, Reso
         previous = None  # its previous state cannot be read: as a store that cannot tell
     # A store that cannot tell: as if it matched, so that a client is never left
     # holding an object that left; at worst it is told to delete one it never
-    # had (which Kubernetes clients ignore).
-    matched_before = previous is None or selector.matches(previous.metadata.labels)
+    # had (which Kubernetes clients ignore). Not for a narrowed watch: that
+    # would show an object its caller may not read.
+    matched_before = matches(previous) if previous is not None else visible is None
     if matches_now:
         return ("MODIFIED" if matched_before else "ADDED"), event.object
     if not matched_before:

@@ -28,6 +28,7 @@ from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector
 from hvfleet.server.context import ApiContext
+from hvfleet.server.narrowing import View
 from hvfleet.server.status import status
 from hvfleet.server.table import TableInputs, table
 from hvfleet.server.watch import KindFanout, catch_up_batch, seen_through
@@ -44,7 +45,8 @@ class WatchResponse(Response):
     def __init__(self, ctx: ApiContext, fanout: KindFanout, kind: str, since: int,
                  initial: list[Resource] | None, *, selector: Selector, name: str | None,
                  not_name: str | None, bookmarks: bool, timeout: float, as_table: bool,
-                 include_object: str, release: Callable[[], None]) -> None:
+                 include_object: str, release: Callable[[], None],
+                 view: Callable[[], View] | None = None) -> None:
         self.ctx = ctx
         self.fanout = fanout
         self.kind = kind
@@ -58,6 +60,9 @@ class WatchResponse(Response):
         self.as_table = as_table
         self.include_object = include_object
         self.release = release
+        # A narrowed watch (an agent's policies): what it may see, read again
+        # for every batch, as the host's labels may change while it watches.
+        self.view = view
         self._send: Send | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -137,8 +142,11 @@ class WatchResponse(Response):
 
         async def deliver(events: list[WatchEvent]) -> None:
             nonlocal last, sent_at_last
+            view = await run_in_threadpool(self.view) if self.view is not None and events else None
             inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
-                      if self.as_table and events else None)
+                      if self.as_table and events and view is None else None)
+            if view is not None and self.as_table:
+                inputs = view.table_inputs
             for ev in events:
                 name = ev.object.metadata.name
                 if ev.revision < last or (ev.revision == last and (sent_at_last is None
@@ -150,7 +158,7 @@ class WatchResponse(Response):
                 sent_at_last.add(name)
                 if not self._named(ev.object):
                     continue
-                seen = seen_through(ev, self.selector)
+                seen = seen_through(ev, self.selector, None if view is None else view.visible)
                 if seen is None:
                     continue
                 type_, obj = seen
@@ -160,10 +168,13 @@ class WatchResponse(Response):
                     await self._write(self.fanout.encoded(ev))
 
         try:
+            view = await run_in_threadpool(self.view) if self.view is not None else None
             inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
-                      if self.as_table and self.initial else None)
+                      if self.as_table and self.initial and view is None else None)
+            if view is not None and self.as_table:
+                inputs = view.table_inputs
             for obj in self.initial or []:
-                if self._wanted(obj):
+                if self._wanted(obj) and (view is None or view.visible(obj)):
                     await self._event("ADDED", obj, inputs)
             if catch_up is not None:
                 try:

@@ -69,7 +69,7 @@
     const rows = doc.hosts.map((h) => {
       const rd = h.readiness;
       const labels = Object.keys(h.labels).sort().map((k) => `${esc(k)}=${esc(h.labels[k])}`).join(", ");
-      const synced = h.synced.state === "False" ? ' <span class="pending" title="' + esc(h.synced.message) + '">spec not yet observed</span>' : "";
+      const synced = h.synced.state === "False" ? ' <span class="pending" title="' + esc(h.synced.message) + '">effective capacity not synced</span>' : "";
       return `<tr data-host="${esc(h.name)}" class="row-${esc(rd.state)}"><th scope="row"><a href="/hosts/${encodeURIComponent(h.name)}">${esc(h.name)}</a></th>` +
         `<td><span class="state state-${esc(rd.state)}" title="${esc(rd.message)}">${esc(rd.state)}</span>${synced}</td>` +
         `<td>${h.instances}</td><td class="bars">${bars(h.resources, doc.resources)}</td><td>${labels || "-"}</td></tr>`;
