@@ -287,3 +287,14 @@ def test_a_token_record_that_does_not_decode_is_an_unknown_token(server: Server,
     assert r.status_code == 401, r.text
     with suppress(NotFound):
         store.delete("AccessToken", token_id)
+
+
+def test_a_fit_for_more_than_any_host_can_hold_is_422_not_500(server: Server, store: Store) -> None:
+    sched = _session(server, "scheduler")
+    for body in ('{"resources": {"cpu": ' + HUGE + "}}", '{"resources": {"memory": "1e30"}}',
+                 '{"resources": {"cpu": "1e21"}, "count": ' + HUGE + "}"):
+        r = sched.post(server.url + f"{GV}/fit", data=body,
+                       headers={"Content-Type": "application/json"}, timeout=30)
+        assert r.status_code == 422, (body[:60], r.text[:500])
+        assert r.json()["details"]["causes"][0]["field"].startswith("resources."), r.text[:500]
+    _still_answering(server)
