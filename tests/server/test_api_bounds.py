@@ -168,11 +168,12 @@ def _check_poisoned_fleet(server: Server, tmp_path: Path) -> None:
     assert got.status_code == 500 and "status.capacity.cpu" in got.json()["message"]
     # What an operator types.
     config = kubeconfig_for(server, server.tokens["viewer"], tmp_path / "kubeconfig")
-    shown = kubectl(config, "get", "hypervisors", binary=KUBECTLS["current"])
-    assert shown.returncode == 0, shown.stderr
-    line = next(x for x in shown.stdout.splitlines() if x.startswith("bad "))
-    assert "Unknown" in line
-    assert "cannot be read" in shown.stderr
+    for version, binary in sorted(KUBECTLS.items()):
+        shown = kubectl(config, "get", "hypervisors", binary=binary)
+        assert shown.returncode == 0, (version, shown.stderr)
+        line = next(x for x in shown.stdout.splitlines() if x.startswith("bad "))
+        assert line.split()[1] == "Unknown", (version, shown.stdout)
+        assert "cannot be read" in shown.stderr, (version, shown.stderr)
     # Counted where Prometheus scrapes.
     metrics = viewer.get(server.url + "/metrics", timeout=30)
     assert metrics.status_code == 200
