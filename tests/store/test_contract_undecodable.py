@@ -66,6 +66,22 @@ def test_the_fleet_index_builds_and_fits_without_it(store: Store, poison_store: 
         assert result.names == ["good"]
 
 
+def test_a_following_index_drops_a_host_whose_new_state_does_not_decode(
+    store: Store, poison_store: Poison
+) -> None:
+    ready_host(store, "good", cpu=8)
+    ready_host(store, "spoiled", cpu=8)
+    index = FleetIndex.from_store(store)
+    assert index.fit(parse_request("2", None)).names == ["good", "spoiled"]
+    rev = poison_store("Hypervisor", "spoiled", hypervisor_doc("spoiled"))
+    index.refresh(store)
+    if store.url.startswith("https://"):
+        return  # the remote store's server skips it; its watch cannot tell
+    assert index.revision >= rev
+    assert index.host("spoiled") is None
+    assert index.fit(parse_request("2", None)).names == ["good"]
+
+
 def test_it_can_be_deleted(store: Store, poison_store: Poison) -> None:
     bad_rev = poison_store("Hypervisor", "bad", hypervisor_doc("bad"))
     with pytest.raises(StaleVersion):

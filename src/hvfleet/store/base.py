@@ -272,11 +272,15 @@ class Store(ABC):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         """Events with revision > since, in revision order, until `stop` is set or
         `timeout` seconds pass without an event. Gone if `since` was compacted.
         With `name` (and `kind`), only that object's events: an agent watching
-        its own Hypervisor must not receive every other host's writes."""
+        its own Hypervisor must not receive every other host's writes. An event
+        whose object does not decode is skipped (logged and counted) and handed
+        to `on_undecodable`, where the backend can tell (SQLite, etcd; not the
+        remote store, whose server skips it)."""
 
     @abstractmethod
     def revision(self) -> int:

@@ -24,7 +24,7 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -531,6 +531,7 @@ class EtcdStore(Store):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         """Events with revision > since, resuming on another endpoint (from the
         last revision delivered) when a stream breaks (see `etcd_watch`)."""
@@ -544,7 +545,8 @@ class EtcdStore(Store):
             start = self._kind_prefix(kind_of(kind) if kind else None)
             end = prefix_end(start)
         events = watch_range(
-            self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout
+            self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout,
+            on_undecodable=on_undecodable,
         )
         if kind is not None:
             yield from events

@@ -43,6 +43,7 @@ def watch_range(
     *,
     stop: threading.Event | None = None,
     timeout: float | None = None,
+    on_undecodable: Callable[[Undecodable], None] | None = None,
 ) -> Iterator[WatchEvent]:
     """Events on keys in [start, end) with revision > since. With a `timeout`,
     history up to the revision the watch was created at is delivered first:
@@ -107,6 +108,8 @@ def watch_range(
                             if revision > floor:
                                 last = revision
                                 skipped(exc, "watch")
+                                if on_undecodable is not None:
+                                    on_undecodable(exc)
                             continue
                         if event.revision <= floor:
                             continue  # already delivered before a reconnect

@@ -326,6 +326,7 @@ class SqliteStore(Store):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         if name is not None and not kind:
             raise InvalidInput("watch: a name needs a kind")
@@ -365,6 +366,8 @@ class SqliteStore(Store):
                     obj = decode(k, body, rev)
                 except Undecodable as exc:
                     skipped(exc, "watch")
+                    if on_undecodable is not None:
+                        on_undecodable(exc)
                     continue
                 before = (None if prev_body is None
                           else functools.cache(functools.partial(decode, k, prev_body, prev_rev)))
