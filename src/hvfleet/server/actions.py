@@ -100,7 +100,7 @@ async def _body(request: Request, ctx: ApiContext, model: type[Model], what: str
     if media not in ("application/json", "*/*"):
         raise UnsupportedMediaType(f"{what}: the body must be application/json, not {media!r}")
     raw = await bodies.read_body(request, ctx.limits.max_body)
-    doc = bodies.decode_document(raw, "application/json") if raw.strip() else {}
+    doc = await bodies.parse_document(raw, "application/json") if raw.strip() else {}
     try:
         return model.model_validate(doc)
     except ValidationError as exc:
@@ -123,8 +123,8 @@ def _verb(what: str, body_model: type[Model], run: Callable[[ApiContext, Identit
     async def handler(request: Request) -> Response:
         ctx: ApiContext = request.app.state.ctx
         try:
-            body = await _body(request, ctx, body_model, what)
             who = await authenticate(ctx, request)
+            body = await _body(request, ctx, body_model, what)
             doc = await run_in_threadpool(run, ctx, who, body)
             return JSONResponse(doc) if kind is None else _ok(kind, doc)
         except Exception as exc:
@@ -195,8 +195,8 @@ async def release_reservation(request: Request) -> Response:
     name = request.path_params["name"]
     try:
         bodies.no_dry_run(request, "release")
-        await bodies.read_body(request, ctx.limits.max_body)
         who = await authenticate(ctx, request, Action("create", "release", name=name))
+        await bodies.read_body(request, ctx.limits.max_body)
         out = await run_in_threadpool(_release, ctx, who, name)
         return render(request, ctx, RESOURCES["reservations"], out)
     except Exception as exc:

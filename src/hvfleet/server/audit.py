@@ -125,15 +125,20 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_audit_log(path: str | None = None) -> logging.Handler:
-    """Send audit lines to `path` (appended, created 0600) or to stderr, as JSON,
+    """Send audit lines to `path` (appended, 0600) or to stderr, as JSON,
     and only there (not also to the root logger)."""
     handler: logging.Handler
     if path is None:
         handler = logging.StreamHandler(sys.stderr)
     else:
-        # Created owner-only: the log names every caller and object.
+        # Owner-only: the log names every caller and object. An existing log
+        # (perhaps made by an older version, 0644) is tightened too.
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.close(fd)
+        try:
+            if os.fstat(fd).st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
         handler = logging.FileHandler(path, mode="a", encoding="utf-8")
     handler.setFormatter(JsonFormatter())
     for old in list(log.handlers):

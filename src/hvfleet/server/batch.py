@@ -135,9 +135,9 @@ async def batch(request: Request) -> Response:
             raise UnsupportedMediaType(f"batch: the body must be application/json, not {media!r}")
         validation = bodies.field_validation(request.query_params.get("fieldValidation"))
         force = request.query_params.get("force", "").lower() in ("true", "1")
-        raw = await bodies.read_body(request, ctx.limits.max_body)
         who = await authenticate(ctx, request, Action("create", "batch"))
-        writes = _decode(bodies.decode_document(raw, "application/json"), validation)
+        raw = await bodies.read_body(request, ctx.limits.max_body)
+        writes = _decode(await bodies.parse_document(raw, "application/json"), validation)
         out = await run_in_threadpool(write_batch, ctx, who, writes, force)
         return JSONResponse({"apiVersion": API_VERSION, "kind": "BatchResult",
                              "items": [o.to_dict() for o in out]})

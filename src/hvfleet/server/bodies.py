@@ -1,7 +1,10 @@
 """Request bodies: the size limit, content types, strict decoding, merge patch.
 
 Nothing here writes: a body is read (at most `max_body` bytes, else 413),
-decoded (JSON, or YAML for server-side apply; a merge or JSON patch is
+decoded (JSON, or YAML for server-side apply, both through
+hvfleet.model.documents: no YAML aliases, at most MAX_DEPTH levels; bodies
+above `OFF_LOOP_BYTES` are decoded in a worker thread, so one large body never
+holds the event loop; a merge or JSON patch is
 applied here, RFC 7386 / RFC 6902), checked against the kind's
 model with unknown fields refused by path (`fieldValidation=Strict`, the
 default) or dropped (`Ignore`, `Warn` with a Warning header), and only then
@@ -14,10 +17,11 @@ import copy
 import json
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
+from hvfleet.model.documents import DocumentError, load_json, load_yaml
 from hvfleet.model.errors import BadRequest, InvalidInput, TooLarge, UnsupportedMediaType
 from hvfleet.model.hypervisor import KINDS, Resource
 from hvfleet.model.meta import API_VERSION
@@ -28,6 +32,12 @@ APPLY_PATCH = "application/apply-patch+yaml"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 PATCH_TYPES = (MERGE_PATCH, APPLY_PATCH, JSON_PATCH)
+# Bodies larger than this are decoded in a worker thread, not on the event loop.
+OFF_LOOP_BYTES = 64 * 1024
+# The longest integer a query parameter may spell (int64 has 19 digits): a
+# longer one is refused before Python's int() is asked (which refuses 4,300
+# digits and more with a ValueError, and takes time before that).
+QUERY_INT_DIGITS = 18
 
 
 def dry_run(request: Request) -> bool:
@@ -67,18 +77,36 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
 
 
+def query_int(request: Request, name: str, *, low: int = 0,
+              high: int = 10**QUERY_INT_DIGITS - 1) -> int | None:
+    """The query parameter `name` as a whole number from `low` to `high` (None
+    when absent or empty): the one parser of integers in query strings, so an
+    over-long or non-ASCII one is a 400 naming the parameter, never a 500."""
+    text = request.query_params.get(name, "")
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text) > QUERY_INT_DIGITS or \
+            not low <= int(text) <= high:
+        shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+        raise BadRequest(f"{shown!r} is not a whole number from {low} to {high}", field=name)
+    return int(text)
+
+
 def _decode(body: bytes, media: str) -> Any:
     if not body.strip():
         raise BadRequest("request body is empty")
+    language = "YAML" if media == APPLY_PATCH else "JSON"
     try:
         if media == APPLY_PATCH:
-            doc = yaml.safe_load(body)
+            doc = load_yaml(body)
         elif media in ("application/json", MERGE_PATCH, JSON_PATCH, "*/*", ""):
-            doc = json.loads(body)
+            doc = load_json(body)
         else:
             raise UnsupportedMediaType(f"the body's media type {media!r} is not supported here")
-    except (ValueError, yaml.YAMLError) as exc:
-        raise BadRequest(f"the body is not valid {'YAML' if media == APPLY_PATCH else 'JSON'}: "
+    except DocumentError as exc:
+        raise BadRequest(f"the body is not accepted: {exc}") from None
+    except ValueError as exc:
+        raise BadRequest(f"the body is not valid {language}: "
                          f"{str(exc).splitlines()[0]}") from None
     try:
         # JSON may spell lone surrogates (\ud800), which are no text: refuse them
@@ -103,6 +131,20 @@ def decode_patch_operations(body: bytes) -> list[Any]:
     if not isinstance(doc, list):
         raise BadRequest("json patch: the body must be a list of operations")
     return doc
+
+
+async def parse_document(body: bytes, media: str) -> dict[str, Any]:
+    """`decode_document`, in a worker thread when the body is large."""
+    if len(body) > OFF_LOOP_BYTES:
+        return await run_in_threadpool(decode_document, body, media)
+    return decode_document(body, media)
+
+
+async def parse_patch_operations(body: bytes) -> list[Any]:
+    """`decode_patch_operations`, in a worker thread when the body is large."""
+    if len(body) > OFF_LOOP_BYTES:
+        return await run_in_threadpool(decode_patch_operations, body)
+    return decode_patch_operations(body)
 
 
 def field_validation(value: str | None) -> str:

@@ -4,6 +4,7 @@ state of the fleet verbs (fleet index, agent liveness)."""
 
 from __future__ import annotations
 
+import hmac
 import secrets
 import threading
 import time
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
+from hvfleet.model.errors import BadRequest
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.scheduling.index import FleetIndex
@@ -20,6 +22,9 @@ from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity,
 from hvfleet.server.table import TableInputs
 from hvfleet.server.watch import WatchHub, WatchLimits
 from hvfleet.store.base import Store
+
+CONTINUE_MISMATCH = ("continue: this token was issued for another list (another caller, kind or "
+                     "selector); list again without it")
 
 
 @dataclass(frozen=True)
@@ -32,32 +37,42 @@ class Limits:
     write_attempts: int = 20
     # Seconds the inputs of Table rows (agent liveness, hosts) are reused for.
     liveness_max_age: float = 1.0
+    # Seconds between checks of an open stream's token (API watches, dashboard
+    # event streams): a revoked or expired token's streams end within this
+    # (plus the authenticator's cache age).
+    token_recheck: float = 2.0
 
 
 class ListSnapshots:
     """The full results of recent paged lists, so the pages of one list are cut
-    from one read (as Kubernetes serves continue tokens from one revision)."""
+    from one read (as Kubernetes serves continue tokens from one revision).
+    Each is kept with the list it answers (`binding`: caller, kind, selectors),
+    and served only to that list again."""
 
     def __init__(self, keep: int = 16, max_age: float = 60.0) -> None:
         self._keep, self._max_age = keep, max_age
         self._lock = threading.Lock()
-        self._items: OrderedDict[str, tuple[float, int, list[Resource]]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[float, str, int, list[Resource]]] = OrderedDict()
 
-    def put(self, revision: int, items: list[Resource]) -> str:
+    def put(self, revision: int, items: list[Resource], binding: str = "") -> str:
         key = secrets.token_urlsafe(12)
         with self._lock:
-            self._items[key] = (time.monotonic(), revision, items)
+            self._items[key] = (time.monotonic(), binding, revision, items)
             while len(self._items) > self._keep:
                 self._items.popitem(last=False)
         return key
 
-    def get(self, key: str) -> tuple[int, list[Resource]] | None:
+    def get(self, key: str, binding: str = "") -> tuple[int, list[Resource]] | None:
+        """The snapshot (None when gone); BadRequest when it was taken for
+        another caller, kind or selector."""
         with self._lock:
             found = self._items.get(key)
             if found is None or time.monotonic() - found[0] > self._max_age:
                 self._items.pop(key, None)
                 return None
-            return found[1], found[2]
+        if not hmac.compare_digest(found[1], binding):
+            raise BadRequest(CONTINUE_MISMATCH)
+        return found[2], found[3]
 
 
 class AuditLog(Protocol):

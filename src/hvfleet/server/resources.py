@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import logging
 from collections.abc import Callable
@@ -40,7 +42,7 @@ from hvfleet.model.meta import API_GROUP, API_VERSION
 from hvfleet.model.selectors import parse_selector
 from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
-from hvfleet.server.context import ApiContext
+from hvfleet.server.context import CONTINUE_MISMATCH, ApiContext
 from hvfleet.server.discovery import RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.impersonation import acting_identity
@@ -221,30 +223,35 @@ def name_from_field_selector(text: str | None) -> tuple[str | None, str | None]:
     return equal, unequal
 
 
-def _encode_continue(revision: int, after: str, snapshot: str) -> str:
-    raw = json.dumps({"rv": revision, "after": after, "snapshot": snapshot}).encode()
+def list_binding(who: Identity, kind: str, label_selector: str, field_selector: str) -> str:
+    """What a continue token and its snapshot are bound to: the caller, the
+    kind and the selectors of the list that issued it."""
+    text = json.dumps([who.token_id, who.subject, kind, label_selector, field_selector])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _encode_continue(revision: int, after: str, snapshot: str, binding: str) -> str:
+    raw = json.dumps({"rv": revision, "after": after, "snapshot": snapshot, "for": binding}).encode()
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _decode_continue(token: str) -> tuple[str, str]:
-    """(the last name of the previous page, the snapshot it was cut from)."""
+def _decode_continue(token: str, binding: str) -> tuple[str, str]:
+    """(the last name of the previous page, the snapshot it was cut from);
+    BadRequest for a token of another list (caller, kind or selector)."""
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        after, snapshot = data["after"], data.get("snapshot", "")
+        after, snapshot, bound = data["after"], data.get("snapshot", ""), data.get("for", "")
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
         raise BadRequest("continue: not a token this server issued") from None
-    if not isinstance(after, str) or not isinstance(snapshot, str):
+    if not isinstance(after, str) or not isinstance(snapshot, str) or not isinstance(bound, str):
         raise BadRequest("continue: not a token this server issued")
+    if not hmac.compare_digest(bound, binding):
+        raise BadRequest(CONTINUE_MISMATCH)
     return after, snapshot
 
 
 def _limit(request: Request) -> int | None:
-    text = request.query_params.get("limit")
-    if not text:
-        return None
-    if not text.isdigit():
-        raise BadRequest(f"limit: {text!r} is not a non-negative integer")
-    return int(text) or None
+    return bodies.query_int(request, "limit") or None
 
 
 async def collection(request: Request) -> Response:
@@ -265,14 +272,15 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     selector = parse_selector(q.get("labelSelector"))
     equal, unequal = name_from_field_selector(q.get("fieldSelector"))
     limit = _limit(request)
-    after, snapshot = _decode_continue(q["continue"]) if q.get("continue") else (None, "")
     who = await authenticate(ctx, request)
     narrowed = ctx.authorize_read(who, Action("list", info.plural, name=equal))
     view = None if narrowed is None else await run_in_threadpool(view_of, ctx.store, narrowed)
+    binding = list_binding(who, info.kind, q.get("labelSelector", ""), q.get("fieldSelector", ""))
+    after, snapshot = _decode_continue(q["continue"], binding) if q.get("continue") else (None, "")
     # A later page is cut from the snapshot the first page was read from (one
     # revision for all pages, and one store read for a whole `kubectl get`);
     # once that is gone, from the current state after the last name returned.
-    kept = ctx.list_snapshots.get(snapshot) if snapshot else None
+    kept = ctx.list_snapshots.get(snapshot, binding) if snapshot else None
     # Objects that do not decode are skipped (the store logs and counts them);
     # the first page names them in a Warning, and a Table shows them Unknown.
     unreadable: list[Undecodable] = []
@@ -295,8 +303,8 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     if limit is not None and len(items) > limit:
         remaining = len(items) - limit
         items = items[:limit]
-        snapshot = snapshot if kept is not None else ctx.list_snapshots.put(revision, everything)
-        token = _encode_continue(revision, items[-1].metadata.name, snapshot)
+        snapshot = snapshot if kept is not None else ctx.list_snapshots.put(revision, everything, binding)
+        token = _encode_continue(revision, items[-1].metadata.name, snapshot, binding)
     rv = str(revision)
     headers = warning_header(_unreadable_warnings(unreadable))
     if wants_table(request.headers.get("accept")):
@@ -317,34 +325,31 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
     q = request.query_params
     selector = parse_selector(q.get("labelSelector"))
     equal, unequal = name_from_field_selector(q.get("fieldSelector"))
-    rv_text = q.get("resourceVersion", "")
-    if rv_text not in ("", "0") and not rv_text.isdigit():
-        raise BadRequest(f"resourceVersion: {rv_text!r} is not a resource version")
-    timeout_text = q.get("timeoutSeconds", "")
-    if timeout_text and not timeout_text.isdigit():
-        raise BadRequest(f"timeoutSeconds: {timeout_text!r} is not a number of seconds")
+    rv = bodies.query_int(request, "resourceVersion")
+    timeout_s = bodies.query_int(request, "timeoutSeconds")
     limits = ctx.limits.watch
     # 0, as no value, means the server's longest watch (as in Kubernetes).
-    timeout = min(float(timeout_text), limits.max_timeout) if int(timeout_text or 0) else limits.max_timeout
+    timeout = min(float(timeout_s), limits.max_timeout) if timeout_s else limits.max_timeout
     who = await authenticate(ctx, request)
     narrowed = ctx.authorize_read(who, Action("watch", info.plural, name=equal))
     release = ctx.hub.acquire(who.token_id)
     try:
         fanout = await run_in_threadpool(ctx.hub.fanout, info.kind)
         initial: list[Resource] | None = None
-        if rv_text in ("", "0"):
+        if not rv:
             # No version: the current objects first (as ADDED), then changes after them.
             listed = await run_in_threadpool(ctx.store.list, info.kind, selector)
             since = listed.revision
             initial = listed.items
         else:
-            since = int(rv_text)
+            since = rv
         return WatchResponse(
             ctx, fanout, info.kind, since, initial, selector=selector, name=equal, not_name=unequal,
             bookmarks=_flag(request, "allowWatchBookmarks"), timeout=timeout,
             as_table=wants_table(request.headers.get("accept")),
             include_object=q.get("includeObject", "PartialObjectMetadata"), release=release,
             view=None if narrowed is None else partial(view_of, ctx.store, narrowed),
+            authorization=request.headers.get("authorization"),
         )
     except BaseException:
         release()
@@ -357,13 +362,13 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     media = bodies.media_type(request)
     if media not in ("application/json", "*/*"):
         raise UnsupportedMediaType(f"create: the body must be application/json, not {media!r}")
+    # Who is asking comes first: nothing is read or decoded for an anonymous caller.
+    who = await authenticate(ctx, request, Action("create", info.plural, dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    doc = bodies.decode_document(body, media)
+    doc = await bodies.parse_document(body, media)
     name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
     target = Target(info.plural, str(name), info.kind)
     try:
-        who = await authenticate(ctx, request, Action("create", info.plural, name=target.name or None,
-                                                      dry_run=dry_run))
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
         out = await run_in_threadpool(create_object, ctx, who, info, obj, dry_run)
         return render(request, ctx, info, out, 201, warnings)
@@ -441,11 +446,12 @@ async def item(request: Request) -> Response:
                                        f"(use one of {', '.join(bodies.PATCH_TYPES)})")
         if request.method == "PUT" and media not in ("application/json", "*/*"):
             raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
-        body = await bodies.read_body(request, ctx.limits.max_body)
-        doc: Any = (bodies.decode_patch_operations(body) if media == bodies.JSON_PATCH
-                    else bodies.decode_document(body, media))
+        # Who is asking comes first: nothing is read or decoded for an anonymous caller.
         who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
                                                       force, dry_run))
+        body = await bodies.read_body(request, ctx.limits.max_body)
+        doc: Any = (await bodies.parse_patch_operations(body) if media == bodies.JSON_PATCH
+                    else await bodies.parse_document(body, media))
         target = Target(info.plural, name, info.kind)
         if request.method == "PUT":
             obj, warnings = bodies.to_object(doc, info.kind, target, validation)
@@ -618,10 +624,11 @@ def _delete_options(body: bytes) -> tuple[str | None, str | None, bool]:
 
 async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: str) -> Response:
     dry_run = bodies.dry_run(request)
-    body = await bodies.read_body(request, ctx.limits.max_body)
-    uid, rv, body_dry_run = _delete_options(body)
-    dry_run = dry_run or body_dry_run
     who = await authenticate(ctx, request, Action("delete", info.plural, name, dry_run=dry_run))
+    body = await bodies.read_body(request, ctx.limits.max_body)
+    uid, rv, body_dry_run = (await run_in_threadpool(_delete_options, body)
+                             if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body))
+    dry_run = dry_run or body_dry_run
     try:
         out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv, dry_run)
     except Undecodable as exc:

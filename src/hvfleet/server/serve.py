@@ -109,6 +109,8 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
     """Run the API server until SIGINT/SIGTERM."""
     import uvicorn
 
+    from hvfleet.server.connection import HeaderDeadlineProtocol
+
     say = announce or (lambda line: print(line, flush=True))
     host, port = parse_listen(options.listen)
     tls = plan_tls(options, host)
@@ -134,6 +136,8 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
             ssl_keyfile=None if tls is None else str(tls.key),
             log_level="warning",
             access_log=False,
+            # h11 with a deadline for each request's head (server/connection.py).
+            http=HeaderDeadlineProtocol,
             timeout_keep_alive=30,
             # On SIGTERM, in-flight requests get this long; then open streams (watches,
             # TLS connections whose client never says goodbye) are closed, not waited on.

@@ -218,6 +218,13 @@ def ensure_serving_certificate(
     """The CA and serving certificate under `data_dir/tls`, made or renewed as needed."""
     now = now or datetime.now(UTC)
     directory = data_dir / "tls"
+    try:
+        # Owner-only from the start: it holds the CA's key.
+        data_dir.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass  # an operator's own directory keeps its mode
+    else:
+        os.chmod(data_dir, 0o700)  # whatever the umask
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
     ca_cert, ca_key = directory / "ca.crt", directory / "ca.key"

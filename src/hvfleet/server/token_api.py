@@ -72,7 +72,7 @@ async def _document(request: Request, ctx: ApiContext) -> dict[str, Any]:
     if media not in ("application/json", "*/*"):
         raise UnsupportedMediaType(f"accesstokens: the body must be application/json, not {media!r}")
     raw = await bodies.read_body(request, ctx.limits.max_body)
-    return bodies.decode_document(raw, "application/json") if raw.strip() else {}
+    return await bodies.parse_document(raw, "application/json") if raw.strip() else {}
 
 
 def _validated(model: type[M], doc: dict[str, Any], target: Target, what: str) -> M:
@@ -151,8 +151,8 @@ async def collection(request: Request) -> Response:
     try:
         if request.method == "POST":
             bodies.no_dry_run(request, "access tokens")
-            doc = await _document(request, ctx)
             who = await authenticate(ctx, request)
+            doc = await _document(request, ctx)
             if _is_record(doc):
                 record = _as_record(doc, _target(str((doc.get("metadata") or {}).get("name", ""))))
                 stored = await run_in_threadpool(_store_record, ctx, who, record)

@@ -8,7 +8,8 @@ sees it (`seen_through`: entering the selection is ADDED, leaving it DELETED).
 Every write to the socket has a deadline (`send_timeout`) and a client whose
 queue overflowed gets an ERROR event with an Expired (410) Status and is
 dropped, so one slow reader holds nothing but its own queue. The stream ends
-after timeoutSeconds.
+after timeoutSeconds, or with an ERROR event (401) once the caller's token
+is revoked or expired (checked every `Limits.token_recheck` seconds).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from hvfleet.model.errors import Gone
+from hvfleet.model.errors import Gone, Unauthorized
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector
@@ -46,7 +47,8 @@ class WatchResponse(Response):
                  initial: list[Resource] | None, *, selector: Selector, name: str | None,
                  not_name: str | None, bookmarks: bool, timeout: float, as_table: bool,
                  include_object: str, release: Callable[[], None],
-                 view: Callable[[], View] | None = None) -> None:
+                 view: Callable[[], View] | None = None,
+                 authorization: str | None = None) -> None:
         self.ctx = ctx
         self.fanout = fanout
         self.kind = kind
@@ -63,6 +65,8 @@ class WatchResponse(Response):
         # A narrowed watch (an agent's policies): what it may see, read again
         # for every batch, as the host's labels may change while it watches.
         self.view = view
+        # The caller's credentials, checked again every `token_recheck` seconds.
+        self.authorization = authorization
         self._send: Send | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -123,6 +127,16 @@ class WatchResponse(Response):
     async def _error(self, code: int, reason: str, message: str) -> None:
         await self._write(json.dumps({"type": "ERROR",
                                       "object": status(code, reason, message)}).encode() + b"\n")
+
+    async def _still_authenticated(self) -> bool:
+        """Whether the caller's token is still in force; if not, the stream's
+        last event says why (a revoked or expired token watches no longer)."""
+        try:
+            await run_in_threadpool(self.ctx.authenticator.authenticate, self.authorization)
+        except Unauthorized as exc:
+            await self._error(401, "Unauthorized", str(exc))
+            return False
+        return True
 
     async def _bookmark(self, revision: int) -> None:
         obj = {"kind": self.kind, "apiVersion": API_VERSION,
@@ -188,14 +202,19 @@ class WatchResponse(Response):
                     await self._error(410, "Expired", f"too old resource version: {self.since} ({exc})")
                     return
             await deliver(replay)
-            last_bookmark = time.monotonic()
+            last_bookmark = checked = time.monotonic()
             bookmark_rv = self.since
+            recheck = self.ctx.limits.token_recheck
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
                 wait = min(remaining, limits.bookmark_interval) if self.bookmarks else remaining
-                events, position = await sub.next_batch(wait)
+                events, position = await sub.next_batch(min(wait, recheck))
+                if self.authorization is not None and time.monotonic() - checked >= recheck:
+                    checked = time.monotonic()
+                    if not await self._still_authenticated():
+                        return
                 if sub.overflowed:
                     await self._error(410, "Expired", "the watch fell too far behind and was dropped; "
                                       "list again and watch from the list's resourceVersion")

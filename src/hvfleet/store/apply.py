@@ -50,15 +50,14 @@ def load_manifests(text: str, source: str) -> list[Resource]:
     """Parse and validate every document before anything is written."""
     if len(text.encode()) > MAX_MANIFEST_BYTES:
         raise TooLarge(f"{source}: larger than {MAX_MANIFEST_BYTES} bytes")
-    import yaml  # here, not at the top: only apply reads YAML (CLI start-up)
+    # Here, not at the top: only apply reads YAML (CLI start-up).
+    from hvfleet.model.documents import DocumentError, load_yaml_all
 
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InvalidInput(f"{source}: malformed YAML{where}: {problem}") from None
+        # No aliases or anchors, bounded depth: the one YAML reader of every edge.
+        docs = load_yaml_all(text)
+    except DocumentError as exc:
+        raise InvalidInput(f"{source}: {exc}") from None
     out: list[Resource] = []
     for i, doc in enumerate(docs, 1):
         what = f"{source}: document {i}"

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from hvfleet.model.documents import DocumentError, load_yaml
 from hvfleet.model.errors import InvalidInput, Unauthorized
 from hvfleet.model.token import split_token
 
@@ -79,9 +80,9 @@ def _named(items: Any, name: str, what: str, source: str) -> dict[str, Any]:
 def load_kubeconfig(text: str, source: str = "kubeconfig", context: str | None = None) -> KubeconfigTarget:
     """The server, token and CA of `context` (default: current-context)."""
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise InvalidInput(f"{source}: not YAML") from None
+        doc = load_yaml(text)  # the one bounded YAML reader: no aliases, no deep nesting
+    except DocumentError as exc:
+        raise InvalidInput(f"{source}: not YAML hvfleet reads: {exc}") from None
     if not isinstance(doc, dict):
         raise InvalidInput(f"{source}: not a kubeconfig")
     chosen = context or doc.get("current-context")

@@ -96,6 +96,21 @@ def _host_of(obj: Resource) -> str | None:
     return obj.spec.hypervisor if isinstance(obj, Reservation) else None
 
 
+def _create_owner_only(path: str) -> None:
+    """Create the database file 0600 if it is missing: it holds every token's
+    hash and the whole fleet, and SQLite gives its -wal and -shm files the
+    mode of the database file."""
+    if path == ":memory:" or path.startswith("file:"):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise Unavailable(f"store sqlite:///{path}: cannot create it: {exc.strerror}") from None
+    os.close(fd)
+
+
 class SqliteStore(Store):
     def __init__(self, path: str) -> None:
         self.path = path
@@ -104,6 +119,7 @@ class SqliteStore(Store):
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise Unavailable(f"store {self.url}: directory {directory} does not exist")
+        _create_owner_only(path)
         try:
             self._db = sqlite3.connect(
                 path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None,

@@ -1,11 +1,12 @@
 """Small HTML building blocks of the dashboard's server-rendered pages: the page
 frame (headings, navigation, who is logged in, logout), escaped text, tables,
 form fields with their error messages, and capacity bars. Every value goes
-through `esc`; bars carry their figures as text, so colour is never the only
-signal."""
+through `esc`, every JSON embedded in a page through `script_json`; bars
+carry their figures as text, so colour is never the only signal."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -16,6 +17,19 @@ from hvfleet.server.identity import Identity
 
 def esc(value: object) -> str:
     return escape(str(value), quote=True)
+
+
+# What JSON inside a <script> element must not spell: `</script>` ends the
+# element and `<!--` opens a comment that swallows the page's later scripts.
+# JSON.parse reads the escapes back as the same characters.
+_SCRIPT_UNSAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                                "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def script_json(doc: Any) -> str:
+    """`doc` as JSON for a `<script type="application/json">` element: every
+    page embeds its data through this one function."""
+    return json.dumps(doc).translate(_SCRIPT_UNSAFE)
 
 
 def page(title: str, body: str, who: Identity | None = None, csrf: str = "",

@@ -10,8 +10,10 @@ server's Authorizer, and calls the same core functions as the CLI and the API
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
+import time
 from datetime import UTC, datetime
 from importlib.resources import files
 from typing import Any
@@ -30,15 +32,16 @@ from hvfleet.model.errors import (
     InvalidInput,
     NotFound,
     TooLarge,
+    TooManyRequests,
     Unauthorized,
 )
 from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.model.selectors import parse_selector
-from hvfleet.server import actions
+from hvfleet.server import actions, bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard import operate
-from hvfleet.server.dashboard.feed import resource_names, sort_rows
-from hvfleet.server.dashboard.html import bar, csrf_field, esc, field, page, table
+from hvfleet.server.dashboard.feed import HostRow, resource_names, sort_rows, totals
+from hvfleet.server.dashboard.html import bar, csrf_field, esc, field, page, script_json, table
 from hvfleet.server.dashboard.live import FleetState
 from hvfleet.server.dashboard.metrics import metrics
 from hvfleet.server.dashboard.session import (
@@ -55,7 +58,12 @@ from hvfleet.store.base import OwnershipConflict
 from hvfleet.store.ownership import leaves
 
 PER_PAGE = 100
+# The login and logout forms are read before anyone is known: a token and a
+# path fit in far less.
+ANONYMOUS_FORM_MAX = 16 * 1024
 MAX_PER_PAGE = 1000
+# Seconds between comments that keep an idle event stream's connection open.
+_KEEPALIVE_S = 15.0
 _STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "host.js": "text/javascript",
            "guests.js": "text/javascript"}
 _SECURITY_HEADERS = {
@@ -91,14 +99,43 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers=_SECURITY_HEADERS)
 
 
-async def _form(request: Request) -> dict[str, str]:
-    raw = await request.body()
-    if len(raw) > _ctx(request).limits.max_body:
-        raise TooLarge(f"the form is larger than {_ctx(request).limits.max_body} bytes")
+async def _form(request: Request, max_body: int | None = None) -> dict[str, str]:
+    """The form's fields; its body is read at most `max_body` bytes far (the
+    API's limit by default; the forms sent before a login, smaller)."""
     media = request.headers.get("content-type", "").split(";")[0].strip()
     if media != "application/x-www-form-urlencoded":
         raise InvalidInput(f"a form must be sent as application/x-www-form-urlencoded, not {media!r}")
+    raw = await bodies.read_body(request, max_body or _ctx(request).limits.max_body)
     return dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
+
+
+# The hosts a caller may see on the dashboard; None: every host.
+Visible = frozenset[str] | None
+
+
+def visible_hosts(ctx: ApiContext, who: Identity) -> Visible:
+    """What the caller may list, asked of the API's own authorizer: every host
+    (a list of hypervisors), else, for a caller bound to one hypervisor (an
+    agent), that host alone (a list narrowed to its name, as the API's
+    `fieldSelector=metadata.name=` list is); Forbidden for anyone else."""
+    try:
+        ctx.authorize(who, Action("list", "hypervisors"))
+        return None
+    except Forbidden:
+        if who.hypervisor is None:
+            raise
+    ctx.authorize(who, Action("list", "hypervisors", name=who.hypervisor))
+    return frozenset({who.hypervisor})
+
+
+def _only(rows: list[HostRow], visible: Visible) -> list[HostRow]:
+    return rows if visible is None else [x for x in rows if x.name in visible]
+
+
+def _refused(exc: HvfleetError) -> JSONResponse:
+    """A feed's refusal as JSON (its pages' scripts read `message`)."""
+    code = exc.http_status if exc.http_status in (403, 404, 429) else 400
+    return JSONResponse({"message": str(exc)}, status_code=code, headers={"Cache-Control": "no-store"})
 
 
 async def _who(request: Request) -> Identity | Response:
@@ -122,8 +159,10 @@ def _csrf(request: Request) -> str:
 
 def _error_page(who: Identity | None, request: Request, exc: Exception) -> HTMLResponse:
     status = 403 if isinstance(exc, Forbidden) else 404 if isinstance(exc, NotFound) else \
-        409 if isinstance(exc, Conflict) else 422 if isinstance(exc, InvalidInput) else 500
-    title = {403: "Forbidden", 404: "Not found", 409: "Conflict", 422: "Invalid input"}.get(status, "Error")
+        409 if isinstance(exc, Conflict) else 413 if isinstance(exc, TooLarge) else \
+        422 if isinstance(exc, InvalidInput) else 500
+    title = {403: "Forbidden", 404: "Not found", 409: "Conflict", 413: "Too large",
+             422: "Invalid input"}.get(status, "Error")
     body = (f'<h1>{title}</h1><p class="error" role="alert">{esc(exc)}</p>'
             '<p><a href="/">Back to the overview</a></p>')
     return _html(page(title, body, who, _csrf(request)), status)
@@ -151,7 +190,7 @@ async def login(request: Request) -> Response:
         return _html(_login_page(next_=_safe_next(request.query_params.get("next", "/"))))
     try:
         check_origin(request)
-        form = await _form(request)
+        form = await _form(request, ANONYMOUS_FORM_MAX)
     except HvfleetError as exc:
         return _error_page(None, request, exc)
     token = form.get("token", "").strip()
@@ -169,7 +208,7 @@ async def login(request: Request) -> Response:
 
 async def logout(request: Request) -> Response:
     try:
-        check_csrf(request, await _form(request))
+        check_csrf(request, await _form(request, ANONYMOUS_FORM_MAX))
     except HvfleetError as exc:
         return _error_page(None, request, exc)
     response = RedirectResponse("/login", status_code=303)
@@ -180,11 +219,12 @@ async def logout(request: Request) -> Response:
 # -- the overview ----------------------------------------------------------------------------------
 
 def overview_document(state: FleetState, selector_text: str, sort: str, page_no: int,
-                      per_page: int) -> dict[str, Any]:
+                      per_page: int, visible: Visible = None) -> dict[str, Any]:
     """One page of the overview: the hosts on it (feed rows), the totals of every
-    host the selector matches, and totals per label value."""
+    host the selector matches, and totals per label value; of the hosts the
+    caller may see (`visible`, None: every host)."""
     selector = parse_selector(selector_text)
-    rows = state.select(selector)
+    rows = _only(state.select(selector), visible)
     ordered = sort_rows(rows, sort) if sort and sort != "name" else rows
     pages = max(1, math.ceil(len(ordered) / per_page))
     page_no = min(max(1, page_no), pages)
@@ -197,8 +237,8 @@ def overview_document(state: FleetState, selector_text: str, sort: str, page_no:
     for k, by_value in sorted(values.items()):
         if len(by_value) > 50:  # a label with a value per host (e.g. a serial) is no grouping
             continue
-        groups[k] = {v: _group_totals(state, selector_text, k, v, members)
-                     for v, members in sorted(by_value.items())}
+        groups[k] = {v: _group_totals(state, selector_text, k, v, members) if visible is None
+                     else totals(members) for v, members in sorted(by_value.items())}
     return {
         "version": state.version,
         "selector": str(selector),
@@ -206,7 +246,7 @@ def overview_document(state: FleetState, selector_text: str, sort: str, page_no:
         "resources": resource_names(rows),
         "count": len(rows),
         "page": page_no, "pages": pages, "perPage": per_page,
-        "total": state.totals_for(selector, rows),
+        "total": state.totals_for(selector, rows) if visible is None else totals(rows),
         "groups": groups,
         "hosts": [x.doc for x in shown],
     }
@@ -217,8 +257,9 @@ def _group_totals(state: FleetState, selector_text: str, key: str, value: str,
     return state.totals_for(parse_selector(selector_text), members, (key, value))
 
 
-def heat_document(state: FleetState, selector_text: str, sort: str) -> dict[str, Any]:
-    rows = state.select(parse_selector(selector_text))
+def heat_document(state: FleetState, selector_text: str, sort: str,
+                  visible: Visible = None) -> dict[str, Any]:
+    rows = _only(state.select(parse_selector(selector_text)), visible)
     ordered = sort_rows(rows, sort) if sort and sort != "name" else rows
     rs = resource_names(rows)
     return {
@@ -230,12 +271,8 @@ def heat_document(state: FleetState, selector_text: str, sort: str) -> dict[str,
 
 
 def _ints(request: Request, name: str, default: int, high: int) -> int:
-    text = request.query_params.get(name, "")
-    if not text:
-        return default
-    if not text.isdigit() or not 1 <= int(text) <= high:
-        raise InvalidInput(f"{name}: {text!r} is not a whole number from 1 to {high}", field=name)
-    return int(text)
+    value = bodies.query_int(request, name, low=1, high=high)
+    return default if value is None else value
 
 
 def _overview_args(request: Request) -> tuple[str, str, int, int]:
@@ -250,16 +287,21 @@ async def overview(request: Request) -> Response:
         return who
     state = _state(request)
     try:
+        visible = visible_hosts(_ctx(request), who)
+    except Forbidden as exc:
+        return _error_page(who, request, exc)
+    try:
         selector_text, sort, page_no, per_page = _overview_args(request)
-        doc = await run_in_threadpool(overview_document, state, selector_text, sort, page_no, per_page)
+        doc = await run_in_threadpool(overview_document, state, selector_text, sort, page_no, per_page,
+                                      visible)
         error = ""
     except InvalidInput as exc:
         selector_text, sort, page_no, per_page = request.query_params.get("selector", ""), "name", 1, PER_PAGE
-        doc = await run_in_threadpool(overview_document, state, "", "name", 1, PER_PAGE)
+        doc = await run_in_threadpool(overview_document, state, "", "name", 1, PER_PAGE, visible)
         error = str(exc)
     sorts = [("name", "name")] + [(f"{how}:{r}", f"{how} {r}") for r in doc["resources"]
                                   for how in ("free", "used")]
-    initial = json.dumps(doc).replace("</", "<\\/")
+    initial = script_json(doc)
     body = (
         '<h1>Fleet overview</h1>'
         '<form id="filter" method="get" action="/" class="filter" role="search">'
@@ -297,11 +339,14 @@ async def overview_json(request: Request) -> Response:
     if isinstance(who, Response):
         return who
     try:
+        visible = visible_hosts(_ctx(request), who)
         selector_text, sort, page_no, per_page = _overview_args(request)
         doc = await run_in_threadpool(overview_document, _state(request), selector_text, sort,
-                                      page_no, per_page)
+                                      page_no, per_page, visible)
     except InvalidInput as exc:
         return JSONResponse({"message": str(exc), "field": exc.field or "selector"}, status_code=422)
+    except Forbidden as exc:
+        return _refused(exc)
     return JSONResponse(doc, headers={"Cache-Control": "no-store"})
 
 
@@ -311,11 +356,25 @@ async def heat_json(request: Request) -> Response:
         return who
     q = request.query_params
     try:
+        visible = visible_hosts(_ctx(request), who)
         doc = await run_in_threadpool(heat_document, _state(request), q.get("selector", ""),
-                                      q.get("sort", "name"))
+                                      q.get("sort", "name"), visible)
     except InvalidInput as exc:
         return JSONResponse({"message": str(exc)}, status_code=422)
+    except Forbidden as exc:
+        return _refused(exc)
     return JSONResponse(doc, headers={"Cache-Control": "no-store"})
+
+
+def _may_follow(ctx: ApiContext, who: Identity, host: str | None) -> Visible:
+    """Forbidden unless the caller may see `host` (None: the whole fleet, which
+    only a caller who may list every host sees); the hosts it may see."""
+    visible = visible_hosts(ctx, who)
+    if visible is not None and (host is None or host not in visible):
+        what = f'hypervisors.hvfleet.io "{host}"' if host else "the fleet's history"
+        raise Forbidden(f'{what} is forbidden: User "{who.subject}" may see only its own '
+                        f"hypervisor ({', '.join(sorted(visible))})")
+    return visible
 
 
 async def history_json(request: Request) -> Response:
@@ -324,6 +383,10 @@ async def history_json(request: Request) -> Response:
         return who
     state = _state(request)
     host = request.query_params.get("host")
+    try:
+        _may_follow(_ctx(request), who, host)
+    except Forbidden as exc:
+        return _refused(exc)
     with state.lock:
         samples = list(state.history.get(host, ())) if host else list(state.fleet_history)
     return JSONResponse({"host": host, "samples": samples}, headers={"Cache-Control": "no-store"})
@@ -335,25 +398,51 @@ async def events(request: Request) -> Response:
     who = await _who(request)
     if isinstance(who, Response):
         return who
-    state = _state(request)
+    ctx, state = _ctx(request), _state(request)
     host = request.query_params.get("host")
+    try:
+        visible = _may_follow(ctx, who, host) if host is not None else visible_hosts(ctx, who)
+        # One pool of streams per token with the API's watches (WatchLimits.per_token).
+        release = ctx.hub.acquire(who.token_id)
+    except (Forbidden, TooManyRequests) as exc:
+        return _refused(exc)
+    authorization = f"Bearer {session_token(request)}"
+    recheck = ctx.limits.token_recheck
     queue = state.listen()
 
     async def stream() -> Any:
         try:
             yield f"event: hello\ndata: {json.dumps({'version': state.version})}\n\n".encode()
+            checked = sent = time.monotonic()
             while True:
-                try:
-                    names = await asyncio.wait_for(queue.get(), 15.0)
-                except TimeoutError:
-                    yield b": keepalive\n\n"
+                names: set[str] | None = None
+                with contextlib.suppress(TimeoutError):
+                    names = await asyncio.wait_for(queue.get(), min(recheck, _KEEPALIVE_S))
+                if time.monotonic() - checked >= recheck:
+                    # A revoked or expired token ends the stream (the cache keeps this cheap).
+                    checked = time.monotonic()
+                    try:
+                        await run_in_threadpool(ctx.authenticator.authenticate, authorization)
+                    except Unauthorized as exc:
+                        yield f"event: ended\ndata: {json.dumps({'message': str(exc)})}\n\n".encode()
+                        return
+                if names is None:
+                    if time.monotonic() - sent >= _KEEPALIVE_S:
+                        sent = time.monotonic()
+                        yield b": keepalive\n\n"
                     continue
+                if visible is not None and names:
+                    names &= visible
+                    if not names:
+                        continue  # only hosts this caller does not see changed
                 if host is not None and names and host not in names:
                     continue
                 data = json.dumps({"hosts": sorted(names), "version": state.version})
+                sent = time.monotonic()
                 yield f"event: change\ndata: {data}\n\n".encode()
         finally:
             state.unlisten(queue)
+            release()
 
     return StreamingResponse(stream(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
@@ -774,6 +863,10 @@ async def guests_page(request: Request) -> Response:
     if "go" in q:
         body, errors = _guest_body(q)
         if body is not None:
+            try:  # before the selector is tried against the fleet, which tells what exists
+                ctx.authorize(who, Action("create", "guests", name="generate"))
+            except Forbidden as exc:
+                return _error_page(who, request, exc)
             wrong = await _selector_error(ctx, body.label_selector, must_match=True)
             if wrong:
                 errors["selector"] = wrong
@@ -850,6 +943,10 @@ async def guest_check(request: Request) -> Response:
         errors["domain"] = "required: choose a file or paste the XML"
     result = ""
     if not errors:
+        try:  # before the selector is tried against the fleet, which tells what exists
+            ctx.authorize(who, Action("create", "guests", name="check"))
+        except Forbidden as exc:
+            return _error_page(who, request, exc)
         wrong = await _selector_error(ctx, form["selector"].strip(), must_match=True)
         if wrong:
             errors["selector"] = wrong
