@@ -33,6 +33,7 @@ from hvfleet.server.resources import authenticate, code_of, error_response
 from hvfleet.server.status import ApiError, Target
 from hvfleet.store.base import Write
 from hvfleet.store.ownership import from_fields_v1
+from hvfleet.store.undecodable import Undecodable
 
 
 def _decode(doc: Any, validation: str) -> list[Write]:
@@ -102,6 +103,8 @@ def write_batch(ctx: ApiContext, who: Identity, writes: list[Write], force: bool
                 current = ctx.store.get(w.object.kind, w.object.metadata.name)
             except NotFound:
                 current = None  # write_all answers NotFound for it, writing nothing
+            except Undecodable:
+                current = None  # write_all overwrites it at the version named
         actions = _actions(w, current, force)
         for action in actions:
             try:

@@ -49,12 +49,13 @@ from hvfleet.server.discovery import RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.impersonation import acting_identity
 from hvfleet.server.narrowing import get_visible, view_of
-from hvfleet.server.status import ApiError, Target, from_error
+from hvfleet.server.status import ApiError, Target, from_error, success
 from hvfleet.server.table import TableInputs, table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store.apply import plan_one
 from hvfleet.store.base import FieldPath, StaleVersion, Write
 from hvfleet.store.ownership import applied_fields
+from hvfleet.store.undecodable import Undecodable
 
 log = logging.getLogger("hvfleet.server")
 # The field manager of the apply `kubectl apply --server-side` sends after its
@@ -137,9 +138,25 @@ def _update(ctx: ApiContext, who: Identity, new: Resource, force: bool, dry_run:
     return ctx.store.update(new, who.manager, force=force)
 
 
+def warning_header(warnings: list[str] | None) -> dict[str, str] | None:
+    """The Warning header kubectl prints (one `299 - "text"` per warning)."""
+    if not warnings:
+        return None
+    # A header is printable ASCII on one line: anything else (a stored message
+    # quoted in a warning) is shown as '?'.
+    texts = ("".join(c if " " <= c <= "~" else "?" for c in w[:1000])
+             .replace("\\", "\\\\").replace('"', '\\"') for w in warnings)
+    return {"Warning": ", ".join(f'299 - "{w}"' for w in texts)}
+
+
+def _unreadable_warnings(found: list[Undecodable]) -> list[str]:
+    return [str(err) for err in found[:20]] + (
+        [f"and {len(found) - 20} more objects that cannot be read"] if len(found) > 20 else [])
+
+
 def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource, code: int = 200,
            warnings: list[str] | None = None, inputs: TableInputs | None = None) -> Response:
-    headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else None
+    headers = warning_header(warnings)
     if wants_table(request.headers.get("accept")):
         inputs = ctx.table_inputs(info.kind) if inputs is None else inputs
         body = table(info.kind, [obj], inputs, obj.metadata.resource_version or "",
@@ -274,16 +291,23 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     # revision for all pages, and one store read for a whole `kubectl get`);
     # once that is gone, from the current state after the last name returned.
     kept = ctx.list_snapshots.get(snapshot, binding) if snapshot else None
+    # Objects that do not decode are skipped (the store logs and counts them);
+    # the first page names them in a Warning, and a Table shows them Unknown.
+    unreadable: list[Undecodable] = []
     if kept is None:
         result = await run_in_threadpool(ctx.store.list, info.kind, selector)
         revision = result.revision
         everything = [o for o in result.items
                       if (equal is None or o.metadata.name == equal)
                       and (unequal is None or o.metadata.name != unequal)]
+        unreadable = [e for e in result.undecodable
+                      if (equal is None or e.name == equal) and (unequal is None or e.name != unequal)
+                      and (after is None or e.name > after)]
     else:
         revision, everything = kept
     if view is not None:
         everything = [o for o in everything if view.visible(o)]
+        unreadable = []  # whether the caller may see them cannot be judged
     items = [o for o in everything if after is None or o.metadata.name > after]
     token, remaining = "", 0
     if limit is not None and len(items) > limit:
@@ -292,18 +316,19 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
         snapshot = snapshot if kept is not None else ctx.list_snapshots.put(revision, everything, binding)
         token = _encode_continue(revision, items[-1].metadata.name, snapshot, binding)
     rv = str(revision)
+    headers = warning_header(_unreadable_warnings(unreadable))
     if wants_table(request.headers.get("accept")):
         inputs = (await run_in_threadpool(ctx.table_inputs, info.kind) if view is None
                   else view.table_inputs)
         body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
-                     token)
-        return JSONResponse(body)
+                     token, unreadable)
+        return JSONResponse(body, headers=headers)
     meta: dict[str, Any] = {"resourceVersion": rv}
     if token:
         meta["continue"] = token
         meta["remainingItemCount"] = remaining
     return JSONResponse({"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": meta,
-                         "items": [o.to_dict() for o in items]})
+                         "items": [o.to_dict() for o in items]}, headers=headers)
 
 
 async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
@@ -405,7 +430,17 @@ async def item(request: Request) -> Response:
                 obj, view = await run_in_threadpool(get_visible, ctx.store, who, action, info.kind,
                                                     narrowed)
                 return render(request, ctx, info, obj, inputs=view.table_inputs)
-            obj = await run_in_threadpool(ctx.store.get, info.kind, name)
+            try:
+                obj = await run_in_threadpool(ctx.store.get, info.kind, name)
+            except Undecodable as exc:
+                if not wants_table(request.headers.get("accept")):
+                    raise
+                # `kubectl get KIND NAME`: the row says Unknown, the Warning why.
+                inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
+                rows_doc = table(info.kind, [], inputs, str(exc.revision),
+                                 request.query_params.get("includeObject", "PartialObjectMetadata"),
+                                 undecodable=[exc])
+                return JSONResponse(rows_doc, headers=warning_header([str(exc)]))
             return render(request, ctx, info, obj)
         if request.method == "DELETE":
             if sub is not None:
@@ -472,7 +507,15 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     keeps the stored status, /status keeps everything but status."""
     action = Action("update", info.plural, obj.metadata.name, sub, force, dry_run)
     precheck(ctx, who, action)
-    current = ctx.store.get(info.kind, obj.metadata.name)
+    try:
+        current = ctx.store.get(info.kind, obj.metadata.name)
+    except Undecodable:
+        # Nothing stored can be read to keep: the body, as its writer may write
+        # it, replaces the object (hvfleet.store.undecodable.overwrite).
+        out = audited(ctx, who, action, None, lambda: _update(ctx, who, obj, force, dry_run),
+                      check=lambda: ctx.authorize(who, action, None, obj))
+        assert out is not None
+        return out
     if sub is None:
         new = _with_status_of(obj, current)
     else:
@@ -558,6 +601,17 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
                 raise
             created = True
             return create_object(ctx, who, info, manifest, dry_run, applied_fields(manifest))
+        except Undecodable as exc:
+            # The manifest replaces an object that cannot be read, at its version.
+            new_meta = manifest.metadata.model_copy(update={
+                "resource_version": manifest.metadata.resource_version or str(exc.revision)})
+            replacing = manifest.model_copy(update={"metadata": new_meta})
+            action = Action("patch", info.plural, name, sub, force, dry_run)
+            out = audited(ctx, who, action, None,
+                          lambda: _update(ctx, who, replacing, force, dry_run),
+                          check=lambda: ctx.authorize(who, action, None, replacing))
+            assert out is not None
+            return out
         applied: frozenset[FieldPath] | None = None
         if sub is None:
             # The one apply planning (as `hvfleet apply`); status is /status's business.
@@ -604,8 +658,34 @@ async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: st
     uid, rv, body_dry_run = (await run_in_threadpool(_delete_options, body)
                              if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body))
     dry_run = dry_run or body_dry_run
-    out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv, dry_run)
+    try:
+        out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv, dry_run)
+    except Undecodable as exc:
+        gone = await run_in_threadpool(delete_undecodable, ctx, who, info, exc, uid, rv, dry_run)
+        return JSONResponse(success(Target(info.plural, name, info.kind), gone.uid))
     return render(request, ctx, info, out)
+
+
+def delete_undecodable(ctx: ApiContext, who: Identity, info: ResourceInfo, stored: Undecodable,
+                       uid: str | None, rv: str | None, dry_run: bool) -> Undecodable:
+    """Delete an object that cannot be read, as its name allows the caller to
+    (the role table; nothing else of it can be judged), at the version that was
+    read. Answered with a Status, since there is no object to show."""
+    action = Action("delete", info.plural, stored.name, dry_run=dry_run)
+
+    def write() -> Undecodable:
+        if uid is not None and uid != stored.uid:
+            raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
+                               f"uid in object meta: {stored.uid}")
+        version = rv or str(stored.revision)
+        if version != str(stored.revision):
+            raise StaleVersion(f"{info.kind} {stored.name}: resourceVersion {version} is stale "
+                               f"(current is {stored.revision})")
+        if not dry_run:
+            ctx.store.delete(info.kind, stored.name, version)
+        return stored
+
+    return audited(ctx, who, action, None, write, check=lambda: ctx.authorize(who, action))
 
 
 def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, uid: str | None,

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from hvfleet.model.bounds import MAX_LEASE_SECONDS
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import (
     KINDS,
@@ -46,6 +47,7 @@ from hvfleet.model.hypervisor import (
 )
 from hvfleet.model.lease import Lease, lease_live, released, renewed
 from hvfleet.model.selectors import Selector, parse_selector
+from hvfleet.store.undecodable import Undecodable, overwrite
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 # Renewals of one Lease that may collide (two stores of one agent) before giving up.
@@ -120,6 +122,9 @@ class ListResult:
     # The store revision the list was read at: watch(since=revision) continues
     # from exactly this point without gaps.
     revision: int
+    # Objects of the kind (matching the selector, where their labels can be
+    # read) that were skipped because they do not decode (hvfleet.store.undecodable).
+    undecodable: list[Undecodable] = field(default_factory=list)
 
 
 class StaleVersion(Conflict):
@@ -216,6 +221,21 @@ def check_batch(writes: Sequence[Write]) -> None:
         seen.add(key)
 
 
+def check_overwrite(stored: Undecodable, new: Resource) -> None:
+    """An update over an undecodable object names the version stored (the
+    compare-and-swap of every update): StaleVersion otherwise."""
+    rv = new.metadata.resource_version
+    if rv is None:
+        raise InvalidInput(
+            f"{new.kind} {new.metadata.name}: metadata.resourceVersion is required for an update"
+        )
+    if rv != str(stored.revision):
+        raise StaleVersion(
+            f"{new.kind} {new.metadata.name}: resourceVersion {rv} is stale "
+            f"(current is {stored.revision}); re-read and retry"
+        )
+
+
 def changed_parts(old: Resource, new: Resource) -> tuple[bool, bool]:
     """(whether `new` changes the status of `old`, whether it changes anything
     else): which of the main resource and its /status subresource a write is."""
@@ -268,11 +288,15 @@ class Store(ABC):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         """Events with revision > since, in revision order, until `stop` is set or
         `timeout` seconds pass without an event. Gone if `since` was compacted.
         With `name` (and `kind`), only that object's events: an agent watching
-        its own Hypervisor must not receive every other host's writes."""
+        its own Hypervisor must not receive every other host's writes. An event
+        whose object does not decode is skipped (logged and counted) and handed
+        to `on_undecodable`, where the backend can tell (SQLite, etcd; not the
+        remote store, whose server skips it)."""
 
     @abstractmethod
     def revision(self) -> int:
@@ -314,11 +338,18 @@ class Store(ABC):
         from hvfleet.store.ownership import prepare_create, prepare_update
 
         obj = write.object
+        now = datetime.now(UTC).replace(microsecond=0)
         try:
             old: Resource | None = self.get(obj.kind, obj.metadata.name)
         except NotFound:
             old = None
-        now = datetime.now(UTC).replace(microsecond=0)
+        except Undecodable as exc:
+            if write.action == "create":
+                raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists") from None
+            check_overwrite(exc, obj)
+            out = overwrite(exc, obj, manager, now)
+            meta = out.metadata.model_copy(update={"resource_version": str(exc.revision)})
+            return out.model_copy(update={"metadata": meta})
         if write.action == "create":
             if old is not None:
                 raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
@@ -375,8 +406,9 @@ class Store(ABC):
         wrote it since (another process of the same agent), it is read again."""
         from hvfleet.store.ownership import agent_manager
 
-        if ttl < 1:
-            raise InvalidInput(f"{ttl} must be at least 1", field="leaseDurationSeconds")
+        if not 1 <= ttl <= MAX_LEASE_SECONDS:
+            raise InvalidInput(f"{ttl} must be from 1 to {MAX_LEASE_SECONDS} seconds",
+                               field="leaseDurationSeconds")
         holder = agent_manager(name)
         held = self._held_leases()
         current = held.get(name)

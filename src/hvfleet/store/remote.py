@@ -34,7 +34,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,8 @@ from hvfleet.store.base import (
     gc_paused,
     kind_of,
 )
+from hvfleet.store.ownership import AGENT_PREFIX
+from hvfleet.store.undecodable import Undecodable
 
 GV = "/apis/hvfleet.io/v1"
 BATCH_PATH = f"{GV}/batch"
@@ -195,6 +197,14 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
     assert isinstance(details, dict)
     raw = details.get("causes") if isinstance(details.get("causes"), list) else []
     causes = [c for c in raw or [] if isinstance(c, dict)]
+    unreadable = next((c for c in causes if c.get("reason") == "Undecodable"), None)
+    if unreadable is not None:
+        plural = str(details.get("kind") or "")
+        revision, _, why = str(unreadable.get("message", "")).partition(": ")
+        return Undecodable(
+            next((k for k in STORED_KINDS if plural_of(k) == plural), plural),
+            str(details.get("name") or ""), int(revision) if revision.isdigit() else 0, why,
+        )
     if reason == "NotFound" or (not reason and code == 404):
         return NotFound(message)
     if reason == "AlreadyExists":
@@ -418,8 +428,17 @@ class RemoteStore(Store):
         kind, name = obj.kind, obj.metadata.name
         base = self._remembered(kind, name, obj.metadata.resource_version)
         if base is None:
-            base = self.get(kind, name)
-        status_changed, rest_changed = changed_parts(base, obj)
+            try:
+                base = self.get(kind, name)
+            except Undecodable:
+                base = None
+        if base is None:
+            # Over an object that does not decode: the writer's own part (an
+            # agent writes status, anyone else the rest), which overwrites it.
+            status_changed = manager.startswith(AGENT_PREFIX) and obj.kind in KINDS
+            rest_changed = not status_changed
+        else:
+            status_changed, rest_changed = changed_parts(base, obj)
         if obj.kind not in KINDS:  # an access token: one object, no /status
             status_changed, rest_changed = False, True
         if status_changed and rest_changed:
@@ -511,6 +530,7 @@ class RemoteStore(Store):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         if name is not None and not kind:
             raise InvalidInput("watch: a name needs a kind")
