@@ -22,8 +22,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from hvfleet.model.bounds import Timestamp
 from hvfleet.model.errors import InvalidInput, Unauthorized
-from hvfleet.model.meta import API_VERSION, Model, ObjectMeta
+from hvfleet.model.meta import API_VERSION, Model, ObjectMeta, validate_name
 
 Role = Literal["viewer", "operator", "scheduler", "agent", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "operator", "scheduler", "agent", "admin")
@@ -43,8 +44,13 @@ class AccessTokenSpec(Model):
     role: Role
     hypervisor: str | None = None
     secret_sha256: str
-    expires_at: datetime | None = None
+    expires_at: Timestamp | None = None
     revoked: bool = False
+
+    @field_validator("hypervisor")
+    @classmethod
+    def _hypervisor(cls, v: str | None) -> str | None:
+        return None if v is None else validate_name(v, "spec.hypervisor")
 
     @field_validator("subject")
     @classmethod

@@ -10,8 +10,10 @@ on the caller's own hypervisor (`own`), or on the objects that select it
 (`selecting`: the read is allowed and narrowed, `Selecting`, and the handler
 serves only those objects, hvfleet.server.narrowing). Store-level rules stay where
 the write is accepted (hvfleet.store.ownership): only `agent/<name>` writes a
-hypervisor's status, agents never write spec, and a spec field owned by another
-manager needs force; this table decides who may even ask.
+hypervisor's status, agents never write spec, and an apply of a field another
+manager owns needs force; this table decides who may even ask, who may force,
+and that a role which may not force may not take another manager's fields by
+update either.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from hvfleet.model.meta import API_GROUP, ObjectMeta
 from hvfleet.model.token import ROLES, AccessToken, Role, check_token, split_token
 from hvfleet.server.identity import Action, Identity, Selecting, Verb
 from hvfleet.store.base import Store
+from hvfleet.store.ownership import taken_from_others
 from hvfleet.store.tokens import find_token
 
 # How long a token record is trusted before it is read again: the longest a
@@ -231,6 +234,18 @@ class RoleAuthorizer:
                 who, action, name,
                 f"role {who.role} may not force: fields other managers own stay theirs",
             )
+        if (who.role not in FORCE_ROLES and action.verb in ("update", "patch") and not action.apply
+                and action.subresource is None and current is not None and new is not None):
+            # An update takes the fields it changes from their owners (only an
+            # apply conflicts): a role that may not force may not take them.
+            taken = taken_from_others(current, new, who.manager)
+            if taken:
+                field, owner = taken[0]
+                raise _denied(
+                    who, action, name,
+                    f"role {who.role} may not take fields other managers own: "
+                    f"{field} is owned by {owner!r}",
+                )
         return narrowed
 
 

@@ -30,6 +30,7 @@ from hvfleet.model.token import (
     token_text,
 )
 from hvfleet.store.base import Store
+from hvfleet.store.undecodable import Undecodable, skipped
 
 KIND = "AccessToken"
 ROLE_LABEL = "hvfleet.io/role"
@@ -43,6 +44,10 @@ def find_token(store: Store, token_id: str) -> AccessToken | None:
     try:
         obj = store.get(KIND, token_id)
     except NotFound:
+        return None
+    except Undecodable as exc:
+        # A record that cannot be read proves nothing: as an unknown token (401).
+        skipped(exc, "token lookup")
         return None
     return obj if isinstance(obj, AccessToken) else None
 
