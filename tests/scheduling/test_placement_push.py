@@ -4,6 +4,8 @@ over HTTP, and the pure planning behind it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +18,20 @@ from real_placement import RealPlacement
 from sched_fleet import host, now, put_host
 
 from hvfleet.model import Quantity, ResourceName
+from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Instance
 from hvfleet.scheduling.placement import export_inventories, provider_uuid, sync
-from hvfleet.scheduling.placement_client import PlacementClient
+from hvfleet.scheduling.placement_client import (
+    IDEMPOTENT_RESOURCE_CLASSES,
+    PlacementClient,
+    microversion_tuple,
+)
 from hvfleet.scheduling.placement_push import (
     ConsumerState,
     ProviderTree,
     PushIdentity,
     claim_allocations,
+    custom_classes,
     plan_claims,
     planned_inventories,
 )
@@ -279,6 +287,203 @@ def test_a_claim_placement_cannot_express_fails_the_sync(
     r = run("placement", "sync", "--url", placement.url, "--push-claims")
     assert r.code == 1
     assert "consumer 'vm-not-a-uuid' is not a UUID" in r.err
+
+
+# -- custom resource classes (issue 22) -----------------------------------------------------
+
+NIC_VF, HUGEPAGES = "CUSTOM_NIC_VF", "CUSTOM_HUGEPAGES_2MI"
+
+
+def _without_custom_classes(c: PlacementClient) -> None:
+    """Earlier tests' custom classes removed, so each test sees them created."""
+    for rc in c.get("/resource_classes")["resource_classes"]:
+        if rc["name"].startswith("CUSTOM_"):
+            c.request("DELETE", f"/resource_classes/{rc['name']}")
+
+
+def _custom_classes(c: PlacementClient) -> set[str]:
+    names = {rc["name"] for rc in c.get("/resource_classes")["resource_classes"]}
+    return {n for n in names if n.startswith("CUSTOM_")}
+
+
+def _gpu_host(store: Store) -> None:
+    """gpu-01 as the example fleet declares it, plus a hugepage pool the agent
+    discovers: three classes Placement does not know until they are created."""
+    put_host(
+        store,
+        host(
+            "gpu-01",
+            {"cpu": 32, "memory": "128Gi", "hugepages-2Mi": "2Gi"},
+            extra={"VGPU": 8, NIC_VF: 32},
+            beat=now(),
+        ),
+    )
+
+
+def _exported(run: Any) -> dict[str, dict[str, Any]]:
+    r = run("placement", "export")
+    assert r.code == 0, r.err
+    return {p["uuid"]: p["inventories"] for p in json.loads(r.out)["resource_providers"]}
+
+
+def test_a_fleet_with_custom_classes_syncs_and_its_claims_become_allocations(
+    store: Store, run: Any, placement: RealPlacement
+) -> None:
+    c = _fresh(placement)
+    _without_custom_classes(c)
+    _gpu_host(store)
+    rp = _providers(c, store, "hv-a", "hv-b", "gpu-01")
+    assert run("reserve", "gpu-01", "--cpu", "2", "--resource", f"{NIC_VF}=4", "--consumer", C1).code == 0
+
+    first = run("placement", "sync", "--url", placement.url, "--push-claims")
+    assert first.code == 0, first.err
+    assert "resource classes: created 2, existing 0" in first.out
+
+    assert _custom_classes(c) == {NIC_VF, HUGEPAGES}
+    # Every provider holds exactly what `placement export` computes.
+    exported = _exported(run)
+    assert set(exported) == set(rp.values())
+    for uuid_, inventories in exported.items():
+        held = c.inventories(uuid_)[1]
+        assert {cls: {f: held[cls][f] for f in inv} for cls, inv in held.items() if cls in inventories} == (
+            inventories
+        )
+        assert set(held) == set(inventories)
+    assert exported[rp["gpu-01"]][NIC_VF]["total"] == 32
+    assert exported[rp["gpu-01"]][HUGEPAGES]["total"] == 1024
+    got = c.consumer_allocations(C1)
+    assert {k: v["resources"] for k, v in got["allocations"].items()} == {
+        rp["gpu-01"]: {"VCPU": 2, NIC_VF: 4}
+    }
+    assert rp["gpu-01"] not in _candidates(c, f"{NIC_VF}:29")
+    assert rp["gpu-01"] in _candidates(c, f"{NIC_VF}:28")
+
+    again = _sync(run, placement.url, "--push-claims")
+    assert again["resourceClasses"] == {"created": [], "existing": 2}
+    assert again["inventories"] == {"updated": [], "unchanged": 3, "retries": 0, "missingProviders": []}
+    claims = again["claims"]
+    assert (claims["created"], claims["updated"], claims["unchanged"]) == ([], [], 1)
+    assert (again["created"], again["updated"], again["deleted"]) == ([], [], [])
+    assert again["errors"] == []
+
+
+def test_before_microversion_1_7_a_custom_class_is_posted_and_409_means_it_exists(
+    store: Store, placement: RealPlacement
+) -> None:
+    c = _fresh(placement)
+    _without_custom_classes(c)
+    _gpu_host(store)
+    rp = _providers(c, store, "gpu-01")
+    c.request("PUT", f"/resource_classes/{NIC_VF}")  # someone (nova) made this one already
+    with placement.client("1.6") as old:
+        report = sync(store, old)
+    assert report.errors == []
+    assert report.resource_classes == {"created": [HUGEPAGES], "existing": 1}
+    assert report.inventories is not None and report.inventories["updated"] == ["gpu-01"]
+    held = c.inventories(rp["gpu-01"])[1]
+    assert (held[NIC_VF]["total"], held[HUGEPAGES]["total"]) == (32, 1024)
+    with placement.client("1.6") as old:
+        assert sync(store, old).resource_classes == {"created": [], "existing": 2}
+
+
+def test_a_claim_of_a_custom_class_ensures_it_without_pushing_inventories(
+    store: Store, run: Any, placement: RealPlacement
+) -> None:
+    """Inventories managed by someone else (nova): the claim push alone still
+    ensures the class its claim carries."""
+    c = _fresh(placement)
+    _without_custom_classes(c)
+    _gpu_host(store)
+    rp = _providers(c, store, "gpu-01")
+    assert run("reserve", "gpu-01", "--resource", f"{NIC_VF}=4", "--consumer", C1).code == 0
+    claims_only = ("--no-push-inventories", "--push-claims")
+    r = run("placement", "sync", "--url", placement.url, "-o", "json", *claims_only)
+    assert r.code == 1  # no provider has the class's inventory yet
+    report = json.loads(r.out)
+    assert report["resourceClasses"] == {"created": [NIC_VF], "existing": 0}
+    assert "inventories" not in report
+    # The class exists now, so nova can give the provider its inventory; the
+    # next claim push then allocates it.
+    claim = next(r.name for r in store.list_reservations() if r.spec.consumer == C1)
+    assert report["errors"] == [
+        f"reservation {claim}: resources.{NIC_VF}: no provider of gpu-01 in Placement has {NIC_VF}"
+    ]
+    gen, _ = c.inventories(rp["gpu-01"])
+    c.put_inventories(rp["gpu-01"], gen, {NIC_VF: {"total": 32}})
+    second = _sync(run, placement.url, *claims_only)
+    assert second["claims"]["created"] == [C1]
+    assert c.consumer_allocations(C1)["allocations"][rp["gpu-01"]]["resources"] == {NIC_VF: 4}
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_the_example_fleet_syncs_as_nova_has_it_gpu_01_included(
+    run: Any, placement: RealPlacement, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22 as reported: the example fleet (agents on its test-driver hosts,
+    then `apply -f examples/fleet-spec.yaml`), one provider per hypervisor
+    created by name as nova-compute does, `sync --push-claims`."""
+    url = f"sqlite:///{tmp_path}/example.db"
+    monkeypatch.setenv("HVFLEET_STORE", url)
+    for node in sorted((EXAMPLES / "fleet").glob("*.xml")):
+        subprocess.run([sys.executable, "-m", "hvfleet", "agent", "--connect", f"test://{node}",
+                        "--store", url, "--once"], check=True, capture_output=True, timeout=120)
+    assert run("apply", "-f", str(EXAMPLES / "fleet-spec.yaml")).code == 0
+    c = _fresh(placement)
+    _without_custom_classes(c)
+    with open_store(url) as fleet:
+        names = sorted(h.name for h in fleet.list_hypervisors())
+    assert "gpu-01" in names and len(names) == 7
+    rp = {}
+    for name in names:
+        c.request("POST", "/resource_providers", {"name": name})
+        rp[name] = next(p["uuid"] for p in c.get("/resource_providers")["resource_providers"]
+                        if p["name"] == name)
+    r = run("reserve", "gpu-01", "--cpu", "2", "--memory", "4Gi", "--resource", "VGPU=1",
+            "--resource", f"{NIC_VF}=2", "--consumer", C1)
+    assert r.code == 0, r.err
+
+    first = _sync(run, placement.url, "--push-claims")
+    assert first["errors"] == []
+    assert first["resourceClasses"] == {"created": [NIC_VF], "existing": 0}
+    assert sorted(first["inventories"]["updated"]) == names
+    exported = {p["name"]: p["inventories"] for p in json.loads(run("placement", "export").out)[
+        "resource_providers"]}
+    for name in names:
+        held = c.inventories(rp[name])[1]
+        assert {cls: {f: held[cls][f] for f in inv} for cls, inv in held.items()} == exported[name]
+    assert {k: v["resources"] for k, v in c.consumer_allocations(C1)["allocations"].items()} == {
+        rp["gpu-01"]: {"VCPU": 2, "MEMORY_MB": 4096, "VGPU": 1, NIC_VF: 2}
+    }
+
+    again = _sync(run, placement.url, "--push-claims")
+    assert again["resourceClasses"] == {"created": [], "existing": 1}
+    assert (again["inventories"]["updated"], again["inventories"]["unchanged"]) == ([], 7)
+    assert (again["claims"]["created"], again["claims"]["updated"], again["claims"]["unchanged"]) == (
+        [], [], 1)
+    assert (again["created"], again["updated"], again["deleted"], again["errors"]) == ([], [], [], [])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("1.6", (1, 6)), ("1.7", (1, 7)), ("1.36", (1, 36)), ("latest", (10**6, 0))]
+)
+def test_microversions_compare_as_numbers(text: str, expected: tuple[int, int]) -> None:
+    assert microversion_tuple(text) == expected
+    assert (microversion_tuple(text) >= IDEMPOTENT_RESOURCE_CLASSES) == (text != "1.6")
+
+
+def test_a_malformed_microversion_names_the_setting() -> None:
+    with pytest.raises(InvalidInput, match=r"placement microversion: 'one\.seven'"):
+        microversion_tuple("one.seven")
+
+
+def test_custom_classes_are_those_of_pushed_inventories_and_claims() -> None:
+    computed = {"a": {"VCPU": INV, NIC_VF: INV}, "b": {HUGEPAGES: INV, "VGPU": INV}}
+    claimed = [[ResourceName("cpu"), ResourceName.parse("CUSTOM_FPGA")], [ResourceName("hugepages-1Gi")]]
+    assert custom_classes(computed) == [HUGEPAGES, NIC_VF]
+    assert custom_classes(computed, claimed) == ["CUSTOM_FPGA", "CUSTOM_HUGEPAGES_1GI", HUGEPAGES, NIC_VF]
+    assert custom_classes({}, [[ResourceName("memory")]]) == []
 
 
 # -- pure planning --------------------------------------------------------------------------

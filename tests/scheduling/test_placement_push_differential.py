@@ -8,7 +8,9 @@ same comparison again.
 
 Libvirt's allocation is left at 0 here: Placement learns of running guests
 from their owner (nova), not from hvfleet, so only inventories and claims are
-compared. HVFLEET_PUSH_FLEETS × 25 requests (6 × 25 by default).
+compared. Some hosts have NIC VFs (`CUSTOM_NIC_VF` extra capacity), which
+Placement accepts only once sync has created the class; claims and requests
+then ask for VFs too. HVFLEET_PUSH_FLEETS × 25 requests (6 × 25 by default).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ REQUESTS = 25
 RATIOS = [0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0]
 ROLES = ["compute", "gpu", "edge"]
 CPU, MEM = ResourceName("cpu"), ResourceName("memory")
+NIC_VF = ResourceName.parse("CUSTOM_NIC_VF")
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +72,7 @@ def _fleet(rng: random.Random, store: Store) -> None:
                 reserved={"cpu": rng.randint(0, 1), "memory": f"{rng.choice([0, 512, 1024])}Mi"},
                 overcommit=own,
                 labels={"role": rng.choice(ROLES)},
+                extra={str(NIC_VF): rng.randint(1, 32)} if rng.random() < 0.4 else None,
                 beat=now(),
             ),
         )
@@ -104,8 +108,9 @@ def _claims(rng: random.Random, store: Store) -> int:
     for h in store.list_hypervisors():
         for _ in range(rng.randint(0, 3)):
             cpu, mem = rng.randint(1, 16), rng.randint(1, 16) * 512
+            vfs = [f"{NIC_VF}={rng.randint(1, 8)}"] if NIC_VF in h.spec.extra_capacity else []
             try:
-                reserve(store, h.name, parse_request(str(cpu), f"{mem}Mi"), str(uuid.uuid4()), None)
+                reserve(store, h.name, parse_request(str(cpu), f"{mem}Mi", vfs), str(uuid.uuid4()), None)
                 made += 1
             except DoesNotFit:
                 pass
@@ -123,7 +128,11 @@ def _request(rng: random.Random, index: FleetIndex, hosts: list[str]) -> Request
     )
     mem_free = int(free.get(MEM, 0) / 2**20)
     mem = max(1, mem_free + rng.choice([-1, 0, 1])) if rng.random() < 0.3 else rng.randint(1, 32768)
-    return parse_request(str(cpu), f"{mem}Mi") if rng.random() < 0.7 else parse_request(str(cpu), None)
+    vfs = []
+    if rng.random() < 0.3:
+        near = int(free.get(NIC_VF, 0)) + rng.choice([-1, 0, 1])
+        vfs = [f"{NIC_VF}={max(1, near) if rng.random() < 0.5 else rng.randint(1, 32)}"]
+    return parse_request(str(cpu), f"{mem}Mi" if rng.random() < 0.7 else None, vfs)
 
 
 def _compare(rng: random.Random, store: Store, c: PlacementClient, seed: int) -> list[str]:

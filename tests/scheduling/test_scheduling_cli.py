@@ -279,6 +279,7 @@ def test_placement_sync_mirrors_promised_space_until_libvirt_shows_it(store: Sto
             "deleted": [],
             "unchanged": 2,
             "unknownProviders": ["stranger"],
+            "resourceClasses": {"created": [], "existing": 0},  # no CUSTOM_* class in this fleet
             # Loaded from the export: Placement already holds hvfleet's inventories.
             "inventories": {"updated": [], "unchanged": 2, "retries": 0, "missingProviders": ["hv-c"]},
             "errors": [],

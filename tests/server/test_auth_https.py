@@ -456,6 +456,49 @@ def test_only_roles_that_may_force_take_over_anothers_field(server: Server, stor
     assert store.get_hypervisor("hv1").spec.overcommit == {"cpu": 2.0}
 
 
+def test_an_update_takes_anothers_field_only_for_a_role_that_may_force(
+        server: Server, store: Store) -> None:
+    """Update and patch take the fields they change (conflicts are for apply),
+    but roles still decide: a scheduler, which may not force, may not take an
+    operator's field by update either (403, nothing written), and may write a
+    field nobody else owns."""
+    base = server.url + f"{GV}/hypervisors/hv1"
+    operator, scheduler = (server.session(server.tokens[r]) for r in ("operator", "scheduler"))
+    merge = {"Content-Type": "application/merge-patch+json"}
+    r = operator.patch(base, data=json.dumps({"spec": {"overcommit": {"cpu": 4}}}), headers=merge,
+                       timeout=30)
+    assert r.status_code == 200, r.text
+    before = snapshot(store)
+    r = scheduler.patch(base, data=json.dumps({"spec": {"overcommit": {"cpu": 8}}}), headers=merge,
+                        timeout=30)
+    assert r.status_code == 403, r.text
+    assert "may not take fields other managers own: spec.overcommit.cpu" in r.json()["message"]
+    doc = scheduler.get(base, timeout=30).json()
+    doc["spec"]["overcommit"] = {"cpu": 8}
+    r = scheduler.put(base, data=json.dumps(doc), headers={"Content-Type": "application/json"},
+                      timeout=30)
+    assert r.status_code == 403, r.text
+    # Nor through the apply kubectl sends for its last-applied annotation, which
+    # is written as an update.
+    apply = {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "metadata": {"name": "hv1"},
+             "spec": {"overcommit": {"cpu": 8}}}
+    r = scheduler.patch(base, params={"fieldManager": "kubectl-last-applied"},
+                        data=json.dumps(apply), headers={"Content-Type": "application/apply-patch+yaml"},
+                        timeout=30)
+    assert r.status_code == 403, r.text
+    assert snapshot(store) == before
+    r = scheduler.patch(base, data=json.dumps({"spec": {"overcommit": {"memory": 2}}}),
+                        headers=merge, timeout=30)
+    assert r.status_code == 200, r.text
+    # The operator's patch takes the scheduler's field: no conflict, ownership moves.
+    r = operator.patch(base, data=json.dumps({"spec": {"overcommit": {"memory": 1.5}}}),
+                       headers=merge, timeout=30)
+    assert r.status_code == 200, r.text
+    owners = {(e["manager"], e["operation"]): e["fieldsV1"] for e in r.json()["metadata"]["managedFields"]}
+    assert owners[("operator", "Update")]["f:spec"]["f:overcommit"] == {"f:cpu": {}, "f:memory": {}}
+    assert all("f:spec" not in f for (m, _), f in owners.items() if m == "scheduler")
+
+
 def test_plain_http_is_served_on_loopback_when_asked_for(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/hvfleet.db"
     token = role_tokens(url)["viewer"]

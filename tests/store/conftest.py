@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +99,18 @@ def store(store_url: str) -> Iterator[Store]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def poison_store(store_url: str, tmp_path: Path) -> Callable[..., int]:
+    """Put a document straight into the backend behind `store` (the remote
+    backend's: its server's SQLite file), bypassing every check; returns the
+    revision it was stored at (tests/store/poison.py)."""
+    from tests.store.poison import poison
+
+    behind = f"sqlite:///{tmp_path}/server.db" if store_url.startswith("https://") else store_url
+
+    def put(kind: str, name: str, doc: Any) -> int:
+        return poison(behind, kind, name, doc)
+
+    return put

@@ -133,22 +133,47 @@ def _set_ratio(h: Hypervisor, resource: str, ratio: float) -> Hypervisor:
     return h.model_copy(update={"spec": h.spec.model_copy(update={"overcommit": oc})})
 
 
-def test_spec_field_owned_by_another_manager_conflicts(store: Store, make_hypervisor: MakeHv) -> None:
+def _apply_ratio(store: Store, name: str, resource: str, ratio: float, manager: str,
+                 force: bool = False) -> Hypervisor:
+    """A person's edit, written as an apply (as the CLI's and the dashboard's are)."""
+    return store.update_hypervisor(name, lambda h: _set_ratio(h, resource, ratio), manager,
+                                   force=force, as_apply=True)
+
+
+def test_an_apply_of_a_field_another_manager_owns_conflicts(
+        store: Store, make_hypervisor: MakeHv) -> None:
     store.create(make_hypervisor("hv1"), "operator")
     store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 4.0), "cortex")
-    with pytest.raises(OwnershipConflict, match=r"spec\.overcommit\.cpu is owned by manager 'cortex'"):
-        store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator")
+    with pytest.raises(OwnershipConflict) as conflict:
+        _apply_ratio(store, "hv1", "cpu", 2.0, "operator")
+    assert conflict.value.conflicts == [("spec.overcommit.cpu", "cortex")]
     assert store.get_hypervisor("hv1").spec.overcommit["cpu"] == 4.0  # type: ignore[index]
     # A field nobody owns is free to take, and the owner can change its own field.
-    store.update_hypervisor("hv1", lambda h: _set_ratio(h, "memory", 1.5), "operator")
-    store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 3.0), "cortex")
+    _apply_ratio(store, "hv1", "memory", 1.5, "operator")
+    _apply_ratio(store, "hv1", "cpu", 3.0, "cortex")
     # Forcing moves ownership.
-    h = store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator", force=True)
-    owners = {e.manager: e.fields_v1 for e in h.metadata.managed_fields}
-    assert owners["operator"] == {"f:spec": {"f:overcommit": {"f:cpu": {}, "f:memory": {}}}}
-    assert "cortex" not in owners
-    with pytest.raises(OwnershipConflict, match="'operator'"):
-        store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 8.0), "cortex")
+    h = _apply_ratio(store, "hv1", "cpu", 2.0, "operator", force=True)
+    owners = {(e.manager, e.operation): e.fields_v1 for e in h.metadata.managed_fields}
+    assert owners[("operator", "Apply")] == {"f:spec": {"f:overcommit": {"f:cpu": {}, "f:memory": {}}}}
+    assert [m for m, _ in owners] == ["operator"]
+    with pytest.raises(OwnershipConflict, match="operator"):
+        _apply_ratio(store, "hv1", "cpu", 8.0, "cortex")
+
+
+def test_an_update_of_a_field_another_manager_owns_succeeds_and_takes_it(
+        store: Store, make_hypervisor: MakeHv) -> None:
+    """As in Kubernetes: conflicts are for apply; an update (PUT, patch, edit)
+    takes ownership of exactly what it changes, from every other entry."""
+    store.create(make_hypervisor("hv1"), "operator")
+    _apply_ratio(store, "hv1", "cpu", 4.0, "cortex")
+    _apply_ratio(store, "hv1", "memory", 2.0, "cortex")
+    h = store.update_hypervisor("hv1", lambda h: _set_ratio(h, "cpu", 2.0), "operator")
+    assert h.spec.overcommit == {"cpu": 2.0, "memory": 2.0}
+    owners = {(e.manager, e.operation): e.fields_v1 for e in h.metadata.managed_fields}
+    assert owners == {
+        ("cortex", "Apply"): {"f:spec": {"f:overcommit": {"f:memory": {}}}},
+        ("operator", "Update"): {"f:spec": {"f:overcommit": {"f:cpu": {}}}},
+    }
 
 
 def test_status_is_written_only_by_the_hosts_agent(store: Store, make_hypervisor: MakeHv) -> None:
@@ -292,7 +317,8 @@ def test_dry_runs_check_as_the_writes_do_and_write_nothing(store: Store, make_hy
     with pytest.raises(StaleVersion):
         store.dry_run(Write("update", _set_ratio(made, "cpu", 3.0)), "operator")
     with pytest.raises(OwnershipConflict):
-        store.dry_run(Write("update", _set_ratio(real, "cpu", 3.0)), "someone-else")
+        store.dry_run(Write("update", _set_ratio(real, "cpu", 3.0),
+                            frozenset({("spec", "overcommit", "cpu")})), "someone-else")
     status = real.status.model_copy(update={"capacity": {CPU: Quantity(8)}})
     with pytest.raises(Forbidden):
         store.dry_run(Write("update", real.model_copy(update={"status": status})), "operator")

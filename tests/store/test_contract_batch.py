@@ -69,7 +69,8 @@ def test_a_batch_whose_last_write_fails_writes_nothing(
         "exists": (Write("create", make_hypervisor("b")), AlreadyExists),
         "missing": (Write("update", _labelled(a.model_copy(update={"metadata": a.metadata.model_copy(
             update={"name": "nope"})}))), NotFound),
-        "owned": (Write("update", _ratio(b, 8.0)), OwnershipConflict),
+        "owned": (Write("update", _ratio(b, 8.0), frozenset({("spec", "overcommit", "cpu")})),
+                  OwnershipConflict),
         "status": (Write("update", b.model_copy(update={"status": b.status.model_copy(
             update={"capacity": {"cpu": 8}})})), Forbidden),
     }

@@ -151,8 +151,11 @@ def test_claim_rechecks_when_a_reservation_grows_or_the_host_changes(
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         calls.append((h.metadata.resource_version or "", ",".join(o.name for o in others)))
         if len(calls) == 1:
-            # The host's agent writes status (the host key changes)...
-            other.update_hypervisor("hv1", lambda h: h, "agent/hv1")
+            # The host's agent writes status (the host key changes; a write
+            # that changed nothing would not be written)...
+            other.update_hypervisor("hv1", lambda h: h.model_copy(update={"status": h.status.model_copy(
+                update={"observed_generation": (h.status.observed_generation or 0) + 1})}),
+                "agent/hv1")
         elif len(calls) == 2:
             # ...then an existing reservation is updated to hold more.
             grown = other.get("Reservation", "small")

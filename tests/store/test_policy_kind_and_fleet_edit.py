@@ -35,13 +35,16 @@ def test_policies_are_stored_listed_updated_watched_and_deleted(store: Store) ->
     assert updated.metadata.generation == 2
     with pytest.raises(StaleVersion):
         store.update(changed, "operator")
-    with pytest.raises(OwnershipConflict, match=r"spec\.priority is owned by manager 'operator'"):
-        other = updated.model_copy(update={"spec": updated.spec.model_copy(update={"priority": 1})})
-        store.update(other, "cortex")
+    # Another manager's update takes the field (conflicts are for applies).
+    other = updated.model_copy(update={"spec": updated.spec.model_copy(update={"priority": 1})})
+    taken = store.update(other, "cortex")
+    assert {e.manager for e in taken.metadata.managed_fields
+            if "f:priority" in e.fields_v1.get("f:spec", {})} == {"cortex"}
     store.delete("OvercommitPolicy", "p")
     events = [(e.type, e.object.kind) for e in store.watch("OvercommitPolicy", since=since, timeout=0.5)]
     assert events == [
         ("ADDED", "OvercommitPolicy"),
+        ("MODIFIED", "OvercommitPolicy"),
         ("MODIFIED", "OvercommitPolicy"),
         ("DELETED", "OvercommitPolicy"),
     ]

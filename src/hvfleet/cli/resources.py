@@ -37,6 +37,7 @@ from hvfleet.scheduling.fleet_edit import edit_hosts
 from hvfleet.store import lifecycle
 from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
 from hvfleet.store.base import fleet_kind_of, kind_of
+from hvfleet.store.undecodable import Undecodable
 
 OutputOpt = Annotated[OutputFormat, typer.Option("-o", "--output", help="table|wide|json|yaml")]
 
@@ -60,11 +61,23 @@ def get(
 ) -> None:
     """List objects, or show one (kubectl get)."""
     k = fleet_kind_of(kind)
+    unreadable: list[Undecodable] = []
     with connect(store) as s:
-        objs: list[Resource] = [s.get(k, name)] if name else s.list(k, selector).items
+        if name:
+            try:
+                objs: list[Resource] = [s.get(k, name)]
+            except Undecodable as exc:
+                if output in (OutputFormat.json, OutputFormat.yaml):
+                    raise
+                objs, unreadable = [], [exc]
+        else:
+            listed = s.list(k, selector)
+            objs, unreadable = listed.items, listed.undecodable
         liveness = s.agent_liveness() if k == "Hypervisor" else {}
         hosts = {h.name: h for h in s.list_hypervisors()} if k in ("Reservation", "OvercommitPolicy") else {}
         policies = s.list_overcommit_policies() if k == "Hypervisor" else []
+    for err in unreadable:  # skipped by the store; shown Unknown below
+        print(f"warning: {err}", file=sys.stderr)
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(objs[0] if name else objs, output.value)
         return
@@ -85,6 +98,9 @@ def get(
         cols = views.reservation_columns(wide)
         rows = [views.reservation_row(o, hosts.get(o.spec.hypervisor), now, wide)
                 for o in objs if isinstance(o, Reservation)]
+    if unreadable:
+        rows = sorted(rows + [views.unknown_row(cols, err.name) for err in unreadable],
+                      key=lambda row: row[0])
     if not rows:
         print(f"No {'overcommit policie' if k == 'OvercommitPolicy' else k.lower()}s found.",
               file=sys.stderr)
@@ -123,9 +139,7 @@ def describe(
     if h.spec.maintenance_reason:
         maint += f" ({h.spec.maintenance_reason})"
     console.print(f"[bold]Maintenance:[/bold] {maint}")
-    owners = "; ".join(
-        f"{e.manager}" for e in m.managed_fields
-    )
+    owners = "; ".join(dict.fromkeys(e.manager for e in m.managed_fields))
     console.print(f"[bold]Managers:[/bold]    {owners or '-'}")
     matching = ", ".join(p.name for p in matching_policies(h, policies))
     console.print(f"[bold]Policies:[/bold]    {matching or '-'}")

@@ -335,6 +335,9 @@ def placement_sync_command(
             f"mirrors: created {len(report.created)}, updated {len(report.updated)}, "
             f"deleted {len(report.deleted)}, unchanged {report.unchanged}"
         )
+        if report.resource_classes is not None:
+            rc = report.resource_classes
+            print(f"resource classes: created {len(rc['created'])}, existing {rc['existing']}")
         if report.inventories is not None:
             inv = report.inventories
             print(f"inventories: updated {len(inv['updated'])}, unchanged {inv['unchanged']}")

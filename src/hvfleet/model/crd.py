@@ -19,7 +19,9 @@ from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import API_GROUP
 
-_DROP = {"title", "default", "description_", "discriminator"}
+# Not in Kubernetes' JSONSchemaProps: `propertyNames` (the bound on map keys,
+# from the models' str_max_length) is checked by the model on write instead.
+_DROP = {"title", "default", "description_", "discriminator", "propertyNames"}
 
 
 def _structural(node: Any, defs: dict[str, Any]) -> Any:

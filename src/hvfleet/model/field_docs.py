@@ -195,6 +195,7 @@ OBJECT_META_DOCS: dict[str, str] = {
     "managedFields": "Which manager owns which fields (server-side apply).",
     "managedFields[].manager": "The field manager.",
     "managedFields[].operation": "Apply or Update.",
+    "managedFields[].subresource": "The subresource written (status), if any.",
     "managedFields[].apiVersion": "API version the fields were set in.",
     "managedFields[].time": "When the manager last changed them.",
     "managedFields[].fieldsType": "FieldsV1.",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from hvfleet.model.bounds import MAX_LIST, Count
 from hvfleet.model.meta import Model
 
 
@@ -19,10 +20,10 @@ class HostCPU(Model):
     vendor: str = ""
     model: str = ""
     # Features the host adds to `model` (policy require) ...
-    features: list[str] = Field(default_factory=list)
+    features: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     # ... and features of `model` the host lacks (policy disable; only the
     # domcapabilities host-model CPU lists these).
-    disabled_features: list[str] = Field(default_factory=list)
+    disabled_features: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     # Where the CPU came from: "domcapabilities host-model" or "capabilities host cpu".
     source: str = ""
 
@@ -30,10 +31,10 @@ class HostCPU(Model):
 class CPUTopology(Model):
     """The host CPU's topology as capabilities `<host><cpu><topology>` states it."""
 
-    sockets: int = 1
-    dies: int = 1
-    cores: int = 1
-    threads: int = 1
+    sockets: Count = 1
+    dies: Count = 1
+    cores: Count = 1
+    threads: Count = 1
 
 
 class CPUModelInfo(Model):
@@ -44,7 +45,7 @@ class CPUModelInfo(Model):
     vendor: str = ""
     # The features that keep an unusable model from running on this host
     # (`<blockers model=...>`); None when libvirt did not list them.
-    blockers: list[str] | None = None
+    blockers: list[str] | None = Field(default=None, max_length=MAX_LIST)
 
 
 class MachineType(Model):
@@ -52,14 +53,14 @@ class MachineType(Model):
     # The versioned machine an alias stands for (q35 → pc-q35-7.2); equal to
     # `name` when it is already versioned.
     canonical: str
-    max_cpus: int | None = None
+    max_cpus: Count | None = None
     deprecated: bool = False
 
 
 class FirmwareInfo(Model):
     efi: bool | None = None
     secure_boot: bool | None = None
-    loaders: list[str] = Field(default_factory=list)
+    loaders: list[str] = Field(default_factory=list, max_length=MAX_LIST)
 
 
 class HostCapabilities(Model):
@@ -68,26 +69,26 @@ class HostCapabilities(Model):
     # The host CPU as `virsh capabilities` reports it, kept when `cpu` came
     # from the domcapabilities host-model.
     capabilities_cpu: HostCPU | None = None
-    cpu_models: list[CPUModelInfo] | None = None
-    machine_types: list[MachineType] = Field(default_factory=list)
-    domain_types: list[str] = Field(default_factory=list)
+    cpu_models: list[CPUModelInfo] | None = Field(default=None, max_length=MAX_LIST)
+    machine_types: list[MachineType] = Field(default_factory=list, max_length=MAX_LIST)
+    domain_types: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     # The domain type the domcapabilities were taken for (kvm or qemu).
     domcapabilities_domain_type: str = ""
-    max_vcpus: int | None = None
+    max_vcpus: Count | None = None
     libvirt_version: str = ""
     hypervisor_version: str = ""
     emulator: str = ""
     domcapabilities_available: bool = False
     firmware: FirmwareInfo = Field(default_factory=FirmwareInfo)
-    hyperv_features: list[str] | None = None
-    tpm_models: list[str] | None = None
-    tpm_backends: list[str] | None = None
-    tpm_versions: list[str] | None = None
-    video_models: list[str] | None = None
-    disk_buses: list[str] | None = None
-    graphics_types: list[str] | None = None
-    rng_models: list[str] | None = None
-    panic_models: list[str] | None = None
+    hyperv_features: list[str] | None = Field(default=None, max_length=MAX_LIST)
+    tpm_models: list[str] | None = Field(default=None, max_length=MAX_LIST)
+    tpm_backends: list[str] | None = Field(default=None, max_length=MAX_LIST)
+    tpm_versions: list[str] | None = Field(default=None, max_length=MAX_LIST)
+    video_models: list[str] | None = Field(default=None, max_length=MAX_LIST)
+    disk_buses: list[str] | None = Field(default=None, max_length=MAX_LIST)
+    graphics_types: list[str] | None = Field(default=None, max_length=MAX_LIST)
+    rng_models: list[str] | None = Field(default=None, max_length=MAX_LIST)
+    panic_models: list[str] | None = Field(default=None, max_length=MAX_LIST)
     vmcoreinfo: bool | None = None
     sev: bool | None = None
     sgx: bool | None = None
@@ -99,7 +100,7 @@ class HostCapabilities(Model):
     # writable directory. None: no dump location known, so a crash action that
     # dumps would fill /var/lib/libvirt/qemu/dump or fail.
     dump_location: str | None = None
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, max_length=MAX_LIST)
 
 
 def major_minor(version: str) -> tuple[int, int] | None:

@@ -12,32 +12,74 @@ nothing about (precedence in `hvfleet.model.overcommit`).
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainSerializer, field_validator, model_validator
 
+from hvfleet.model.bounds import (
+    MAX_CELLS,
+    MAX_CONDITIONS,
+    MAX_INSTANCES,
+    MAX_LIST,
+    MAX_NAME,
+    MAX_RATIO,
+    MAX_RESOURCES,
+    MAX_SELECTOR_TERMS,
+    MIN_RATIO,
+    Amount,
+    Count,
+    EffectiveAmount,
+    Int64,
+    Ratio,
+    Timestamp,
+)
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.lease import Lease
-from hvfleet.model.meta import API_VERSION, Condition, Model, ObjectMeta
-from hvfleet.model.quantity import Quantity
+from hvfleet.model.meta import (
+    API_VERSION,
+    Condition,
+    Model,
+    ObjectMeta,
+    label_value_error,
+    qualified_name_error,
+    validate_name,
+)
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Requirement, Selector
 from hvfleet.model.token import AccessToken
 
-ResourceList = dict[ResourceName, Quantity]
+# A map of amounts per resource, as callers set them (hvfleet.model.bounds).
+ResourceList = Annotated[dict[ResourceName, Amount], Field(max_length=MAX_RESOURCES)]
+# Effective capacity: computed from a ResourceList and overcommit ratios.
+EffectiveList = Annotated[dict[ResourceName, EffectiveAmount], Field(max_length=MAX_RESOURCES)]
 
 
 def check_ratio(resource: str, value: Any) -> float:
-    """An overcommit ratio: a finite number > 0 (below 1 keeps part free)."""
+    """An overcommit ratio: a finite number from MIN_RATIO to MAX_RATIO (below 1
+    keeps part free)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"overcommit.{resource}: {value!r} is not a number")
-    ratio = float(value)
+        raise ValueError(f"overcommit.{resource}: {str(value)[:40]!r} is not a number")
+    try:
+        ratio = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        ratio = math.inf
     if not math.isfinite(ratio):
-        raise ValueError(f"overcommit.{resource}: {value!r} is not finite")
+        raise ValueError(f"overcommit.{resource}: {str(value)[:40]} is not finite")
     if ratio <= 0:
         raise ValueError(f"overcommit.{resource}: {value!r} must be greater than 0")
+    if not MIN_RATIO <= ratio <= MAX_RATIO:
+        raise ValueError(
+            f"overcommit.{resource}: {value!r} is out of range ({MIN_RATIO} to {MAX_RATIO:g})"
+        )
     return ratio
+
+
+def _check_ratios(v: Any) -> Any:
+    if isinstance(v, dict):
+        if len(v) > MAX_RESOURCES:
+            raise ValueError(f"at most {MAX_RESOURCES} ratios")
+        return {k: check_ratio(str(k)[:MAX_NAME], r) for k, r in v.items()}
+    return v
 
 
 def _whole_as_integer(value: float) -> int | float:
@@ -48,8 +90,9 @@ def _whole_as_integer(value: float) -> int | float:
     return int(number) if number.is_integer() and abs(number) < 1e21 else number
 
 
-# An overcommit ratio: a float in Python, an integer in JSON when it is whole.
-OvercommitRatio = Annotated[float, PlainSerializer(_whole_as_integer, when_used="json")]
+# An overcommit ratio (bounded, hvfleet.model.bounds): a float in Python, an
+# integer in JSON when it is whole.
+OvercommitRatio = Annotated[Ratio, PlainSerializer(_whole_as_integer, when_used="json")]
 
 
 def _non_negative(field: str, values: ResourceList) -> ResourceList:
@@ -60,18 +103,17 @@ def _non_negative(field: str, values: ResourceList) -> ResourceList:
 
 
 class HypervisorSpec(Model):
-    overcommit: dict[ResourceName, OvercommitRatio] = Field(default_factory=dict)
+    overcommit: dict[ResourceName, OvercommitRatio] = Field(default_factory=dict,
+                                                            max_length=MAX_RESOURCES)
     reserved: ResourceList = Field(default_factory=dict)
     extra_capacity: ResourceList = Field(default_factory=dict)
     maintenance: Literal["", "manual", "drain"] = ""
-    maintenance_reason: str = ""
+    maintenance_reason: str = Field(default="", max_length=1024)
 
     @field_validator("overcommit", mode="before")
     @classmethod
     def _ratios(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            return {k: check_ratio(str(k), r) for k, r in v.items()}
-        return v
+        return _check_ratios(v)
 
     @field_validator("reserved")
     @classmethod
@@ -91,36 +133,38 @@ class HypervisorSpec(Model):
 
 
 class Cell(Model):
-    id: int
+    id: Int64
     capacity: ResourceList = Field(default_factory=dict)
     allocation: ResourceList = Field(default_factory=dict)
-    effective_capacity: ResourceList = Field(default_factory=dict)
+    effective_capacity: EffectiveList = Field(default_factory=dict)
 
 
 class Instance(Model):
-    uuid: str
-    name: str
-    state: str
+    uuid: str = Field(max_length=MAX_NAME)
+    # A domain name as libvirt has it (libvirt sets no limit of its own).
+    name: str = Field(max_length=1024)
+    state: str = Field(max_length=MAX_NAME)
     resources: ResourceList = Field(default_factory=dict)
     # Guest crashes the node agent saw (libvirt's lifecycle event CRASHED, which
     # pvpanic and the Hyper-V crash MSRs raise), counted for as long as the
     # instance is listed. Absent until the first crash, so documents written
     # before these fields existed, and instances that never crashed, read the same.
-    crash_count: int | None = Field(default=None, ge=0)
-    last_crash_time: datetime | None = None
-    last_crash_reason: str | None = None  # "panicked" (pvpanic, Hyper-V) or "crashloaded"
+    crash_count: Count | None = None
+    last_crash_time: Timestamp | None = None
+    # "panicked" (pvpanic, Hyper-V) or "crashloaded"
+    last_crash_reason: str | None = Field(default=None, max_length=MAX_NAME)
 
 
 class HypervisorStatus(Model):
     capacity: ResourceList = Field(default_factory=dict)
     allocation: ResourceList = Field(default_factory=dict)
-    effective_capacity: ResourceList = Field(default_factory=dict)
-    cells: list[Cell] = Field(default_factory=list)
-    instances: list[Instance] = Field(default_factory=list)
+    effective_capacity: EffectiveList = Field(default_factory=dict)
+    cells: list[Cell] = Field(default_factory=list, max_length=MAX_CELLS)
+    instances: list[Instance] = Field(default_factory=list, max_length=MAX_INSTANCES)
     host_capabilities: HostCapabilities | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    observed_generation: int | None = None
-    last_heartbeat_time: datetime | None = None
+    conditions: list[Condition] = Field(default_factory=list, max_length=MAX_CONDITIONS)
+    observed_generation: Count | None = None
+    last_heartbeat_time: Timestamp | None = None
 
 
 class Hypervisor(Model):
@@ -144,7 +188,7 @@ class ReservationSpec(Model):
     hypervisor: str
     resources: ResourceList
     consumer: str
-    expires_at: datetime | None = None
+    expires_at: Timestamp | None = None
     # Who promised the space: hvfleet itself, or a Placement allocation mirrored here.
     source: Literal["hvfleet", "placement"] = "hvfleet"
 
@@ -164,6 +208,11 @@ class ReservationSpec(Model):
         if not v.strip() or len(v) > 255:
             raise ValueError("consumer must be a non-empty id of at most 255 characters")
         return v
+
+    @field_validator("hypervisor")
+    @classmethod
+    def _hypervisor(cls, v: str) -> str:
+        return validate_name(v, "spec.hypervisor")
 
 
 class ReservationStatus(Model):
@@ -188,7 +237,24 @@ class LabelSelectorRequirement(Model):
 
     key: str
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
+    values: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, v: str) -> str:
+        why = qualified_name_error(v)
+        if why is not None:
+            raise ValueError(f"key {why}")
+        return v
+
+    @field_validator("values")
+    @classmethod
+    def _label_values(cls, v: list[str]) -> list[str]:
+        for value in v:
+            why = label_value_error(value)
+            if why is not None:
+                raise ValueError(why)
+        return v
 
     @model_validator(mode="after")
     def _values(self) -> LabelSelectorRequirement:
@@ -206,8 +272,22 @@ class LabelSelector(Model):
     """Kubernetes' LabelSelector: every matchLabels pair and every expression
     must hold. An empty selector matches every hypervisor."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict)
-    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+    match_labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_SELECTOR_TERMS)
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, max_length=MAX_SELECTOR_TERMS
+    )
+
+    @field_validator("match_labels")
+    @classmethod
+    def _match_labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            why = qualified_name_error(key)
+            if why is not None:
+                raise ValueError(f"key {why}")
+            why = label_value_error(value)
+            if why is not None:
+                raise ValueError(f"{key}: {why}")
+        return v
 
     def to_selector(self) -> Selector:
         reqs = [Requirement(k, "=", (v,)) for k, v in sorted(self.match_labels.items())]
@@ -220,19 +300,17 @@ class LabelSelector(Model):
 
 class OvercommitPolicySpec(Model):
     selector: LabelSelector = Field(default_factory=LabelSelector)
-    overcommit: dict[ResourceName, OvercommitRatio]
+    overcommit: dict[ResourceName, OvercommitRatio] = Field(max_length=MAX_RESOURCES)
     # Higher wins where two matching policies give a ratio for the same resource;
     # at equal priority the policy whose name sorts first.
-    priority: int = 0
+    priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1)
 
     @field_validator("overcommit", mode="before")
     @classmethod
     def _ratios(cls, v: Any) -> Any:
-        if isinstance(v, dict):
-            if not v:
-                raise ValueError("a policy must give at least one ratio")
-            return {k: check_ratio(str(k), r) for k, r in v.items()}
-        return v
+        if isinstance(v, dict) and not v:
+            raise ValueError("a policy must give at least one ratio")
+        return _check_ratios(v)
 
 
 class OvercommitPolicyStatus(Model):

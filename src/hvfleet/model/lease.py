@@ -16,21 +16,27 @@ falls back to `status.lastHeartbeatTime`.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from pydantic import Field
 
+from hvfleet.model.bounds import MAX_LEASE_SECONDS, MAX_NAME, Count, Timestamp
 from hvfleet.model.meta import API_VERSION, Model, ObjectMeta
+
+# What a reader takes for "never expires": a lease whose expiry a datetime cannot
+# hold (stored before the bounds existed, or written around them) is live, not
+# an OverflowError in every reader.
+_END_OF_TIME = datetime.max.replace(tzinfo=UTC)
 
 
 class LeaseSpec(Model):
     # Who holds the lease: `agent/<hypervisor name>`; empty once released.
-    holder_identity: str = ""
-    lease_duration_seconds: int = Field(default=30, ge=1)
-    acquire_time: datetime | None = None
-    renew_time: datetime | None = None
-    lease_transitions: int = Field(default=0, ge=0)
+    holder_identity: str = Field(default="", max_length=MAX_NAME)
+    lease_duration_seconds: int = Field(default=30, ge=1, le=MAX_LEASE_SECONDS)
+    acquire_time: Timestamp | None = None
+    renew_time: Timestamp | None = None
+    lease_transitions: Count = 0
 
 
 class Lease(Model):
@@ -49,7 +55,11 @@ def lease_expiry(lease: Lease) -> datetime | None:
     spec = lease.spec
     if not spec.holder_identity or spec.renew_time is None:
         return None
-    return spec.renew_time + timedelta(seconds=spec.lease_duration_seconds)
+    renew = spec.renew_time if spec.renew_time.tzinfo else spec.renew_time.replace(tzinfo=UTC)
+    try:
+        return renew + timedelta(seconds=spec.lease_duration_seconds)
+    except OverflowError:
+        return _END_OF_TIME
 
 
 def lease_live(lease: Lease, now: datetime) -> bool:

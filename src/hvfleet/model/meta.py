@@ -9,16 +9,46 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from hvfleet.model.bounds import (
+    MAX_ANNOTATIONS_BYTES,
+    MAX_LABELS,
+    MAX_NAME,
+    MAX_TEXT,
+    Count,
+    Reason,
+    Timestamp,
+)
+
 API_VERSION: Final = "hvfleet.io/v1"
 API_GROUP = "hvfleet.io"
 
 # RFC 1123 subdomain, as Kubernetes requires of object names.
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_KEY_RE = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
+# Kubernetes' qualified name (label and annotation keys, condition types): an
+# optional DNS-subdomain prefix of at most 253 characters and '/', then a name
+# of at most 63; and a label value: at most 63, empty allowed.
+_QUALIFIED_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def qualified_name_error(key: str) -> str | None:
+    """Why `key` is not a Kubernetes qualified name (`prefix/name` or `name`), or None."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > MAX_NAME or not _NAME_RE.match(prefix)):
+        return (f"{key[:80]!r}: the prefix must be a DNS subdomain (lower-case letters, digits, "
+                "'-' and '.') of at most 253 characters")
+    if not _QUALIFIED_NAME_RE.match(name):
+        return (f"{key[:80]!r}: the name must be 1 to 63 letters, digits, '-', '_' or '.', "
+                "starting and ending with a letter or digit")
+    return None
+
+
+def label_value_error(value: str) -> str | None:
+    """Why `value` is not a label value (at most 63 characters), or None."""
+    if not _LABEL_VALUE_RE.match(value):
+        return (f"{value[:80]!r} is not a valid label value (at most 63 letters, digits, '-', "
+                "'_' or '.', starting and ending with a letter or digit)")
+    return None
 
 
 class Model(BaseModel):
@@ -29,6 +59,9 @@ class Model(BaseModel):
         populate_by_name=True,
         extra="forbid",
         validate_assignment=True,
+        # Every string field (and map key) of every kind; fields with their own
+        # grammar are tighter (hvfleet.model.bounds).
+        str_max_length=MAX_TEXT,
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,12 +88,15 @@ def validate_name(name: str, where: str = "metadata.name") -> str:
 
 
 class ManagedFieldsEntry(Model):
-    """Who set which fields, in the shape of Kubernetes server-side apply."""
+    """Who set which fields, in the shape of Kubernetes server-side apply: one
+    entry per (manager, operation, subresource), so a manager's applied fields
+    stay apart from what it changed by update and from what it wrote to /status."""
 
-    manager: str
+    manager: str = Field(max_length=128)
     operation: Literal["Apply", "Update"] = "Update"
-    api_version: str = API_VERSION
-    time: datetime | None = None
+    api_version: str = Field(default=API_VERSION, max_length=MAX_NAME)
+    time: Timestamp | None = None
+    subresource: str | None = Field(default=None, max_length=MAX_NAME)
     fields_type: Literal["FieldsV1"] = "FieldsV1"
     fields_v1: dict[str, Any] = Field(default_factory=dict, alias="fieldsV1")
 
@@ -97,23 +133,27 @@ class OwnerReference(Model):
 
 
 class ObjectMeta(Model):
+    # Annotation values may be long (kubectl's last-applied-configuration); their
+    # total is bounded below.
+    model_config = ConfigDict(str_max_length=MAX_ANNOTATIONS_BYTES)
+
     # Empty only in a create that asks for a generated one (generateName).
     name: str = ""
-    generate_name: str | None = None
-    uid: str | None = None
-    resource_version: str | None = None
-    generation: int = 0
-    labels: dict[str, str] = Field(default_factory=dict)
+    generate_name: str | None = Field(default=None, max_length=253)
+    uid: str | None = Field(default=None, max_length=128)
+    resource_version: str | None = Field(default=None, max_length=64)
+    generation: Count = 0
+    labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_LABELS)
     annotations: dict[str, str] = Field(default_factory=dict)
-    creation_timestamp: datetime | None = None
+    creation_timestamp: Timestamp | None = None
     # Set by a DELETE of an object that still has finalizers; it is removed
     # when the last finalizer is (hvfleet.store.lifecycle).
-    deletion_timestamp: datetime | None = None
-    deletion_grace_period_seconds: int | None = None
+    deletion_timestamp: Timestamp | None = None
+    deletion_grace_period_seconds: Count | None = None
     # None rather than empty, so objects without them read (and store) as before.
-    finalizers: list[str] | None = None
-    owner_references: list[OwnerReference] | None = None
-    managed_fields: list[ManagedFieldsEntry] = Field(default_factory=list)
+    finalizers: list[str] | None = Field(default=None, max_length=MAX_LABELS)
+    owner_references: list[OwnerReference] | None = Field(default=None, max_length=MAX_LABELS)
+    managed_fields: list[ManagedFieldsEntry] = Field(default_factory=list, max_length=MAX_LABELS)
 
     @field_validator("name")
     @classmethod
@@ -136,8 +176,9 @@ class ObjectMeta(Model):
     @classmethod
     def _finalizers(cls, v: list[str] | None) -> list[str] | None:
         for f in v or []:
-            if len(f) > 316 or not _LABEL_KEY_RE.match(f):
-                raise ValueError(f"finalizer {f!r} is not a valid qualified name")
+            why = qualified_name_error(f)
+            if why is not None:
+                raise ValueError(f"finalizer {f[:64]!r}: {why}")
         return v
 
     @field_validator("owner_references")
@@ -157,22 +198,37 @@ class ObjectMeta(Model):
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         for key, value in v.items():
-            if len(key) > 316 or not _LABEL_KEY_RE.match(key):
-                raise ValueError(f"label key {key!r} is not a valid qualified name")
-            if not _LABEL_VALUE_RE.match(value):
-                raise ValueError(f"label {key}: value {value!r} is not a valid label value")
+            why = qualified_name_error(key)
+            if why is not None:
+                raise ValueError(f"label key {why}")
+            why = label_value_error(value)
+            if why is not None:
+                raise ValueError(f"label {key}: value {why}")
+        return v
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
+        total = 0
+        for key, value in v.items():
+            why = qualified_name_error(key)
+            if why is not None:
+                raise ValueError(f"annotation key {why}")
+            total += len(key.encode()) + len(value.encode())
+        if total > MAX_ANNOTATIONS_BYTES:
+            raise ValueError(f"annotations hold {total} bytes, more than {MAX_ANNOTATIONS_BYTES}")
         return v
 
 
 class Condition(Model):
     """The Kubernetes condition shape (metav1.Condition)."""
 
-    type: str
+    type: str = Field(max_length=316)
     status: Literal["True", "False", "Unknown"]
-    reason: str = ""
+    reason: Reason = ""
     message: str = ""
-    last_transition_time: datetime | None = None
-    observed_generation: int | None = None
+    last_transition_time: Timestamp | None = None
+    observed_generation: Count | None = None
 
 
 def set_condition(

@@ -95,21 +95,7 @@ class Quantity:
         return parsed
 
     def __str__(self) -> str:
-        v = self._value
-        if v == 0:
-            return "0"
-        sign = "-" if v < 0 else ""
-        a = abs(v)
-        if self._format == "binary" and a.denominator == 1:
-            for suffix, mult in reversed(BINARY_SUFFIXES.items()):
-                if a.numerator % mult == 0:
-                    return f"{sign}{a.numerator // mult}{suffix}"
-            return f"{sign}{a.numerator}"
-        for suffix, dmult in reversed(DECIMAL_SUFFIXES.items()):
-            scaled = a / dmult
-            if scaled.denominator == 1:
-                return f"{sign}{scaled.numerator}{suffix}"
-        return sign + _exact_decimal(a)
+        return _canonical(self._value, self._format)
 
     def __repr__(self) -> str:
         return f"Quantity({str(self)!r})"
@@ -211,18 +197,7 @@ class Quantity:
     def __get_pydantic_core_schema__(
         cls, source: type[Any], handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        def validate(v: Any) -> Quantity:
-            if isinstance(v, Quantity):
-                return v
-            if isinstance(v, float):
-                if not math.isfinite(v):
-                    raise ValueError(f"{v!r} is not a finite quantity")
-                v = repr(v)
-            return cls.parse(v)
-
-        return text_schema(
-            validate, core_schema.union_schema([core_schema.int_schema(), core_schema.str_schema()])
-        )
+        return _READABLE.__get_pydantic_core_schema__(source, handler)
 
     @classmethod
     def __get_pydantic_json_schema__(cls, _schema: Any, _handler: Any) -> dict[str, Any]:
@@ -235,6 +210,87 @@ class Quantity:
             ),
             "x-kubernetes-int-or-string": True,
         }
+
+
+# Every quantity a model holds is a multiple of 1n (Kubernetes' finest scale) and
+# at most READABLE_LIMIT in magnitude: its canonical text is then at most 42
+# characters, which `Quantity.parse` reads back as the same value. Fields set
+# by callers have tighter bounds (hvfleet.model.bounds).
+PRECISION = 10**9
+READABLE_LIMIT = 10**30
+
+
+def _preview(v: object) -> str:
+    text = str(v)
+    return text if len(text) <= 24 else f"{text[:20]}... ({len(text)} characters)"
+
+
+class QuantityBound:
+    """`Annotated[Quantity, QuantityBound(limit)]`: a quantity of magnitude at most
+    `limit` and a multiple of 1n, refused past either with a message naming the
+    bound (pydantic prefixes the field)."""
+
+    __slots__ = ("_from_text", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = min(limit, READABLE_LIMIT)
+        self._from_text = functools.lru_cache(maxsize=8192)(self._parse_bounded)
+
+    def check(self, q: Quantity, shown: str | None = None) -> str | None:
+        """Why `q` (written as `shown`) is out of bounds, or None."""
+        v = q.value
+        if v.denominator != 1 and PRECISION % v.denominator:
+            return f"{shown or _preview(q)} is finer than 1n (the smallest quantity is 0.000000001)"
+        if abs(v) > self.limit:
+            return f"{shown or _preview(q)} is out of range (at most {self.limit} in magnitude)"
+        return None
+
+    def _parse_bounded(self, text: str) -> Quantity | str:
+        parsed = _parse_text(text.strip())
+        if isinstance(parsed, str):
+            return f"{_preview(repr(text))} {parsed}"
+        return self.check(parsed, _preview(repr(text))) or parsed
+
+    def validate(self, v: Any) -> Quantity:
+        if isinstance(v, bool):
+            raise ValueError("expected a quantity, got a boolean")
+        if isinstance(v, int):
+            # Before building anything: a JSON integer can have thousands of digits.
+            if not -self.limit <= v <= self.limit:
+                raise ValueError(f"{_preview(v)} is out of range (at most {self.limit} in magnitude)")
+            return Quantity(v)
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                raise ValueError(f"{v!r} is not a finite quantity")
+            v = repr(v)
+        if isinstance(v, str):
+            out = self._from_text(v)
+            if isinstance(out, str):
+                raise ValueError(out)
+            return out
+        if isinstance(v, Quantity):
+            why = self.check(v)
+            if why is not None:
+                raise ValueError(why)
+            return v
+        raise ValueError(f"expected a quantity string, got {type(v).__name__}")
+
+    def __get_pydantic_core_schema__(
+        self, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            self.validate,
+            serialization=core_schema.plain_serializer_function_ser_schema(str),
+            json_schema_input_schema=core_schema.union_schema(
+                [core_schema.int_schema(), core_schema.str_schema()]
+            ),
+        )
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        return Quantity.__get_pydantic_json_schema__(schema, handler)
+
+
+_READABLE = QuantityBound(READABLE_LIMIT)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -262,6 +318,27 @@ def _parse_text(s: str) -> Quantity | str:
     if m["sign"] == "-":
         value = -value
     return Quantity(value, fmt)
+
+
+@functools.lru_cache(maxsize=8192)
+def _canonical(v: Fraction, fmt: Format) -> str:
+    """The canonical text of a value in a format. Cached: every stored object
+    writes the same few amounts ("16Gi", "2") each time it is encoded, and the
+    suffix search divides Fractions."""
+    if v == 0:
+        return "0"
+    sign = "-" if v < 0 else ""
+    a = abs(v)
+    if fmt == "binary" and a.denominator == 1:
+        for suffix, mult in reversed(BINARY_SUFFIXES.items()):
+            if a.numerator % mult == 0:
+                return f"{sign}{a.numerator // mult}{suffix}"
+        return f"{sign}{a.numerator}"
+    for suffix, dmult in reversed(DECIMAL_SUFFIXES.items()):
+        scaled = a / dmult
+        if scaled.denominator == 1:
+            return f"{sign}{scaled.numerator}{suffix}"
+    return sign + _exact_decimal(a)
 
 
 def _exact_decimal(a: Fraction) -> str:

@@ -80,7 +80,12 @@ def fresh_until(h: Hypervisor, staleness: timedelta = DEFAULT_STALENESS) -> date
     """The last instant at which the host's heartbeat still counts as fresh
     (None: there is no heartbeat, so it never is)."""
     beat = h.status.last_heartbeat_time
-    return None if beat is None else beat + staleness
+    if beat is None:
+        return None
+    try:
+        return beat + staleness
+    except OverflowError:  # a heartbeat near the end of time (stored before the bounds)
+        return datetime.max.replace(tzinfo=beat.tzinfo)
 
 
 def readiness(
@@ -115,7 +120,7 @@ def readiness(
         pass  # the live lease is the heartbeat
     elif beat is None:
         return _not("Stale", NO_HEARTBEAT, "no heartbeat recorded")
-    elif now is not None and beat < now - staleness:
+    elif now is not None and now - beat > staleness:  # (no `now - staleness`: it may underflow)
         age = int((now - beat).total_seconds())
         return _not(
             "Stale",

@@ -16,13 +16,15 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from hvfleet.model.bounds import Timestamp
 from hvfleet.model.errors import InvalidInput, Unauthorized
-from hvfleet.model.meta import API_VERSION, Model, ObjectMeta
+from hvfleet.model.meta import API_VERSION, Model, ObjectMeta, validate_name
 
 Role = Literal["viewer", "operator", "scheduler", "agent", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "operator", "scheduler", "agent", "admin")
@@ -42,8 +44,13 @@ class AccessTokenSpec(Model):
     role: Role
     hypervisor: str | None = None
     secret_sha256: str
-    expires_at: datetime | None = None
+    expires_at: Timestamp | None = None
     revoked: bool = False
+
+    @field_validator("hypervisor")
+    @classmethod
+    def _hypervisor(cls, v: str | None) -> str | None:
+        return None if v is None else validate_name(v, "spec.hypervisor")
 
     @field_validator("subject")
     @classmethod
@@ -143,6 +150,44 @@ def subject_for(role: Role, name: str | None, hypervisor: str | None) -> str:
             raise InvalidInput(f"an agent token's name is always {subject}", field="name")
         return subject
     return name or role
+
+
+def role_conflict(token: AccessToken, others: Iterable[AccessToken]) -> AccessToken | None:
+    """Another token, not revoked, whose subject is `token`'s with another role.
+    One subject speaks for one role: its name is the field manager of its
+    writes, and a manager's fields must not be writable by a token of another
+    role that happens to carry the same name. None when `token` is revoked."""
+    if token.spec.revoked:
+        return None
+    for other in others:
+        if (
+            other.name != token.name
+            and other.spec.subject == token.spec.subject
+            and other.spec.role != token.spec.role
+            and not other.spec.revoked
+        ):
+            return other
+    return None
+
+
+# Who a token speaks for, and as what, never changes: a new role or subject is
+# a new token (and the old one revoked).
+_IDENTITY_FIELDS = {"subject": "spec.subject", "role": "spec.role", "hypervisor": "spec.hypervisor"}
+
+
+def check_token_update(old: AccessToken, new: AccessToken) -> None:
+    """InvalidInput, naming the field, for an update that would change who a
+    token speaks for or bring a revoked token back. Together with the check on
+    create (`role_conflict`), no update can give a subject a second role."""
+    for attr, where in _IDENTITY_FIELDS.items():
+        if getattr(old.spec, attr) != getattr(new.spec, attr):
+            raise InvalidInput(
+                f"token {old.name}: who a token speaks for does not change; issue a new token",
+                field=where,
+            )
+    if old.spec.revoked and not new.spec.revoked:
+        raise InvalidInput(f"token {old.name}: a revoked token stays revoked; issue a new one",
+                           field="spec.revoked")
 
 
 TokenState = Literal["active", "expired", "revoked"]

@@ -207,6 +207,17 @@ def hypervisor_row(
     return row
 
 
+# The column that says whether an object can be trusted, per kind.
+STATE_COLUMNS = frozenset({"READY", "PHASE", "LIVE"})
+
+
+def unknown_row(columns: Sequence[Column], name: str) -> list[str]:
+    """The row of an object that cannot be read (it does not decode): its name,
+    `Unknown` in the kind's state column, nothing else."""
+    return [name if c.format == "name" else "Unknown" if c.name in STATE_COLUMNS else "-"
+            for c in columns]
+
+
 def ratio_text(value: float, source: str) -> str:
     """`4`, or `4(compute-default)` when OvercommitPolicy compute-default gives it."""
     return f"{value:g}" if source == SPEC else f"{value:g}({source.removeprefix('OvercommitPolicy/')})"

@@ -79,6 +79,8 @@ def new_reservation(
             ),
             status=ReservationStatus(phase="Active"),
         )
+    except OverflowError:
+        raise InvalidInput("is longer than any date", field="ttl") from None
     except ValueError as exc:
         raise InvalidInput(f"reservation for {consumer} on {host}: {exc}") from None
 

@@ -3,9 +3,11 @@ all or nothing: `hvfleet overcommit set -l role=compute cpu=4` and the API's
 equivalent call `edit_hosts`.
 
 Every host's new spec is computed from one read (values are validated there),
-and all of them are written with one `Store.write_all`: the store checks each
-host's resourceVersion and field ownership exactly as a single-host write
-does, inside one atomic step, so a bad value or a field another manager owns
+and all of them are written with one `Store.write_all`, each as an apply of
+the fields the edit changes (plus what the manager applied before,
+`ownership.applied_after_edit`): the store checks each host's
+resourceVersion and field ownership as `hvfleet apply` would, inside one
+atomic step, so a bad value or a field another manager owns
 on any host leaves every host untouched, and no reader ever sees some hosts
 edited and others not. When a host changed between the read and the write
 (StaleVersion), the whole edit is planned again from a fresh read.
@@ -18,6 +20,7 @@ from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.selectors import Selector
 from hvfleet.model.spec_edits import SpecEdit
 from hvfleet.store.base import StaleVersion, Store, Write, as_selector
+from hvfleet.store.ownership import applied_after_edit
 
 # Whole-edit retries after a concurrent write to one of the hosts.
 MAX_ATTEMPTS = 20
@@ -43,9 +46,10 @@ def edit_hosts(
         hosts = [store.get_hypervisor(name)] if name is not None else store.list_hypervisors(sel)
         if not hosts:
             raise NotFound(f"no hypervisor matches selector {str(sel)!r}")
-        changed = [new for h in hosts if (new := edit.apply(h)).spec != h.spec]
+        writes = [Write("update", new, applied_after_edit(h, new, manager))
+                  for h in hosts if (new := edit.apply(h)).spec != h.spec]
         try:
-            out = store.write_all([Write("update", h) for h in changed], manager, force=force)
+            out = store.write_all(writes, manager, force=force)
         except StaleVersion as exc:
             last = exc
             store.pause_after_conflict(attempt)

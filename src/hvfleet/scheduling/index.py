@@ -41,7 +41,7 @@ from hvfleet.model.capacity import (
     max_unit,
 )
 from hvfleet.model.errors import Gone, InvalidInput
-from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.hypervisor import STORED_KINDS, Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -50,6 +50,7 @@ from hvfleet.model.views import SpecSync, spec_sync
 from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent
+from hvfleet.store.undecodable import Undecodable
 
 Weigher = Literal["binpack", "spread"]
 WEIGHERS: tuple[Weigher, ...] = ("binpack", "spread")
@@ -403,6 +404,16 @@ class FleetIndex:
                     self._leases[obj.name] = obj
             self.revision = max(self.revision, event.revision)
 
+    def forget(self, unreadable: Undecodable) -> None:
+        """A write the store could not decode (hvfleet.store.undecodable): a host
+        whose newest state cannot be read is no candidate any more. Anything
+        else keeps its last readable state (a reservation still holds its space,
+        a policy its ratios), the cautious side for a claim."""
+        with self._lock:
+            if STORED_KINDS.get(unreadable.kind) is Hypervisor:
+                self._remove_host(unreadable.name)
+            self.revision = max(self.revision, unreadable.revision)
+
     def _apply_policy(self, kind: str, p: OvercommitPolicy, revision: int, now: datetime) -> None:
         """A policy changes the effective capacity of the hosts its old or new
         selector matches: recompute those rows."""
@@ -449,7 +460,8 @@ class FleetIndex:
         n = 0
         if target > max(self.revision, self._caught_up):
             try:
-                for event in store.watch(None, since=self.revision, timeout=settle):
+                for event in store.watch(None, since=self.revision, timeout=settle,
+                                         on_undecodable=self.forget):
                     self.apply(event)
                     n += 1
                     if event.revision >= target and event.last_of_revision:
@@ -470,7 +482,8 @@ class FleetIndex:
             read_at = time.monotonic()
             while not stop.is_set():
                 try:
-                    for event in store.watch(None, since=self.revision, stop=stop, timeout=liveness_every):
+                    for event in store.watch(None, since=self.revision, stop=stop, timeout=liveness_every,
+                                             on_undecodable=self.forget):
                         self.apply(event)
                         if time.monotonic() - read_at >= liveness_every:
                             break

@@ -182,6 +182,7 @@ class SyncReport:
     unchanged: int = 0
     unknown_providers: list[str] = field(default_factory=list)
     # What was pushed to Placement (see placement_push): None when not asked.
+    resource_classes: dict[str, Any] | None = None
     inventories: dict[str, Any] | None = None
     claims: dict[str, Any] | None = None
     errors: list[str] = field(default_factory=list)
@@ -194,6 +195,8 @@ class SyncReport:
             "unchanged": self.unchanged,
             "unknownProviders": self.unknown_providers,
         }
+        if self.resource_classes is not None:
+            out["resourceClasses"] = self.resource_classes
         if self.inventories is not None:
             out["inventories"] = self.inventories
         if self.claims is not None:
@@ -308,6 +311,7 @@ def sync(
     desired, unknown = desired_mirrors(client, hosts, pushed.skip, pushed.allocations)
     report = SyncReport(
         unknown_providers=unknown,
+        resource_classes=pushed.resource_classes.to_dict() if pushed.resource_classes else None,
         inventories=pushed.inventories.to_dict() if pushed.inventories else None,
         claims=pushed.claims.to_dict() if pushed.claims else None,
         errors=pushed.errors,

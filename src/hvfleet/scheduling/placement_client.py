@@ -27,6 +27,23 @@ if TYPE_CHECKING:
 DEFAULT_MICROVERSION = "1.36"
 
 
+# From 1.7 on, PUT /resource_classes/{name} creates a custom class or confirms
+# it exists (201 or 204); before, only POST creates one and answers 409 for
+# one that exists.
+IDEMPOTENT_RESOURCE_CLASSES = (1, 7)
+
+
+def microversion_tuple(text: str) -> tuple[int, int]:
+    """"1.36" → (1, 36); "latest" counts as newer than any number."""
+    if text == "latest":
+        return (10**6, 0)
+    major, _, minor = text.partition(".")
+    try:
+        return int(major), int(minor)
+    except ValueError:
+        raise InvalidInput(f"placement microversion: {text!r} is not MAJOR.MINOR") from None
+
+
 # Placement's error code (microversion 1.23+) for a write that named a stale
 # resource provider or consumer generation.
 CONCURRENT_UPDATE = "placement.concurrent_update"
@@ -143,6 +160,15 @@ class PlacementClient:
         body = {"resource_provider_generation": generation, "inventories": inventories}
         doc = self.request("PUT", f"/resource_providers/{rp_uuid}/inventories", body)[1]
         return int(doc["resource_provider_generation"])
+
+    def ensure_resource_class(self, name: str) -> bool:
+        """Make the custom resource class `name` exist; True when this call
+        created it, False when it already existed."""
+        path = f"/resource_classes/{urllib.parse.quote(name)}"
+        if microversion_tuple(self.microversion) >= IDEMPOTENT_RESOURCE_CLASSES:
+            return self.request("PUT", path)[0] == 201
+        status, _ = self.request("POST", "/resource_classes", {"name": name}, expect=(409,))
+        return status != 409
 
     def consumer_allocations(self, consumer: str) -> dict[str, Any]:
         """GET /allocations/{consumer}: allocations, project_id, user_id and

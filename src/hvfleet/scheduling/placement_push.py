@@ -10,6 +10,12 @@ generation, a bounded number of times. Classes hvfleet does not compute, and
 classes a nested provider of that tree already has (Nova's vGPUs under the
 compute node), are left as Placement has them, so nothing is counted twice.
 
+Placement accepts an inventory or allocation of a `CUSTOM_*` class only once
+the class exists (standard classes always do), so before any of that is
+written every custom class the pushed inventories and claims use is ensured,
+as Nova's compute service does: `PUT /resource_classes/{name}` (idempotent
+from microversion 1.7), or POST with a 409 taken as existing before it.
+
 With claims pushed, every hvfleet Reservation (source `hvfleet`) that still
 holds space becomes the allocation of its consumer, written with the consumer
 generation, under hvfleet's own project and user ids; an allocation under those
@@ -83,6 +89,50 @@ def managed_trees(
         )
         out[h.name] = ProviderTree(h.name, rp["uuid"], (rp["uuid"], *(p["uuid"] for p in nested)))
     return out
+
+
+# -- custom resource classes ---------------------------------------------------------------
+
+CUSTOM_PREFIX = "CUSTOM_"
+
+
+def custom_classes(
+    computed: Mapping[str, Mapping[str, Any]], claimed: Iterable[Iterable[ResourceName]] = ()
+) -> list[str]:
+    """The `CUSTOM_*` classes of the computed inventories (host → class →
+    inventory) and of the claimed resources, sorted: the ones Placement must
+    have before it accepts either."""
+    classes = {cls for inventories in computed.values() for cls in inventories}
+    classes |= {r.placement.resource_class for resources in claimed for r in resources}
+    return sorted(c for c in classes if c.startswith(CUSTOM_PREFIX))
+
+
+@dataclass
+class ResourceClassPush:
+    created: list[str] = field(default_factory=list)
+    existing: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"created": self.created, "existing": self.existing}
+
+
+def ensure_resource_classes(client: PlacementClient, classes: Iterable[str]) -> ResourceClassPush:
+    """Create each custom class Placement does not have yet. A class that cannot
+    be created is an error of its own; the inventories and claims that use it
+    then fail with Placement's answer, and the rest are pushed."""
+    report = ResourceClassPush()
+    for cls in classes:
+        try:
+            created = client.ensure_resource_class(cls)
+        except PlacementError as exc:
+            report.errors.append(f"resource class {cls}: {exc}")
+            continue
+        if created:
+            report.created.append(cls)
+        else:
+            report.existing += 1
+    return report
 
 
 # -- inventories -----------------------------------------------------------------------
@@ -418,10 +468,13 @@ class PushReport:
     # GET /resource_providers/{uuid}/allocations as read by the claim push, for
     # the mirror to reuse (it skips every consumer the push wrote).
     allocations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The custom classes ensured before anything was pushed; None when nothing was.
+    resource_classes: ResourceClassPush | None = None
 
     @property
     def errors(self) -> list[str]:
         return [
+            *(self.resource_classes.errors if self.resource_classes else []),
             *(self.inventories.errors if self.inventories else []),
             *(self.claims.errors if self.claims else []),
         ]
@@ -443,6 +496,19 @@ def push(
     reservations = list(reservations)
     providers = client.get("/resource_providers")["resource_providers"]
     trees = managed_trees(providers, hosts)
+    class_report: ResourceClassPush | None = None
+    if inventories or claims:
+        claimed = (
+            [
+                held_resources(r, hosts.get(r.spec.hypervisor), now)
+                for r in reservations
+                if r.spec.source == "hvfleet" and r.spec.hypervisor in trees
+            ]
+            if claims
+            else []
+        )
+        pushed = {h: inv for h, inv in computed.items() if h in trees} if inventories else {}
+        class_report = ensure_resource_classes(client, custom_classes(pushed, claimed))
     inventory_report = push_inventories(client, trees, computed) if inventories else None
     states = ConsumerStates(client)
     claim_report: ClaimPush | None = None
@@ -465,4 +531,6 @@ def push(
         and (c := canonical_consumer(r.spec.consumer)) is not None
     }
     owned = states.owned_by(identity)
-    return PushReport(inventory_report, claim_report, lambda c: c in live or owned(c), allocations)
+    return PushReport(
+        inventory_report, claim_report, lambda c: c in live or owned(c), allocations, class_report
+    )

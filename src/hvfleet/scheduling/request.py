@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from hvfleet.model.bounds import MAX_EFFECTIVE
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
@@ -24,6 +25,12 @@ class Request:
         for name, q in self.resources.items():
             if q <= 0:
                 raise InvalidInput(f"request {name}: {q} must be greater than 0")
+            # Past the largest capacity any host can store it fits nowhere; refused
+            # before the fit's arithmetic meets a number of thousands of digits.
+            if q * self.count > MAX_EFFECTIVE:
+                raise InvalidInput(
+                    f"{'count × ' if self.count > 1 else ''}{str(q)[:24]} is out of range "
+                    f"(at most {MAX_EFFECTIVE} in all)", field=f"resources.{name}")
 
     def total(self, name: ResourceName) -> Quantity:
         """What `count` instances take together."""

@@ -10,8 +10,10 @@ on the caller's own hypervisor (`own`), or on the objects that select it
 (`selecting`: the read is allowed and narrowed, `Selecting`, and the handler
 serves only those objects, hvfleet.server.narrowing). Store-level rules stay where
 the write is accepted (hvfleet.store.ownership): only `agent/<name>` writes a
-hypervisor's status, agents never write spec, and a spec field owned by another
-manager needs force; this table decides who may even ask.
+hypervisor's status, agents never write spec, and an apply of a field another
+manager owns needs force; this table decides who may even ask, who may force,
+and that a role which may not force may not take another manager's fields by
+update either.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ from datetime import UTC, datetime
 
 from hvfleet.model.errors import Forbidden, Unauthorized
 from hvfleet.model.hypervisor import Resource
-from hvfleet.model.meta import API_GROUP
+from hvfleet.model.meta import API_GROUP, ObjectMeta
 from hvfleet.model.token import ROLES, AccessToken, Role, check_token, split_token
 from hvfleet.server.identity import Action, Identity, Selecting, Verb
 from hvfleet.store.base import Store
+from hvfleet.store.ownership import taken_from_others
 from hvfleet.store.tokens import find_token
 
 # How long a token record is trusted before it is read again: the longest a
@@ -41,16 +44,37 @@ class Grant:
     """`verbs` on `resource` ("hypervisors", "hypervisors/status", "fit", ...);
     with `own`, only on the object named after the caller's hypervisor; with
     `selecting`, only on the objects whose selector selects the caller's
-    hypervisor (reads only: the handler narrows what it serves)."""
+    hypervisor (reads only: the handler narrows what it serves); with `bare`,
+    a create carries nothing of its own but the name (and a status the caller
+    may write): metadata and spec stay as a new object has them."""
 
     resource: str
     verbs: frozenset[Verb]
     own: bool = False
     selecting: bool = False
+    bare: bool = False
 
 
-def _grant(resource: str, verbs: str, *, own: bool = False, selecting: bool = False) -> Grant:
-    return Grant(resource, frozenset(verbs.split()), own, selecting)  # type: ignore[arg-type]
+def _grant(
+    resource: str, verbs: str, *, own: bool = False, selecting: bool = False, bare: bool = False
+) -> Grant:
+    return Grant(resource, frozenset(verbs.split()), own, selecting, bare)  # type: ignore[arg-type]
+
+
+# Metadata the store sets on create, whatever a request says.
+_STORE_SET_META = frozenset({"uid", "resource_version", "generation", "creation_timestamp", "managed_fields"})
+
+
+def not_bare(obj: Resource) -> list[str]:
+    """The fields `obj` sets that a new object of its kind does not have: its
+    metadata beyond the name, and a spec other than the default."""
+    given = obj.metadata.model_dump(exclude=set(_STORE_SET_META))
+    fresh = ObjectMeta(name=obj.metadata.name).model_dump(exclude=set(_STORE_SET_META))
+    fields = [name for name, value in given.items() if value != fresh.get(name)]
+    out = [f"metadata.{ObjectMeta.model_fields[f].alias or f}" for f in sorted(fields)]
+    if obj.spec != type(obj.spec)():
+        out.append("spec")
+    return out
 
 
 _READ_FLEET = (
@@ -84,7 +108,11 @@ _SCHEDULE = (
 )
 _AGENT = (
     # Its own Hypervisor only: least privilege, so an agent cannot map the fleet.
-    _grant("hypervisors", "get list watch create", own=True),
+    # It creates it bare, as it registers itself (agent.status_writer): labels
+    # choose OvercommitPolicies and scheduling selectors, and spec is an
+    # operator's, so an agent whose Hypervisor was deleted cannot bring it back
+    # with labels or spec of its choosing.
+    _grant("hypervisors", "get list watch create", own=True, bare=True),
     _grant("hypervisors/status", "get update patch", own=True),
     _grant("leases", "get create update patch delete", own=True),
     # What decides its own effectiveCapacity, and nothing else: the policies that
@@ -191,6 +219,12 @@ class RoleAuthorizer:
                     f"role agent, bound to hypervisor {who.hypervisor}, may {action.verb} "
                     f"only {what} (metadata.name={who.hypervisor})" + (f"; {only}" if only else ""),
                 )
+            if grant.bare and action.verb == "create" and new is not None and (extra := not_bare(new)):
+                raise _denied(
+                    who, action, name,
+                    f"role {who.role} creates only a bare object (name and status); "
+                    f"{', '.join(extra)} are set by an operator",
+                )
             allowed = True
             break
         if not allowed:
@@ -200,6 +234,18 @@ class RoleAuthorizer:
                 who, action, name,
                 f"role {who.role} may not force: fields other managers own stay theirs",
             )
+        if (who.role not in FORCE_ROLES and action.verb in ("update", "patch") and not action.apply
+                and action.subresource is None and current is not None and new is not None):
+            # An update takes the fields it changes from their owners (only an
+            # apply conflicts): a role that may not force may not take them.
+            taken = taken_from_others(current, new, who.manager)
+            if taken:
+                field, owner = taken[0]
+                raise _denied(
+                    who, action, name,
+                    f"role {who.role} may not take fields other managers own: "
+                    f"{field} is owned by {owner!r}",
+                )
         return narrowed
 
 
@@ -241,6 +287,8 @@ def role_matrix_markdown() -> str:
                 text += " (own)"
             if text and any(g.selecting for g in verbs):
                 text += " (selecting own)"
+            if text and any(g.bare for g in verbs):
+                text += " (create bare)"
             cells.append(text or "—")
         lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
     lines.append("| force | " + " | ".join("yes" if r in FORCE_ROLES else "—" for r in ROLES) + " |")

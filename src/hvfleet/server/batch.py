@@ -1,6 +1,8 @@
 """`POST /apis/hvfleet.io/v1/batch`: several writes, all or nothing (`Store.write_all`).
 
-The body is `{"writes": [{"action": "create"|"update", "object": {...}}, ...]}`
+The body is `{"writes": [{"action": "create"|"update", "object": {...}}, ...]}`;
+a write that is a server-side apply (`Write.applied`) also carries
+`"applied": FieldsV1`, the fields of its configuration
 (docs/store.md: what a remote Store backend sends for `write_all`, and what
 `apply -f` of several documents becomes). Each object is decoded strictly;
 each write is authorized as its own create or update — and as an update of
@@ -30,6 +32,8 @@ from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import authenticate, code_of, error_response
 from hvfleet.server.status import ApiError, Target
 from hvfleet.store.base import Write
+from hvfleet.store.ownership import from_fields_v1
+from hvfleet.store.undecodable import Undecodable
 
 
 def _decode(doc: Any, validation: str) -> list[Write]:
@@ -38,8 +42,12 @@ def _decode(doc: Any, validation: str) -> list[Write]:
     writes: list[Write] = []
     for i, item in enumerate(doc["writes"]):
         where = f"writes[{i}]"
-        if not isinstance(item, dict) or set(item) != {"action", "object"}:
-            raise InvalidInput("must be {action, object}", field=where)
+        if not isinstance(item, dict) or not {"action", "object"} <= set(item) <= {
+                "action", "object", "applied"}:
+            raise InvalidInput("must be {action, object[, applied]}", field=where)
+        applied = item.get("applied")
+        if applied is not None and not isinstance(applied, dict):
+            raise InvalidInput("applied: must be FieldsV1 (an object)", field=where)
         if item["action"] not in ("create", "update"):
             raise InvalidInput(f"action: {item['action']!r} is not create or update", field=where)
         obj = item["object"]
@@ -57,7 +65,8 @@ def _decode(doc: Any, validation: str) -> list[Write]:
         if item["action"] == "create" and isinstance(resource, Reservation):
             raise InvalidInput("a new Reservation must be claimed (POST reservations), which checks "
                                "free capacity atomically", field=where)
-        writes.append(Write(item["action"], resource))
+        writes.append(Write(item["action"], resource,
+                            None if applied is None else frozenset(from_fields_v1(applied))))
     if not writes:
         raise BadRequest("batch: no writes")
     return writes
@@ -77,7 +86,7 @@ def _actions(write: Write, current: Resource | None, force: bool) -> list[Action
                     or current.metadata.annotations != new.metadata.annotations)
     out = []
     if rest_changed or not status_changed:
-        out.append(Action("update", info.plural, name, None, force))
+        out.append(Action("update", info.plural, name, None, force, apply=write.applied is not None))
     if status_changed:
         out.append(Action("update", info.plural, name, "status", force))
     return out
@@ -94,6 +103,8 @@ def write_batch(ctx: ApiContext, who: Identity, writes: list[Write], force: bool
                 current = ctx.store.get(w.object.kind, w.object.metadata.name)
             except NotFound:
                 current = None  # write_all answers NotFound for it, writing nothing
+            except Undecodable:
+                current = None  # write_all overwrites it at the version named
         actions = _actions(w, current, force)
         for action in actions:
             try:

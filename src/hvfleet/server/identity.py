@@ -52,6 +52,9 @@ class Action:
     force: bool = False  # server-side apply / update taking over others' fields
     # dryRun=All: authorized and checked as the write itself, and not written.
     dry_run: bool = False
+    # A server-side apply (or an edit written as one): a field another manager
+    # owns is the store's conflict (409), not taken, so no role is refused for it.
+    apply: bool = False
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from hvfleet.server.auth import not_selecting
 from hvfleet.server.identity import Action, Identity, Selecting
 from hvfleet.server.table import TableInputs
 from hvfleet.store.base import Store
+from hvfleet.store.undecodable import Undecodable
 
 Visible = Callable[[Resource], bool]
 
@@ -54,7 +55,7 @@ def get_visible(store: Store, who: Identity, action: Action, kind: str,
     view = view_of(store, narrowed)
     try:
         obj = store.get(kind, action.name)
-    except NotFound:
+    except (NotFound, Undecodable):  # (whether it could be visible cannot be judged)
         raise not_selecting(who, action, action.name, narrowed) from None
     if not view.visible(obj):
         raise not_selecting(who, action, action.name, narrowed)

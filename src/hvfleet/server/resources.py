@@ -5,7 +5,9 @@ authorizer, makes one store call and renders the answer. Writes always name
 `Identity.manager` as the field manager (a client's `fieldManager` is ignored);
 creating a Reservation is a claim (`hvfleet.scheduling.claims.claim_reservation`,
 the same atomic check as `hvfleet reserve`); server-side apply merges with
-the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`). A write
+the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`) and
+is the only write that can meet an ownership conflict: PUT and PATCH are
+Updates, which take the fields they change from whoever owned them. A write
 that reads first (PATCH, DELETE) writes with the version it read and
 authorized, and starts over if that version went stale meanwhile. `dryRun=All`
 takes the same path, authorization and audit included, and ends in the store's
@@ -48,14 +50,19 @@ from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.impersonation import acting_identity
 from hvfleet.server.narrowing import get_visible, view_of
 from hvfleet.server.read_options import EXACT, check_not_newer, read_options
-from hvfleet.server.status import ApiError, Target, from_error
+from hvfleet.server.status import ApiError, Target, from_error, success
 from hvfleet.server.table import TableInputs, table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store import lifecycle
 from hvfleet.store.apply import plan_one
-from hvfleet.store.base import StaleVersion, Write
+from hvfleet.store.base import FieldPath, StaleVersion, Write
+from hvfleet.store.ownership import applied_fields
+from hvfleet.store.undecodable import Undecodable
 
 log = logging.getLogger("hvfleet.server")
+# The field manager of the apply `kubectl apply --server-side` sends after its
+# own, holding only the last-applied-configuration annotation.
+LAST_APPLIED_MANAGER = "kubectl-last-applied"
 T = TypeVar("T")
 
 
@@ -123,13 +130,16 @@ def _flag(request: Request, name: str) -> bool:
 
 
 def _update(ctx: ApiContext, who: Identity, current: Resource, new: Resource, force: bool,
-            dry_run: bool) -> Resource:
-    """The store's compare-and-swap update of `new` over `current`, or its dry
-    run; the one that removes the last finalizer of an object being deleted
-    deletes it (hvfleet.store.lifecycle.update)."""
+            dry_run: bool, applied: frozenset[FieldPath] | None = None) -> Resource:
+    """The store's compare-and-swap update of `new` over `current` (with
+    `applied`: a server-side apply of those fields), or its dry run; the one
+    that removes the last finalizer of an object being deleted deletes it
+    (hvfleet.store.lifecycle.update)."""
     def write(new: Resource) -> Resource:
         if dry_run:
-            return ctx.store.dry_run(Write("update", new), who.manager, force=force)
+            return ctx.store.dry_run(Write("update", new, applied), who.manager, force=force)
+        if applied is not None:
+            return ctx.store.write_all([Write("update", new, applied)], who.manager, force=force)[0]
         return ctx.store.update(new, who.manager, force=force)
 
     return lifecycle.update(ctx.store, current, new, write, dry_run=dry_run)
@@ -153,29 +163,31 @@ def field_validation(request: Request) -> str:
     return bodies.field_validation(request.query_params.get("fieldValidation") or "Warn")
 
 
-def warning_header(message: str) -> str:
-    """One RFC 7234 Warning value as kube-apiserver writes it: code 299, agent
-    "-", the text as a quoted-string (so kubectl prints it as `Warning: ...`).
-    A header carries printable ASCII only: anything else (from a field name the
-    client chose) becomes "?", and a long text is cut."""
-    text = "".join(ch if " " <= ch <= "~" else "?" for ch in message[:256])
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return f'299 - "{escaped}"'
+def warning_header(warnings: list[str] | None) -> dict[str, str] | None:
+    """The Warning header kubectl prints (one `299 - "text"` per warning)."""
+    if not warnings:
+        return None
+    # A header is printable ASCII on one line: anything else (a stored message
+    # quoted in a warning) is shown as '?'.
+    texts = ("".join(c if " " <= c <= "~" else "?" for c in w[:1000])
+             .replace("\\", "\\\\").replace('"', '\\"') for w in warnings)
+    return {"Warning": ", ".join(f'299 - "{w}"' for w in texts)}
+
+
+def _unreadable_warnings(found: list[Undecodable]) -> list[str]:
+    return [str(err) for err in found[:20]] + (
+        [f"and {len(found) - 20} more objects that cannot be read"] if len(found) > 20 else [])
 
 
 def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource, code: int = 200,
            warnings: list[str] | None = None, inputs: TableInputs | None = None) -> Response:
+    headers = warning_header(warnings)
     if wants_table(request.headers.get("accept")):
         inputs = ctx.table_inputs(info.kind) if inputs is None else inputs
         body = table(info.kind, [obj], inputs, obj.metadata.resource_version or "",
                      request.query_params.get("includeObject", "PartialObjectMetadata"))
-        response = JSONResponse(body, status_code=code)
-    else:
-        response = JSONResponse(obj.to_dict(), status_code=code)
-    for w in warnings or []:
-        # One header per warning, as kube-apiserver sends them.
-        response.headers.append("Warning", warning_header(w))
-    return response
+        return JSONResponse(body, status_code=code, headers=headers)
+    return JSONResponse(obj.to_dict(), status_code=code, headers=headers)
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
@@ -318,6 +330,9 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     # revision for all pages, and one store read for a whole `kubectl get`);
     # once that is gone, from the current state after the last name returned.
     kept = ctx.list_snapshots.get(snapshot, binding) if snapshot else None
+    # Objects that do not decode are skipped (the store logs and counts them);
+    # the first page names them in a Warning, and a Table shows them Unknown.
+    unreadable: list[Undecodable] = []
     if kept is None:
         result = await run_in_threadpool(ctx.store.list, info.kind, selector)
         check_not_newer(options, result.revision)
@@ -329,10 +344,14 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
         everything = [o for o in result.items
                       if (equal is None or o.metadata.name == equal)
                       and (unequal is None or o.metadata.name != unequal)]
+        unreadable = [e for e in result.undecodable
+                      if (equal is None or e.name == equal) and (unequal is None or e.name != unequal)
+                      and (after is None or e.name > after)]
     else:
         revision, everything = kept
     if view is not None:
         everything = [o for o in everything if view.visible(o)]
+        unreadable = []  # whether the caller may see them cannot be judged
     items = [o for o in everything if after is None or o.metadata.name > after]
     token, remaining = "", 0
     if limit is not None and len(items) > limit:
@@ -341,18 +360,19 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
         snapshot = snapshot if kept is not None else ctx.list_snapshots.put(revision, everything, binding)
         token = _encode_continue(revision, items[-1].metadata.name, snapshot, binding)
     rv = str(revision)
+    headers = warning_header(_unreadable_warnings(unreadable))
     if wants_table(request.headers.get("accept")):
         inputs = (await run_in_threadpool(ctx.table_inputs, info.kind) if view is None
                   else view.table_inputs)
         body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
-                     token)
-        return JSONResponse(body)
+                     token, unreadable)
+        return JSONResponse(body, headers=headers)
     meta: dict[str, Any] = {"resourceVersion": rv}
     if token:
         meta["continue"] = token
         meta["remainingItemCount"] = remaining
     return JSONResponse({"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": meta,
-                         "items": [o.to_dict() for o in items]})
+                         "items": [o.to_dict() for o in items]}, headers=headers)
 
 
 async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
@@ -418,8 +438,9 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
 
 
 def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource,
-                  dry_run: bool = False) -> Resource:
-    """Create (a Reservation: claim) as the caller, or its dry run."""
+                  dry_run: bool = False, applied: frozenset[FieldPath] | None = None) -> Resource:
+    """Create (a Reservation: claim) as the caller, or its dry run; with
+    `applied`, a server-side apply's create (its fields are applied ones)."""
     action = Action("create", info.plural, name=obj.metadata.name or None, dry_run=dry_run)
 
     def create_one(candidate: Resource) -> Resource:
@@ -432,7 +453,9 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
                 # reservation: a 404 would read as "reservation not found".
                 raise InvalidInput(str(exc), field="spec.hypervisor") from None
         if dry_run:
-            return ctx.store.dry_run(Write("create", candidate), who.manager)
+            return ctx.store.dry_run(Write("create", candidate, applied), who.manager)
+        if applied is not None:
+            return ctx.store.write_all([Write("create", candidate, applied)], who.manager)[0]
         return ctx.store.create(candidate, who.manager)
 
     def write() -> Resource:
@@ -467,7 +490,17 @@ async def item(request: Request) -> Response:
                 obj, view = await run_in_threadpool(get_visible, ctx.store, who, action, info.kind,
                                                     narrowed)
                 return render(request, ctx, info, obj, inputs=view.table_inputs)
-            obj = await run_in_threadpool(ctx.store.get, info.kind, name)
+            try:
+                obj = await run_in_threadpool(ctx.store.get, info.kind, name)
+            except Undecodable as exc:
+                if not wants_table(request.headers.get("accept")):
+                    raise
+                # `kubectl get KIND NAME`: the row says Unknown, the Warning why.
+                inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
+                rows_doc = table(info.kind, [], inputs, str(exc.revision),
+                                 request.query_params.get("includeObject", "PartialObjectMetadata"),
+                                 undecodable=[exc])
+                return JSONResponse(rows_doc, headers=warning_header([str(exc)]))
             return render(request, ctx, info, obj)
         if request.method == "DELETE":
             if sub is not None:
@@ -501,8 +534,9 @@ async def item(request: Request) -> Response:
         if media == bodies.APPLY_PATCH:
             obj, warnings = bodies.to_object(doc, info.kind, target, validation)
             _same_name(obj, name)
-            out, created = await run_in_threadpool(server_side_apply, ctx, who, info, obj, sub, force,
-                                                   dry_run)
+            out, created = await run_in_threadpool(
+                server_side_apply, ctx, who, info, obj, sub, force, dry_run,
+                request.query_params.get("fieldManager") == LAST_APPLIED_MANAGER)
             return render(request, ctx, info, out, 201 if created else 200, warnings)
         out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
                                                 validation, media, dry_run)
@@ -533,7 +567,16 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     keeps the stored status, /status keeps everything but status."""
     action = Action("update", info.plural, obj.metadata.name, sub, force, dry_run)
     precheck(ctx, who, action)
-    current = ctx.store.get(info.kind, obj.metadata.name)
+    try:
+        current = ctx.store.get(info.kind, obj.metadata.name)
+    except Undecodable:
+        # Nothing stored can be read to keep: the body, as its writer may write
+        # it, replaces the object (hvfleet.store.undecodable.overwrite).
+        # (Nothing stored to keep deletion fields from: the body's own are the current.)
+        out = audited(ctx, who, action, None, lambda: _update(ctx, who, obj, obj, force, dry_run),
+                      check=lambda: ctx.authorize(who, action, None, obj))
+        assert out is not None
+        return out
     if sub is None:
         new = _with_status_of(obj, current)
     else:
@@ -591,14 +634,24 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
 
 
 def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manifest: Resource,
-                      sub: str | None, force: bool, dry_run: bool = False) -> tuple[Resource, bool]:
+                      sub: str | None, force: bool, dry_run: bool = False,
+                      last_applied: bool = False) -> tuple[Resource, bool]:
     """PATCH application/apply-patch+yaml: create when absent (a Reservation is
     claimed), else merge the manifest's spec by field ownership; fields another
-    manager owns conflict (409, one FieldManagerConflict cause each) unless forced."""
+    manager owns conflict (409, one FieldManagerConflict cause each) unless forced.
+
+    `last_applied`: `kubectl apply --server-side` of an object that carries a
+    client-side apply's last-applied annotation follows its apply with a
+    second one holding only that annotation, as field manager
+    `kubectl-last-applied`. hvfleet records the caller's identity as manager,
+    so that apply would share (and prune) the Apply entry the first one just
+    wrote: it is written as what it means, an update of the fields it names,
+    which removes nothing (and, as an update, is refused to a role that may
+    not force if it changes another manager's field)."""
     name = manifest.metadata.name
     pinned = manifest.metadata.resource_version is not None
     created = False
-    precheck(ctx, who, Action("patch", info.plural, name, sub, force, dry_run))
+    precheck(ctx, who, Action("patch", info.plural, name, sub, force, dry_run, apply=True))
 
     def attempt() -> Resource:
         nonlocal created
@@ -608,18 +661,34 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             if sub is not None:
                 raise
             created = True
-            return create_object(ctx, who, info, manifest, dry_run)
+            return create_object(ctx, who, info, manifest, dry_run, applied_fields(manifest))
+        except Undecodable as exc:
+            # The manifest replaces an object that cannot be read, at its version.
+            new_meta = manifest.metadata.model_copy(update={
+                "resource_version": manifest.metadata.resource_version or str(exc.revision)})
+            replacing = manifest.model_copy(update={"metadata": new_meta})
+            action = Action("patch", info.plural, name, sub, force, dry_run)
+            out = audited(ctx, who, action, None,
+                          lambda: _update(ctx, who, replacing, replacing, force, dry_run),
+                          check=lambda: ctx.authorize(who, action, None, replacing))
+            assert out is not None
+            return out
+        applied: frozenset[FieldPath] | None = None
         if sub is None:
             # The one apply planning (as `hvfleet apply`); status is /status's business.
-            new = _with_status_of(plan_one(current, manifest, who.manager).object, current)
+            planned = plan_one(current, manifest, who.manager, prune=not last_applied)
+            new, applied = _with_status_of(planned.object, current), planned.applied
+            if last_applied:
+                applied = None
         else:
             new = _with_status_of(current, manifest)
             if manifest.metadata.resource_version is not None:
                 new = new.model_copy(update={"metadata": current.metadata.model_copy(
                     update={"resource_version": manifest.metadata.resource_version})})
-        action = Action("patch", info.plural, name, sub, force, dry_run)
+        action = Action("patch", info.plural, name, sub, force, dry_run, apply=applied is not None)
 
-        out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
+        out = audited(ctx, who, action, current,
+                      lambda: _update(ctx, who, current, new, force, dry_run, applied),
                       check=lambda: authorize_write(ctx, who, action, current, new))
         assert out is not None
         return out
@@ -650,8 +719,34 @@ async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: st
     uid, rv, body_dry_run = (await run_in_threadpool(_delete_options, body)
                              if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body))
     dry_run = dry_run or body_dry_run
-    out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv, dry_run)
+    try:
+        out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv, dry_run)
+    except Undecodable as exc:
+        gone = await run_in_threadpool(delete_undecodable, ctx, who, info, exc, uid, rv, dry_run)
+        return JSONResponse(success(Target(info.plural, name, info.kind), gone.uid))
     return render(request, ctx, info, out)
+
+
+def delete_undecodable(ctx: ApiContext, who: Identity, info: ResourceInfo, stored: Undecodable,
+                       uid: str | None, rv: str | None, dry_run: bool) -> Undecodable:
+    """Delete an object that cannot be read, as its name allows the caller to
+    (the role table; nothing else of it can be judged), at the version that was
+    read. Answered with a Status, since there is no object to show."""
+    action = Action("delete", info.plural, stored.name, dry_run=dry_run)
+
+    def write() -> Undecodable:
+        if uid is not None and uid != stored.uid:
+            raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
+                               f"uid in object meta: {stored.uid}")
+        version = rv or str(stored.revision)
+        if version != str(stored.revision):
+            raise StaleVersion(f"{info.kind} {stored.name}: resourceVersion {version} is stale "
+                               f"(current is {stored.revision})")
+        if not dry_run:
+            ctx.store.delete(info.kind, stored.name, version)
+        return stored
+
+    return audited(ctx, who, action, None, write, check=lambda: ctx.authorize(who, action))
 
 
 def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, uid: str | None,

@@ -29,6 +29,7 @@ from hvfleet.model.errors import (
 from hvfleet.model.meta import API_GROUP
 from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
 from hvfleet.store.base import OwnershipConflict, StaleVersion
+from hvfleet.store.undecodable import Undecodable
 
 # The model's table, with the scheduling refusals (a claim that does not fit) as
 # Conflict before it: they are no InvalidInput, and model knows nothing of them.
@@ -46,6 +47,10 @@ def _by_status(code: int) -> tuple[str, int]:
     except ValueError:
         return "InternalError", 500
     return ("InternalError" if code == 500 else phrase), code
+
+
+# The cause of a Status about a stored object that does not decode.
+UNDECODABLE = "Undecodable"
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,10 @@ def from_error(exc: Exception, target: Target) -> dict[str, Any]:
     if isinstance(exc, StaleVersion):
         # What tells a stale write from the other conflicts (a client retries only it).
         causes = [{"reason": "FieldValueInvalid", "message": detail,
+                   "field": "metadata.resourceVersion"}]
+    if isinstance(exc, Undecodable):
+        # What the remote store reads back as Undecodable: the stored version and why.
+        causes = [{"reason": UNDECODABLE, "message": f"{exc.revision}: {exc.reason}",
                    "field": "metadata.resourceVersion"}]
     if isinstance(exc, InvalidInput) and exc.field and not causes:
         # The core names the field it refused (hvfleet.model.errors): one cause.

@@ -17,6 +17,7 @@ from typing import Any
 from hvfleet.model import views
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, Resource
 from hvfleet.model.lease import Lease
+from hvfleet.store.undecodable import Undecodable
 
 
 def wants_table(accept: str | None) -> bool:
@@ -66,6 +67,12 @@ def rows_for(kind: str, objs: Sequence[Resource],
     return [c.to_dict() for c in cols], rows
 
 
+def _columns(kind: str) -> list[views.Column]:
+    by_kind = {"Hypervisor": views.hypervisor_columns, "Reservation": views.reservation_columns,
+               "OvercommitPolicy": views.policy_columns, "Lease": views.lease_columns}
+    return by_kind[kind](True)
+
+
 def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
     if include == "None":
         return None
@@ -75,9 +82,22 @@ def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
 
 
+def undecodable_row(kind: str, err: Undecodable, include: str) -> dict[str, Any]:
+    """The row of an object that does not decode: its name, `Unknown` in the
+    kind's state column, nothing else (the reason is in the answer's Warning)."""
+    row: dict[str, Any] = {"cells": views.unknown_row(_columns(kind), err.name)}
+    if include != "None":
+        meta: dict[str, Any] = {"name": err.name, "resourceVersion": str(err.revision)}
+        if err.uid:
+            meta["uid"] = err.uid
+        row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                         "metadata": meta}
+    return row
+
+
 def table(kind: str, objs: Sequence[Resource], inputs: TableInputs,
           resource_version: str, include_object: str = "PartialObjectMetadata",
-          continue_token: str = "") -> dict[str, Any]:
+          continue_token: str = "", undecodable: Sequence[Undecodable] = ()) -> dict[str, Any]:
     cols, rows = rows_for(kind, objs, inputs)
     out_rows = []
     for obj, cells in zip(objs, rows, strict=True):
@@ -86,6 +106,9 @@ def table(kind: str, objs: Sequence[Resource], inputs: TableInputs,
         if o is not None:
             row["object"] = o
         out_rows.append(row)
+    if undecodable:
+        out_rows += [undecodable_row(kind, err, include_object) for err in undecodable]
+        out_rows.sort(key=lambda r: str(r["cells"][0]))
     meta: dict[str, Any] = {"resourceVersion": resource_version}
     if continue_token:
         meta["continue"] = continue_token

@@ -15,7 +15,9 @@ The same paths also speak the generic Store mapping (docs/store.md), so a
 remote Store backend needs nothing special for tokens: POST of an AccessToken
 record (its hash made by the client, which then never sends the secret at all),
 PUT of a record (compare-and-swap on resourceVersion; `force=true` to take
-fields over), GET and DELETE as above. The
+fields over; who a token speaks for never changes and a revoke is final), GET
+and DELETE as above. A record's subject speaks for one role, on every path
+(hvfleet.store.tokens.create_token). The
 resource is not in discovery (it is no CRD and no fleet kind); it is authorized
 as "tokens", which only admins hold (hvfleet.server.auth.ROLE_GRANTS), and
 every write is audited.
@@ -35,14 +37,21 @@ from starlette.routing import Route
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.errors import BadRequest, Forbidden, NotFound, UnsupportedMediaType
 from hvfleet.model.meta import API_VERSION, Model
-from hvfleet.model.token import AccessToken, Role
+from hvfleet.model.token import AccessToken, Role, check_token_update
 from hvfleet.server import bodies
 from hvfleet.server.auth import TokenAuthenticator
 from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import audited, authenticate, code_of, error_response
 from hvfleet.server.status import Target, invalid_object, unknown_fields
-from hvfleet.store.tokens import KIND, find_token, issue_token, list_tokens, revoke_token
+from hvfleet.store.tokens import (
+    KIND,
+    create_token,
+    find_token,
+    issue_token,
+    list_tokens,
+    revoke_token,
+)
 
 PATH = "/apis/hvfleet.io/v1/accesstokens"
 M = TypeVar("M", bound=Model)
@@ -101,9 +110,7 @@ def _store_record(ctx: ApiContext, who: Identity, record: AccessToken) -> Access
 
     def write() -> AccessToken:
         ctx.authorize(who, action, None, record)
-        out = ctx.store.create(record, who.manager)
-        assert isinstance(out, AccessToken)
-        return out
+        return create_token(ctx.store, record, who.manager)
 
     out = audited(ctx, who, action, None, write)
     assert isinstance(out, AccessToken)
@@ -116,6 +123,9 @@ def _replace(ctx: ApiContext, who: Identity, record: AccessToken, force: bool) -
 
     def write() -> AccessToken:
         ctx.authorize(who, action, current, record)
+        # Checked against the state the update's compare-and-swap names: a
+        # record whose resourceVersion is not `current`'s is refused as stale.
+        check_token_update(current, record)
         out = ctx.store.update(record, who.manager, force=force)
         assert isinstance(out, AccessToken)
         return out

@@ -27,6 +27,7 @@ from hvfleet.model.hypervisor import Resource
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import EventType, Store, WatchEvent
 from hvfleet.store.encoding import with_version
+from hvfleet.store.undecodable import Undecodable
 
 # Encoded event lines kept for clients that are a little behind the others.
 _ENCODED_KEPT = 1024
@@ -249,16 +250,15 @@ def seen_through(
     if event.type != "MODIFIED":  # a DELETED event's object is the last one stored
         return (event.type, event.object) if matches_now else None
     previous: Resource | None = None
-    if event.knows_previous:
-        previous = event.previous()
-        assert previous is not None  # a modified object existed before
-        matched_before = matches(previous)
-    else:
-        # A store that cannot tell: as if it matched, so that a client is never
-        # left holding an object that left; at worst it is told to delete one
-        # it never had (which Kubernetes clients ignore). Not for a narrowed
-        # watch: that would show an object its caller may not read.
-        matched_before = visible is None
+    try:
+        previous = event.previous() if event.knows_previous else None
+    except Undecodable:
+        previous = None  # its previous state cannot be read: as a store that cannot tell
+    # A store that cannot tell: as if it matched, so that a client is never left
+    # holding an object that left; at worst it is told to delete one it never
+    # had (which Kubernetes clients ignore). Not for a narrowed watch: that
+    # would show an object its caller may not read.
+    matched_before = matches(previous) if previous is not None else visible is None
     if matches_now:
         return ("MODIFIED" if matched_before else "ADDED"), event.object
     if not matched_before:

@@ -5,10 +5,13 @@ API's server-side apply):
 - `load_manifests(text, source)` parses and validates YAML/JSON documents
   (a `List` is unrolled) before anything is written;
 - `plan_one(current, manifest, manager)` is the pure planning of one object:
-  server-side-apply merge of the manifest's spec onto what is stored (fields
-  the manager owned and left out are removed, others' fields kept), labels
-  and annotations as the manifest says, CAS on the manifest's
-  resourceVersion if it names one, else on the stored one;
+  server-side-apply merge of the manifest's spec leaves, labels and
+  annotations onto what is stored (`hvfleet.store.ownership.apply_merge`:
+  fields the manager applied before and left out are removed unless someone
+  else owns them too, others' fields kept), written as an Apply of the
+  manifest's fields (`Write.applied`: conflicts with other managers' fields
+  are the write's), CAS on the manifest's resourceVersion if it names one,
+  else on the stored one;
 - `apply_manifests(store, manifests, manager, force=)` plans every document
   against the store and writes them with one `Store.write_all`: all or
   nothing. When an object changed between the read and the write, and no
@@ -28,7 +31,7 @@ from hvfleet.model.errors import AlreadyExists, InvalidInput, NotFound, TooLarge
 from hvfleet.model.hypervisor import KINDS, Reservation, Resource
 from hvfleet.model.meta import API_VERSION, validation_message
 from hvfleet.store.base import StaleVersion, Store, Write
-from hvfleet.store.ownership import apply_spec
+from hvfleet.store.ownership import applied_fields, apply_merge
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # Re-plans after a concurrent change before the Conflict is the caller's.
@@ -91,8 +94,10 @@ def _manifest(item: Any, what: str) -> Resource:
         raise InvalidInput(validation_message(exc, f"{what} ({kind} {name})")) from None
 
 
-def plan_one(current: Resource | None, manifest: Resource, manager: str) -> Write:
-    """What applying `manifest` as `manager` writes over `current` (None: absent).
+def plan_one(current: Resource | None, manifest: Resource, manager: str, *,
+             prune: bool = True) -> Write:
+    """What applying `manifest` as `manager` writes over `current` (None: absent);
+    `prune=False` sets what the manifest names and removes nothing.
 
     Pure: the ownership conflicts and the version check happen in the write
     (`Store.write_all`, `Store.update`), against the state it lands on."""
@@ -104,18 +109,14 @@ def plan_one(current: Resource | None, manifest: Resource, manager: str) -> Writ
                 f"Reservation {manifest.metadata.name}: a new reservation must be claimed, "
                 "which checks free capacity atomically; apply only updates existing ones"
             )
-        return Write("create", manifest)
+        return Write("create", manifest, applied_fields(manifest))
     rv = manifest.metadata.resource_version or current.metadata.resource_version
-    merged = apply_spec(current, manifest, manager)
-    meta = merged.metadata.model_copy(update={
-        "labels": manifest.metadata.labels,
-        "annotations": manifest.metadata.annotations,
-        "resource_version": rv,
-    })
+    merged = apply_merge(current, manifest, manager, prune=prune)
+    meta = merged.metadata.model_copy(update={"resource_version": rv})
     merged = merged.model_copy(update={"metadata": meta})
     if isinstance(merged, Reservation) and isinstance(manifest, Reservation):
         merged = merged.model_copy(update={"status": manifest.status})
-    return Write("update", merged)
+    return Write("update", merged, applied_fields(manifest))
 
 
 def plan_apply(store: Store, manifests: Sequence[Resource], manager: str) -> list[Write]:

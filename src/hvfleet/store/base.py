@@ -6,7 +6,10 @@ directly:
   is the revision of its last write (etcd's mod_revision);
 - every update is compare-and-swap on `resourceVersion` (stale → Conflict);
 - field ownership is recorded in `metadata.managedFields` and enforced inside
-  the same atomic write (see `hvfleet.store.ownership`);
+  the same atomic write (see `hvfleet.store.ownership`): an update takes what
+  it changes, an apply (`Write.applied`) conflicts with others' fields;
+- a write that changes nothing is not written: no new resourceVersion, no
+  generation bump, no watch event, on every backend;
 - `watch(since=R)` yields every event with revision > R, in order; history
   that was compacted away raises Gone; each event can tell the object's
   previous state (`WatchEvent.previous`);
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
+from hvfleet.model.bounds import MAX_LEASE_SECONDS
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import (
     KINDS,
@@ -43,6 +47,7 @@ from hvfleet.model.hypervisor import (
 )
 from hvfleet.model.lease import Lease, lease_live, released, renewed
 from hvfleet.model.selectors import Selector, parse_selector
+from hvfleet.store.undecodable import Undecodable, overwrite
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 # Renewals of one Lease that may collide (two stores of one agent) before giving up.
@@ -88,16 +93,27 @@ class WatchEvent:
 
 
 WriteAction = Literal["create", "update"]
+# A field as managedFields records it: ("spec", "overcommit", "cpu"),
+# ("metadata", "labels", "az"), ("status",).
+FieldPath = tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Write:
     """One object of an atomic batch (`Store.write_all`): `create` it (it must
     not exist), or `update` it by compare-and-swap on the resourceVersion it
-    carries, exactly as `Store.create` and `Store.update` would."""
+    carries, exactly as `Store.create` and `Store.update` would.
+
+    `applied` makes the write a server-side apply (managedFields operation
+    Apply) of a configuration naming exactly these fields: the manager's
+    applied fields become exactly these, and changing a field another manager
+    owns is an OwnershipConflict unless forced. Without it the write is an
+    Update: it succeeds whoever owned what, and takes what it changes
+    (hvfleet.store.ownership)."""
 
     action: WriteAction
     object: Resource
+    applied: frozenset[FieldPath] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,9 @@ class ListResult:
     # The store revision the list was read at: watch(since=revision) continues
     # from exactly this point without gaps.
     revision: int
+    # Objects of the kind (matching the selector, where their labels can be
+    # read) that were skipped because they do not decode (hvfleet.store.undecodable).
+    undecodable: list[Undecodable] = field(default_factory=list)
 
 
 class StaleVersion(Conflict):
@@ -202,6 +221,21 @@ def check_batch(writes: Sequence[Write]) -> None:
         seen.add(key)
 
 
+def check_overwrite(stored: Undecodable, new: Resource) -> None:
+    """An update over an undecodable object names the version stored (the
+    compare-and-swap of every update): StaleVersion otherwise."""
+    rv = new.metadata.resource_version
+    if rv is None:
+        raise InvalidInput(
+            f"{new.kind} {new.metadata.name}: metadata.resourceVersion is required for an update"
+        )
+    if rv != str(stored.revision):
+        raise StaleVersion(
+            f"{new.kind} {new.metadata.name}: resourceVersion {rv} is stale "
+            f"(current is {stored.revision}); re-read and retry"
+        )
+
+
 def changed_parts(old: Resource, new: Resource) -> tuple[bool, bool]:
     """(whether `new` changes the status of `old`, whether it changes anything
     else): which of the main resource and its /status subresource a write is."""
@@ -240,7 +274,9 @@ class Store(ABC):
     @abstractmethod
     def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
         """Compare-and-swap on obj.metadata.resourceVersion (required): stale →
-        Conflict. Field ownership is checked against the stored object."""
+        Conflict. An Update: it takes ownership of the fields it changes (status
+        writer and agent rules still apply); `force` is for applies. A write
+        that changes nothing returns the stored object as it is."""
 
     @abstractmethod
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
@@ -255,11 +291,15 @@ class Store(ABC):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         """Events with revision > since, in revision order, until `stop` is set or
         `timeout` seconds pass without an event. Gone if `since` was compacted.
         With `name` (and `kind`), only that object's events: an agent watching
-        its own Hypervisor must not receive every other host's writes."""
+        its own Hypervisor must not receive every other host's writes. An event
+        whose object does not decode is skipped (logged and counted) and handed
+        to `on_undecodable`, where the backend can tell (SQLite, etcd; not the
+        remote store, whose server skips it)."""
 
     @abstractmethod
     def revision(self) -> int:
@@ -309,18 +349,25 @@ class Store(ABC):
         from hvfleet.store.ownership import prepare_create, prepare_update
 
         obj = write.object
+        now = datetime.now(UTC).replace(microsecond=0)
         try:
             old: Resource | None = self.get(obj.kind, obj.metadata.name)
         except NotFound:
             old = None
-        now = datetime.now(UTC).replace(microsecond=0)
+        except Undecodable as exc:
+            if write.action == "create":
+                raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists") from None
+            check_overwrite(exc, obj)
+            out = overwrite(exc, obj, manager, now)
+            meta = out.metadata.model_copy(update={"resource_version": str(exc.revision)})
+            return out.model_copy(update={"metadata": meta})
         if write.action == "create":
             if old is not None:
                 raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
-            return prepare_create(obj, manager, now)
+            return prepare_create(obj, manager, now, write.applied)
         if old is None:
             raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-        new = prepare_update(old, obj, manager, force=force, now=now)
+        new = prepare_update(old, obj, manager, force=force, now=now, applied=write.applied)
         meta = new.metadata.model_copy(update={"resource_version": old.metadata.resource_version})
         return new.model_copy(update={"metadata": meta})
 
@@ -370,8 +417,9 @@ class Store(ABC):
         wrote it since (another process of the same agent), it is read again."""
         from hvfleet.store.ownership import agent_manager
 
-        if ttl < 1:
-            raise InvalidInput(f"{ttl} must be at least 1", field="leaseDurationSeconds")
+        if not 1 <= ttl <= MAX_LEASE_SECONDS:
+            raise InvalidInput(f"{ttl} must be from 1 to {MAX_LEASE_SECONDS} seconds",
+                               field="leaseDurationSeconds")
         holder = agent_manager(name)
         held = self._held_leases()
         current = held.get(name)
@@ -461,13 +509,23 @@ class Store(ABC):
         *,
         force: bool = False,
         attempts: int = 50,
+        as_apply: bool = False,
     ) -> Resource:
         """Read, apply `mutate`, write with CAS; on a stale version re-read and retry.
-        Ownership conflicts are not retried: they need a person's decision."""
+        `as_apply`: write a person's edit as an apply of what it changes
+        (`ownership.applied_after_edit`), so a field another manager owns is an
+        OwnershipConflict unless forced; else an Update, which takes what it
+        changes. Ownership conflicts are not retried: they need a person's decision."""
+        from hvfleet.store.ownership import applied_after_edit
+
         last: StaleVersion | None = None
         for attempt in range(attempts):
-            new = mutate(self.get(kind, name))
+            old = self.get(kind, name)
+            new = mutate(old)
             try:
+                if as_apply:
+                    applied = applied_after_edit(old, new, manager)
+                    return self.write_all([Write("update", new, applied)], manager, force=force)[0]
                 return self.update(new, manager, force=force)
             except StaleVersion as exc:
                 last = exc
@@ -486,11 +544,13 @@ class Store(ABC):
         manager: str,
         *,
         force: bool = False,
+        as_apply: bool = False,
     ) -> Hypervisor:
         def typed(obj: Resource) -> Resource:
             assert isinstance(obj, Hypervisor)
             return mutate(obj)
 
-        out = self.update_with_retry("Hypervisor", name, typed, manager, force=force)
+        out = self.update_with_retry("Hypervisor", name, typed, manager, force=force,
+                                     as_apply=as_apply)
         assert isinstance(out, Hypervisor)
         return out

@@ -19,11 +19,12 @@ is the contract's Lease objects, stored like every other object.
 from __future__ import annotations
 
 import builtins
+import json
 import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +40,7 @@ from hvfleet.store.base import (
     Write,
     as_selector,
     check_batch,
+    check_overwrite,
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
@@ -56,7 +58,8 @@ from hvfleet.store.etcd_transport import (
     prefix_end,
 )
 from hvfleet.store.etcd_watch import watch_range
-from hvfleet.store.ownership import prepare_create, prepare_update
+from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
+from hvfleet.store.undecodable import Undecodable, overwrite, skipped
 
 __all__ = ["DEFAULT_PREFIX", "EtcdStore", "parse_etcd_url"]
 
@@ -180,8 +183,8 @@ class EtcdStore(Store):
         return hit[1] if hit is not None and hit[0] == revision else None
 
     def _decode_kv(self, kv: KeyValue) -> Resource:
-        kind, _, _ = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
-        return decode(kind, kv.value, kv.mod_revision)
+        kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
+        return decode(kind, kv.value, kv.mod_revision, name)
 
     def _reservation_ops(self, old: Resource | None, new: Resource | None) -> builtins.list[dict[str, Any]]:
         """Keep the per-host reservation index and set keys in step with a
@@ -200,6 +203,21 @@ class EtcdStore(Store):
             ops.append(op_put(self._reservation_index_prefix(new_host) + name, b""))
         return ops
 
+    def _undecodable_reservation_ops(self, kind: str, name: str, value: bytes,
+                                     old: Resource | None) -> builtins.list[dict[str, Any]]:
+        """The reservation index keys of a Reservation deleted although it does
+        not decode, from its host as far as the stored JSON still names it."""
+        if kind != "Reservation" or old is not None:
+            return []
+        try:
+            host = json.loads(value)["spec"]["hypervisor"]
+        except (ValueError, KeyError, TypeError):
+            return []
+        if not isinstance(host, str) or not host:
+            return []
+        return [op_put(self._reservation_set_key(host), name.encode()),
+                op_delete(self._reservation_index_prefix(host) + name)]
+
     def _range(self, key: str, **kwargs: Any) -> tuple[builtins.list[KeyValue], int, bool]:
         return self.transport.range(key, **kwargs)
 
@@ -211,7 +229,7 @@ class EtcdStore(Store):
         if not kvs:
             raise NotFound(f"{kind} {name!r} not found")
         self._remember(kvs[0].key, kvs[0].mod_revision, kvs[0].value)
-        return decode(kind, kvs[0].value, kvs[0].mod_revision)
+        return decode(kind, kvs[0].value, kvs[0].mod_revision, name)
 
     def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
         kind = kind_of(kind)
@@ -228,6 +246,7 @@ class EtcdStore(Store):
         start = self._kind_prefix(kind)
         end = prefix_end(start)
         items: builtins.list[Resource] = []
+        bad: builtins.list[Undecodable] = []
         revision: int | None = None
         key = start
         while True:
@@ -239,12 +258,18 @@ class EtcdStore(Store):
             if revision is None:
                 revision = header_rev
             for kv in kvs:
-                obj = decode(kind, kv.value, kv.mod_revision)
+                try:
+                    obj = decode(kind, kv.value, kv.mod_revision, kv.key.removeprefix(start))
+                except Undecodable as exc:
+                    if sel.matches(exc.labels):
+                        skipped(exc, f"list {kind}")
+                        bad.append(exc)
+                    continue
                 if sel.matches(obj.metadata.labels):
                     self._remember(kv.key, kv.mod_revision, kv.value)
                     items.append(obj)
             if not more or not kvs:
-                return ListResult(items=items, revision=revision)
+                return ListResult(items=items, revision=revision, undecodable=bad)
             key = kvs[-1].key + "\0"
 
     def create(self, obj: Resource, manager: str) -> Resource:
@@ -277,8 +302,15 @@ class EtcdStore(Store):
             if not kvs:
                 raise NotFound(f"{kind} {name!r} not found")
             old_revision, old_value = kvs[0].mod_revision, kvs[0].value
-        old = decode(kind, old_value, old_revision)
-        stored = prepare_update(old, obj, manager, force=force, now=_now())
+        old: Resource | None
+        try:
+            old = decode(kind, old_value, old_revision, name)
+            stored = prepare_update(old, obj, manager, force=force, now=_now())
+            if unchanged(old, stored):
+                return old
+        except Undecodable as exc:
+            check_overwrite(exc, obj)
+            old, stored = None, overwrite(exc, obj, manager, _now())
         value = encode(stored)
         result = self.transport.txn(
             [cmp_mod(key, old_revision)],
@@ -320,30 +352,47 @@ class EtcdStore(Store):
         ops: builtins.list[dict[str, Any]] = []
         stored: builtins.list[Resource] = []
         values: builtins.list[bytes] = []
+        kept: set[int] = set()  # writes that change nothing
         for i, (w, key) in enumerate(zip(writes, keys, strict=True)):
             obj, kv = w.object, snap.first(i)
             old: Resource | None = None
             if w.action == "create":
                 if kv is not None:
                     raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
-                new = prepare_create(obj, manager, now)
+                new = prepare_create(obj, manager, now, w.applied)
                 compares.append(cmp_absent(key))
             else:
                 if kv is None:
                     raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-                old = decode(obj.kind, kv.value, kv.mod_revision)
-                new = prepare_update(old, obj, manager, force=force, now=now)
+                try:
+                    old = decode(obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
+                    new = prepare_update(old, obj, manager, force=force, now=now,
+                                         applied=w.applied)
+                except Undecodable as exc:
+                    check_overwrite(exc, obj)
+                    old, new = None, overwrite(exc, obj, manager, now)
                 compares.append(cmp_mod(key, kv.mod_revision))
+                if old is not None and unchanged(old, new):
+                    # Nothing to write; still compared, so the batch lands on the
+                    # state every check saw.
+                    stored.append(old)
+                    values.append(kv.value)
+                    kept.add(i)
+                    continue
             value = encode(new)
             ops += [op_put(key, value), *self._reservation_ops(old, new)]
             stored.append(new)
             values.append(value)
+        if not ops:
+            return stored  # every write was a no-op on the snapshot just read
         result = self.transport.txn(compares, _once_per_key(ops), [op_get(k) for k in keys], what=what)
         revision = result.revision if result.succeeded else landed(result, values)
         if revision is not None:
-            for key, value in zip(keys, values, strict=True):
-                self._remember(key, revision, value)
-            return [with_version(obj, revision) for obj in stored]
+            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+                if i not in kept:
+                    self._remember(key, revision, value)
+            return [obj if i in kept else with_version(obj, revision)
+                    for i, obj in enumerate(stored)]
         # Changed since the read: name the first object that did.
         for i, w in enumerate(writes):
             before, now_kv = snap.first(i), result.first(i)
@@ -378,10 +427,16 @@ class EtcdStore(Store):
                     f"{kind} {name}: resourceVersion {resource_version} is stale "
                     f"(current is {current})"
                 )
-            old = decode(kind, kvs[0].value, kvs[0].mod_revision)
+            try:
+                old: Resource | None = decode(kind, kvs[0].value, kvs[0].mod_revision, name)
+            except Undecodable:
+                # Deleted all the same; a Reservation's host (for its index keys)
+                # is read from what can still be read of it.
+                old = None
             result = self.transport.txn(
                 [cmp_mod(key, kvs[0].mod_revision)],
-                [op_delete(key), *self._reservation_ops(old, None)],
+                [op_delete(key), *self._reservation_ops(old, None),
+                 *self._undecodable_reservation_ops(kind, name, kvs[0].value, old)],
                 [op_get(key)],
                 what=f"delete {kind} {name}",
             )
@@ -435,7 +490,7 @@ class EtcdStore(Store):
                 raise NotFound(f"Hypervisor {host_name!r} not found")
             if taken:
                 raise AlreadyExists(f"Reservation {name!r} already exists")
-            host = decode("Hypervisor", host_kvs[0].value, host_kvs[0].mod_revision)
+            host = decode("Hypervisor", host_kvs[0].value, host_kvs[0].mod_revision, host_name)
             assert isinstance(host, Hypervisor)
             set_cmp = cmp_mod(set_key, set_kvs[0].mod_revision) if set_kvs else cmp_absent(set_key)
             # 2. The reservations themselves, only if the set is still the one read.
@@ -491,6 +546,7 @@ class EtcdStore(Store):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         """Events with revision > since, resuming on another endpoint (from the
         last revision delivered) when a stream breaks (see `etcd_watch`)."""
@@ -504,7 +560,8 @@ class EtcdStore(Store):
             start = self._kind_prefix(kind_of(kind) if kind else None)
             end = prefix_end(start)
         events = watch_range(
-            self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout
+            self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout,
+            on_undecodable=on_undecodable,
         )
         if kind is not None:
             yield from events

@@ -25,6 +25,7 @@ from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import Resource
 from hvfleet.store.base import EventType, WatchEvent
 from hvfleet.store.etcd_transport import EtcdTransport, KeyValue, b64
+from hvfleet.store.undecodable import Undecodable, skipped
 
 # A watch with a timeout waits at least this long for etcd to send the history
 # it asked for (etcd syncs lagging watchers every 100 ms).
@@ -42,6 +43,7 @@ def watch_range(
     *,
     stop: threading.Event | None = None,
     timeout: float | None = None,
+    on_undecodable: Callable[[Undecodable], None] | None = None,
 ) -> Iterator[WatchEvent]:
     """Events on keys in [start, end) with revision > since. With a `timeout`,
     history up to the revision the watch was created at is delivered first:
@@ -99,7 +101,16 @@ def watch_range(
                     raw = msg.get("events", [])
                     for i, ev in enumerate(raw):
                         following = raw[i + 1]["kv"] if i + 1 < len(raw) else None
-                        event = _event(ev, decode, following)
+                        try:
+                            event = _event(ev, decode, following)
+                        except Undecodable as exc:
+                            revision = int(ev.get("kv", {}).get("mod_revision", 0))
+                            if revision > floor:
+                                last = revision
+                                skipped(exc, "watch")
+                                if on_undecodable is not None:
+                                    on_undecodable(exc)
+                            continue
                         if event.revision <= floor:
                             continue  # already delivered before a reconnect
                         last = event.revision

@@ -3,15 +3,21 @@
 `render_kubeconfig` writes the standard clientcmd shape (one cluster with the
 CA embedded, one user with a bearer token, one current context) that kubectl,
 client-go and the Kubernetes client libraries read as is; `load_kubeconfig`
-reads the current context back for hvfleet's own API client.
+reads the current context back for hvfleet's own API client. `local_server_ca`
+finds the CA to embed when none is given: the one `hvfleet serve` made in its
+data dir, when that server runs on this machine, and only if it is the CA
+that signed what the server serves; otherwise the caller must name one, since
+a kubeconfig kubectl cannot verify the server with is worth nothing.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import os
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -20,8 +26,19 @@ from hvfleet.model.documents import DocumentError, load_yaml
 from hvfleet.model.errors import InvalidInput, Unauthorized
 from hvfleet.model.token import split_token
 
+if TYPE_CHECKING:
+    import ssl  # loaded only when a CA is checked: `kubeconfig --help` must not pay
+
 DEFAULT_NAME = "hvfleet"
 _PEM_CERT = b"-----BEGIN CERTIFICATE-----"
+# Where `hvfleet serve` keeps the CA it makes (hvfleet.server.tls writes
+# <data dir>/tls/ca.crt): the data dir is --data-dir, else $HVFLEET_DATA_DIR,
+# else ./hvfleet-data, as for serve itself.
+DATA_DIR_ENV = "HVFLEET_DATA_DIR"
+DEFAULT_DATA_DIR = "hvfleet-data"
+# How long the check that the CA signed the running server's certificate waits.
+CA_CHECK_TIMEOUT_S = 5.0
+_LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
 
 
 @dataclass(frozen=True)
@@ -40,15 +57,22 @@ def _check_server(server: str) -> str:
     return server.rstrip("/")
 
 
+def check_credentials(server: str, token: str) -> None:
+    """InvalidInput naming `token` or `server` when either is not one a
+    kubeconfig can carry."""
+    try:
+        split_token(token)
+    except Unauthorized:
+        raise InvalidInput("token: not an hvfleet token (hvf_...)") from None
+    _check_server(server)
+
+
 def render_kubeconfig(
     server: str, token: str, ca_pem: bytes | None, name: str = DEFAULT_NAME
 ) -> dict[str, Any]:
     """A kubeconfig for `server` with `token`; `ca_pem` embedded when given (else
     the system's trusted CAs apply)."""
-    try:
-        split_token(token)
-    except Unauthorized:
-        raise InvalidInput("token: not an hvfleet token (hvf_...)") from None
+    check_credentials(server, token)
     if ca_pem is not None and _PEM_CERT not in ca_pem:
         raise InvalidInput("ca: not a PEM certificate")
     cluster: dict[str, Any] = {"server": _check_server(server)}
@@ -63,6 +87,102 @@ def render_kubeconfig(
         "current-context": name,
         "preferences": {},
     }
+
+
+def server_ca_path(data_dir: str | Path | None = None) -> Path:
+    """The CA certificate `hvfleet serve` made in `data_dir` (default as serve's)."""
+    chosen = data_dir or os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR
+    return Path(chosen) / "tls" / "ca.crt"
+
+
+def is_this_machine(host: str) -> bool:
+    """Whether `host` names this machine: a loopback name or address, its host
+    name, or an address one of its interfaces has (bindable here). No DNS."""
+    import ipaddress
+    import socket
+
+    host = host.strip("[]")
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host.lower() in {socket.gethostname().lower(), socket.getfqdn().lower()}
+    if address.is_loopback:
+        return True
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, 0))
+        except OSError:
+            return False
+    return True
+
+
+def _hint(server: str) -> str:
+    return (
+        f"pass --ca FILE for {server}: the server's CA (`hvfleet serve` prints "
+        "'CA certificate: PATH'; it is tls/ca.crt in its data dir), or the CA that "
+        "issued its --tls-cert"
+    )
+
+
+def _signed_by(server: str, context: ssl.SSLContext, timeout: float) -> bool | None:
+    """Whether the certificate `server` presents verifies against the CA `context`
+    trusts, for its host name, as kubectl will check it; None when the server
+    cannot be reached (not started yet), so nothing can be said."""
+    import socket
+    import ssl
+
+    parts = urlsplit(server)
+    host = parts.hostname or ""
+    try:
+        with (
+            socket.create_connection((host, parts.port or 443), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host),
+        ):
+            return True
+    except ssl.SSLCertVerificationError:
+        return False
+    except (OSError, ssl.SSLError):
+        return None
+
+
+def local_server_ca(
+    server: str, data_dir: str | Path | None = None, *, timeout: float = CA_CHECK_TIMEOUT_S
+) -> bytes | None:
+    """The CA to embed for `server` when the caller gave none: None for plain
+    HTTP (nothing to verify); the CA `hvfleet serve` made in `data_dir` when the
+    server is on this machine and, if it answers, presents a certificate that
+    CA signed. InvalidInput (naming `ca`, with what to pass) otherwise."""
+    parts = urlsplit(_check_server(server))
+    if parts.scheme == "http":
+        return None
+    host = parts.hostname or ""
+    if not is_this_machine(host):
+        raise InvalidInput(f"ca: {host} is not this machine, so its CA is not known here; " + _hint(server))
+    path = server_ca_path(data_dir)
+    try:
+        ca_pem = path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(
+            f"ca: no CA of a local hvfleet serve at {path} ({exc.strerror}); use --data-dir DIR "
+            f"(the server's), or " + _hint(server)
+        ) from None
+    import ssl
+
+    try:
+        if _PEM_CERT not in ca_pem:
+            raise ValueError("no certificate")
+        context = ssl.create_default_context(cadata=ca_pem.decode("ascii"))
+    except (ValueError, ssl.SSLError):
+        raise InvalidInput(f"ca: {path} is not a PEM certificate; " + _hint(server)) from None
+    if _signed_by(server, context, timeout) is False:
+        raise InvalidInput(
+            f"ca: {server} serves a certificate the CA in {path} did not sign (another data dir, "
+            "or a --tls-cert); " + _hint(server)
+        )
+    return ca_pem
 
 
 def dump_kubeconfig(config: dict[str, Any]) -> str:

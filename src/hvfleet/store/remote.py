@@ -34,7 +34,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,8 @@ from hvfleet.store.base import (
     gc_paused,
     kind_of,
 )
+from hvfleet.store.ownership import AGENT_PREFIX
+from hvfleet.store.undecodable import Undecodable
 
 GV = "/apis/hvfleet.io/v1"
 BATCH_PATH = f"{GV}/batch"
@@ -195,6 +197,14 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
     assert isinstance(details, dict)
     raw = details.get("causes") if isinstance(details.get("causes"), list) else []
     causes = [c for c in raw or [] if isinstance(c, dict)]
+    unreadable = next((c for c in causes if c.get("reason") == "Undecodable"), None)
+    if unreadable is not None:
+        plural = str(details.get("kind") or "")
+        revision, _, why = str(unreadable.get("message", "")).partition(": ")
+        return Undecodable(
+            next((k for k in STORED_KINDS if plural_of(k) == plural), plural),
+            str(details.get("name") or ""), int(revision) if revision.isdigit() else 0, why,
+        )
     if reason == "NotFound" or (not reason and code == 404):
         return NotFound(message)
     if reason == "AlreadyExists":
@@ -434,8 +444,17 @@ class RemoteStore(Store):
         kind, name = obj.kind, obj.metadata.name
         base = self._remembered(kind, name, obj.metadata.resource_version)
         if base is None:
-            base = self.get(kind, name)
-        status_changed, rest_changed = changed_parts(base, obj)
+            try:
+                base = self.get(kind, name)
+            except Undecodable:
+                base = None
+        if base is None:
+            # Over an object that does not decode: the writer's own part (an
+            # agent writes status, anyone else the rest), which overwrites it.
+            status_changed = manager.startswith(AGENT_PREFIX) and obj.kind in KINDS
+            rest_changed = not status_changed
+        else:
+            status_changed, rest_changed = changed_parts(base, obj)
         if obj.kind not in KINDS:  # an access token: one object, no /status
             status_changed, rest_changed = False, True
         if status_changed and rest_changed:
@@ -460,7 +479,7 @@ class RemoteStore(Store):
         check_batch(writes)
         if not writes:
             return []
-        body = {"writes": [{"action": w.action, "object": w.object.to_dict()} for w in writes]}
+        body = {"writes": [_batch_item(w) for w in writes]}
         doc = json.loads(self._call("POST", BATCH_PATH + ("?force=true" if force else ""), body,
                                     manager=manager))
         return [self._remember(STORED_KINDS[w.object.kind].model_validate(item))
@@ -527,6 +546,7 @@ class RemoteStore(Store):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         if name is not None and not kind:
             raise InvalidInput("watch: a name needs a kind")
@@ -693,3 +713,13 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _batch_item(write: Write) -> dict[str, Any]:
+    """One write of a batch body; an apply carries its field set as FieldsV1."""
+    from hvfleet.store.ownership import to_fields_v1
+
+    item: dict[str, Any] = {"action": write.action, "object": write.object.to_dict()}
+    if write.applied is not None:
+        item["applied"] = to_fields_v1(write.applied)
+    return item

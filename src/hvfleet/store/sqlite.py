@@ -36,6 +36,7 @@ from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
     EventType,
+    FieldPath,
     ListResult,
     StaleVersion,
     Store,
@@ -43,11 +44,13 @@ from hvfleet.store.base import (
     Write,
     as_selector,
     check_batch,
+    check_overwrite,
     gc_paused,
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
-from hvfleet.store.ownership import prepare_create, prepare_update
+from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
+from hvfleet.store.undecodable import Undecodable, overwrite, skipped
 
 T = TypeVar("T")
 
@@ -210,10 +213,30 @@ class SqliteStore(Store):
         return obj
 
     def _load(self, db: sqlite3.Connection, kind: str, name: str) -> Resource | None:
+        """The stored object, None when absent; Undecodable when it does not decode."""
         row = db.execute(
             "SELECT body, rv FROM objects WHERE kind = ? AND name = ?", (kind, name)
         ).fetchone()
-        return None if row is None else decode(kind, row[0], row[1])
+        return None if row is None else decode(kind, row[0], row[1], name)
+
+    def _prepare_update(self, db: sqlite3.Connection, obj: Resource, manager: str, force: bool,
+                        now: datetime, applied: frozenset[FieldPath] | None = None,
+                        ) -> tuple[Resource | None, Resource]:
+        """The stored object and `obj` as stored by an update over it (or over one
+        that does not decode, then None: an overwrite naming its version)."""
+        try:
+            old = self._load(db, obj.kind, obj.metadata.name)
+        except Undecodable as exc:
+            check_overwrite(exc, obj)
+            return None, overwrite(exc, obj, manager, now)
+        if old is None:
+            raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+        return old, prepare_update(old, obj, manager, force=force, now=now, applied=applied)
+
+    def _exists(self, db: sqlite3.Connection, kind: str, name: str) -> bool:
+        return db.execute(
+            "SELECT 1 FROM objects WHERE kind = ? AND name = ?", (kind, name)
+        ).fetchone() is not None
 
     # -- the contract --------------------------------------------------------------------
 
@@ -232,7 +255,8 @@ class SqliteStore(Store):
             db.execute("BEGIN")
             try:
                 rows = db.execute(
-                    "SELECT labels, body, rv FROM objects WHERE kind = ? ORDER BY name", (kind,)
+                    "SELECT labels, body, rv, name FROM objects WHERE kind = ? ORDER BY name",
+                    (kind,),
                 ).fetchall()
                 rev = db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0]
             finally:
@@ -240,27 +264,29 @@ class SqliteStore(Store):
             return rows, int(rev)
 
         rows, rev = self._read(read)
+        items: builtins.list[Resource] = []
+        bad: builtins.list[Undecodable] = []
         with gc_paused():
-            items = [
-                decode(kind, body, rv)
-                for labels, body, rv in rows
-                if sel.matches(json.loads(labels))
-            ]
-        return ListResult(items=items, revision=rev)
+            for labels, body, rv, name in rows:
+                if not sel.matches(json.loads(labels)):
+                    continue
+                try:
+                    items.append(decode(kind, body, rv, name))
+                except Undecodable as exc:
+                    skipped(exc, f"list {kind}")
+                    bad.append(exc)
+        return ListResult(items=items, revision=rev, undecodable=bad)
 
     def create(self, obj: Resource, manager: str) -> Resource:
         with self._write() as db:
-            if self._load(db, obj.kind, obj.metadata.name) is not None:
+            if self._exists(db, obj.kind, obj.metadata.name):
                 raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
             return self._put(db, prepare_create(obj, manager, _now()), "ADDED")
 
     def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
         with self._write() as db:
-            old = self._load(db, obj.kind, obj.metadata.name)
-            if old is None:
-                raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-            new = prepare_update(old, obj, manager, force=force, now=_now())
-            return self._put(db, new, "MODIFIED")
+            old, new = self._prepare_update(db, obj, manager, force, _now())
+            return old if old is not None and unchanged(old, new) else self._put(db, new, "MODIFIED")
 
     def write_all(
         self, writes: Sequence[Write], manager: str, *, force: bool = False
@@ -273,34 +299,37 @@ class SqliteStore(Store):
             now = _now()
             for w in writes:
                 obj = w.object
-                old = self._load(db, obj.kind, obj.metadata.name)
                 if w.action == "create":
-                    if old is not None:
+                    if self._exists(db, obj.kind, obj.metadata.name):
                         raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
-                    out.append(self._put(db, prepare_create(obj, manager, now), "ADDED"))
+                    out.append(self._put(db, prepare_create(obj, manager, now, w.applied), "ADDED"))
                 else:
-                    if old is None:
-                        raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-                    new = prepare_update(old, obj, manager, force=force, now=now)
-                    out.append(self._put(db, new, "MODIFIED"))
+                    old, new = self._prepare_update(db, obj, manager, force, now, w.applied)
+                    out.append(old if old is not None and unchanged(old, new)
+                               else self._put(db, new, "MODIFIED"))
         return out
 
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
         kind = kind_of(kind)
         with self._write() as db:
-            old = self._load(db, kind, name)
-            if old is None:
+            # The stored body and version only: an object that does not decode
+            # can be deleted too (its DELETED event carries the same body).
+            row = db.execute(
+                "SELECT body, rv FROM objects WHERE kind = ? AND name = ?", (kind, name)
+            ).fetchone()
+            if row is None:
                 raise NotFound(f"{kind} {name!r} not found")
-            if resource_version is not None and resource_version != old.metadata.resource_version:
+            body, current = row
+            if resource_version is not None and resource_version != str(current):
                 raise StaleVersion(
                     f"{kind} {name}: resourceVersion {resource_version} is stale "
-                    f"(current is {old.metadata.resource_version})"
+                    f"(current is {current})"
                 )
             rev = self._bump(db)
             db.execute("DELETE FROM objects WHERE kind = ? AND name = ?", (kind, name))
             db.execute(
                 "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, 'DELETED', ?)",
-                (rev, kind, name, encode(old).decode()),
+                (rev, kind, name, body),
             )
 
     def revision(self) -> int:
@@ -316,6 +345,7 @@ class SqliteStore(Store):
         name: str | None = None,
         stop: threading.Event | None = None,
         timeout: float | None = None,
+        on_undecodable: Callable[[Undecodable], None] | None = None,
     ) -> Iterator[WatchEvent]:
         if name is not None and not kind:
             raise InvalidInput("watch: a name needs a kind")
@@ -351,10 +381,16 @@ class SqliteStore(Store):
                 )
             for rev, k, etype, body, prev_rev, prev_body in rows:
                 last = rev
+                try:
+                    obj = decode(k, body, rev)
+                except Undecodable as exc:
+                    skipped(exc, "watch")
+                    if on_undecodable is not None:
+                        on_undecodable(exc)
+                    continue
                 before = (None if prev_body is None
                           else functools.cache(functools.partial(decode, k, prev_body, prev_rev)))
-                yield WatchEvent(type=etype, object=decode(k, body, rev), revision=rev,
-                                 before=before)
+                yield WatchEvent(type=etype, object=obj, revision=rev, before=before)
             if rows:
                 idle_since = time.monotonic()
                 pause = 0.005
@@ -373,7 +409,7 @@ class SqliteStore(Store):
             host = self._load(db, "Hypervisor", reservation.spec.hypervisor)
             if not isinstance(host, Hypervisor):
                 raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found")
-            if self._load(db, "Reservation", reservation.metadata.name) is not None:
+            if self._exists(db, "Reservation", reservation.metadata.name):
                 raise AlreadyExists(f"Reservation {reservation.metadata.name!r} already exists")
             rows = db.execute(
                 "SELECT body, rv FROM objects WHERE kind = 'Reservation' AND host = ?",

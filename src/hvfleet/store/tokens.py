@@ -10,6 +10,7 @@ its next lookup.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import datetime, timedelta
 
 from pydantic import ValidationError
@@ -23,11 +24,13 @@ from hvfleet.model.token import (
     Role,
     hash_secret,
     new_secret,
+    role_conflict,
     split_token,
     subject_for,
     token_text,
 )
 from hvfleet.store.base import Store
+from hvfleet.store.undecodable import Undecodable, skipped
 
 KIND = "AccessToken"
 ROLE_LABEL = "hvfleet.io/role"
@@ -41,6 +44,10 @@ def find_token(store: Store, token_id: str) -> AccessToken | None:
     try:
         obj = store.get(KIND, token_id)
     except NotFound:
+        return None
+    except Undecodable as exc:
+        # A record that cannot be read proves nothing: as an unknown token (401).
+        skipped(exc, "token lookup")
         return None
     return obj if isinstance(obj, AccessToken) else None
 
@@ -65,15 +72,6 @@ def issue_token(
     if ttl is not None and ttl <= timedelta(0):
         raise InvalidInput("must be positive (or 0/never for no expiry)", field="ttl")
     subject = subject_for(role, name, hypervisor)
-    # One subject speaks for one role: a field manager's fields must not be
-    # writable by a token of another role that happens to carry the same name.
-    for other in list_tokens(store):
-        if other.spec.subject == subject and other.spec.role != role and not other.spec.revoked:
-            raise InvalidInput(
-                f"{subject!r} is already the subject of {other.spec.role} token "
-                f"{other.name}; one name speaks for one role",
-                field="name",
-            )
     token_id, secret = new_secret()
     try:
         token = AccessToken(
@@ -88,9 +86,40 @@ def issue_token(
         )
     except ValidationError as exc:
         raise InvalidInput(validation_message(exc, "token")) from None
+    return create_token(store, token, manager, field="name"), token_text(token_id, secret)
+
+
+def _one_role(store: Store, token: AccessToken, field: str) -> None:
+    other = role_conflict(token, list_tokens(store))
+    if other is not None:
+        raise InvalidInput(
+            f"{token.spec.subject!r} is already the subject of {other.spec.role} token "
+            f"{other.name}; one name speaks for one role",
+            field=field,
+        )
+
+
+def create_token(
+    store: Store, token: AccessToken, manager: str, *, field: str = "spec.subject"
+) -> AccessToken:
+    """Store a token record (issued here, or hashed by a client and posted), if
+    its subject speaks for no other role (`role_conflict`; InvalidInput naming
+    `field` otherwise). Every path that creates a token comes here.
+
+    The store has no uniqueness across records, so the rule is checked again
+    once the record is in: of two creates racing to give one subject two roles,
+    each sees the other and removes itself, or the later one does; never do
+    both stay."""
+    _one_role(store, token, field)
     created = store.create(token, manager)
     assert isinstance(created, AccessToken)
-    return created, token_text(token_id, secret)
+    try:
+        _one_role(store, created, field)
+    except InvalidInput:
+        with suppress(NotFound):
+            store.delete(KIND, created.name)
+        raise
+    return created
 
 
 def token_id_of(text: str) -> str:

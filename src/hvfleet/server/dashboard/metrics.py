@@ -22,6 +22,7 @@ from hvfleet.server.dashboard.live import FleetState
 from hvfleet.server.identity import Action
 from hvfleet.server.resources import authenticate, error_response
 from hvfleet.server.status import Target
+from hvfleet.server.store_metrics import StoreCollector
 
 
 class FleetCollector(Collector):
@@ -59,6 +60,7 @@ class FleetCollector(Collector):
 def registry_for(state: FleetState) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(state))
+    registry.register(StoreCollector())
     return registry
 
 

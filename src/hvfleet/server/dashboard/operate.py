@@ -1,5 +1,5 @@
 """The dashboard's writes: overcommit set/unset, maintenance, reserve — each
-the same store operation as the CLI's and the API's (`Store.update_hypervisor`
+the same store operation as the CLI's and the API's (`Store.update_hypervisor`, as an apply
 with the caller as field manager, `scheduling.claims.reserve`), authorized by
 the server's Authorizer before anything is read and again on the object to be
 written, and audited. Form input is checked first, field by field, so a bad
@@ -72,7 +72,7 @@ def quantity_field(text: str, field: str, *, required: bool = False) -> Quantity
 
 def _edit(ctx: ApiContext, who: Identity, name: str, force: bool,
           change: Callable[[Hypervisor], Hypervisor]) -> Hypervisor:
-    action = Action("patch", "hypervisors", name=name, force=force)
+    action = Action("patch", "hypervisors", name=name, force=force, apply=True)
     precheck(ctx, who, action)
 
     def mutate(h: Hypervisor) -> Hypervisor:
@@ -81,7 +81,9 @@ def _edit(ctx: ApiContext, who: Identity, name: str, force: bool,
         return new
 
     def write() -> Hypervisor:
-        return ctx.store.update_hypervisor(name, mutate, who.manager, force=force)
+        # An apply of what the form changes: a field another manager owns is
+        # shown as a conflict (force takes it), as the CLI's edits do.
+        return ctx.store.update_hypervisor(name, mutate, who.manager, force=force, as_apply=True)
 
     out = audited(ctx, who, action, None, write)
     assert isinstance(out, Hypervisor)
