@@ -81,7 +81,8 @@ def test_no_local_ca_is_refused_with_a_hint(server: Server, tmp_path: Path) -> N
                       "--data-dir", str(tmp_path / "empty"))
     assert made.returncode == 2, made
     assert made.stderr.startswith(f"error: ca: no CA of a local hvfleet serve at {tmp_path}/empty/tls/ca.crt")
-    assert "use --data-dir DIR" in made.stderr and "pass --ca FILE" in made.stderr
+    assert "name the server's data dir" in made.stderr
+    assert "pass --ca FILE, or --data-dir DIR" in made.stderr
     assert made.stdout == ""
 
 
@@ -90,7 +91,8 @@ def test_a_server_elsewhere_needs_its_ca_named(server: Server, tmp_path: Path) -
                       env={"HVFLEET_DATA_DIR": str(server.data_dir)})
     assert made.returncode == 2, made
     assert made.stderr.startswith("error: ca: hvfleet.example.com is not this machine")
-    assert "pass --ca FILE for https://hvfleet.example.com:8443" in made.stderr
+    assert "give the CA for https://hvfleet.example.com:8443" in made.stderr
+    assert "pass --ca FILE" in made.stderr
 
 
 def test_a_local_server_not_running_yet_gets_its_data_dirs_ca(server: Server, tmp_path: Path) -> None:

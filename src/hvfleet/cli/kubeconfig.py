@@ -59,7 +59,12 @@ def kubeconfig(
         except OSError as exc:
             raise InvalidInput(f"ca: {ca}: cannot read: {exc.strerror}") from None
     else:
-        ca_pem = local_server_ca(server, data_dir)
+        try:
+            ca_pem = local_server_ca(server, data_dir)
+        except InvalidInput as exc:
+            # The core says what is missing; the flags that give it are this edge's.
+            raise InvalidInput(f"{exc.detail} (pass --ca FILE, or --data-dir DIR of a local server)",
+                               field=exc.field) from None
     text = dump_kubeconfig(render_kubeconfig(server, token, ca_pem, name))
     if output is None:
         sys.stdout.write(text)

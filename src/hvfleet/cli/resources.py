@@ -395,7 +395,15 @@ def delete(
     only marked for deletion, and goes when the last one is removed."""
     k = kind_of(kind)
     with connect(store) as s:
-        now, gone = lifecycle.delete(s, s.get(k, name), DEFAULT_MANAGER)
+        try:
+            current = s.get(k, name)
+        except Undecodable as exc:
+            # Nothing of it can be read, finalizers included: deleting it, at the
+            # version read, is how it is repaired.
+            s.delete(k, name, str(exc.revision))
+            console.print(f"{k.lower()}/{name} deleted")
+            return
+        now, gone = lifecycle.delete(s, current, DEFAULT_MANAGER)
     if gone:
         console.print(f"{k.lower()}/{name} deleted")
     else:

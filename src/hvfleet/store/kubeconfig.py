@@ -121,9 +121,9 @@ def is_this_machine(host: str) -> bool:
 
 def _hint(server: str) -> str:
     return (
-        f"pass --ca FILE for {server}: the server's CA (`hvfleet serve` prints "
+        f"give the CA for {server}: the server's CA (`hvfleet serve` prints "
         "'CA certificate: PATH'; it is tls/ca.crt in its data dir), or the CA that "
-        "issued its --tls-cert"
+        "issued its own certificate"
     )
 
 
@@ -166,8 +166,8 @@ def local_server_ca(
         ca_pem = path.read_bytes()
     except OSError as exc:
         raise InvalidInput(
-            f"ca: no CA of a local hvfleet serve at {path} ({exc.strerror}); use --data-dir DIR "
-            f"(the server's), or " + _hint(server)
+            f"ca: no CA of a local hvfleet serve at {path} ({exc.strerror}); name the server's "
+            f"data dir, or " + _hint(server)
         ) from None
     import ssl
 
@@ -180,7 +180,7 @@ def local_server_ca(
     if _signed_by(server, context, timeout) is False:
         raise InvalidInput(
             f"ca: {server} serves a certificate the CA in {path} did not sign (another data dir, "
-            "or a --tls-cert); " + _hint(server)
+            "or a certificate of its own); " + _hint(server)
         )
     return ca_pem
 
