@@ -156,7 +156,6 @@ class Agent:
         self._first_event_at: float | None = None
         self._last_event_at = 0.0
         self._last_spec: HypervisorSpec | None = None
-        self._last_labels: dict[str, str] | None = None
         self._last_skipped: tuple[tuple[str, str], ...] = ()
         self._policies_error: str | None = None  # the last read's failure, to warn on change
         self.unresolved = False  # the last status write could not resolve its ratios
@@ -257,7 +256,6 @@ class Agent:
         result = self.writer.write(build, heartbeat=heartbeat)
         self.last = result.hypervisor
         self._last_spec = result.hypervisor.spec
-        self._last_labels = dict(result.hypervisor.metadata.labels)
         if self.metrics is not None:
             self.metrics.observe_status(
                 result.hypervisor, len(self.facts.skipped) if self.facts else 0
@@ -524,6 +522,10 @@ class Agent:
     def _watch_spec(self, stop: threading.Event) -> None:
         backoff = Backoff(self.config.backoff_initial, self.config.backoff_cap)
         since: int | None = None
+        # The labels of the last event seen, not of the agent's last write: a write
+        # answered after a relabel carries the new labels, though its ratios were
+        # resolved for the old ones, and the relabel's own event must still count.
+        labels: dict[str, str] | None = None
         while not stop.is_set():
             try:
                 if since is None:
@@ -538,8 +540,9 @@ class Agent:
                     if not isinstance(obj, Hypervisor) or obj.metadata.name != self.name:
                         continue
                     # Labels decide which policies select this host.
-                    if (ev.type == "DELETED" or obj.spec != self._last_spec
-                            or obj.metadata.labels != self._last_labels):
+                    relabelled = labels is not None and obj.metadata.labels != labels
+                    labels = dict(obj.metadata.labels)
+                    if ev.type == "DELETED" or obj.spec != self._last_spec or relabelled:
                         self._spec_changed()
                 backoff.reset()
             except Gone:
