@@ -40,6 +40,7 @@ from hvfleet.model.meta import (
     Condition,
     Model,
     ObjectMeta,
+    label_map_error,
     label_value_error,
     qualified_name_error,
     validate_name,
@@ -280,13 +281,10 @@ class LabelSelector(Model):
     @field_validator("match_labels")
     @classmethod
     def _match_labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            why = qualified_name_error(key)
-            if why is not None:
-                raise ValueError(f"key {why}")
-            why = label_value_error(value)
-            if why is not None:
-                raise ValueError(f"{key}: {why}")
+        error = label_map_error(v)
+        if error is not None:
+            which, key, why = error
+            raise ValueError(f"key {why}" if which == "key" else f"{key}: {why}")
         return v
 
     def to_selector(self) -> Selector:

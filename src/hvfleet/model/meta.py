@@ -51,6 +51,19 @@ def label_value_error(value: str) -> str | None:
     return None
 
 
+def label_map_error(labels: dict[str, str]) -> tuple[str, str, str] | None:
+    """The first entry of `labels` the Kubernetes label grammar refuses, as
+    (`"key"` or `"value"`, the key, why), or None; each caller words its message."""
+    for key, value in labels.items():
+        why = qualified_name_error(key)
+        if why is not None:
+            return "key", key, why
+        why = label_value_error(value)
+        if why is not None:
+            return "value", key, why
+    return None
+
+
 class Model(BaseModel):
     """Base for every hvfleet model: camelCase on the wire, unknown fields refused."""
 
@@ -197,13 +210,10 @@ class ObjectMeta(Model):
     @field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            why = qualified_name_error(key)
-            if why is not None:
-                raise ValueError(f"label key {why}")
-            why = label_value_error(value)
-            if why is not None:
-                raise ValueError(f"label {key}: value {why}")
+        error = label_map_error(v)
+        if error is not None:
+            which, key, why = error
+            raise ValueError(f"label key {why}" if which == "key" else f"label {key}: value {why}")
         return v
 
     @field_validator("annotations")
