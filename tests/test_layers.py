@@ -16,8 +16,9 @@ MAY_IMPORT = {
     "agent": {"model", "discovery", "store"},
     "scheduling": {"model", "store"},
     "guests": {"model", "discovery"},
-    "server": {"model", "discovery", "store", "agent", "scheduling", "guests"},
-    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests"},
+    "placement": {"model", "store", "scheduling"},
+    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "placement"},
+    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "placement"},
 }
 
 
