@@ -45,6 +45,7 @@ from hvfleet.model.meta import (
     qualified_name_error,
     validate_name,
 )
+from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Requirement, Selector
 from hvfleet.model.token import AccessToken
@@ -328,7 +329,8 @@ class OvercommitPolicy(Model):
         return self.metadata.name
 
 
-Resource = Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken
+Resource = (Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken
+            | ResourceProvider | PlacementConsumer | PlacementName)
 # The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
 # an all-kinds watch know.
 KINDS: dict[str, type[Resource]] = {
@@ -339,4 +341,9 @@ KINDS: dict[str, type[Resource]] = {
 }
 # Every kind a store backend holds and decodes: the public ones, plus access
 # tokens, which only the token code and admins see (hvfleet.model.token).
-STORED_KINDS: dict[str, type[Resource]] = {**KINDS, "AccessToken": AccessToken}
+# The Placement API's records (hvfleet.model.placement) are stored the same way.
+STORED_KINDS: dict[str, type[Resource]] = {
+    **KINDS, "AccessToken": AccessToken,
+    "ResourceProvider": ResourceProvider, "PlacementConsumer": PlacementConsumer,
+    "PlacementName": PlacementName,
+}
