@@ -7,6 +7,7 @@ HTTP statuses."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from hvfleet.placement.errors import (
     PlacementForbidden,
     PlacementNotFound,
 )
+from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.server.identity import Identity
 from hvfleet.server.placement import policy
 from hvfleet.server.placement.microversion import (
@@ -94,6 +96,19 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     last_modified: datetime | None = None
 
+    def snapshot(self) -> ProviderSnapshot:
+        """The server's provider graph, caught up with the store (one per app)."""
+        state = self.request.app.state
+        snap: ProviderSnapshot | None = getattr(state, "placement_snapshot", None)
+        if snap is None:
+            with _SNAPSHOT_LOCK:
+                snap = getattr(state, "placement_snapshot", None)
+                if snap is None:
+                    snap = ProviderSnapshot.from_store(self.store)
+                    state.placement_snapshot = snap
+        snap.refresh(self.store)
+        return snap
+
     def at_least(self, major: int, minor: int) -> bool:
         return self.version >= (major, minor)
 
@@ -106,6 +121,7 @@ class Call:
 
 
 Handler = Callable[[Call, Any], Any]
+_SNAPSHOT_LOCK = threading.Lock()
 
 
 _HTML = Environment(autoescape=True).from_string(

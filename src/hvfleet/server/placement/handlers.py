@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hvfleet.placement import allocations as alloc
-from hvfleet.placement import query, records, schemas, service
+from hvfleet.placement import candidates, query, records, schemas, service
 from hvfleet.placement.errors import PlacementBadRequest, PlacementNotFound
 from hvfleet.placement.records import ProviderView, read_fleet
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
@@ -444,6 +444,23 @@ def provider_allocations(call: Call, _: Any) -> Any:
     call.last_modified = _now()
     return {"resource_provider_generation": fleet.providers[uuid].generation,
             "allocations": {c: {"resources": r} for c, r in allocs.items()}}
+
+
+# -- allocation candidates ----------------------------------------------------------------
+
+
+def allocation_candidates(call: Call, _: Any) -> Any:
+    """Answered from the server's provider snapshot (kept current from the
+    store's watch), by the pure search of hvfleet.placement.candidates."""
+    try:
+        q = candidates.parse_candidates_query(call.params, call.version)
+        snap = call.snapshot()
+        classes, traits = snap.known_names()
+        answer = candidates.find_candidates(snap.graph(), q, resource_classes=classes, traits=traits)
+    except candidates.PlacementBadRequest as exc:
+        raise PlacementBadRequest(exc.detail, code=exc.code) from None
+    call.last_modified = _now()
+    return candidates.render_candidates(answer, call.version)
 
 
 __all__ = ["TRAITS"]
