@@ -114,9 +114,9 @@ def test_an_allocation_on_a_hypervisor_is_a_claim_the_cli_lists(
         api: Placement, run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HVFLEET_STORE", api.store.url)
     uid = _uuid(api.store, "hv1")
-    consumer = str(uuid.uuid4())
+    consumer, project = str(uuid.uuid4()), str(uuid.uuid4())
     body = {"allocations": {uid: {"resources": {"VCPU": 4, "MEMORY_MB": 2048}}},
-            "project_id": str(uuid.uuid4()), "user_id": str(uuid.uuid4()),
+            "project_id": project, "user_id": str(uuid.uuid4()),
             "consumer_generation": None, "consumer_type": "INSTANCE"}
     assert api.call("PUT", f"/allocations/{consumer}", "scheduler", body).status_code == 204
     listed = json.loads(run("reservations", "-o", "json").out)
@@ -128,6 +128,8 @@ def test_an_allocation_on_a_hypervisor_is_a_claim_the_cli_lists(
     got = api.call("GET", f"/allocations/{consumer}").json()
     assert got["allocations"][uid]["resources"] == {"VCPU": 4, "MEMORY_MB": 2048}
     assert got["consumer_generation"] == 1 and got["consumer_type"] == "INSTANCE"
+    assert api.call("GET", f"/usages?project_id={project}").json()["usages"] == {
+        "INSTANCE": {"consumer_count": 1, "VCPU": 4, "MEMORY_MB": 2048}}
     assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
     listed = json.loads(run("reservations", "-o", "json").out)
     assert not [r for r in listed["items"] if r["spec"]["consumer"] == consumer]

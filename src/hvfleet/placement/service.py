@@ -508,13 +508,14 @@ def provider_usages(store: Store, uuid: str) -> ProviderView:
 
 
 def total_usages(store: Store, project_id: str, user_id: str | None,
-                 consumer_type: str | None) -> dict[str, dict[str, int]]:
-    """consumer_type -> resource class -> used, for the consumers of a project
-    (and user). hvfleet's own claims (no Placement consumer record) count in
-    project and user '' (they match no query)."""
+                 consumer_type: str | None) -> dict[str, tuple[int, dict[str, int]]]:
+    """consumer_type -> (how many consumers, resource class -> used), for the
+    consumers of a project (and user). hvfleet's own claims (no Placement
+    consumer record) belong to no project, so no query counts them."""
     fleet = read_fleet(store)
     cons = records.consumers(store)
     out: dict[str, dict[str, int]] = {}
+    seen: dict[str, set[str]] = {}
     for p in fleet.providers.values():
         for consumer, resources in p.allocations.items():
             c = cons.get(consumer.lower())
@@ -526,9 +527,10 @@ def total_usages(store: Store, project_id: str, user_id: str | None,
             if consumer_type not in (None, "all") and ctype != consumer_type:
                 continue
             mine = out.setdefault(ctype, {})
+            seen.setdefault(ctype, set()).add(consumer)
             for rc, n in resources.items():
                 mine[rc] = mine.get(rc, 0) + n
-    return out
+    return {t: (len(seen[t]), res) for t, res in out.items()}
 
 
 def last_modified(items: Sequence[datetime | None], default: datetime) -> datetime:

@@ -199,11 +199,11 @@ def usages(call: Call, _: Any) -> Any:
     call.last_modified = _now()
     if call.at_least(1, 38):
         out: dict[str, Any] = {}
-        for ctype, res in by_type.items():
-            out[ctype] = {"consumer_count": 0, **res}
+        for ctype, (count, res) in by_type.items():
+            out[ctype] = {"consumer_count": count, **res}
         return {"usages": out}
     total: dict[str, int] = {}
-    for res in by_type.values():
+    for _, res in by_type.values():
         for rc, n in res.items():
             total[rc] = total.get(rc, 0) + n
     return {"usages": total}
