@@ -254,3 +254,36 @@ def test_eight_clients_never_overbook_on_etcd(etcd_api: Placement) -> None:
     hv = _uuid(etcd_api.store, "hv2")
     won, usage = _race(etcd_api, hv, "VCPU", 16, per_client=3)
     assert won == usage == 16
+
+
+def test_reshaper_moves_inventory_and_allocations_to_a_child_in_one_write(api: Placement) -> None:
+    root = _stored_provider(api, 100)  # DISK_GB
+    child = str(uuid.uuid4())
+    assert api.call("POST", "/resource_providers", body={
+        "name": child, "uuid": child, "parent_provider_uuid": root}).status_code == 200
+    consumer, project, user = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+    assert api.call("PUT", f"/allocations/{consumer}", body={
+        "allocations": {root: {"resources": {"DISK_GB": 30}}}, "project_id": project, "user_id": user,
+        "consumer_generation": None, "consumer_type": "INSTANCE"}).status_code == 204
+    gens = {u: api.call("GET", f"/resource_providers/{u}").json()["generation"] for u in (root, child)}
+    # Dropping the root's inventory while the allocation stays there is refused, whole.
+    refused = api.call("POST", "/reshaper", body={
+        "inventories": {root: {"resource_provider_generation": gens[root], "inventories": {}}},
+        "allocations": {}})
+    assert refused.status_code == 409 and "in use" in refused.json()["errors"][0]["detail"]
+    assert api.call("GET", f"/resource_providers/{root}/inventories").json()["inventories"]
+    moved = api.call("POST", "/reshaper", body={
+        "inventories": {
+            root: {"resource_provider_generation": gens[root], "inventories": {}},
+            child: {"resource_provider_generation": gens[child],
+                    "inventories": {"DISK_GB": {"total": 100}}}},
+        "allocations": {consumer: {
+            "allocations": {child: {"resources": {"DISK_GB": 30}}}, "project_id": project,
+            "user_id": user, "consumer_generation": 1, "consumer_type": "INSTANCE"}}})
+    assert moved.status_code == 204, moved.text
+    assert api.call("GET", f"/resource_providers/{root}/inventories").json()["inventories"] == {}
+    assert api.call("GET", f"/resource_providers/{child}/usages").json()["usages"] == {"DISK_GB": 30}
+    assert api.call("GET", f"/allocations/{consumer}").json()["allocations"][child]["resources"] == {
+        "DISK_GB": 30}
+    assert api.call("POST", "/reshaper", "scheduler", {"inventories": {}, "allocations": {}}
+                    ).status_code == 403

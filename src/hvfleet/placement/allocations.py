@@ -22,25 +22,27 @@ import contextlib
 import hashlib
 import uuid as uuidlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import Reservation, ReservationSpec, ReservationStatus
 from hvfleet.model.meta import ObjectMeta
-from hvfleet.model.placement import PlacementConsumer, PlacementConsumerSpec
+from hvfleet.model.placement import PlacementConsumer, PlacementConsumerSpec, PlacementInventory
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 from hvfleet.placement import records
 from hvfleet.placement.errors import (
     CONCURRENT_UPDATE,
+    INVENTORY_INUSE,
     PlacementBadRequest,
     PlacementConflict,
     PlacementNotFound,
 )
+from hvfleet.placement.graph import Inventory
 from hvfleet.placement.records import Fleet, ProviderView, now_text, read_fleet
-from hvfleet.placement.service import MANAGER, write_provider
+from hvfleet.placement.service import INVENTORY_DEFAULTS, MANAGER, check_generation, write_provider
 from hvfleet.scheduling.claims import claim_reservation, reservation_labels
 from hvfleet.scheduling.errors import DoesNotFit
 from hvfleet.scheduling.placement import resource_for_class
@@ -124,11 +126,17 @@ def _reservations_of(store: Store, host: str, consumer: str) -> list[Reservation
     return [r for r in store.list_reservations() if r.spec.hypervisor == host and r.spec.consumer == consumer]
 
 
-def set_allocations(store: Store, requests: list[ConsumerRequest]) -> None:
+def set_allocations(store: Store, requests: list[ConsumerRequest],
+                    inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]] | None = None,
+                    ) -> None:
     """Replace the allocations of every consumer in `requests` (POST /allocations
-    is several; PUT /allocations/{consumer} one), all checked against one read."""
+    is several; PUT /allocations/{consumer} one), all checked against one read.
+    With `inventories` (POST /reshaper: provider uuid -> (generation, its new
+    inventories)), those providers' inventories are replaced in the same write
+    and the allocations are checked against them."""
     fleet = read_fleet(store)
     known = records.resource_classes(store)
+    reshaped = _reshape(store, fleet, inventories or {})
     now = now_text()
     writes: dict[str, Write] = {}  # provider uuid -> its record's write
     # provider -> consumer -> resources, as this request leaves them
@@ -190,8 +198,23 @@ def set_allocations(store: Store, requests: list[ConsumerRequest]) -> None:
             consumer_writes.append(Write("create", PlacementConsumer(metadata=meta, spec=spec)))
         else:
             consumer_writes.append(Write("update", rec.model_copy(update={"spec": spec})))
+    for rp, new_inv in reshaped.items():
+        p = fleet.providers[rp]
+        allocs = working.get(rp, p.allocations)
+        used: dict[str, int] = {}
+        for res in allocs.values():
+            for rc, n in res.items():
+                used[rc] = used.get(rc, 0) + n
+        gone = sorted(rc for rc, n in used.items() if n and rc not in new_inv)
+        if gone:
+            raise PlacementConflict(
+                f"Unable to reshape: Inventory for '{', '.join(gone)}' on resource provider "
+                f"'{rp}' in use.", code=INVENTORY_INUSE)
+        if p.hypervisor is None:
+            writes[rp] = write_provider(store, fleet, p, allocations=allocs, inventories={
+                rc: PlacementInventory(**inv) for rc, inv in new_inv.items()})
     for rp, allocs in working.items():
-        if fleet.providers[rp].hypervisor is None:
+        if fleet.providers[rp].hypervisor is None and rp not in writes:
             # Placement moves a provider's generation on only where allocations were written.
             writes[rp] = write_provider(store, fleet, fleet.providers[rp], bump=rp in grown,
                                         allocations=allocs)
@@ -205,6 +228,37 @@ def set_allocations(store: Store, requests: list[ConsumerRequest]) -> None:
         raise PlacementConflict(
             f"Inventory and/or allocations changed while attempting to allocate: {exc}",
             code=CONCURRENT_UPDATE) from None
+
+
+def _reshape(store: Store, fleet: Fleet,
+             inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]]
+             ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Check the reshaper's inventories and put them into `fleet`'s views (the
+    allocations are then checked against them); returns them, complete."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for rp, (generation, invs) in inventories.items():
+        p = fleet.providers.get(rp)
+        if p is None:
+            raise PlacementBadRequest(f"Resource provider {rp} in inventories not found")
+        check_generation(p, generation, f"resource provider generation conflict for provider {rp}")
+        full = {rc: {**INVENTORY_DEFAULTS, **{k: v for k, v in inv.items()
+                                              if k != "resource_provider_generation"}}
+                for rc, inv in invs.items()}
+        for inv in full.values():
+            inv["allocation_ratio"] = float(inv["allocation_ratio"])
+        if p.hypervisor is not None:
+            computed = {rc: {"total": i.total, "reserved": i.reserved, "min_unit": i.min_unit,
+                             "max_unit": i.max_unit, "step_size": i.step_size,
+                             "allocation_ratio": float(i.allocation_ratio)}
+                        for rc, i in p.inventories.items()}
+            if full != computed:
+                raise PlacementConflict(
+                    f"Unable to reshape: resource provider {rp} is Hypervisor {p.hypervisor.name}, "
+                    "whose inventories hvfleet computes", code=CONCURRENT_UPDATE)
+            continue
+        fleet.providers[rp] = replace(p, inventories={rc: Inventory(**inv) for rc, inv in full.items()})
+        out[rp] = full
+    return out
 
 
 def _claim_hypervisors(store: Store, drops: list[tuple[str, str]],

@@ -333,3 +333,17 @@ ALLOCATION_1_38["properties"]["consumer_type"] = {
 ALLOCATION_1_38["required"].append("consumer_type")
 POST_ALLOCATIONS_1_38: Schema = copy.deepcopy(POST_ALLOCATIONS_1_34)
 POST_ALLOCATIONS_1_38["patternProperties"] = {UUID_PATTERN: ALLOCATION_1_38}
+
+
+def reshaper(allocations: Schema) -> Schema:
+    """POST /reshaper (1.30): inventories by provider, allocations by consumer."""
+    return {
+        "type": "object",
+        "properties": {
+            "inventories": {"type": "object", "patternProperties": {UUID_PATTERN: PUT_INVENTORY},
+                            "additionalProperties": False},
+            "allocations": {**allocations, "minProperties": 0},
+        },
+        "required": ["inventories", "allocations"],
+        "additionalProperties": False,
+    }

@@ -79,6 +79,7 @@ ROUTES: dict[str, dict[str, Op]] = {
         "PUT": Op("allocations", h.put_allocations, True),
         "DELETE": Op("allocations", h.delete_allocations)},
     "/usages": {"GET": Op("read", h.usages, since=(1, 9))},
+    "/reshaper": {"POST": Op("reshaper", h.reshape, True, since=(1, 30))},
     "/allocation_candidates": {"GET": Op("candidates", h.allocation_candidates, since=(1, 10))},
 }
 

@@ -432,6 +432,20 @@ def post_allocations(call: Call, data: Any) -> Any:
     return None
 
 
+def reshape(call: Call, data: Any) -> Any:
+    allocations = (schemas.POST_ALLOCATIONS_1_38 if call.at_least(1, 38) else schemas.POST_ALLOCATIONS_1_34
+                   if call.at_least(1, 34) else schemas.POST_ALLOCATIONS_1_28)
+    schemas.validate(data, schemas.reshaper(allocations))
+    reqs = [_request_of(call, c, body) for c, body in data["allocations"].items()]
+    inventories = {rp: (body["resource_provider_generation"], body["inventories"])
+                   for rp, body in data["inventories"].items()}
+    alloc.set_allocations(call.store, reqs, inventories)
+    for r in reqs:
+        alloc.drop_empty_consumer(call.store, r.consumer)
+    call.status = 204
+    return None
+
+
 def delete_allocations(call: Call, _: Any) -> None:
     alloc.delete_allocations(call.store, call.path("consumer"))
     call.status = 204
