@@ -14,13 +14,19 @@ are Reservations (hvfleet.placement.allocations)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
+from hvfleet.model.bounds import MAX_LIST, MAX_RESOURCES
 from hvfleet.model.meta import API_VERSION, Model, ObjectMeta
 
 MAX_INT = 2147483647
+# Consumers with allocations on one stored provider (a sharing storage pool
+# may serve thousands of instances; the record stays well inside etcd's 1.5 MiB).
+MAX_CONSUMERS = 10_000
+# resource class -> amount allocated
+Amounts = Annotated[dict[str, Annotated[int, Field(ge=0, le=MAX_INT)]], Field(max_length=MAX_RESOURCES)]
 
 
 class PlacementInventory(Model):
@@ -29,7 +35,7 @@ class PlacementInventory(Model):
     min_unit: int = Field(default=1, ge=1, le=MAX_INT)
     max_unit: int = Field(default=MAX_INT, ge=1, le=MAX_INT)
     step_size: int = Field(default=1, ge=1, le=MAX_INT)
-    allocation_ratio: float = Field(default=1.0, ge=0)
+    allocation_ratio: float = Field(default=1.0, ge=0, le=3.40282e38)
 
 
 class ResourceProviderSpec(Model):
@@ -38,15 +44,15 @@ class ResourceProviderSpec(Model):
     provider_name: str = Field(default="", max_length=200)
     parent_uuid: str | None = None
     root_uuid: str = ""
-    generation: int = Field(default=0, ge=0)
+    generation: int = Field(default=0, ge=0, le=2**63 - 1)
     # Set on the record of a hypervisor provider: its traits, aggregates and
     # generation live here; its inventories and allocations are the hypervisor's.
     hypervisor: str | None = None
-    inventories: dict[str, PlacementInventory] = Field(default_factory=dict)
-    traits: list[str] = Field(default_factory=list)
-    aggregates: list[str] = Field(default_factory=list)
+    inventories: dict[str, PlacementInventory] = Field(default_factory=dict, max_length=MAX_RESOURCES)
+    traits: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+    aggregates: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     # consumer uuid -> resource class -> amount
-    allocations: dict[str, dict[str, int]] = Field(default_factory=dict)
+    allocations: dict[str, Amounts] = Field(default_factory=dict, max_length=MAX_CONSUMERS)
     created_at: str = ""
     updated_at: str = ""
 
@@ -71,10 +77,10 @@ class PlacementConsumerSpec(Model):
     project_id: str = Field(default="", max_length=255)
     user_id: str = Field(default="", max_length=255)
     consumer_type: str | None = Field(default=None, max_length=255)
-    generation: int = Field(default=0, ge=0)
+    generation: int = Field(default=0, ge=0, le=2**63 - 1)
     # The stored providers and the hypervisors this consumer has allocations on.
-    providers: list[str] = Field(default_factory=list)
-    hypervisors: list[str] = Field(default_factory=list)
+    providers: list[str] = Field(default_factory=list, max_length=MAX_LIST)
+    hypervisors: list[str] = Field(default_factory=list, max_length=MAX_LIST)
     created_at: str = ""
     updated_at: str = ""
 
