@@ -242,12 +242,20 @@ class EtcdStore(Store):
                 continue
         raise Unavailable(f"store {self.url}: list {kind}: history compacted during every attempt")
 
-    def _list_once(self, kind: str, sel: Selector) -> ListResult:
+    def list_at(self, kind: str, revision: int, selector: Selector | str | None = None) -> ListResult:
+        """etcd reads any revision it has not compacted: one range at that
+        revision (Gone once compacted), so any replica over this etcd can cut
+        page N of a paged list at the revision page 1 was read at."""
+        current = self.revision()
+        if revision > current:
+            raise ValueError(f"revision {revision} is newer than the store's {current}")
+        return self._list_once(kind_of(kind), as_selector(selector), revision)
+
+    def _list_once(self, kind: str, sel: Selector, revision: int | None = None) -> ListResult:
         start = self._kind_prefix(kind)
         end = prefix_end(start)
         items: builtins.list[Resource] = []
         bad: builtins.list[Undecodable] = []
-        revision: int | None = None
         key = start
         while True:
             # Every page after the first is read at the first page's revision:

@@ -1,0 +1,145 @@
+"""Three API servers over one 3-member etcd are one service: a paged list may
+go on at any replica, read at the revision of its first page (or 410 Expired
+with a fresh token once that revision is compacted).
+
+One etcd cluster and three replicas serve the whole module; each test keeps to
+its own names.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hvfleet.server.app import create_app
+from hvfleet.store import Store, open_store
+from hvfleet.store.etcd import EtcdStore
+from hvfleet.store.etcd_local import EtcdCluster
+from tests.server.conftest import TOKENS, Api
+from tests.server.running import ServerThread
+from tests.server.static_auth import AllowAll, StaticTokens
+from tests.server.test_api_objects import HV, hypervisor, status_of
+
+
+@pytest.fixture(scope="module")
+def etcd3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    with EtcdCluster(tmp_path_factory.mktemp("etcd3"), size=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def replicas(etcd3: EtcdCluster) -> Iterator[list[Api]]:
+    url = etcd3.url(prefix=f"/replicas-{uuid.uuid4().hex[:12]}")
+    started: list[tuple[ServerThread, Store]] = []
+    for _ in range(3):
+        store = open_store(url)
+        app = create_app(store, StaticTokens(TOKENS), AllowAll(), dashboard_pages=False)
+        started.append((ServerThread(app).__enter__(), store))
+    yield [Api(server.url, store, AllowAll(), server) for server, store in started]
+    for server, store in reversed(started):
+        server.__exit__(None, None, None)
+        store.close()
+
+
+def _names(body: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in body["items"]]
+
+
+# Writes between two pages: (what, which object).
+_WRITE = st.tuples(st.sampled_from(["create", "patch", "delete"]), st.integers(0, 11))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(1, 4), st.lists(st.lists(_WRITE, max_size=3), min_size=4, max_size=4))
+def test_paging_across_replicas_ends_where_a_list_at_the_first_pages_revision_ends(
+    replicas: list[Api], limit: int, writes: list[list[tuple[str, int]]]
+) -> None:
+    group = uuid.uuid4().hex[:8]
+    a = replicas[0].client()
+    for i in range(0, 12, 2):
+        assert a.post(HV, json=_labelled(f"{group}-{i:02}", group)).status_code == 201
+    params: dict[str, Any] = {"limit": limit, "labelSelector": f"group={group}"}
+    first = a.get(HV, params=params).json()
+    revision = int(first["metadata"]["resourceVersion"])
+    seen = _names(first)
+    token = first["metadata"].get("continue")
+    page = 0
+    while token:
+        for what, i in writes[page % len(writes)]:
+            _write(replicas[(page + i) % 3].client(), what, f"{group}-{i:02}", group)
+        page += 1
+        body = replicas[page % 3].client().get(HV, params={**params, "continue": token}).json()
+        assert body["metadata"]["resourceVersion"] == str(revision)
+        seen += _names(body)
+        token = body["metadata"].get("continue")
+    expected = replicas[0].store.list_at("Hypervisor", revision, f"group={group}")
+    assert seen == [(o.metadata.name, o.metadata.resource_version) for o in expected.items]
+
+
+def _labelled(name: str, group: str) -> dict[str, Any]:
+    body = hypervisor(name)
+    body["metadata"]["labels"]["group"] = group
+    return body
+
+
+def _write(client: Any, what: str, name: str, group: str) -> None:
+    if what == "create":
+        client.post(HV, json=_labelled(name, group))  # 409 when it exists: no change
+    elif what == "patch":
+        client.patch(f"{HV}/{name}", {"metadata": {"labels": {"touched": uuid.uuid4().hex[:6]}}})
+    else:
+        client.delete(f"{HV}/{name}")
+
+
+def test_a_continue_token_past_compaction_is_410_with_a_token_that_goes_on(
+    replicas: list[Api],
+) -> None:
+    """As kube-apiserver: the Status carries a token that lists the rest at the
+    current revision (an inconsistent list, and says so)."""
+    group = uuid.uuid4().hex[:8]
+    a, b = replicas[0].client(), replicas[1].client()
+    for i in range(5):
+        a.post(HV, json=_labelled(f"{group}-{i}", group))
+    params = {"limit": 2, "labelSelector": f"group={group}"}
+    first = a.get(HV, params=params).json()
+    a.post(HV, json=_labelled(f"{group}-9", group))
+    a.delete(f"{HV}/{group}-3")
+    store = replicas[0].store
+    assert isinstance(store, EtcdStore)
+    store.compact(store.revision())
+    r = b.get(HV, params={**params, "continue": first["metadata"]["continue"]})
+    assert r.status_code == 410, r.text
+    status_of(410, "Expired", r.json())
+    assert "too old to display a consistent list result" in r.json()["message"]
+    rest: list[str] = []
+    token = r.json()["metadata"]["continue"]
+    while token:
+        body = b.get(HV, params={**params, "continue": token}).json()
+        rest += [name for name, _ in _names(body)]
+        token = body["metadata"].get("continue")
+    assert rest == [f"{group}-2", f"{group}-4", f"{group}-9"]
+
+
+def test_a_page_after_many_other_lists_is_still_read_at_its_revision(
+    replicas: list[Api],
+) -> None:
+    """The issuing replica's copy of the first read is gone after 16 other paged
+    lists; the next page is read at the token's revision all the same."""
+    group = uuid.uuid4().hex[:8]
+    a = replicas[0].client()
+    for i in range(4):
+        a.post(HV, json=_labelled(f"{group}-{i}", group))
+    params = {"limit": 2, "labelSelector": f"group={group}"}
+    first = a.get(HV, params=params).json()
+    a.patch(f"{HV}/{group}-3", {"spec": {"maintenance": "drain"}})
+    for _ in range(17):
+        a.get(HV, params=params)
+    body = a.get(HV, params={**params, "continue": first["metadata"]["continue"]}).json()
+    (late,) = [o for o in body["items"] if o["metadata"]["name"] == f"{group}-3"]
+    assert late["spec"].get("maintenance") != "drain"
+    assert body["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
