@@ -8,22 +8,31 @@ its own names.
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hvfleet.agent.runner import Agent, AgentConfig
+from hvfleet.model.lease import Lease
 from hvfleet.server.app import create_app
 from hvfleet.store import Store, open_store
 from hvfleet.store.etcd import EtcdStore
 from hvfleet.store.etcd_local import EtcdCluster
+from hvfleet.store.remote import RemoteStore
 from tests.server.conftest import TOKENS, Api
 from tests.server.running import ServerThread
 from tests.server.static_auth import AllowAll, StaticTokens
 from tests.server.test_api_objects import HV, hypervisor, status_of
+
+NODE = Path(__file__).resolve().parents[2] / "examples" / "fleet" / "compute-01.xml"
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +152,47 @@ def test_a_page_after_many_other_lists_is_still_read_at_its_revision(
     (late,) = [o for o in body["items"] if o["metadata"]["name"] == f"{group}-3"]
     assert late["spec"].get("maintenance") != "drain"
     assert body["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+
+
+def _replica(url: str) -> tuple[ServerThread, Store]:
+    store = open_store(url)
+    app = create_app(store, StaticTokens(TOKENS), AllowAll(), dashboard_pages=False)
+    return ServerThread(app).__enter__(), store
+
+
+@pytest.mark.timeout(120)
+def test_an_agent_with_two_endpoints_keeps_its_host_ready_when_one_replica_dies(
+    etcd3: EtcdCluster,
+) -> None:
+    url = etcd3.url(prefix=f"/failover-{uuid.uuid4().hex[:12]}")
+    (a, a_store), (b, b_store) = _replica(url), _replica(url)
+    remote = RemoteStore([a.url, b.url], "agent-hv1-token")
+    ttl = 3
+    agent = Agent(AgentConfig(uri=f"test://{NODE}", name="hv1", lease_ttl=ttl, resync=5), remote)
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(stop,))
+    runner.start()
+    try:
+        _wait(lambda: b_store.agent_liveness() == {"hv1": True}, 30, "the agent never took its lease")
+        a.__exit__(None, None, None)  # replica A, the one the agent talks to, goes away
+        killed = datetime.now(UTC)
+        # Several TTLs later the host is still live: renewed through B, after A died.
+        time.sleep(ttl * 2.5)
+        lease = b_store.get("Lease", "hv1")
+        assert isinstance(lease, Lease) and lease.spec.renew_time is not None
+        assert lease.spec.renew_time.replace(tzinfo=UTC) > killed
+        assert b_store.agent_liveness() == {"hv1": True}
+    finally:
+        stop.set()
+        runner.join(15)
+        b.__exit__(None, None, None)
+        remote.close()
+        a_store.close()
+        b_store.close()
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
