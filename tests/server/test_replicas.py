@@ -8,6 +8,8 @@ its own names.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import time
 import uuid
@@ -31,6 +33,7 @@ from tests.server.conftest import TOKENS, Api
 from tests.server.running import ServerThread
 from tests.server.static_auth import AllowAll, StaticTokens
 from tests.server.test_api_objects import HV, hypervisor, status_of
+from tests.server.test_auth_https import HVFLEET, KUBECTL, role_tokens, start_server, stop_server
 
 NODE = Path(__file__).resolve().parents[2] / "examples" / "fleet" / "compute-01.xml"
 
@@ -196,3 +199,37 @@ def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
     while not check():
         assert time.monotonic() < deadline, what
         time.sleep(0.1)
+
+
+def test_a_kubeconfig_made_against_one_replica_works_on_the_others(
+    etcd3: EtcdCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Real `hvfleet serve` processes, each with its own data dir, over one etcd:
+    they share one CA through the store, so the CA `hvfleet kubeconfig` embeds
+    for replica A verifies B and C (kubectl, and the remote store)."""
+    url = etcd3.url(prefix=f"/ca-{uuid.uuid4().hex[:12]}")
+    tokens = role_tokens(url)
+    servers = [start_server(tmp_path_factory.mktemp(f"replica{i}"), url, tokens) for i in range(3)]
+    try:
+        a = servers[0]
+        config = tmp_path_factory.mktemp("kubeconfig") / "config"
+        made = subprocess.run(
+            [HVFLEET, "kubeconfig", "--server", a.url, "--token", tokens["viewer"], "-o", str(config)],
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "HVFLEET_DATA_DIR": str(a.data_dir)})
+        assert made.returncode == 0, made.stderr
+        for other in servers[1:]:
+            assert other.ca.read_bytes() == a.ca.read_bytes()
+            got = subprocess.run([KUBECTL, "--kubeconfig", str(config), "--server", other.url,
+                                  "get", "hypervisors", "-o", "name"],
+                                 capture_output=True, text=True, timeout=120)
+            assert got.returncode == 0, got.stderr
+        # The remote store with every replica named, trusting A's CA only.
+        ca_pem = a.ca.read_bytes()
+        remote = RemoteStore([s.url for s in servers], tokens["viewer"], ca_pem)
+        stop_server(servers[0])
+        assert remote.list("Hypervisor").revision > 0
+        remote.close()
+    finally:
+        for s in servers:
+            stop_server(s)

@@ -168,6 +168,24 @@ class EtcdStore(Store):
     def _reservation_index_prefix(self, host: str) -> str:
         return f"{self.prefix}/reservation-index/{host}/"
 
+    def _server_secret_key(self, name: str) -> str:
+        # Outside {prefix}/objects/: no list or watch of any kind reaches it.
+        return f"{self.prefix}/server-secrets/{name}"
+
+    def server_secret(self, name: str) -> tuple[bytes, int] | None:
+        kvs, _, _ = self._range(self._server_secret_key(name), what=f"read server secret {name}")
+        return (kvs[0].value, kvs[0].mod_revision) if kvs else None
+
+    def put_server_secret(self, name: str, value: bytes, replaces: int | None) -> bool:
+        key = self._server_secret_key(name)
+        compare = [cmp_absent(key) if replaces is None else cmp_mod(key, replaces)]
+        result = self.transport.txn(compare, [op_put(key, value)], what=f"write server secret {name}")
+        if not result.succeeded and result.ambiguous:
+            # An earlier attempt may have landed: it did if the value is ours.
+            found = self.server_secret(name)
+            return found is not None and found[0] == value
+        return result.succeeded
+
     # -- objects seen --------------------------------------------------------------------
 
     def _remember(self, key: str, revision: int, value: bytes) -> None:
