@@ -33,6 +33,7 @@ from tests.server.conftest import TOKENS, Api
 from tests.server.running import ServerThread
 from tests.server.static_auth import AllowAll, StaticTokens
 from tests.server.test_api_objects import HV, hypervisor, status_of
+from tests.server.test_api_watch import Watcher
 from tests.server.test_auth_https import HVFLEET, KUBECTL, role_tokens, start_server, stop_server
 
 NODE = Path(__file__).resolve().parents[2] / "examples" / "fleet" / "compute-01.xml"
@@ -233,3 +234,23 @@ def test_a_kubeconfig_made_against_one_replica_works_on_the_others(
     finally:
         for s in servers:
             stop_server(s)
+
+
+def test_the_watch_limit_per_token_holds_per_replica(replicas: list[Api]) -> None:
+    """The limit guards one process's memory and threads, so it is counted per
+    replica (docs/scaling.md): a token at its 16 watches on A is refused there
+    (429) and may still watch on B; fleet-wide it holds 16 × replicas."""
+    rv = replicas[0].client("viewer-token").get(HV).json()["metadata"]["resourceVersion"]
+    params = {"resourceVersion": rv, "timeoutSeconds": "30"}
+    held = [Watcher(replicas[0], params, "viewer-token") for _ in range(16)]
+    try:
+        assert all(w.status == 200 for w in held)
+        refused = Watcher(replicas[0], params, "viewer-token")
+        assert refused.status == 429
+        refused.close()
+        other = Watcher(replicas[1], params, "viewer-token")
+        assert other.status == 200
+        other.close()
+    finally:
+        for w in held:
+            w.close()
