@@ -602,7 +602,9 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     action = Action("update", info.plural, obj.metadata.name, sub, force, dry_run)
     precheck(ctx, who, action)
     try:
-        current = ctx.store.get(info.kind, obj.metadata.name)
+        # A PUT names the version it replaces: the store may know it already.
+        current = ctx.store.get_for_write(info.kind, obj.metadata.name,
+                                          obj.metadata.resource_version)
     except Undecodable:
         # Nothing stored can be read to keep: the body, as its writer may write
         # it, replaces the object (hvfleet.store.undecodable.overwrite).

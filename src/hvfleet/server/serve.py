@@ -144,7 +144,7 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
         configure_audit_log(options.audit_log)
         app = create_app(
             store,
-            TokenAuthenticator(store, max_age=options.token_cache_seconds),
+            TokenAuthenticator(store, max_age=options.token_cache_seconds, follow=True),
             RoleAuthorizer(),
             audit=JsonAuditLog(),
         )

@@ -305,6 +305,14 @@ class Store(ABC):
     def revision(self) -> int:
         """The store's current revision."""
 
+    def get_for_write(self, kind: str, name: str, resource_version: str | None) -> Resource:
+        """`get`, for a write that names the version it replaces: a backend that
+        still holds that version of the object from its own last read or write
+        may answer from it without a round trip (etcd). Nothing taken from it
+        can count stale: the write either finds that version still current or
+        fails its compare-and-swap (StaleVersion)."""
+        return self.get(kind, name)
+
     # -- what the servers over this store share -------------------------------------
 
     def server_secret(self, name: str) -> tuple[bytes, int] | None:

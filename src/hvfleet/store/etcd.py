@@ -68,7 +68,7 @@ DEFAULT_PREFIX = "/hvfleet"
 # and the gateway's message limits even for large Hypervisor objects.
 LIST_PAGE = 500
 # Objects whose last-seen value is kept to save a read before an update.
-SEEN_CACHE = 4096
+SEEN_CACHE = 16384
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
@@ -248,6 +248,15 @@ class EtcdStore(Store):
             raise NotFound(f"{kind} {name!r} not found")
         self._remember(kvs[0].key, kvs[0].mod_revision, kvs[0].value)
         return decode(kind, kvs[0].value, kvs[0].mod_revision, name)
+
+    def get_for_write(self, kind: str, name: str, resource_version: str | None) -> Resource:
+        kind = kind_of(kind)
+        if resource_version and resource_version.isdigit():
+            key = self._key(kind, name)
+            value = self._recall(key, int(resource_version))
+            if value is not None:
+                return decode(kind, value, int(resource_version), name)
+        return self.get(kind, name)
 
     def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
         kind = kind_of(kind)
