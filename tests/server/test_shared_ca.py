@@ -100,3 +100,18 @@ def test_a_server_secret_is_set_once_then_only_by_its_version(
     if backend == "sqlite":
         assert store.revision() == 0  # no object written, no event for a watch
     store.close()
+
+
+def test_a_replica_behind_a_load_balancer_serves_the_balancers_name_too(tmp_path: Path) -> None:
+    from hvfleet.server.__main__ import options_from_json
+    from hvfleet.server.serve import plan_tls
+
+    store = open_store(f"sqlite:///{tmp_path}/hvfleet.db")
+    options = options_from_json(
+        '{"data_dir": "%s", "tls_names": ["fleet.example"]}' % (tmp_path / "a"))
+    files = plan_tls(options, "127.0.0.1", store)
+    assert files is not None
+    assert handshake(files, "127.0.0.1", "fleet.example") == "hello"
+    with pytest.raises(InvalidInput, match="tls_names"):
+        options_from_json('{"tls_names": "fleet.example"}')
+    store.close()

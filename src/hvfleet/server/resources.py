@@ -188,7 +188,7 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
         body = table(info.kind, [obj], inputs, obj.metadata.resource_version or "",
                      request.query_params.get("includeObject", "PartialObjectMetadata"))
         return JSONResponse(body, status_code=code, headers=headers)
-    return JSONResponse(obj.to_dict(), status_code=code, headers=headers)
+    return Response(obj.to_json(), status_code=code, headers=headers, media_type="application/json")
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,

@@ -75,6 +75,9 @@ class ServeOptions:
     # One step of a rotation of the CA the replicas share (tls.ROTATION_STEPS):
     # done on the store, then the command ends without serving.
     rotate_ca: str | None = None
+    # More names the serving certificate must carry (a load balancer's name,
+    # the address clients reach this replica at).
+    tls_names: tuple[str, ...] = ()
 
 
 def plan_tls(options: ServeOptions, host: str, store: Store | None = None) -> ServingFiles | None:
@@ -96,7 +99,7 @@ def plan_tls(options: ServeOptions, host: str, store: Store | None = None) -> Se
         return given_certificate(options.tls_cert, options.tls_key)
     data_dir = options.data_dir or default_data_dir()
     shared = None if store is None else shared_signer(store, data_dir)
-    return ensure_serving_certificate(data_dir, host, shared=shared)
+    return ensure_serving_certificate(data_dir, host, extra_names=options.tls_names, shared=shared)
 
 
 def bind(host: str, port: int) -> socket.socket:
