@@ -29,7 +29,7 @@ per host), over 3 replicas; it prints the cores the replicas and etcd used
 and extrapolates the per-write figures to 10,000 and 100,000 hosts.
 
     .venv/bin/python bench/replicas.py [--hosts 200] [--writes 1500] [--clients 4]
-        [--fleet-hosts 600] [--fleet-seconds 40] [--replicas 1,2,3]
+        [--fleet-hosts 600] [--fleet-seconds 40] [--replicas 1,2,3] [--store etcd|sqlite]
 """
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def ms(x: float) -> str:
 
 
 def fleet_phase(replicas: Replicas, etcd: EtcdCluster, hosts: int, seconds: float,
-                status_every: float, clients: int) -> dict[str, float]:
+                status_every: float, clients: int, etcd_used: bool = True) -> dict[str, float]:
     """Paced: each agent renews every 10 s and writes its status every
     `status_every` s (phases spread evenly), through replica a % n."""
     count = len(replicas.servers)
@@ -236,7 +236,7 @@ def fleet_phase(replicas: Replicas, etcd: EtcdCluster, hosts: int, seconds: floa
     late = [0]
     lock = threading.Lock()
     per_thread = [[p for p in plan if p[2] % clients == k] for k in range(clients)]
-    etcd_pids = [m.process.pid for m in etcd.members if m.process is not None]
+    etcd_pids = [m.process.pid for m in etcd.members if m.process is not None and etcd_used]
     etcd_before = [cpu_of(p) for p in etcd_pids]
 
     def worker(k: int, start: float) -> None:
@@ -264,7 +264,7 @@ def fleet_phase(replicas: Replicas, etcd: EtcdCluster, hosts: int, seconds: floa
     cpu, wall = measured(replicas, work)
     etcd_cpu = sum(cpu_of(p) - b for p, b in zip(etcd_pids, etcd_before, strict=True))
     return {"writes": len(plan), "wall": wall, "server_cores": sum(cpu) / wall,
-            "etcd_cores": etcd_cpu / wall, "late": late[0],
+            "etcd_cores": etcd_cpu / wall, "late": late[0], "server_cpu": sum(cpu), "etcd_cpu": etcd_cpu,
             "leases": sum(1 for p in plan if p[1] == "lease"),
             "statuses": sum(1 for p in plan if p[1] == "status")}
 
@@ -278,6 +278,8 @@ def main() -> None:
     parser.add_argument("--fleet-hosts", type=int, default=600)
     parser.add_argument("--fleet-seconds", type=float, default=40.0)
     parser.add_argument("--status-every", type=float, default=300.0)
+    parser.add_argument("--store", choices=["etcd", "sqlite"], default="etcd",
+                        help="the store the replicas share: the 3-member etcd, or one SQLite file")
     args = parser.parse_args()
     counts = [int(x) for x in args.replicas.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
@@ -286,7 +288,8 @@ def main() -> None:
             results: dict[int, dict[str, float]] = {}
             direct: dict[str, float] = {}
             for n in counts:
-                url = etcd.url(prefix=f"/bench-{uuid.uuid4().hex[:8]}")
+                url = (etcd.url(prefix=f"/bench-{uuid.uuid4().hex[:8]}") if args.store == "etcd"
+                       else f"sqlite:///{tmp}/bench-{n}.db")
                 with open_store(url) as store:
                     tokens, viewers, _ = seed(store, max(args.hosts, args.fleet_hosts), 1)
                 AGENT_TOKENS[:] = tokens
@@ -306,7 +309,8 @@ def main() -> None:
                         row["write_only"] = cpu[0] / args.writes - row["follow"]
                     if n == max(counts) and args.fleet_hosts:
                         fleet = fleet_phase(replicas, etcd, args.fleet_hosts, args.fleet_seconds,
-                                            args.status_every, max(args.clients, 8))
+                                            args.status_every, max(args.clients, 8),
+                                            args.store == "etcd")
                         row.update({f"fleet_{k}": v for k, v in fleet.items()})
                     results[n] = row
                 finally:
@@ -317,8 +321,9 @@ def main() -> None:
 
 
 def report(results: dict[int, dict[str, float]], direct: dict[str, float], args: argparse.Namespace) -> None:
+    where = "3-member etcd" if args.store == "etcd" else "one SQLite file"
     print(f"\nserver CPU per write, {args.writes} writes by {args.hosts} agents, {args.clients} clients, "
-          "3-member etcd; every replica follows all writes (one watcher each)")
+          f"{where}; every replica follows all writes (one watcher each)")
     print(f"{'':28}{'lease renewal':>16}{'status write':>16}{'followed event':>16}{'writes/s (status)':>20}")
     print(f"{'direct store (this process)':28}{ms(direct['lease']):>16}{ms(direct['status']):>16}"
           f"{'-':>16}{'-':>20}")
@@ -342,11 +347,16 @@ def report(results: dict[int, dict[str, float]], direct: dict[str, float], args:
               f"{row['fleet_late']:.0f} more than 1 s late")
         print(f"  replicas: {row['fleet_server_cores']:.2f} cores; etcd (3 members): "
               f"{row['fleet_etcd_cores']:.2f} cores")
-        per_host = (row["fleet_server_cores"]) / hosts
-        etcd_per_host = row["fleet_etcd_cores"] / hosts
+        # Per write (the pace may have slipped on a busy machine), times the
+        # rate a fleet of that size writes at: leases every 10 s, statuses every --status-every.
+        server_per_write = row["fleet_server_cpu"] / row["fleet_writes"]
+        etcd_per_write = row["fleet_etcd_cpu"] / row["fleet_writes"]
+        print(f"  per write: replicas {ms(server_per_write)} (all {n} together), etcd {ms(etcd_per_write)}")
         for big in (10_000, 100_000):
-            print(f"  {big:,} hosts at the same per-host rate: replicas ≈ {per_host * big:.1f} cores, "
-                  f"etcd ≈ {etcd_per_host * big:.1f} cores (linear; {n} replicas each following every write)")
+            rate = big / 10.0 + big / args.status_every
+            print(f"  {big:,} hosts ({rate:,.0f} writes/s): replicas ≈ {server_per_write * rate:.1f} cores, "
+                  f"etcd ≈ {etcd_per_write * rate:.1f} cores (linear; {n} replicas each following "
+                  "every write)")
 
 
 if __name__ == "__main__":
