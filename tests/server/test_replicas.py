@@ -202,6 +202,7 @@ def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.slow  # three real `hvfleet serve` processes and kubectl: about 30 s
 def test_a_kubeconfig_made_against_one_replica_works_on_the_others(
     etcd3: EtcdCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
