@@ -33,7 +33,7 @@ from hvfleet.model.overcommit import matching_policies
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.spec_edits import SpecEdit, SpecMap
-from hvfleet.scheduling.fleet_edit import edit_hosts
+from hvfleet.ops.spec import SpecEditRequest, edit_spec
 from hvfleet.store import lifecycle
 from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
 from hvfleet.store.base import fleet_kind_of, kind_of
@@ -235,9 +235,9 @@ def _edit(store_url: str | None, targets: list[str], selector: str | None, field
     else:
         edit = SpecEdit(field, removals=[ResourceName.parse(e, where=SPEC_FIELD[field]) for e in entries])
     with connect(store_url) as s:
-        written = edit_hosts(s, edit, manager, name=name, selector=selector, force=force)
+        answer = edit_spec(s, SpecEditRequest(edit, name, selector if name is None else None, force), manager)
         policies = s.list_overcommit_policies()
-    for h in written:
+    for h in answer.hosts:
         _print_effective(h, policies)
 
 
