@@ -71,7 +71,10 @@ def _used_of(r: ResourceName, used: Quantity | None, of: Quantity | None) -> str
 
 
 def _strs(values: Mapping[ResourceName, Quantity]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
+    # The exact quantity in the resource's canonical form (bytes in binary units),
+    # as every JSON answer gives it (hvfleet.ops.quantities.exact).
+    return {str(k): str(ResourceName(k).quantity(v))
+            for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
 
 
 SyncState = Literal["True", "False", "Unknown"]
@@ -205,7 +208,7 @@ def hypervisor_row(
     if wide:
         row += [
             _pairs(resolve_overcommit(h, policies or ()), lambda _r, x: ratio_text(x.value, x.source)),
-            _pairs(h.spec.reserved, lambda _r, q: str(q)),
+            _pairs(h.spec.reserved, human),
             _pairs(h.metadata.labels, lambda _k, v: v),
         ]
     return row
