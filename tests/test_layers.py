@@ -16,9 +16,12 @@ MAY_IMPORT = {
     "agent": {"model", "discovery", "store"},
     "scheduling": {"model", "store"},
     "guests": {"model", "discovery"},
+    # The operations every edge offers: above the core, below the edges.
+    "ops": {"model", "discovery", "store", "scheduling", "guests"},
+    # The Placement API's core: above the store and scheduling, below the server.
     "placement": {"model", "store", "scheduling"},
-    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "placement"},
-    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "placement"},
+    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops", "placement"},
+    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops", "placement"},
 }
 
 
