@@ -19,8 +19,8 @@ from hvfleet.cli.main import app
 from hvfleet.cli.output import emit, print_table
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.token import Role, token_state
-from hvfleet.model.views import age
 from hvfleet.store.tokens import issue_token, list_tokens, revoke_token
+from hvfleet.views.text import age
 
 token_app = typer.Typer(help="Bearer tokens for the API (hvfleet serve).", no_args_is_help=True)
 app.add_typer(token_app, name="token")

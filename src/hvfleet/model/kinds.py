@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from hvfleet.model.capacity import growth_past_claim
 from hvfleet.model.errors import Forbidden, InvalidInput
@@ -46,26 +46,23 @@ def agent_manager(hypervisor_name: str) -> str:
     return f"{AGENT_PREFIX}{hypervisor_name}"
 
 
-# A check a write runs on the object it stores, given the writing manager.
-CreateCheck = Callable[[Resource, str], None]
-# A check an update runs on (stored, new, manager, now).
-UpdateCheck = Callable[[Resource, Resource, str, datetime], None]
+# The kind's model: every hook of a strategy takes objects of its own kind
+# (the strategy is found by the object's `kind`, which its model fixes).
+R = TypeVar("R", Hypervisor, Reservation, Lease, OvercommitPolicy, AccessToken)
 
 
 def _no_check(*_: Any) -> None:
     return None
 
 
-def _agent_writes_no_spec_on_create(obj: Resource, manager: str) -> None:
+def _agent_writes_no_spec_on_create(obj: Hypervisor, manager: str) -> None:
     """A Hypervisor created by its agent carries no spec: spec is the operators'."""
-    assert isinstance(obj, Hypervisor)
     if manager.startswith(AGENT_PREFIX) and obj.spec != HypervisorSpec():
         raise Forbidden(f"{obj.kind} {obj.metadata.name}: agents do not write spec ({manager!r})")
 
 
-def _lease_writer(obj: Resource, manager: str) -> None:
+def _lease_writer(obj: Lease, manager: str) -> None:
     """A Lease is written only by the agent it names, holding it as itself."""
-    assert isinstance(obj, Lease)
     agent = agent_manager(obj.metadata.name)
     if manager != agent:
         raise Forbidden(
@@ -78,14 +75,13 @@ def _lease_writer(obj: Resource, manager: str) -> None:
         )
 
 
-def _lease_update(_old: Resource, new: Resource, manager: str, _now: datetime) -> None:
+def _lease_update(_old: Lease, new: Lease, manager: str, _now: datetime) -> None:
     _lease_writer(new, manager)
 
 
-def _reservation_growth(old: Resource, new: Resource, _manager: str, now: datetime) -> None:
+def _reservation_growth(old: Reservation, new: Reservation, _manager: str, now: datetime) -> None:
     """Only a claim re-checks free capacity in the atomic write (`Store.claim`):
     an update must not make a reservation hold more than was claimed."""
-    assert isinstance(old, Reservation) and isinstance(new, Reservation)
     grown = growth_past_claim(old, new, now)
     if grown is not None:
         field, what = grown
@@ -104,8 +100,7 @@ def _nobody(_obj: Resource) -> str | None:
     return None
 
 
-def _reservation_host(obj: Resource) -> str | None:
-    assert isinstance(obj, Reservation)
+def _reservation_host(obj: Reservation) -> str | None:
     return obj.spec.hypervisor
 
 
@@ -114,11 +109,11 @@ def _named_host(obj: Resource) -> str | None:
 
 
 @dataclass(frozen=True)
-class KindStrategy:
+class KindStrategy(Generic[R]):
     """What one kind does differently; see the module docstring."""
 
     kind: str
-    model: type[Resource]
+    model: type[R]
     plural: str
     short_names: tuple[str, ...] = ()
     # Public: listed, exported, applied, in the CRDs and an all-kinds watch.
@@ -126,9 +121,9 @@ class KindStrategy:
     public: bool = True
     has_status: bool = True
     # Who alone may write the object's status (None: any writer).
-    status_owner: Callable[[Resource], str | None] = _nobody
+    status_owner: Callable[[R], str | None] = _nobody
     # The hypervisor the object belongs to (None: it belongs to none).
-    host_of: Callable[[Resource], str | None] = _nobody
+    host_of: Callable[[R], str | None] = _nobody
     # Where the host stands in the stored document, for an object that no
     # longer decodes (only for kinds the stores index per host: `claimed`).
     host_path: tuple[str, ...] = ()
@@ -142,8 +137,10 @@ class KindStrategy:
     # Whether an apply sets the status its manifest gives (a Reservation's
     # phase is its writer's: released, confirmed), not only spec and metadata.
     status_applied: bool = False
-    validate_create: CreateCheck = _no_check
-    validate_update: UpdateCheck = _no_check
+    # Checks a create runs on the object it stores, given the writing manager;
+    # an update on (stored, new, manager, now).
+    validate_create: Callable[[R, str], None] = _no_check
+    validate_update: Callable[[R, R, str, datetime], None] = _no_check
 
     @property
     def singular(self) -> str:
@@ -153,15 +150,15 @@ class KindStrategy:
         """Every name a user may give for the kind (kind, singular, plural, short)."""
         return (self.singular, self.plural, *self.short_names)
 
-    def decode(self, doc: Mapping[str, Any]) -> Resource:
+    def decode(self, doc: Mapping[str, Any]) -> R:
         """The object a document describes, within the bounds its field types carry."""
         return self.model.model_validate(doc)
 
-    def status_of(self, obj: Resource) -> object:
+    def status_of(self, obj: R) -> object:
         """The object's status (None for a kind without one, as a Lease)."""
         return getattr(obj, "status", None) if self.has_status else None
 
-    def indexed_host(self, obj: Resource | None) -> str | None:
+    def indexed_host(self, obj: R | None) -> str | None:
         """The host the stores index `obj` under (claimed kinds only)."""
         return self.host_of(obj) if obj is not None and self.claimed else None
 
@@ -173,35 +170,41 @@ class KindStrategy:
         return node if self.host_path and isinstance(node, str) and node else None
 
 
-STRATEGIES: dict[str, KindStrategy] = {s.kind: s for s in (
-    KindStrategy(
+STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
+    KindStrategy[Hypervisor](
         "Hypervisor", Hypervisor, "hypervisors", ("hv",),
         status_owner=_own_agent, host_of=_named_host,
         validate_create=_agent_writes_no_spec_on_create,
     ),
-    KindStrategy(
+    KindStrategy[Reservation](
         "Reservation", Reservation, "reservations", ("res", "rsv"),
         host_of=_reservation_host, host_path=("spec", "hypervisor"), claimed=True,
         status_applied=True,
         validate_update=_reservation_growth,
     ),
-    KindStrategy(
+    KindStrategy[Lease](
         "Lease", Lease, "leases", has_status=False, host_of=_named_host,
         records_fields=False, agent_writes_spec=True,
         validate_create=_lease_writer, validate_update=_lease_update,
     ),
-    KindStrategy("OvercommitPolicy", OvercommitPolicy, "overcommitpolicies", ("ocp",)),
-    KindStrategy("AccessToken", AccessToken, "accesstokens", public=False),
+    KindStrategy[OvercommitPolicy]("OvercommitPolicy", OvercommitPolicy, "overcommitpolicies",
+                                   ("ocp",)),
+    KindStrategy[AccessToken]("AccessToken", AccessToken, "accesstokens", public=False),
 )}
 
 
-def strategy(kind: str) -> KindStrategy:
+def strategy(kind: str) -> KindStrategy[Any]:
     """The strategy of a kind name as objects carry it (`Hypervisor`); KeyError else."""
     return STRATEGIES[kind]
 
 
-def strategy_of(obj: Resource) -> KindStrategy:
+def strategy_of(obj: Resource) -> KindStrategy[Any]:
     return STRATEGIES[obj.kind]
+
+
+def kind_of_model(model: type[Resource]) -> str:
+    """The kind name of a model (`Hypervisor` → "Hypervisor")."""
+    return next(k for k, s in STRATEGIES.items() if s.model is model)
 
 
 def public_kinds() -> list[str]:

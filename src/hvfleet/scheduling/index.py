@@ -46,7 +46,7 @@ from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
-from hvfleet.model.views import SpecSync, spec_sync
+from hvfleet.model.spec_sync import SpecSync, spec_sync
 from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent

@@ -86,7 +86,8 @@ def _manifest(item: Any, what: str) -> Resource:
         raise InvalidInput(f"{what}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
     name = (item.get("metadata") or {}).get("name", "?")
     try:
-        return strategy(kind).decode(item)
+        manifest: Resource = strategy(kind).decode(item)
+        return manifest
     except ValidationError as exc:
         raise InvalidInput(validation_message(exc, f"{what} ({kind} {name})")) from None
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, TypeVar, cast
 
 from hvfleet.model.bounds import MAX_LEASE_SECONDS
 from hvfleet.model.errors import AlreadyExists, InvalidInput, NotFound
@@ -44,15 +44,18 @@ from hvfleet.model.hypervisor import (
     Reservation,
     Resource,
 )
-from hvfleet.model.kinds import STRATEGIES, agent_manager, strategy_of
+from hvfleet.model.kinds import STRATEGIES, agent_manager, kind_of_model, strategy_of
 from hvfleet.model.lease import Lease, lease_live, released, renewed
 from hvfleet.model.selectors import Selector, parse_selector
+from hvfleet.model.token import AccessToken
 from hvfleet.store.errors import ClaimRefused as ClaimRefused
 from hvfleet.store.errors import OwnershipConflict as OwnershipConflict
 from hvfleet.store.errors import StaleVersion as StaleVersion
 from hvfleet.store.undecodable import Undecodable, overwrite
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+# A kind's model, for the typed reads and writes (`get_as`, `list_as`, `update_as`).
+T = TypeVar("T", Hypervisor, Reservation, Lease, OvercommitPolicy, AccessToken)
 # Renewals of one Lease that may collide (two stores of one agent) before giving up.
 _LEASE_ATTEMPTS = 20
 
@@ -355,10 +358,9 @@ class Store(ABC):
         from hvfleet.store.ownership import prepare_create
 
         try:
-            host = self.get("Hypervisor", reservation.spec.hypervisor)
+            host = self.get_as(Hypervisor, reservation.spec.hypervisor)
         except NotFound:
             raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found") from None
-        assert isinstance(host, Hypervisor)
         try:
             self.get("Reservation", reservation.metadata.name)
         except NotFound:
@@ -392,9 +394,7 @@ class Store(ABC):
         for attempt in range(_LEASE_ATTEMPTS):
             if must_read:
                 try:
-                    got = self.get("Lease", name)
-                    assert isinstance(got, Lease)
-                    current = got
+                    current = self.get_as(Lease, name)
                 except NotFound:
                     current = None
             new = renewed(current, name, holder, ttl, datetime.now(UTC))
@@ -423,16 +423,12 @@ class Store(ABC):
         live from now on (rather than one lease duration later)."""
         self._held_leases().pop(name, None)
 
-        def let_go(obj: Resource) -> Resource:
-            assert isinstance(obj, Lease)
-            return released(obj)
-
         with suppress(NotFound):
-            self.update_with_retry("Lease", name, let_go, agent_manager(name))
+            self.update_as(Lease, name, released, agent_manager(name))
 
     def agent_leases(self) -> dict[str, Lease]:
         """Every hypervisor agent's Lease, by hypervisor name."""
-        return {o.metadata.name: o for o in self.list("Lease").items if isinstance(o, Lease)}
+        return {o.metadata.name: o for o in self.list_as(Lease)}
 
     def agent_liveness(self, now: datetime | None = None) -> dict[str, bool]:
         """For each hypervisor whose agent has held a Lease: whether it is live
@@ -448,19 +444,38 @@ class Store(ABC):
 
     # -- typed conveniences ---------------------------------------------------------
 
+    # A backend decodes every object with the model of its stored kind
+    # (`KindStrategy.model`), so what `get` and `list` return for a kind is of
+    # that kind's model: these say so to the type checker, once.
+
+    def get_as(self, model: type[T], name: str) -> T:
+        """`get` of the kind whose model is `model`."""
+        return cast(T, self.get(kind_of_model(model), name))
+
+    def list_as(self, model: type[T], selector: Selector | str | None = None) -> builtins.list[T]:
+        """`list(...).items` of the kind whose model is `model`."""
+        return cast(builtins.list[T], self.list(kind_of_model(model), selector).items)
+
+    def update_as(self, model: type[T], name: str, mutate: Callable[[T], T], manager: str, *,
+                  force: bool = False, as_apply: bool = False) -> T:
+        """`update_with_retry` of the kind whose model is `model`."""
+        def typed(obj: Resource) -> Resource:
+            return mutate(cast(T, obj))
+
+        return cast(T, self.update_with_retry(kind_of_model(model), name, typed, manager,
+                                              force=force, as_apply=as_apply))
+
     def get_hypervisor(self, name: str) -> Hypervisor:
-        obj = self.get("Hypervisor", name)
-        assert isinstance(obj, Hypervisor)
-        return obj
+        return self.get_as(Hypervisor, name)
 
     def list_hypervisors(self, selector: Selector | str | None = None) -> builtins.list[Hypervisor]:
-        return [o for o in self.list("Hypervisor", selector).items if isinstance(o, Hypervisor)]
+        return self.list_as(Hypervisor, selector)
 
     def list_reservations(self, selector: Selector | str | None = None) -> builtins.list[Reservation]:
-        return [o for o in self.list("Reservation", selector).items if isinstance(o, Reservation)]
+        return self.list_as(Reservation, selector)
 
     def list_overcommit_policies(self) -> builtins.list[OvercommitPolicy]:
-        return [o for o in self.list("OvercommitPolicy").items if isinstance(o, OvercommitPolicy)]
+        return self.list_as(OvercommitPolicy)
 
     def update_with_retry(
         self,
@@ -508,11 +523,4 @@ class Store(ABC):
         force: bool = False,
         as_apply: bool = False,
     ) -> Hypervisor:
-        def typed(obj: Resource) -> Resource:
-            assert isinstance(obj, Hypervisor)
-            return mutate(obj)
-
-        out = self.update_with_retry("Hypervisor", name, typed, manager, force=force,
-                                     as_apply=as_apply)
-        assert isinstance(out, Hypervisor)
-        return out
+        return self.update_as(Hypervisor, name, mutate, manager, force=force, as_apply=as_apply)
