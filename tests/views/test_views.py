@@ -49,7 +49,7 @@ def test_fleet_capacity_document_and_rows() -> None:
         "spec": {"hypervisor": "b", "consumer": "c", "resources": {"memory": "40Gi"}},
         "status": {"phase": "Active"},
     })
-    doc = views.fleet_capacity([a, b], [res], {"b": True}, NOW)
+    doc = views.fleet_summary([a, b], [res], {"b": True}, NOW).to_dict()
     assert doc["hosts"][0]["ready"] is True and doc["hosts"][0]["readiness"]["state"] == "Ready"
     assert doc["hosts"][0]["free"] == {"cpu": "-2", "memory": "44Gi"}
     assert doc["hosts"][1]["free"] == {"VGPU": "2", "cpu": "6", "memory": "4Gi"}
@@ -96,7 +96,7 @@ def test_spec_sync_says_when_status_effective_capacity_lags() -> None:
     assert got.message.startswith("spec generation 3 not yet observed by the agent (it saw 2)")
     assert "cpu=64" in got.message
     assert views.hypervisor_row(lagging, NOW)[6] == "False"
-    assert views.fleet_capacity([lagging], [], {}, NOW)["hosts"][0]["synced"] == got.to_dict()
+    assert views.fleet_summary([lagging], [], {}, NOW).to_dict()["hosts"][0]["synced"] == got.to_dict()
     status = lagging.status.model_copy(update={"observed_generation": 3})
     observed = lagging.model_copy(update={"status": status})
     assert spec_sync(observed).state == "True"

@@ -268,18 +268,6 @@ def fleet_summary(
     return FleetCapacity(rows, FleetTotals.of(rows).total())
 
 
-def fleet_capacity(
-    hosts: Iterable[Hypervisor],
-    reservations: Iterable[Reservation],
-    liveness: Mapping[str, bool],
-    now: datetime,
-    staleness: timedelta = DEFAULT_STALENESS,
-    policies: Sequence[OvercommitPolicy] | None = None,
-) -> dict[str, Any]:
-    """The `capacity -o json` document: `{"hosts": [...], "total": {...}}`."""
-    return fleet_summary(hosts, reservations, liveness, now, staleness, policies).to_dict()
-
-
 @dataclass(frozen=True)
 class CapacityRow:
     """One row of the `capacity` table: its cells, each cell's FreeLevel (for
