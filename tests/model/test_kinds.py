@@ -96,3 +96,14 @@ def test_an_update_may_not_grow_a_reservation_past_its_claim() -> None:
     s.validate_update(new, old, "ops", NOW)  # shrinking is fine
     with pytest.raises(InvalidInput, match="would hold more than its claim"):
         s.validate_update(old, new, "ops", NOW)
+
+
+def test_only_a_policy_governs_hosts_and_only_those_its_selector_matches() -> None:
+    from hvfleet.model.hypervisor import OvercommitPolicy
+    from hvfleet.model.kinds import governs
+
+    policy = OvercommitPolicy.model_validate({
+        "metadata": {"name": "p"},
+        "spec": {"selector": {"matchLabels": {"az": "a"}}, "overcommit": {"cpu": 4}}})
+    assert governs(policy, {"az": "a"}) and not governs(policy, {"az": "b"})
+    assert not governs(_reservation("h1"), {"az": "a"})

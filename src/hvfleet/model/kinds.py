@@ -36,6 +36,7 @@ from hvfleet.model.hypervisor import (
     Resource,
 )
 from hvfleet.model.lease import Lease
+from hvfleet.model.overcommit import selects
 from hvfleet.model.token import AccessToken
 
 AGENT_PREFIX = "agent/"
@@ -141,6 +142,9 @@ class KindStrategy(Generic[R]):
     # an update on (stored, new, manager, now).
     validate_create: Callable[[R, str], None] = _no_check
     validate_update: Callable[[R, R, str, datetime], None] = _no_check
+    # Whether the object governs a host with these labels (None: the kind
+    # selects no hosts). An agent may read only what governs its own host.
+    selects_host: Callable[[R, Mapping[str, str]], bool] | None = None
 
     @property
     def singular(self) -> str:
@@ -188,7 +192,7 @@ STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
         validate_create=_lease_writer, validate_update=_lease_update,
     ),
     KindStrategy[OvercommitPolicy]("OvercommitPolicy", OvercommitPolicy, "overcommitpolicies",
-                                   ("ocp",)),
+                                   ("ocp",), selects_host=selects),
     KindStrategy[AccessToken]("AccessToken", AccessToken, "accesstokens", public=False),
 )}
 
@@ -200,6 +204,12 @@ def strategy(kind: str) -> KindStrategy[Any]:
 
 def strategy_of(obj: Resource) -> KindStrategy[Any]:
     return STRATEGIES[obj.kind]
+
+
+def governs(obj: Resource, labels: Mapping[str, str]) -> bool:
+    """Whether `obj` governs a host with `labels` (`KindStrategy.selects_host`)."""
+    check = strategy_of(obj).selects_host
+    return check is not None and bool(check(obj, labels))
 
 
 def kind_of_model(model: type[Resource]) -> str:
