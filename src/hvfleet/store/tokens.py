@@ -42,14 +42,13 @@ def list_tokens(store: Store) -> list[AccessToken]:
 
 def find_token(store: Store, token_id: str) -> AccessToken | None:
     try:
-        obj = store.get(KIND, token_id)
+        return store.get_as(AccessToken, token_id)
     except NotFound:
         return None
     except Undecodable as exc:
         # A record that cannot be read proves nothing: as an unknown token (401).
         skipped(exc, "token lookup")
         return None
-    return obj if isinstance(obj, AccessToken) else None
 
 
 def issue_token(
