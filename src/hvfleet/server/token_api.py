@@ -113,7 +113,6 @@ def _store_record(ctx: ApiContext, who: Identity, record: AccessToken) -> Access
         return create_token(ctx.store, record, who.manager)
 
     out = audited(ctx, who, action, None, write)
-    assert isinstance(out, AccessToken)
     return out
 
 
@@ -131,7 +130,6 @@ def _replace(ctx: ApiContext, who: Identity, record: AccessToken, force: bool) -
         return out
 
     out = audited(ctx, who, action, current, write)
-    assert isinstance(out, AccessToken)
     _forget(ctx, record.name)
     return out
 
@@ -150,7 +148,6 @@ def _issue(ctx: ApiContext, who: Identity, body: TokenRequestBody) -> dict[str, 
         return record
 
     record = audited(ctx, who, action, None, write)
-    assert isinstance(record, AccessToken)
     doc = record.to_dict()
     doc["status"] = {"token": issued[0]}
     return doc
@@ -199,7 +196,6 @@ def _revoke(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
         return revoke_token(ctx.store, token_id, who.manager)
 
     out = audited(ctx, who, action, current, write)
-    assert isinstance(out, AccessToken)
     _forget(ctx, token_id)
     return out
 
@@ -221,7 +217,6 @@ def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
         return current
 
     out = audited(ctx, who, action, current, write)
-    assert isinstance(out, AccessToken)
     _forget(ctx, token_id)
     return out
 
