@@ -16,10 +16,12 @@ MAY_IMPORT = {
     "agent": {"model", "discovery", "store"},
     "scheduling": {"model", "store"},
     "guests": {"model", "discovery"},
+    # The operations every edge offers: above the core, below the edges.
+    "ops": {"model", "discovery", "store", "scheduling", "guests"},
     # Presentation: above the model and scheduling, below the edges.
     "views": {"model", "scheduling"},
-    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "views"},
-    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "views"},
+    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops", "views"},
+    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops", "views"},
 }
 
 

@@ -15,12 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hvfleet.store.etcd_local import free_port
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.server.conftest import TOKENS
 from tests.server.running import ServerThread
 from tests.server.static_auth import AllowAll, StaticTokens
+from tests.support.etcd_local import free_port
 
 from hvfleet.model import Hypervisor, Unavailable
 from hvfleet.model.errors import InvalidInput

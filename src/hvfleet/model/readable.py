@@ -15,7 +15,8 @@ from hvfleet.model.resources import ResourceName
 
 
 def human(resource: ResourceName | str, q: Quantity | None) -> str:
-    """A quantity as a person reads it: bytes as Gi/Mi with one decimal."""
+    """A quantity as a person reads it: bytes as Gi/Mi with one decimal, counts
+    of five digits or more with thousands separators."""
     if q is None:
         return "-"
     if ResourceName(resource).counts_bytes:
@@ -25,6 +26,9 @@ def human(resource: ResourceName | str, q: Quantity | None) -> str:
                 text = f"{v / mult:.1f}".removesuffix(".0")
                 return f"{text}{suffix}"
         return f"{v:.0f}"
+    if q.is_integer() and abs(q.value) >= 10_000:
+        # Large counts with thousands separators (738,278): four digits read at a glance.
+        return f"{q.floor():,}"
     return str(q)
 
 

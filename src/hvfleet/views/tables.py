@@ -81,7 +81,7 @@ def hypervisor_row(
     if wide:
         row += [
             pairs(resolve_overcommit(h, policies or ()), lambda _r, x: ratio_text(x.value, x.source)),
-            pairs(h.spec.reserved, lambda _r, q: str(q)),
+            pairs(h.spec.reserved, human),
             pairs(h.metadata.labels, lambda _k, v: v),
         ]
     return row

@@ -34,7 +34,10 @@ def used_of(r: ResourceName, used: Quantity | None, of: Quantity | None) -> str:
 
 
 def strs(values: Mapping[ResourceName, Quantity]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
+    # The exact quantity in the resource's canonical form (bytes in binary units),
+    # as every JSON answer gives it (hvfleet.ops.quantities.exact).
+    return {str(k): str(ResourceName(k).quantity(v))
+            for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
 
 
 @dataclass(frozen=True)
