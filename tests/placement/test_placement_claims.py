@@ -24,11 +24,11 @@ from hvfleet.scheduling.placement import export_inventories, provider_uuid
 from hvfleet.server.app import create_app
 from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.tokens import issue_token
 from tests.scheduling.sched_fleet import host, put_host
 from tests.server.running import ServerThread
 from tests.server.tls_files import make_tls_files
+from tests.support.etcd_local import EtcdCluster
 
 LATEST = {"OpenStack-API-Version": "placement 1.39"}
 
