@@ -38,10 +38,11 @@ from tests.placement.inprocess_placement import (
     call,
     ensure_custom,
     error_message,
+    flat,
     load,
 )
 
-EXAMPLES = int(os.environ.get("HVFLEET_CANDIDATES_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("HVFLEET_CANDIDATES_EXAMPLES", "25"))
 QUERIES = 8
 
 AGGS = [f"aaaaaaaa-0000-4000-8000-00000000000{i}" for i in range(3)]
@@ -216,13 +217,13 @@ def normalize(body: dict[str, Any]) -> tuple[Counter[Any], dict[str, Any]]:
     for ar in body["allocation_requests"]:
         allocs = ar["allocations"]
         if isinstance(allocs, list):
-            flat = frozenset(
+            items = frozenset(
                 (a["resource_provider"]["uuid"], rc, n) for a in allocs for rc, n in a["resources"].items()
             )
         else:
-            flat = frozenset((u, rc, n) for u, a in allocs.items() for rc, n in a["resources"].items())
+            items = frozenset((u, rc, n) for u, a in allocs.items() for rc, n in a["resources"].items())
         mappings = frozenset((s, frozenset(us)) for s, us in ar.get("mappings", {}).items())
-        areqs[(flat, mappings)] += 1
+        areqs[(items, mappings)] += 1
     summaries = {
         u: {**s, **({"traits": sorted(s["traits"])} if "traits" in s else {})}
         for u, s in body["provider_summaries"].items()
@@ -238,7 +239,7 @@ def mine(fleet_graph: Any, mv: tuple[int, int], params: list[tuple[str, str]]) -
         q = parse_candidates_query(grouped, mv)
         answer = find_candidates(fleet_graph, q, resource_classes=KNOWN_CLASSES, traits=KNOWN_TRAITS)
     except PlacementBadRequest as e:
-        return 400, e.detail
+        return 400, flat(e.detail)
     return 200, render_candidates(answer, mv)
 
 

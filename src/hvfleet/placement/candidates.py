@@ -19,12 +19,15 @@ providers by trait and by aggregate) and the index kept with the graph.
 from __future__ import annotations
 
 import itertools
+import pprint
 import re
+import textwrap
 import uuid as uuidlib
 import weakref
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -97,56 +100,92 @@ _KEY_1_33 = re.compile(rf"^(resources|required|member_of|in_tree)({_GROUP_PAT_1_
 _LIMIT_PATTERN = "^[1-9][0-9]*$"
 
 
-def _schema(mv: Microversion) -> tuple[list[str], list[str], bool]:
-    """Placement's query schema at `mv`: (plain properties in schema order,
-    key patterns, whether `resources` is required)."""
-    if mv < (1, 25):
-        props = ["resources"]
-        for since, name in (((1, 16), "limit"), ((1, 17), "required"), ((1, 21), "member_of")):
-            if mv >= since:
-                props.append(name)
-        return props, [], True
-    props = ["limit", "group_policy"]
+def _schema(mv: Microversion) -> dict[str, Any]:
+    """Placement's JSON schema for the query at `mv`, built as Placement
+    builds it (key order included: its error messages print it)."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"resources": {"type": "string"}},
+        "required": ["resources"],
+        "additionalProperties": False,
+    }
+    props = schema["properties"]
+    if mv >= (1, 16):
+        props["limit"] = {
+            "type": ["integer", "string"],
+            "pattern": _LIMIT_PATTERN,
+            "minimum": 1,
+            "minLength": 1,
+        }
+    if mv >= (1, 17):
+        props["required"] = {"type": ["string"]}
+    if mv >= (1, 21):
+        props["member_of"] = {"type": ["string"]}
+    if mv >= (1, 25):
+        for name in ("resources", "required", "member_of"):
+            del props[name]
+        del schema["required"]
+        group = _GROUP_PAT_1_33 if mv >= (1, 33) else _GROUP_PAT
+        prefixes = ["resources", "required", "member_of"] + (["in_tree"] if mv >= (1, 31) else [])
+        schema["patternProperties"] = {f"^{p}({group})?$": {"type": "string"} for p in prefixes}
+        props["group_policy"] = {"type": "string", "enum": ["none", "isolate"]}
     if mv >= (1, 35):
-        props.append("root_required")
+        props["root_required"] = {"type": ["string"]}
     if mv >= (1, 36):
-        props.append("same_subtree")
-    prefixes = ["resources", "required", "member_of"] + (["in_tree"] if mv >= (1, 31) else [])
-    group = _GROUP_PAT_1_33 if mv >= (1, 33) else _GROUP_PAT
-    return props, [f"^{p}({group})?$" for p in prefixes], False
+        props["same_subtree"] = {"type": ["string"]}
+    return schema
+
+
+def _schema_error(
+    message: str, validator: str, schema: object, instance: object, at: str | None = None
+) -> PlacementBadRequest:
+    """jsonschema's text for an error (message, then the failing schema and
+    instance pretty-printed), as Placement puts it in its 400."""
+    where = "" if at is None else f"[{at!r}]"
+    schema_path = "schema" if at is None else f"schema['properties']{where}"
+
+    def pretty(thing: object) -> str:
+        return textwrap.indent(pprint.pformat(thing, width=72, sort_dicts=False), "    ").lstrip()
+
+    return PlacementBadRequest(
+        f"Invalid query string parameters: {message}\n\n"
+        f"Failed validating {validator!r} in {schema_path}:\n    {pretty(schema)}\n\n"
+        f"On instance{where}:\n    {pretty(instance)}"
+    )
 
 
 def _validate_schema(params: Mapping[str, Sequence[str]], mv: Microversion) -> None:
-    """jsonschema's first (best) error for Placement's schema, on the query as
-    Placement validates it (each key's last value). Placement appends
-    jsonschema's dump of the schema and instance to the message; we give the
-    message alone."""
-    props, patterns, needs_resources = _schema(mv)
+    """jsonschema's best error for Placement's schema, on the query as
+    Placement validates it (each key's last value)."""
+    schema = _schema(mv)
+    props: dict[str, Any] = schema["properties"]
+    patterns = list(schema.get("patternProperties", {}))
     last = {k: v[-1] for k, v in params.items() if v}
-
-    def bad(message: str) -> PlacementBadRequest:
-        return PlacementBadRequest(f"Invalid query string parameters: {message}")
-
-    if needs_resources and "resources" not in last:
-        raise bad("'resources' is a required property")
+    if "required" in schema and "resources" not in last:
+        raise _schema_error("'resources' is a required property", "required", schema, last)
     extras = [k for k in last if k not in props and not any(re.search(p, k) for p in patterns)]
     if extras:
         if patterns:
             verb = "does" if len(extras) == 1 else "do"
             joined = ", ".join(repr(e) for e in sorted(extras))
             regexes = ", ".join(repr(p) for p in sorted(patterns))
-            raise bad(f"{joined} {verb} not match any of the regexes: {regexes}")
-        verb = "was" if len(extras) == 1 else "were"
-        joined = ", ".join(repr(e) for e in extras)
-        raise bad(f"Additional properties are not allowed ({joined} {verb} unexpected)")
+            message = f"{joined} {verb} not match any of the regexes: {regexes}"
+        else:
+            verb = "was" if len(extras) == 1 else "were"
+            joined = ", ".join(repr(e) for e in extras)
+            message = f"Additional properties are not allowed ({joined} {verb} unexpected)"
+        raise _schema_error(message, "additionalProperties", schema, last)
     for name in props:
         if name not in last:
             continue
         value = last[name]
         if name == "limit" and not re.search(_LIMIT_PATTERN, value):
-            raise bad(f"{value!r} does not match {_LIMIT_PATTERN!r}")
+            message = f"{value!r} does not match {_LIMIT_PATTERN!r}"
+            raise _schema_error(message, "pattern", props[name], value, name)
         if name == "group_policy" and value not in ("none", "isolate"):
-            raise bad(f"{value!r} is not one of ['none', 'isolate']")
+            raise _schema_error(
+                f"{value!r} is not one of ['none', 'isolate']", "enum", props[name], value, name
+            )
 
 
 def _uuid_like(value: str) -> bool:
@@ -764,7 +803,7 @@ def _single_provider(ix: _Index, gs: _GroupSearch, anchors: set[int] | None) -> 
         )
         if anchors is None or root in anchors:
             out.append(areq)
-        if SHARES_VIA_AGGREGATE in ix.traits[rp]:
+        if rp in ix.sharing:
             for anchor in sorted(ix.sharing_anchors(rp)):
                 if anchor == root or (anchors is not None and anchor not in anchors):
                     continue
@@ -867,9 +906,10 @@ def _merge(ix: _Index, query: CandidatesQuery, candidates: dict[str, list[_Areq]
     the same anchor (Placement's _merge_candidates)."""
     if len(candidates) == 1:
         # One group: every candidate already fits alone and nothing folds.
+        # Copies differ only by anchor and share their tuples, in one order.
         only: dict[object, _Areq] = {}
         for areq in next(iter(candidates.values())):
-            only.setdefault(areq.key(), areq)
+            only.setdefault((areq.requests, areq.mappings), areq)
         return list(only.values())
     suffixes = set(candidates)
     granular = len(suffixes - {""})
@@ -988,12 +1028,19 @@ def _search(
 
 
 def _allocation_request(ix: _Index, a: _Areq) -> AllocationRequest:
+    uuids = ix.uuids
     allocations: dict[str, dict[str, int]] = {}
     for rp, rc, amount in a.requests:
-        allocations.setdefault(ix.uuids[rp], {})[rc] = amount
-    return AllocationRequest(
-        allocations, {s: tuple(sorted(ix.uuids[p] for p in ps)) for s, ps in a.mappings}
-    )
+        at = allocations.get(uuids[rp])
+        if at is None:
+            allocations[uuids[rp]] = {rc: amount}
+        else:
+            at[rc] = amount
+    mappings = {
+        s: (uuids[next(iter(ps))],) if len(ps) == 1 else tuple(sorted(uuids[p] for p in ps))
+        for s, ps in a.mappings
+    }
+    return AllocationRequest(allocations, mappings)
 
 
 def _summary(ix: _Index, p: int) -> ProviderSummary:
@@ -1003,5 +1050,7 @@ def _summary(ix: _Index, p: int) -> ProviderSummary:
         parent_uuid=None if parent is None else ix.uuids[parent],
         root_uuid=ix.uuids[ix.root[p]],
         resources=ix.summary_resources[p],
-        traits=tuple(sorted(ix.traits[p])),
+        # Placement lists traits in database order: the standard ones (made
+        # at start-up) before custom ones (made later).
+        traits=tuple(sorted(ix.traits[p], key=lambda t: (t.startswith("CUSTOM_"), t))),
     )
