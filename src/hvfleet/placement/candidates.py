@@ -492,6 +492,11 @@ class ProviderSummary:
     root_uuid: str
     resources: Mapping[str, tuple[int, int]]  # resource class -> (capacity, used)
     traits: tuple[str, ...]
+    # Rendered forms by (all classes, traits, tree): a summary is a value of
+    # its graph, asked for by many answers. Read-only, like the rest.
+    rendered: dict[tuple[bool, bool, bool], dict[str, object]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,7 +527,11 @@ def render_candidates(answer: CandidatesAnswer, microversion: Microversion) -> d
         requests.append(doc)
     summaries: dict[str, object] = {}
     all_classes = mv >= (1, 27)
+    flags = (all_classes, mv >= (1, 17), mv >= (1, 29))
     for ps in answer.provider_summaries:
+        if all_classes and (done := ps.rendered.get(flags)) is not None:
+            summaries[ps.uuid] = done
+            continue
         entry: dict[str, object] = {
             "resources": {
                 rc: {"capacity": cap, "used": used}
@@ -535,6 +544,8 @@ def render_candidates(answer: CandidatesAnswer, microversion: Microversion) -> d
         if mv >= (1, 29):
             entry["parent_provider_uuid"] = ps.parent_uuid
             entry["root_provider_uuid"] = ps.root_uuid
+        if all_classes:
+            ps.rendered[flags] = entry
         summaries[ps.uuid] = entry
     return {"allocation_requests": requests, "provider_summaries": summaries}
 
@@ -601,6 +612,7 @@ class _Index:
                 res[rc] = (int(limit), used)
                 self.max_unit[(i, rc)] = inv.max_unit
             self.summary_resources.append(res)
+        self.summaries: dict[int, ProviderSummary] = {}  # made on first use
         self.columns: dict[str, _ClassColumns] = {}
         for rc, rs in rows.items():
             cols = list(zip(*rs, strict=True))
@@ -1029,6 +1041,15 @@ def _search(
 
 def _allocation_request(ix: _Index, a: _Areq) -> AllocationRequest:
     uuids = ix.uuids
+    if a.same_provider or (len(a.mappings) == 1 and len(a.mappings[0][1]) == 1):
+        # One provider (a granular group, or one that held everything): the
+        # common case at scale, built without the general walk.
+        suffix, ps = a.mappings[0]
+        (only,) = ps
+        u = uuids[only]
+        return AllocationRequest(
+            {u: {rc: amount for _, rc, amount in a.requests}} if a.requests else {}, {suffix: (u,)}
+        )
     allocations: dict[str, dict[str, int]] = {}
     for rp, rc, amount in a.requests:
         at = allocations.get(uuids[rp])
@@ -1044,8 +1065,11 @@ def _allocation_request(ix: _Index, a: _Areq) -> AllocationRequest:
 
 
 def _summary(ix: _Index, p: int) -> ProviderSummary:
+    done = ix.summaries.get(p)
+    if done is not None:
+        return done
     parent = ix.parent[p]
-    return ProviderSummary(
+    ix.summaries[p] = done = ProviderSummary(
         uuid=ix.uuids[p],
         parent_uuid=None if parent is None else ix.uuids[parent],
         root_uuid=ix.uuids[ix.root[p]],
@@ -1054,3 +1078,4 @@ def _summary(ix: _Index, p: int) -> ProviderSummary:
         # at start-up) before custom ones (made later).
         traits=tuple(sorted(ix.traits[p], key=lambda t: (t.startswith("CUSTOM_"), t))),
     )
+    return done
