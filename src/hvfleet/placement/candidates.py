@@ -894,7 +894,11 @@ def _multiple_providers(ix: _Index, gs: _GroupSearch, cands: set[tuple[int, int,
                 tuple((rp, rc, gs.resources[rc]) for rp, rc in zip(combo, classes, strict=True)),
                 ((g.suffix, frozenset(combo)),),
             )
-            out.setdefault(areq.key(), areq)
+            # Per anchor: Placement's set of these ignores the anchor, so a
+            # candidate served only by sharing providers keeps one arbitrary
+            # anchor there and loses the others' combinations with granular
+            # groups. Every anchor is kept here (docs/placement-candidates.md).
+            out.setdefault((anchor, areq.key()), areq)
     return list(out.values())
 
 
