@@ -1,11 +1,13 @@
 """Placement 16.0's own gabbi API tests, run against `hvfleet serve`.
 
 The YAML files are read from the installed openstack-placement wheel and run
-unchanged but for the token header (`x-auth-token: admin`/`user` becomes an
-hvfleet admin token) and TLS (gabbi reaches the server over HTTPS; it does not
-verify the self-signed certificate). `APIFixture` is ours: it empties the
-Placement records of the store (a fresh store per file, on one server) and
-sets the environment variables the files read, as Placement's does."""
+unchanged but for the token header (`x-auth-token: admin` becomes an hvfleet
+admin token, `user` a token of role agent bound to a host that has no
+provider: Placement's defaults let such a user do nothing) and TLS (gabbi
+reaches the server over HTTPS; it does not verify the self-signed
+certificate). `APIFixture` is ours: it empties the Placement records of the
+store (a fresh store per file, on one server) and sets the environment
+variables the files read, as Placement's does."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import types
 import unittest
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from gabbi import fixture, handlers, suitemaker
 
 import placement
 from hvfleet.store.base import Store
+from hvfleet.store.tokens import issue_token
 
 GABBITS = Path(placement.__file__).parent / "tests/functional/gabbits"
 PLACEMENT_KINDS = ("ResourceProvider", "PlacementConsumer", "PlacementName")
@@ -35,6 +39,13 @@ def plain_api_files() -> list[Path]:
         if doc.get("fixtures") == ["APIFixture"]:
             out.append(path)
     return out
+
+
+def issue_tokens(store: Store) -> Tokens:
+    now = datetime.now(UTC)
+    _, admin = issue_token(store, "admin", manager="test", now=now, ttl=None, name="gabbi-admin")
+    _, user = issue_token(store, "agent", manager="test", now=now, ttl=None, hypervisor="gabbi-user")
+    return Tokens(admin, user)
 
 
 def reset(store: Store) -> None:
@@ -68,13 +79,22 @@ def fixture_module(store: Store) -> types.ModuleType:
     return module
 
 
-def _with_token(headers: dict[str, Any] | None, token: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Tokens:
+    admin: str
+    user: str
+
+    def of(self, name: str) -> str:
+        return self.user if name == "user" else self.admin
+
+
+def _with_token(headers: dict[str, Any] | None, tokens: Tokens) -> dict[str, Any] | None:
     if headers is None:
         return None
-    return {k: (token if k.lower() == "x-auth-token" else v) for k, v in headers.items()}
+    return {k: (tokens.of(v) if k.lower() == "x-auth-token" else v) for k, v in headers.items()}
 
 
-def suite_dict(path: Path, token: str) -> dict[str, Any]:
+def suite_dict(path: Path, token: Tokens) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load(path.read_text())
     defaults = doc.setdefault("defaults", {})
     defaults["request_headers"] = _with_token(defaults.get("request_headers"), token)
@@ -94,7 +114,20 @@ class FileResult:
     failures: list[str] = field(default_factory=list)
 
 
-def run_file(path: Path, host: str, port: int, token: str, store: Store) -> FileResult:
+def _step(test: Any) -> str:
+    return str(getattr(test, "test_data", {}).get("name", test.id()))
+
+
+def _why(trace: str) -> str:
+    """The assertion of a failure trace (gabbi appends the response body after it)."""
+    lines = [line for line in trace.strip().splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith(("AssertionError", "gabbi.", "httpx.", "ValueError", "KeyError")):
+            return " ".join(lines[i:i + 3])[:400]
+    return lines[-1][:400] if lines else ""
+
+
+def run_file(path: Path, host: str, port: int, token: Tokens, store: Store) -> FileResult:
     loader = unittest.TestLoader()
     suite = suitemaker.test_suite_from_dict(
         loader, path.stem.replace("-", "_"), suite_dict(path, token), str(path.parent), host, port,
@@ -103,7 +136,7 @@ def run_file(path: Path, host: str, port: int, token: str, store: Store) -> File
     result = unittest.TestResult()
     suite.run(result)
     failed = [(t, e) for t, e in result.failures + result.errors]
-    names = [f"{t.id().rsplit('.', 1)[-1]}: {str(e).strip().splitlines()[-1][:300]}" for t, e in failed]
-    names += [f"{t.id().rsplit('.', 1)[-1]}: skipped ({why})" for t, why in result.skipped]
+    names = [f"{_step(t)}: {_why(e)}" for t, e in failed]
+    names += [f"{_step(t)}: skipped ({why})" for t, why in result.skipped]
     steps = result.testsRun
     return FileResult(path.name, steps, steps - len(failed) - len(result.skipped), names)

@@ -83,9 +83,15 @@ def consumer_allocations(store: Store, consumer: str) -> ConsumerAllocations:
                                records.consumer(store, consumer))
 
 
-def _check_amounts(p: ProviderView, consumer: str, resources: Mapping[str, int]) -> None:
-    usages = p.usages
-    mine = p.allocations.get(consumer, {})
+def _check_amounts(p: ProviderView, consumer: str, working: Mapping[str, Mapping[str, int]],
+                   resources: Mapping[str, int]) -> None:
+    """`resources` for `consumer` on `p`, whose allocations are `working` (what
+    this request has written so far): Placement's capacity and unit checks."""
+    usages = dict(p.unclaimed)
+    for c, res in working.items():
+        if c != consumer:
+            for rc, n in res.items():
+                usages[rc] = usages.get(rc, 0) + n
     for rc, amount in resources.items():
         inv = p.inventories.get(rc)
         if inv is None:
@@ -96,7 +102,7 @@ def _check_amounts(p: ProviderView, consumer: str, resources: Mapping[str, int])
             raise PlacementConflict(
                 f"Unable to allocate inventory: Unable to create allocation for '{rc}' on resource "
                 f"provider '{p.uuid}'. The requested amount would violate inventory constraints.")
-        if usages.get(rc, 0) - mine.get(rc, 0) + amount > inv.capacity:
+        if usages.get(rc, 0) + amount > inv.capacity:
             raise PlacementConflict(
                 f"Unable to allocate inventory: Unable to create allocation for '{rc}' on resource "
                 f"provider '{p.uuid}'. The requested amount would exceed the capacity.")
@@ -122,9 +128,12 @@ def set_allocations(store: Store, requests: list[ConsumerRequest]) -> None:
     """Replace the allocations of every consumer in `requests` (POST /allocations
     is several; PUT /allocations/{consumer} one), all checked against one read."""
     fleet = read_fleet(store)
+    known = records.resource_classes(store)
     now = now_text()
     writes: dict[str, Write] = {}  # provider uuid -> its record's write
-    changed: dict[str, dict[str, dict[str, int]]] = {}  # provider -> consumer -> resources
+    # provider -> consumer -> resources, as this request leaves them
+    working: dict[str, dict[str, dict[str, int]]] = {}
+    grown: set[str] = set()  # providers a consumer of this request allocates on
     consumer_writes: list[Write] = []
     hv_claims: list[tuple[str, str, dict[str, int]]] = []  # (host, consumer, resources)
     hv_drops: list[tuple[str, str]] = []
@@ -141,26 +150,29 @@ def set_allocations(store: Store, requests: list[ConsumerRequest]) -> None:
                 raise PlacementConflict(
                     f"consumer generation conflict - expected null but got {req.consumer_generation}",
                     code=CONCURRENT_UPDATE)
-        for rp in req.allocations:
+        for rp, resources in req.allocations.items():
             if rp not in fleet.providers:
                 raise PlacementBadRequest(f"Allocation for resource provider '{rp}' that does not exist.")
+            for rc in resources:
+                if rc not in known:
+                    raise PlacementBadRequest(
+                        f"Unable to allocate inventory for consumer {consumer}: No such resource "
+                        f"class {rc}.")
         before = records.allocations_of(fleet, consumer)
-        for rp in set(before) | set(req.allocations):
+        for rp in sorted(set(before) | set(req.allocations)):
             p = fleet.providers[rp]
             new = req.allocations.get(rp, {})
+            allocs = working.setdefault(rp, {c: dict(r) for c, r in p.allocations.items()})
             if new:
-                _check_amounts(p, consumer, new)
-            if p.hypervisor is not None:
-                if new != before.get(rp, {}):
-                    hv_drops.append((p.hypervisor.name, consumer))
-                    if new:
-                        hv_claims.append((p.hypervisor.name, consumer, new))
-                continue
-            allocs = changed.setdefault(rp, {c: dict(r) for c, r in p.allocations.items()})
-            if new:
+                _check_amounts(p, consumer, allocs, new)
+                grown.add(rp)
                 allocs[consumer] = dict(new)
             else:
                 allocs.pop(consumer, None)
+            if p.hypervisor is not None and new != before.get(rp, {}):
+                hv_drops.append((p.hypervisor.name, consumer))
+                if new:
+                    hv_claims.append((p.hypervisor.name, consumer, new))
         spec = PlacementConsumerSpec(
             project_id=req.project_id or INCOMPLETE, user_id=req.user_id or INCOMPLETE,
             consumer_type=req.consumer_type if req.consumer_type is not None else
@@ -178,8 +190,11 @@ def set_allocations(store: Store, requests: list[ConsumerRequest]) -> None:
             consumer_writes.append(Write("create", PlacementConsumer(metadata=meta, spec=spec)))
         else:
             consumer_writes.append(Write("update", rec.model_copy(update={"spec": spec})))
-    for rp, allocs in changed.items():
-        writes[rp] = write_provider(store, fleet, fleet.providers[rp], allocations=allocs)
+    for rp, allocs in working.items():
+        if fleet.providers[rp].hypervisor is None:
+            # Placement moves a provider's generation on only where allocations were written.
+            writes[rp] = write_provider(store, fleet, fleet.providers[rp], bump=rp in grown,
+                                        allocations=allocs)
     made = _claim_hypervisors(store, hv_drops, hv_claims)
     try:
         store.write_all([*writes.values(), *consumer_writes], MANAGER)

@@ -5,7 +5,7 @@ Placement names the case)."""
 
 from __future__ import annotations
 
-UNDEFINED = "placement.undefined"
+UNDEFINED = "placement.undefined_code"
 DUPLICATE_NAME = "placement.duplicate_name"
 CONCURRENT_UPDATE = "placement.concurrent_update"
 INVENTORY_INUSE = "placement.inventory.inuse"

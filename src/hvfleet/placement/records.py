@@ -66,7 +66,7 @@ class ProviderView:
     # consumer -> resource class -> amount
     allocations: dict[str, dict[str, int]]
     traits: frozenset[str]
-    aggregates: frozenset[str]
+    aggregates: tuple[str, ...]  # in the order they were set
     created: datetime | None
     updated: datetime | None
     record: ResourceProvider | None = None
@@ -86,7 +86,7 @@ class ProviderView:
         return Provider(uuid=self.uuid, name=self.name, generation=self.generation,
                         parent_uuid=self.parent_uuid, root_uuid=self.root_uuid,
                         inventories=self.inventories, usages=self.usages,
-                        traits=self.traits, aggregates=self.aggregates)
+                        traits=self.traits, aggregates=frozenset(self.aggregates))
 
 
 def _hypervisor_allocations(h: Hypervisor, reservations: list[Reservation],
@@ -119,7 +119,7 @@ def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: li
         uuid=uid, name=h.name, generation=spec.generation if spec else 0,
         parent_uuid=None, root_uuid=uid, inventories=inventories, allocations=allocations,
         traits=frozenset(spec.traits) if spec else frozenset(),
-        aggregates=frozenset(spec.aggregates) if spec else frozenset(),
+        aggregates=tuple(spec.aggregates) if spec else (),
         created=created, updated=parse_time(spec.updated_at) if spec else created,
         record=record, hypervisor=h, unclaimed=unclaimed,
     )
@@ -135,7 +135,7 @@ def record_view(rec: ResourceProvider) -> ProviderView:
                                    allocation_ratio=i.allocation_ratio)
                      for rc, i in s.inventories.items()},
         allocations={c: dict(r) for c, r in s.allocations.items()},
-        traits=frozenset(s.traits), aggregates=frozenset(s.aggregates),
+        traits=frozenset(s.traits), aggregates=tuple(s.aggregates),
         created=parse_time(s.created_at), updated=parse_time(s.updated_at), record=rec,
     )
 

@@ -52,47 +52,54 @@ _TYPES: dict[str, Any] = {
 }
 
 
+Found = tuple[str, str, tuple[str, ...]]  # (message, keyword, schema path)
+
+
 def errors_of(value: Any, schema: Schema) -> list[str]:
     """jsonschema's messages for `value` against `schema` (the subset Placement uses)."""
-    out: list[str] = []
+    return [message for message, _, _ in _errors(value, schema, ())]
+
+
+def _errors(value: Any, schema: Schema, at: tuple[str, ...]) -> list[Found]:
+    out: list[Found] = []
     t = schema.get("type")
     if t is not None:
         types = t if isinstance(t, list) else [t]
         if not any(_TYPES[x](value) for x in types):
             shown = ", ".join(repr(x) for x in types) if isinstance(t, list) else repr(t)
-            return [f"{_py(value)} is not of type {shown}"]
+            return [(f"{_py(value)} is not of type {shown}", "type", at)]
     if "anyOf" in schema and all(errors_of(value, s) for s in schema["anyOf"]):
-        out.append(f"{_py(value)} is not valid under any of the given schemas")
+        out.append((f"{_py(value)} is not valid under any of the given schemas", "anyOf", at))
     if "enum" in schema and value not in schema["enum"]:
-        out.append(f"{_py(value)} is not one of {schema['enum']!r}")
+        out.append((f"{_py(value)} is not one of {schema['enum']!r}", "enum", at))
     if isinstance(value, str):
         if "minLength" in schema and len(value) < schema["minLength"]:
-            out.append(f"{_py(value)} is too short")
+            out.append((f"{_py(value)} is too short", "minLength", at))
         if "maxLength" in schema and len(value) > schema["maxLength"]:
-            out.append(f"{_py(value)} is too long")
+            out.append((f"{_py(value)} is too long", "maxLength", at))
         if "pattern" in schema and not re.search(schema["pattern"], value):
-            out.append(f"{_py(value)} does not match {schema['pattern']!r}")
+            out.append((f"{_py(value)} does not match {schema['pattern']!r}", "pattern", at))
         if schema.get("format") == "uuid" and not is_uuid_like(value):
-            out.append(f"{_py(value)} is not a 'uuid'")
+            out.append((f"{_py(value)} is not a 'uuid'", "format", at))
     if isinstance(value, int | float) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
-            out.append(f"{_py(value)} is less than the minimum of {schema['minimum']}")
+            out.append((f"{_py(value)} is less than the minimum of {schema['minimum']}", "minimum", at))
         if "maximum" in schema and value > schema["maximum"]:
-            out.append(f"{_py(value)} is greater than the maximum of {schema['maximum']}")
+            out.append((f"{_py(value)} is greater than the maximum of {schema['maximum']}", "maximum", at))
     if isinstance(value, list):
         if "minItems" in schema and len(value) < schema["minItems"]:
-            out.append(f"{_py(value)} is too short")
+            out.append((f"{_py(value)} is too short", "minItems", at))
         if schema.get("uniqueItems") and len({repr(v) for v in value}) != len(value):
-            out.append(f"{_py(value)} has non-unique elements")
+            out.append((f"{_py(value)} has non-unique elements", "uniqueItems", at))
         if "items" in schema:
             for item in value:
-                out.extend(errors_of(item, schema["items"]))
+                out.extend(_errors(item, schema["items"], (*at, "items")))
     if isinstance(value, dict):
         if "minProperties" in schema and len(value) < schema["minProperties"]:
-            out.append(f"{_py(value)} does not have enough properties")
+            out.append((f"{_py(value)} does not have enough properties", "minProperties", at))
         for name in schema.get("required", []):
             if name not in value:
-                out.append(f"{name!r} is a required property")
+                out.append((f"{name!r} is a required property", "required", at))
         props: Mapping[str, Schema] = schema.get("properties", {})
         patterns: Mapping[str, Schema] = schema.get("patternProperties", {})
         extra: list[str] = []
@@ -100,39 +107,48 @@ def errors_of(value: Any, schema: Schema) -> list[str]:
             matched = False
             if key in props:
                 matched = True
-                out.extend(errors_of(item, props[key]))
+                out.extend(_errors(item, props[key], (*at, "properties", key)))
             for pattern, sub in patterns.items():
                 if re.search(pattern, key):
                     matched = True
-                    out.extend(errors_of(item, sub))
+                    out.extend(_errors(item, sub, (*at, "patternProperties", pattern)))
             if not matched:
                 extra.append(key)
         if extra and schema.get("additionalProperties") is False:
             if patterns:
                 regexes = ", ".join(repr(p) for p in sorted(patterns))
                 verb = "does" if len(extra) == 1 else "do"
-                out.append(f"{', '.join(repr(e) for e in sorted(extra))} {verb} not match any "
-                           f"of the regexes: {regexes}")
+                out.append((f"{', '.join(repr(e) for e in sorted(extra))} {verb} not match any "
+                            f"of the regexes: {regexes}", "additionalProperties", at))
             else:
                 verb = "was" if len(extra) == 1 else "were"
-                out.append("Additional properties are not allowed "
-                           f"({', '.join(repr(e) for e in extra)} {verb} unexpected)")
+                out.append(("Additional properties are not allowed "
+                            f"({', '.join(repr(e) for e in extra)} {verb} unexpected)",
+                            "additionalProperties", at))
     return out
+
+
+def _explained(found: Found) -> str:
+    """What str(jsonschema.ValidationError) says: the message, then the keyword
+    and where in the schema it failed (clients and Placement's tests read both)."""
+    message, keyword, at = found
+    path = "".join(f"[{p!r}]" for p in at)
+    return f"{message}\n\nFailed validating {keyword!r} in schema{path}"
 
 
 def validate(value: Any, schema: Schema) -> None:
     """PlacementBadRequest `JSON does not validate: ...` unless `value` matches."""
-    errors = errors_of(value, schema)
+    errors = _errors(value, schema, ())
     if errors:
-        raise PlacementBadRequest(f"JSON does not validate: {errors[0]}")
+        raise PlacementBadRequest(f"JSON does not validate: {_explained(errors[0])}")
 
 
 def validate_query(params: Mapping[str, Any], schema: Schema) -> None:
     """A query string (first value of each key) against its schema, with the
     message Placement's validate_query_params gives."""
-    errors = errors_of(dict(params), schema)
+    errors = _errors(dict(params), schema, ())
     if errors:
-        raise PlacementBadRequest(f"Invalid query string parameters: {errors[0]}")
+        raise PlacementBadRequest(f"Invalid query string parameters: {_explained(errors[0])}")
 
 
 # -- the schemas ---------------------------------------------------------------------

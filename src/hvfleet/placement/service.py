@@ -39,6 +39,7 @@ from hvfleet.placement.errors import (
     PlacementNotFound,
 )
 from hvfleet.placement.graph import Inventory
+from hvfleet.placement.query import MemberOf, Traits
 from hvfleet.placement.records import Fleet, ProviderView, name_key, now_text, read_fleet
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.store.base import Store, Write
@@ -69,10 +70,14 @@ def _record_for(fleet: Fleet, p: ProviderView) -> tuple[ResourceProvider, bool]:
     ), False
 
 
-def write_provider(store: Store, fleet: Fleet, p: ProviderView, **changes: Any) -> Write:
-    """The write of `p`'s record with `changes` and its generation moved on."""
+def write_provider(store: Store, fleet: Fleet, p: ProviderView, *, bump: bool = True,
+                   **changes: Any) -> Write:
+    """The write of `p`'s record with `changes`, its generation moved on unless
+    not `bump` (Placement leaves it on a rename and where allocations only
+    went away). The write is compare-and-swap on the record either way."""
     rec, exists = _record_for(fleet, p)
-    spec = rec.spec.model_copy(update={**changes, "generation": p.generation + 1,
+    generation = p.generation + 1 if bump else p.generation
+    spec = rec.spec.model_copy(update={**changes, "generation": generation,
                                        "updated_at": now_text()})
     new = rec.model_copy(update={"spec": spec})
     return Write("update" if exists else "create", new)
@@ -161,7 +166,7 @@ def update_provider(
             root = fleet.providers[parent].root_uuid if parent else uuid
             changes["parent_uuid"] = parent
             changes["root_uuid"] = root
-            writes = [write_provider(store, fleet, p, **changes)]
+            writes = [write_provider(store, fleet, p, bump=False, **changes)]
             for d in records.descendants(fleet, uuid):
                 dp = fleet.providers[d]
                 if dp.record is not None:
@@ -171,7 +176,7 @@ def update_provider(
             return read_fleet(store).provider(uuid)
     if name == p.name:
         return p
-    _save(store, [write_provider(store, fleet, p, **changes)], f"resource provider {uuid}")
+    _save(store, [write_provider(store, fleet, p, bump=False, **changes)], f"resource provider {uuid}")
     return read_fleet(store).provider(uuid)
 
 
@@ -202,26 +207,15 @@ def delete_provider(store: Store, uuid: str) -> None:
                                 code=CONCURRENT_UPDATE) from None
 
 
-def _member_of_ok(p: ProviderView, member_of: Sequence[tuple[frozenset[str], bool]]) -> bool:
-    for aggs, forbidden in member_of:
-        if forbidden and p.aggregates & aggs:
-            return False
-        if not forbidden and not p.aggregates & aggs:
-            return False
-    return True
-
-
 def list_providers(
     store: Store,
     *,
     name: str | None = None,
     uuid: str | None = None,
     in_tree: str | None = None,
-    member_of: Sequence[tuple[frozenset[str], bool]] = (),
+    member_of: MemberOf = MemberOf((), frozenset()),
     resources: Mapping[str, int] | None = None,
-    required: frozenset[str] = frozenset(),
-    forbidden: frozenset[str] = frozenset(),
-    any_of: Sequence[frozenset[str]] = (),
+    traits: Traits = Traits((), frozenset()),
 ) -> list[ProviderView]:
     fleet = read_fleet(store)
     if resources:
@@ -230,7 +224,7 @@ def list_providers(
             if rc not in known:
                 raise PlacementBadRequest(
                     f"Invalid resource class in resources parameter: No such resource class {rc}.")
-    wanted_traits = set(required) | set(forbidden) | {t for group in any_of for t in group}
+    wanted_traits = set(traits.forbidden) | {t for group in traits.required for t in group}
     if wanted_traits:
         known_traits = records.traits(store)
         missing = sorted(t for t in wanted_traits if t not in known_traits)
@@ -251,11 +245,11 @@ def list_providers(
             continue
         if tree_root is not None and p.root_uuid != tree_root:
             continue
-        if not _member_of_ok(p, member_of):
+        if any(not group.intersection(p.aggregates) for group in member_of.required):
             continue
-        if required - p.traits or forbidden & p.traits:
+        if member_of.forbidden.intersection(p.aggregates):
             continue
-        if any(not (group & p.traits) for group in any_of):
+        if any(not (group & p.traits) for group in traits.required) or traits.forbidden & p.traits:
             continue
         if resources and not _has_room(p, resources):
             continue
@@ -279,17 +273,18 @@ def _has_room(p: ProviderView, resources: Mapping[str, int]) -> bool:
 # -- inventories ------------------------------------------------------------------------
 
 
-def _check_capacity(p: ProviderView, rc: str, inv: Mapping[str, Any], reserved_can_be_total: bool) -> None:
+def _check_capacity(p: ProviderView, rc: str, inv: Mapping[str, Any], reserved_can_be_total: bool,
+                    verb: str = "update") -> None:
     total, reserved = inv["total"], inv["reserved"]
     bad = reserved > total if reserved_can_be_total else reserved >= total
     if bad:
         word = "greater than" if reserved_can_be_total else "greater than or equal to"
         raise PlacementBadRequest(
-            f"Unable to update inventory for resource provider {p.uuid}: Invalid inventory for "
+            f"Unable to {verb} inventory for resource provider {p.uuid}: Invalid inventory for "
             f"'{rc}' on resource provider '{p.uuid}'. The reserved value is {word} total.")
     if inv["min_unit"] > inv["max_unit"]:
         raise PlacementBadRequest(
-            f"Unable to update inventory for resource provider {p.uuid}: Invalid inventory for "
+            f"Unable to {verb} inventory for resource provider {p.uuid}: Invalid inventory for "
             f"'{rc}' on resource provider '{p.uuid}'. The min_unit value is greater than max_unit.")
 
 
@@ -372,11 +367,11 @@ def set_inventory(store: Store, uuid: str, rc: str, data: Mapping[str, Any],
     inv = {**INVENTORY_DEFAULTS, **{k: v for k, v in data.items()
                                    if k not in ("resource_provider_generation", "resource_class")}}
     _known_classes(store, [rc], p)
+    _check_capacity(p, rc, inv, reserved_can_be_total, "create" if create else "update")
     if not create and rc not in p.inventories:
         raise PlacementBadRequest(
             f"No inventory record with resource class for resource provider {uuid}: "
             f"No inventory of class {rc} found.")
-    _check_capacity(p, rc, inv, reserved_can_be_total)
     merged = {k: _inv_dict(i) for k, i in p.inventories.items()}
     merged[rc] = inv
     if p.hypervisor is not None:
@@ -457,6 +452,20 @@ def delete_trait(store: Store, name: str) -> None:
         raise PlacementNotFound(f"No such trait(s): {name}.") from None
 
 
+def rename_resource_class(store: Store, name: str, new: str) -> str:
+    """PUT /resource_classes/{name} before 1.7: the custom class's new name."""
+    custom = records.custom_names(store, "resource-class")
+    if name not in custom:
+        raise PlacementNotFound(f"No such resource class {name}.")
+    if new in custom or new in RESOURCE_CLASSES:
+        raise PlacementConflict(f"Resource class already exists: {new}")
+    if any(name in p.inventories for p in read_fleet(store).providers.values()):
+        raise PlacementConflict(f"Resource class {name} is in use in inventory: not renamed")
+    create_custom(store, "resource-class", new)
+    store.delete("PlacementName", name_key("resource-class", name))
+    return new
+
+
 def delete_resource_class(store: Store, name: str) -> None:
     if name in RESOURCE_CLASSES:
         raise PlacementBadRequest(
@@ -481,7 +490,7 @@ def set_aggregates(
     if generation is not None:
         check_generation(p, generation, "Resource provider's generation already changed. "
                          "Please update the generation and try again.")
-    _save(store, [write_provider(store, fleet, p, aggregates=sorted(set(aggregates)))],
+    _save(store, [write_provider(store, fleet, p, aggregates=list(dict.fromkeys(aggregates)))],
           f"resource provider {uuid}")
     return read_fleet(store).provider(uuid)
 
@@ -499,13 +508,14 @@ def provider_usages(store: Store, uuid: str) -> ProviderView:
 
 
 def total_usages(store: Store, project_id: str, user_id: str | None,
-                 consumer_type: str | None) -> dict[str, dict[str, int]]:
-    """consumer_type -> resource class -> used, for the consumers of a project
-    (and user). hvfleet's own claims (no Placement consumer record) count in
-    project and user '' (they match no query)."""
+                 consumer_type: str | None) -> dict[str, tuple[int, dict[str, int]]]:
+    """consumer_type -> (how many consumers, resource class -> used), for the
+    consumers of a project (and user). hvfleet's own claims (no Placement
+    consumer record) belong to no project, so no query counts them."""
     fleet = read_fleet(store)
     cons = records.consumers(store)
     out: dict[str, dict[str, int]] = {}
+    seen: dict[str, set[str]] = {}
     for p in fleet.providers.values():
         for consumer, resources in p.allocations.items():
             c = cons.get(consumer.lower())
@@ -517,9 +527,10 @@ def total_usages(store: Store, project_id: str, user_id: str | None,
             if consumer_type not in (None, "all") and ctype != consumer_type:
                 continue
             mine = out.setdefault(ctype, {})
+            seen.setdefault(ctype, set()).add(consumer)
             for rc, n in resources.items():
                 mine[rc] = mine.get(rc, 0) + n
-    return out
+    return {t: (len(seen[t]), res) for t, res in out.items()}
 
 
 def last_modified(items: Sequence[datetime | None], default: datetime) -> datetime:

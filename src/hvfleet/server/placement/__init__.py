@@ -5,62 +5,81 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
 
+from hvfleet.placement.errors import PlacementNotFound
 from hvfleet.server.placement import handlers as h
 from hvfleet.server.placement.edge import MethodNotAllowed, endpoint
 
-# path -> method -> (policy rule, handler, takes a JSON body, answers JSON)
-Table = dict[str, dict[str, tuple[str, Callable[..., Any], bool, bool]]]
-ROUTES: Table = {
-    "/": {"GET": ("open", h.root, False, True)},
+ALL_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One method of one path: its policy rule, handler, whether it takes a
+    JSON body (or from which versions), and the microversions it exists in
+    (outside them Placement answers 404, or `masked` 405)."""
+
+    rule: str
+    handler: Callable[..., Any]
+    body: bool | Callable[[tuple[int, int]], bool] = False
+    since: tuple[int, int] = (1, 0)
+    until: tuple[int, int] | None = None
+    masked: str = "404"
+
+
+ROUTES: dict[str, dict[str, Op]] = {
+    "/": {"GET": Op("open", h.root)},
     "/resource_providers": {
-        "GET": ("read", h.list_providers, False, True),
-        "POST": ("providers", h.create_provider, True, True)},
+        "GET": Op("read", h.list_providers),
+        "POST": Op("providers", h.create_provider, True)},
     "/resource_providers/{uuid}": {
-        "GET": ("read", h.get_provider, False, True),
-        "PUT": ("providers", h.update_provider, True, True),
-        "DELETE": ("providers", h.delete_provider, False, False)},
+        "GET": Op("read", h.get_provider),
+        "PUT": Op("providers", h.update_provider, True),
+        "DELETE": Op("providers", h.delete_provider)},
     "/resource_providers/{uuid}/inventories": {
-        "GET": ("read", h.get_inventories, False, True),
-        "POST": ("inventories", h.post_inventory, True, True),
-        "PUT": ("inventories", h.put_inventories, True, True),
-        "DELETE": ("inventories", h.delete_inventories, False, False)},
+        "GET": Op("read", h.get_inventories),
+        "POST": Op("inventories", h.post_inventory, True),
+        "PUT": Op("inventories", h.put_inventories, True),
+        "DELETE": Op("inventories", h.delete_inventories, since=(1, 5), masked="405")},
     "/resource_providers/{uuid}/inventories/{rc}": {
-        "GET": ("read", h.get_inventory, False, True),
-        "PUT": ("inventories", h.put_inventory, True, True),
-        "DELETE": ("inventories", h.delete_inventory, False, False)},
-    "/resource_providers/{uuid}/usages": {"GET": ("read", h.provider_usages, False, True)},
+        "GET": Op("read", h.get_inventory),
+        "PUT": Op("inventories", h.put_inventory, True),
+        "DELETE": Op("inventories", h.delete_inventory)},
+    "/resource_providers/{uuid}/usages": {"GET": Op("read", h.provider_usages)},
     "/resource_providers/{uuid}/aggregates": {
-        "GET": ("read", h.get_aggregates, False, True),
-        "PUT": ("aggregates", h.put_aggregates, True, True)},
-    "/resource_providers/{uuid}/allocations": {"GET": ("read", h.provider_allocations, False, True)},
+        "GET": Op("read", h.get_aggregates, since=(1, 1)),
+        "PUT": Op("aggregates", h.put_aggregates, True, since=(1, 1))},
+    "/resource_providers/{uuid}/allocations": {"GET": Op("read", h.provider_allocations)},
     "/resource_providers/{uuid}/traits": {
-        "GET": ("read", h.get_provider_traits, False, True),
-        "PUT": ("traits", h.put_provider_traits, True, True),
-        "DELETE": ("traits", h.delete_provider_traits, False, False)},
+        "GET": Op("read", h.get_provider_traits, since=(1, 6)),
+        "PUT": Op("traits", h.put_provider_traits, True, since=(1, 6)),
+        "DELETE": Op("traits", h.delete_provider_traits, since=(1, 6))},
     "/resource_classes": {
-        "GET": ("names", h.list_resource_classes, False, True),
-        "POST": ("resource_classes", h.create_resource_class, True, True)},
+        "GET": Op("names", h.list_resource_classes, since=(1, 2)),
+        "POST": Op("resource_classes", h.create_resource_class, True, since=(1, 2))},
     "/resource_classes/{name}": {
-        "GET": ("names", h.get_resource_class, False, True),
-        "PUT": ("resource_classes", h.put_resource_class, False, True),
-        "DELETE": ("resource_classes", h.delete_resource_class, False, False)},
-    "/traits": {"GET": ("names", h.list_traits, False, True)},
+        "GET": Op("names", h.get_resource_class, since=(1, 2)),
+        # Before 1.7 a PUT renames a custom class (a body); since, it creates one (none).
+        "PUT": Op("resource_classes", h.put_resource_class, lambda v: v < (1, 7), since=(1, 2)),
+        "DELETE": Op("resource_classes", h.delete_resource_class, since=(1, 2))},
+    "/traits": {"GET": Op("names", h.list_traits, since=(1, 6))},
     "/traits/{name}": {
-        "GET": ("names", h.get_trait, False, False),
-        "PUT": ("trait_names", h.put_trait, False, False),
-        "DELETE": ("trait_names", h.delete_trait, False, False)},
-    "/allocations": {"POST": ("allocations", h.post_allocations, True, True)},
+        "GET": Op("names", h.get_trait, since=(1, 6)),
+        "PUT": Op("trait_names", h.put_trait, since=(1, 6)),
+        "DELETE": Op("trait_names", h.delete_trait, since=(1, 6))},
+    "/allocations": {"POST": Op("allocations", h.post_allocations, True, since=(1, 13))},
     "/allocations/{consumer}": {
-        "GET": ("read", h.get_allocations, False, True),
-        "PUT": ("allocations", h.put_allocations, True, True),
-        "DELETE": ("allocations", h.delete_allocations, False, False)},
-    "/usages": {"GET": ("read", h.usages, False, True)},
+        "GET": Op("read", h.get_allocations),
+        "PUT": Op("allocations", h.put_allocations, True),
+        "DELETE": Op("allocations", h.delete_allocations)},
+    "/usages": {"GET": Op("read", h.usages, since=(1, 9))},
+    "/allocation_candidates": {"GET": Op("candidates", h.allocation_candidates, since=(1, 10))},
 }
 
 
@@ -71,27 +90,31 @@ def _dispatch(methods: dict[str, Callable[[Request], Awaitable[Response]]]) -> C
     async def run(request: Request) -> Response:
         fn = methods.get(request.method)
         if fn is None:
-            async def refuse(call: Any, _: Any) -> None:
-                raise MethodNotAllowed(
-                    f"The method specified is not allowed for this resource. Method "
-                    f"{request.method} not allowed. Allowed: {', '.join(allowed)}", allowed)
-            return await endpoint("open", _raise_405(request.method, allowed), sends_json=False)(request)
+            return await endpoint("authenticated", _refuse(MethodNotAllowed(request.method, allowed)),
+                                  sends_json=False)(request)
         return await fn(request)
 
     return run
 
 
-def _raise_405(method: str, allowed: list[str]) -> Callable[..., Any]:
+def _refuse(exc: Exception) -> Callable[[Any, Any], None]:
     def refuse(call: Any, _: Any) -> None:
-        raise MethodNotAllowed("The method specified is not allowed for this resource.", allowed)
+        raise exc
     return refuse
 
 
+async def _not_found(request: Request) -> Response:
+    """Any other path under /placement: Placement's 404 (after authentication, as Placement)."""
+    return await endpoint("authenticated", _refuse(PlacementNotFound("The resource could not be found.")),
+                          sends_json=False)(request)
+
+
 def mount() -> Mount:
-    routes = []
+    routes: list[Route] = []
     for path, methods in ROUTES.items():
-        wrapped = {m: endpoint(rule, fn, body=body, sends_json=sends)
-                   for m, (rule, fn, body, sends) in methods.items()}
-        routes.append(Route(path, _dispatch(wrapped), methods=[
-            "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]))
+        wrapped = {m: endpoint(op.rule, op.handler, body=op.body, sends_json=m == "GET",
+                               versions=(op.since, op.until), masked=op.masked)
+                   for m, op in methods.items()}
+        routes.append(Route(path, _dispatch(wrapped), methods=ALL_METHODS))
+    routes.append(Route("/{rest:path}", _not_found, methods=ALL_METHODS))
     return Mount("/placement", routes=routes)

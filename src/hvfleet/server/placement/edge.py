@@ -7,6 +7,7 @@ HTTP statuses."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from typing import Any
 
+from jinja2 import Environment
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,6 +28,7 @@ from hvfleet.placement.errors import (
     PlacementForbidden,
     PlacementNotFound,
 )
+from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.server.identity import Identity
 from hvfleet.server.placement import policy
 from hvfleet.server.placement.microversion import (
@@ -50,8 +53,9 @@ class NotAcceptable(PlacementError):
 
 
 class MethodNotAllowed(PlacementError):
-    def __init__(self, detail: str, allowed: list[str]) -> None:
-        super().__init__(detail)
+    def __init__(self, method: str, allowed: list[str]) -> None:
+        super().__init__("The method specified is not allowed for this resource.")
+        self.method = method
         self.allowed = allowed
 
 
@@ -92,6 +96,19 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     last_modified: datetime | None = None
 
+    def snapshot(self) -> ProviderSnapshot:
+        """The server's provider graph, caught up with the store (one per app)."""
+        state = self.request.app.state
+        snap: ProviderSnapshot | None = getattr(state, "placement_snapshot", None)
+        if snap is None:
+            with _SNAPSHOT_LOCK:
+                snap = getattr(state, "placement_snapshot", None)
+                if snap is None:
+                    snap = ProviderSnapshot.from_store(self.store)
+                    state.placement_snapshot = snap
+        snap.refresh(self.store)
+        return snap
+
     def at_least(self, major: int, minor: int) -> bool:
         return self.version >= (major, minor)
 
@@ -104,11 +121,25 @@ class Call:
 
 
 Handler = Callable[[Call, Any], Any]
+_SNAPSHOT_LOCK = threading.Lock()
+
+
+_HTML = Environment(autoescape=True).from_string(
+    "<html>\n <head>\n  <title>{{ status }} {{ title }}</title>\n </head>\n <body>\n"
+    "  <h1>{{ status }} {{ title }}</h1>\n  {{ explanation }}<br /><br />\n{{ detail }}\n\n"
+    " </body>\n</html>")
+
+
+def _wants_html(accept: str) -> bool:
+    """webob renders an error as HTML for a client that asks for HTML and not JSON."""
+    return "html" in accept and "json" not in accept
 
 
 def _error_response(exc: PlacementError, version: tuple[int, int] | None, request_id: str,
-                    headers: dict[str, str]) -> Response:
+                    headers: dict[str, str], accept: str = "") -> Response:
     status, title, explanation = next((s, t, e) for cls, s, t, e in STATUS if isinstance(exc, cls))
+    if isinstance(exc, MethodNotAllowed):
+        explanation = f"The method {exc.method} is not allowed for this resource."
     err: dict[str, Any] = {"status": status, "title": title,
                            "detail": f"{explanation}\n\n {exc.detail}  ", "request_id": request_id}
     if version is not None and version >= ERROR_CODE_VERSION:
@@ -119,6 +150,9 @@ def _error_response(exc: PlacementError, version: tuple[int, int] | None, reques
     out = dict(headers)
     if isinstance(exc, MethodNotAllowed):
         out["allow"] = ", ".join(exc.allowed)
+    if _wants_html(accept):
+        page = _HTML.render(status=status, title=title, explanation=explanation, detail=exc.detail)
+        return Response(page, status_code=status, headers=out, media_type="text/html")
     return Response(json.dumps({"errors": [err]}), status_code=status, headers=out,
                     media_type="application/json")
 
@@ -127,11 +161,16 @@ def http_date(t: datetime) -> str:
     return format_datetime(t.astimezone(UTC).replace(microsecond=0), usegmt=True)
 
 
-def endpoint(rule: str, handler: Callable[[Call, Any], Any], *, body: bool = False,
-             sends_json: bool = True) -> Callable[[Request], Awaitable[Response]]:
-    """Wrap `handler(call, body)` for policy `rule`. With `body`, the request
-    must be application/json and its parsed body is passed; with
-    `sends_json`, the caller must accept JSON."""
+def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
+             body: bool | Callable[[tuple[int, int]], bool] = False,
+             sends_json: bool = True,
+             versions: tuple[tuple[int, int], tuple[int, int] | None] = ((1, 0), None),
+             masked: str = "404") -> Callable[[Request], Awaitable[Response]]:
+    """Wrap `handler(call, body)` for policy `rule` ("open": no token needed,
+    as Placement's version document). With `body` (or `body(version)` true),
+    the request must be application/json and its parsed body is passed; with
+    `sends_json`, the caller must accept JSON. Outside `versions` (since,
+    until) the operation does not exist: 404, or 405 when `masked` says so."""
 
     async def run(request: Request) -> Response:
         request_id = f"req-{uuidlib.uuid4()}"
@@ -142,33 +181,50 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *, body: bool = Fal
             version = negotiate(request.headers)
             headers["openstack-api-version"] = f"placement {version_text(version)}"
             ctx = request.app.state.ctx
-            who = _identity(ctx, request)
+            who = OPEN if rule == "open" else _identity(ctx, request)
+            clen = request.headers.get("content-length")
+            try:
+                if clen and int(clen) > 0 and not request.headers.get("content-type"):
+                    raise PlacementBadRequest("content-type header required when content-length > 0")
+            except ValueError:
+                raise PlacementBadRequest("content-length header must be an integer") from None
+            since, until = versions
+            if version < since or (until is not None and version > until):
+                if masked == "405":
+                    raise MethodNotAllowed(request.method, [])
+                raise PlacementNotFound("The resource could not be found.")
             accept = request.headers.get("accept", "")
             if sends_json and accept and not any(
                     a.strip().split(";")[0] in ("application/json", "*/*", "application/*")
                     for a in accept.split(",")):
                 raise NotAcceptable("Only application/json is provided")
-            data: Any = None
-            if body:
+            wants_body = body(version) if callable(body) else body
+            if wants_body:
                 ctype = request.headers.get("content-type")
                 if not ctype or ctype.split(";")[0].strip() != "application/json":
                     raise UnsupportedMediaType(
                         f"The media type {ctype.split(';')[0] if ctype else None} is not supported, "
                         "use application/json")
-                raw = await request.body()
-                try:
-                    data = json.loads(raw)
-                except ValueError as exc:
-                    raise PlacementBadRequest(f"Malformed JSON: {exc}") from None
             params: dict[str, list[str]] = {}
             for k, v in request.query_params.multi_items():
                 params.setdefault(k, []).append(v)
             call = Call(request, version, who, ctx.store, params)
             await run_in_threadpool(policy.authorize, call, rule)
+            data: Any = None
+            if wants_body:
+                raw = await request.body()
+                try:
+                    data = json.loads(raw)
+                except ValueError as exc:
+                    raise PlacementBadRequest(f"Malformed JSON: {exc}") from None
             out = await run_in_threadpool(handler, call, data)
         except PlacementError as exc:
-            return _error_response(exc, version, request_id, headers)
+            return _error_response(exc, version, request_id, headers, request.headers.get("accept", ""))
         headers.update(call.headers)
+        location = headers.get("location")
+        if location is not None and location.startswith("/"):
+            # Absolute, as webob makes a Location header.
+            headers["location"] = f"{request.url.scheme}://{request.url.netloc}{location}"
         if call.last_modified is not None and call.at_least(*LAST_MODIFIED_VERSION):
             headers["last-modified"] = http_date(call.last_modified)
             headers["cache-control"] = "no-cache"
@@ -178,6 +234,10 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *, body: bool = Fal
                         media_type="application/json")
 
     return run
+
+
+# Who calls what needs no token (the version document).
+OPEN = Identity(subject="anonymous", role="viewer")
 
 
 def _identity(ctx: Any, request: Request) -> Identity:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hvfleet.placement import allocations as alloc
-from hvfleet.placement import records, schemas, service
+from hvfleet.placement import candidates, query, records, schemas, service
 from hvfleet.placement.errors import PlacementBadRequest, PlacementNotFound
 from hvfleet.placement.records import ProviderView, read_fleet
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
@@ -93,94 +93,17 @@ def delete_provider(call: Call, _: Any) -> None:
     call.status = 204
 
 
-def _member_of(call: Call) -> list[tuple[frozenset[str], bool]]:
-    out: list[tuple[frozenset[str], bool]] = []
-    values = call.params.get("member_of", [])
-    if len(values) > 1 and not call.at_least(1, 24):
-        raise PlacementBadRequest("Multiple member_of parameters are not supported")
-    for raw in values:
-        forbidden = False
-        value = raw
-        if value.startswith("!"):
-            if not call.at_least(1, 32):
-                raise PlacementBadRequest(
-                    "Invalid query string parameters: Forbidden member_of is not supported")
-            forbidden = True
-            value = value[1:]
-        if value.startswith("in:"):
-            if forbidden:
-                raise PlacementBadRequest(
-                    "Invalid query string parameters: Forbidden member_of can't have in: prefix")
-            value = value[3:]
-        aggs = [a for a in value.split(",")]
-        if any(not schemas.is_uuid_like(a) for a in aggs):
-            raise PlacementBadRequest(
-                f"Invalid query string parameters: Expected 'member_of' parameter to contain valid "
-                f"UUID(s). Got: {raw}")
-        if forbidden:
-            out.extend((frozenset({a}), True) for a in aggs)
-        else:
-            out.append((frozenset(aggs), False))
-    return out
-
-
-def _traits_param(call: Call) -> tuple[frozenset[str], frozenset[str], list[frozenset[str]]]:
-    required: set[str] = set()
-    forbidden: set[str] = set()
-    any_of: list[frozenset[str]] = []
-    values = call.params.get("required", [])
-    for raw in values:
-        if raw.startswith("in:"):
-            if not call.at_least(1, 39):
-                raise PlacementBadRequest(
-                    f"Invalid query string parameters: The format 'in:HW_CPU_X86_VMX,CUSTOM_MAGIC' "
-                    f"only supported since microversion 1.39. Got: {raw}")
-            any_of.append(frozenset(raw[3:].split(",")))
-            continue
-        for t in raw.split(","):
-            if t.startswith("!") and call.at_least(1, 22):
-                forbidden.add(t[1:])
-            else:
-                required.add(t)
-    if any(not t for t in required | forbidden):
-        raise PlacementBadRequest(
-            "Invalid query string parameters: Expected 'required' parameter value of the form: "
-            "HW_CPU_X86_VMX,!CUSTOM_MAGIC.")
-    return frozenset(required), frozenset(forbidden), any_of
-
-
-def parse_resources(raw: str, where: str = "resources") -> dict[str, int]:
-    out: dict[str, int] = {}
-    for part in raw.split(","):
-        rc, sep, amount = part.partition(":")
-        if not sep or not rc:
-            raise PlacementBadRequest(
-                f'Badly formed {where} parameter. Expected {where} query string parameter in form: '
-                f'?{where}=VCPU:2,MEMORY_MB:1024. Got: {raw}.')
-        try:
-            n = int(amount)
-        except ValueError:
-            raise PlacementBadRequest(
-                f'Requested resource {rc} expected positive integer amount. Got: {amount}.') from None
-        if n < 1:
-            raise PlacementBadRequest(
-                f'Requested resource {rc} requires amount >= 1. Got: {n}.')
-        out[rc] = n
-    return out
-
-
 def list_providers(call: Call, _: Any) -> Any:
     schema = (schemas.GET_RPS_1_18 if call.at_least(1, 18) else schemas.GET_RPS_1_14 if call.at_least(1, 14)
               else schemas.GET_RPS_1_4 if call.at_least(1, 4) else schemas.GET_RPS_1_3
               if call.at_least(1, 3) else schemas.GET_RPS_1_0)
     schemas.validate_query({k: v[0] for k, v in call.params.items()}, schema)
-    required, forbidden, any_of = _traits_param(call) if "required" in call.params else (
-        frozenset(), frozenset(), [])
-    resources = parse_resources(call.params["resources"][0]) if "resources" in call.params else None
+    traits = query.parse_traits(call.params.get("required", []), call.version)
+    member_of = query.parse_member_of(call.params.get("member_of", []), call.version)
+    resources = query.parse_resources(call.params["resources"][0]) if "resources" in call.params else None
     found = service.list_providers(
         call.store, name=call.one("name"), uuid=call.one("uuid"), in_tree=call.one("in_tree"),
-        member_of=_member_of(call), resources=resources, required=required, forbidden=forbidden,
-        any_of=any_of)
+        member_of=member_of, resources=resources, traits=traits)
     call.last_modified = records.latest([_stamp(p) for p in found], _now())
     return {"resource_providers": [provider_doc(call, p) for p in found]}
 
@@ -276,11 +199,11 @@ def usages(call: Call, _: Any) -> Any:
     call.last_modified = _now()
     if call.at_least(1, 38):
         out: dict[str, Any] = {}
-        for ctype, res in by_type.items():
-            out[ctype] = {"consumer_count": 0, **res}
+        for ctype, (count, res) in by_type.items():
+            out[ctype] = {"consumer_count": count, **res}
         return {"usages": out}
     total: dict[str, int] = {}
-    for res in by_type.values():
+    for _, res in by_type.values():
         for rc, n in res.items():
             total[rc] = total.get(rc, 0) + n
     return {"usages": total}
@@ -320,16 +243,17 @@ def create_resource_class(call: Call, data: Any) -> Any:
 def put_resource_class(call: Call, data: Any) -> Any:
     name = call.path("name")
     if call.at_least(1, 7):
-        if name in RESOURCE_CLASSES:
-            raise PlacementBadRequest(f"Cannot update standard resource class {name}")
         schemas.validate({"name": name}, schemas.POST_RC)
         created = service.create_custom(call.store, "resource-class", name)
         call.status = 201 if created else 204
-        if created:
-            call.headers["location"] = f"{PREFIX}/resource_classes/{name}"
+        call.headers["location"] = f"{PREFIX}/resource_classes/{name}"
         return None
     schemas.validate(data, schemas.POST_RC)
-    raise PlacementBadRequest(f"Cannot update standard resource class {name}")
+    if name in RESOURCE_CLASSES:
+        raise PlacementBadRequest(f"Cannot update standard resource class {name}")
+    new = service.rename_resource_class(call.store, name, data["name"])
+    call.last_modified = _now()
+    return {"name": new, "links": [{"rel": "self", "href": f"{PREFIX}/resource_classes/{new}"}]}
 
 
 def delete_resource_class(call: Call, _: Any) -> None:
@@ -427,7 +351,7 @@ def delete_provider_traits(call: Call, _: Any) -> None:
 
 def _aggregates_doc(call: Call, p: ProviderView) -> dict[str, Any]:
     call.last_modified = _stamp(p)
-    out: dict[str, Any] = {"aggregates": sorted(p.aggregates)}
+    out: dict[str, Any] = {"aggregates": list(p.aggregates)}
     if call.at_least(1, 19):
         out["resource_provider_generation"] = p.generation
     return out
@@ -438,6 +362,7 @@ def get_aggregates(call: Call, _: Any) -> Any:
 
 
 def put_aggregates(call: Call, data: Any) -> Any:
+    read_fleet(call.store).provider(call.path("uuid"))  # Placement answers 404 before 400
     if call.at_least(1, 19):
         schemas.validate(data, schemas.PUT_AGGREGATES_1_19)
         aggs, gen = data["aggregates"], data["resource_provider_generation"]
@@ -519,6 +444,23 @@ def provider_allocations(call: Call, _: Any) -> Any:
     call.last_modified = _now()
     return {"resource_provider_generation": fleet.providers[uuid].generation,
             "allocations": {c: {"resources": r} for c, r in allocs.items()}}
+
+
+# -- allocation candidates ----------------------------------------------------------------
+
+
+def allocation_candidates(call: Call, _: Any) -> Any:
+    """Answered from the server's provider snapshot (kept current from the
+    store's watch), by the pure search of hvfleet.placement.candidates."""
+    try:
+        q = candidates.parse_candidates_query(call.params, call.version)
+        snap = call.snapshot()
+        classes, traits = snap.known_names()
+        answer = candidates.find_candidates(snap.graph(), q, resource_classes=classes, traits=traits)
+    except candidates.PlacementBadRequest as exc:
+        raise PlacementBadRequest(exc.detail, code=exc.code) from None
+    call.last_modified = _now()
+    return candidates.render_candidates(answer, call.version)
 
 
 __all__ = ["TRAITS"]
