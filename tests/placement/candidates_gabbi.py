@@ -385,3 +385,101 @@ def run_file(name: str, port: int, fixtures: types.ModuleType) -> FileResult:
 
 
 __all__ = ["FILES", "MAX_INT", "EdgeServer", "FileResult", "fixture_module", "run_file"]
+
+
+# ---------------------------------------------------------------------------
+# The same files through `hvfleet serve`: the recorded fixture seeded
+# through hvfleet's Placement API, gabbi over HTTPS with an admin token.
+
+
+def _api(port: int, token: str, method: str, path: str, body: Any = None, version: str = "1.39") -> Any:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    req = urllib.request.Request(
+        f"https://127.0.0.1:{port}/placement{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"x-auth-token": token, "OpenStack-API-Version": f"placement {version}",
+                 "content-type": "application/json", "accept": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, context=ctx) as resp:
+            text = resp.read()
+    except urllib.error.HTTPError as e:
+        raise AssertionError(f"{method} {path} {body}: {e.code} {e.read()[:600]!r}") from None
+    return json.loads(text) if text else None
+
+
+def seed(port: int, token: str, state: Recorded) -> None:
+    """The recorded fixture as API calls, in the order a client makes them."""
+    for rc in sorted(c for c in state.classes if c.startswith("CUSTOM_")):
+        _api(port, token, "PUT", f"/resource_classes/{rc}", version="1.7")
+    for t in sorted(t for t in state.traits if t.startswith("CUSTOM_")):
+        _api(port, token, "PUT", f"/traits/{t}")
+    for rp in state.providers.values():
+        body: dict[str, Any] = {"name": rp.name, "uuid": rp.uuid}
+        if rp.parent_provider_uuid is not None:
+            body["parent_provider_uuid"] = rp.parent_provider_uuid
+        gen = _api(port, token, "POST", "/resource_providers", body)["generation"]
+        if rp.inventories:
+            invs = {rc: {"total": i.total, "reserved": i.reserved, "min_unit": i.min_unit,
+                         "max_unit": i.max_unit, "step_size": i.step_size,
+                         "allocation_ratio": i.allocation_ratio} for rc, i in rp.inventories.items()}
+            gen = _api(port, token, "PUT", f"/resource_providers/{rp.uuid}/inventories",
+                       {"resource_provider_generation": gen, "inventories": invs})[
+                "resource_provider_generation"]
+        if rp.traits:
+            gen = _api(port, token, "PUT", f"/resource_providers/{rp.uuid}/traits",
+                       {"resource_provider_generation": gen, "traits": sorted(rp.traits)})[
+                "resource_provider_generation"]
+        if rp.aggregates:
+            _api(port, token, "PUT", f"/resource_providers/{rp.uuid}/aggregates",
+                 {"resource_provider_generation": gen, "aggregates": sorted(rp.aggregates)})
+    for consumer, per_rp in state.allocations.items():
+        _api(port, token, "PUT", f"/allocations/{consumer}", {
+            "allocations": {rp: {"resources": res} for rp, res in per_rp.items()},
+            "project_id": str(uuid.uuid4()), "user_id": str(uuid.uuid4()), "consumer_generation": None,
+            "consumer_type": "INSTANCE",
+        })
+
+
+def served_fixture_module(port: int, token: str, reset: Callable[[], None]) -> types.ModuleType:
+    recorded = fixture_module()
+    module = types.ModuleType("hvfleet_candidates_gabbi_served_fixtures")
+    for name, cls in vars(recorded).items():
+        if not (isinstance(cls, type) and issubclass(cls, fixture.GabbiFixture)) or cls is APIFixture:
+            continue
+
+        def start(self: Any, _cls: type = cls) -> None:
+            reset()
+            _cls.start_fixture(self)  # type: ignore[attr-defined]
+            seed(port, token, STATE)
+
+        setattr(module, name, type(name, (cls,), {"start_fixture": start}))
+    return module
+
+
+def run_file_served(
+    name: str, port: int, suite_doc: dict[str, Any], fixtures: types.ModuleType
+) -> FileResult:
+    path = GABBITS / name
+    suite = suitemaker.test_suite_from_dict(
+        unittest.TestLoader(), path.stem.replace("-", "_"), suite_doc, str(path.parent), "127.0.0.1", port,
+        fixtures, None, prefix="/placement", handlers=[h() for h in handlers.RESPONSE_HANDLERS],
+    )
+    cases = list(_flatten(suite))
+    result = unittest.TestResult()
+    suite.run(result)
+    bad = {id(t) for t, _ in result.failures + result.errors} | {id(t) for t, _ in result.skipped}
+    failures = [f"{t.test_data.get('name')}: {_last_line(e)}" for t, e in result.failures + result.errors]
+    failures += [f"{t.test_data.get('name')}: skipped ({why})" for t, why in result.skipped]
+    candidates = [t for t in cases if _is_candidates(t)]
+    return FileResult(
+        name, len(cases), len(candidates), len(cases) - len(bad & {id(t) for t in cases}),
+        sum(1 for t in candidates if id(t) not in bad), failures,
+    )
