@@ -769,9 +769,9 @@ class _GroupSearch:
         return self.sharing & self.with_resource[rc]
 
 
-def _single_provider(ix: _Index, gs: _GroupSearch, anchors: set[int] | None) -> list[_Areq]:
-    """Groups whose resources all come from one provider (Placement's
-    get_provider_ids_matching and _alloc_candidates_single_provider)."""
+def _single_matches(ix: _Index, gs: _GroupSearch) -> list[int]:
+    """The providers that alone satisfy a group (Placement's
+    get_provider_ids_matching), in graph order."""
     g = gs.group
     filtered: set[int] = set()
     forbidden: set[int] = set()
@@ -803,9 +803,16 @@ def _single_provider(ix: _Index, gs: _GroupSearch, anchors: set[int] | None) -> 
             return []
     if not gs.resources:
         filtered -= forbidden
+    return sorted(filtered)
+
+
+def _single_provider(ix: _Index, gs: _GroupSearch, anchors: set[int] | None) -> list[_Areq]:
+    """Groups whose resources all come from one provider (Placement's
+    get_provider_ids_matching and _alloc_candidates_single_provider)."""
+    g = gs.group
     out: list[_Areq] = []
     requests_of = tuple(gs.resources.items())
-    for rp in sorted(filtered):
+    for rp in _single_matches(ix, gs):
         root = ix.root[rp]
         areq = _Areq(
             root,
@@ -989,24 +996,51 @@ def find_candidates(
         return empty
     if not areqs:
         return empty
-    roots = {ix.root[rp] for a in areqs for rp, _, _ in a.requests}
+    if isinstance(areqs[0], int):
+        return _single_answer(ix, query, [rp for rp in areqs if isinstance(rp, int)])
+    full = [a for a in areqs if isinstance(a, _Areq)]
+    roots = {ix.root[rp] for a in full for rp, _, _ in a.requests}
     shown = [p for r in sorted(roots) for p in ix.trees[r]]
     if not query.nested_aware and ix.has_trees:
         # Before 1.29 a client cannot place one request on two providers of
         # a tree; the summaries then show only the providers still in play.
         kept = []
-        for a in areqs:
+        for a in full:
             rps = {rp for rp, _, _ in a.requests}
             if len(rps) == len({ix.root[rp] for rp in rps}):
                 kept.append(a)
-        areqs = kept
-        shown = sorted({rp for a in areqs for rp, _, _ in a.requests})
-    if query.limit and query.limit < len(areqs):
-        areqs = areqs[: query.limit]
-        roots = {ix.root[rp] for a in areqs for rp, _, _ in a.requests}
+        full = kept
+        shown = sorted({rp for a in full for rp, _, _ in a.requests})
+    if query.limit and query.limit < len(full):
+        full = full[: query.limit]
+        roots = {ix.root[rp] for a in full for rp, _, _ in a.requests}
         shown = [p for p in shown if ix.root[p] in roots]
     return CandidatesAnswer(
-        tuple(_allocation_request(ix, a) for a in areqs),
+        tuple(_allocation_request(ix, a) for a in full),
+        tuple(_summary(ix, p) for p in shown),
+        query.requested_classes,
+    )
+
+
+def _single_answer(ix: _Index, query: CandidatesQuery, rps: list[int]) -> CandidatesAnswer:
+    """The answer when each candidate is one provider (the same steps as
+    above, without the merge's objects)."""
+    group = query.groups[0]
+    resources = dict(group.resources)
+    if not query.nested_aware and ix.has_trees:
+        shown = sorted({rp for rp in rps if resources})
+    else:
+        shown = [p for r in sorted({ix.root[rp] for rp in rps if resources}) for p in ix.trees[r]]
+    if query.limit and query.limit < len(rps):
+        rps = rps[: query.limit]
+        roots = {ix.root[rp] for rp in rps if resources}
+        shown = [p for p in shown if ix.root[p] in roots]
+    uuids, suffix = ix.uuids, group.suffix
+    return CandidatesAnswer(
+        tuple(
+            AllocationRequest({uuids[rp]: dict(resources)} if resources else {}, {suffix: (uuids[rp],)})
+            for rp in rps
+        ),
         tuple(_summary(ix, p) for p in shown),
         query.requested_classes,
     )
@@ -1014,7 +1048,9 @@ def find_candidates(
 
 def _search(
     ix: _Index, query: CandidatesQuery, classes: Collection[str] | None, traits: Collection[str] | None
-) -> list[_Areq]:
+) -> list[_Areq] | list[int]:
+    """The allocation requests (or, for one single-provider group, just the
+    providers, one request each)."""
     anchors: set[int] | None = None
     if query.root_required or query.root_forbidden:
         _check_known(query.root_required, traits)
@@ -1027,6 +1063,14 @@ def _search(
         if not anchors:
             raise _NoProviders
     sharing = set(ix.sharing)
+    if len(query.groups) == 1 and (query.groups[0].use_same_provider or not (sharing or ix.has_trees)):
+        # One group, each candidate one provider: the common scheduler query,
+        # answered without building a merge for it.
+        gs = _GroupSearch(ix, query.groups[0], sharing, classes, traits)
+        matches = _single_matches(ix, gs)
+        if not any(rp in ix.sharing for rp in matches):
+            return [rp for rp in matches if anchors is None or ix.root[rp] in anchors]
+        return _merge(ix, query, {gs.group.suffix: _single_provider(ix, gs, anchors)})
     candidates: dict[str, list[_Areq]] = {}
     for group in query.groups:
         gs = _GroupSearch(ix, group, sharing, classes, traits)
