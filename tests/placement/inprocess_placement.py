@@ -11,8 +11,10 @@ fleets. Also: `Fleet`, a provider fleet loaded into both Placement and a
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterable
@@ -25,15 +27,24 @@ PROJECT = "5d2f0c1e6a0b4ec5b1e0a2f3c4d5e6f7"
 USER = "8a1b2c3d4e5f40718293a4b5c6d7e8f9"
 
 _APP: Callable[..., Any] | None = None
+_WORKDIR: str | None = None
+
+
+def workdir() -> str:
+    """Where Placement's database and log live (removed at exit)."""
+    app()
+    assert _WORKDIR is not None
+    return _WORKDIR
 
 
 def app() -> Callable[..., Any]:
     """Placement's WSGI application, started on first use (about 8 s: its
     database migrations)."""
-    global _APP
+    global _APP, _WORKDIR
     if _APP is None:
         shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        d = tempfile.mkdtemp(prefix="hvfleet-placement-", dir=shm)
+        d = _WORKDIR = tempfile.mkdtemp(prefix="hvfleet-placement-", dir=shm)
+        atexit.register(shutil.rmtree, d, ignore_errors=True)
         with open(os.path.join(d, "placement.conf"), "w") as f:
             f.write(
                 f"[DEFAULT]\nlog_file = {d}/placement.log\ndebug = False\n"
@@ -73,11 +84,15 @@ def ok(method: str, path: str, body: Any = None, microversion: str = "latest") -
 
 
 def error_message(doc: Any) -> str:
-    """The message of Placement's 400 body, without webob's preamble and
-    without jsonschema's dump of the schema."""
+    """The message of Placement's 400 body, without webob's preamble (its
+    newlines are spaces: compare with `flat`)."""
     detail: str = doc["errors"][0]["detail"]
-    detail = detail.split("\n\n", 1)[-1].strip()
-    return detail.split("  Failed validating", 1)[0].strip()
+    return detail.split("\n\n", 1)[-1].strip()
+
+
+def flat(detail: str) -> str:
+    """A message as Placement's error body shows it: newlines as spaces."""
+    return detail.replace("\n", " ").strip()
 
 
 def query_string(params: Iterable[tuple[str, str]]) -> str:
@@ -147,11 +162,14 @@ def ensure_custom(classes: Iterable[str] = (), traits: Iterable[str] = ()) -> No
 
 def reset() -> None:
     """Remove what the last `load` put in."""
+    # Tolerates what is already gone: a failed load leaves a partial fleet.
     for c in _consumers:
-        ok("DELETE", f"/allocations/{c}")
+        status, doc = call("DELETE", f"/allocations/{c}")
+        assert status in (204, 404), doc
     _consumers.clear()
     for u in reversed(_loaded):
-        ok("DELETE", f"/resource_providers/{u}")
+        status, doc = call("DELETE", f"/resource_providers/{u}")
+        assert status in (204, 404), doc
     _loaded.clear()
 
 

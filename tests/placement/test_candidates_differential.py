@@ -38,10 +38,11 @@ from tests.placement.inprocess_placement import (
     call,
     ensure_custom,
     error_message,
+    flat,
     load,
 )
 
-EXAMPLES = int(os.environ.get("HVFLEET_CANDIDATES_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("HVFLEET_CANDIDATES_EXAMPLES", "25"))
 QUERIES = 8
 
 AGGS = [f"aaaaaaaa-0000-4000-8000-00000000000{i}" for i in range(3)]
@@ -216,13 +217,13 @@ def normalize(body: dict[str, Any]) -> tuple[Counter[Any], dict[str, Any]]:
     for ar in body["allocation_requests"]:
         allocs = ar["allocations"]
         if isinstance(allocs, list):
-            flat = frozenset(
+            items = frozenset(
                 (a["resource_provider"]["uuid"], rc, n) for a in allocs for rc, n in a["resources"].items()
             )
         else:
-            flat = frozenset((u, rc, n) for u, a in allocs.items() for rc, n in a["resources"].items())
+            items = frozenset((u, rc, n) for u, a in allocs.items() for rc, n in a["resources"].items())
         mappings = frozenset((s, frozenset(us)) for s, us in ar.get("mappings", {}).items())
-        areqs[(flat, mappings)] += 1
+        areqs[(items, mappings)] += 1
     summaries = {
         u: {**s, **({"traits": sorted(s["traits"])} if "traits" in s else {})}
         for u, s in body["provider_summaries"].items()
@@ -238,7 +239,7 @@ def mine(fleet_graph: Any, mv: tuple[int, int], params: list[tuple[str, str]]) -
         q = parse_candidates_query(grouped, mv)
         answer = find_candidates(fleet_graph, q, resource_classes=KNOWN_CLASSES, traits=KNOWN_TRAITS)
     except PlacementBadRequest as e:
-        return 400, e.detail
+        return 400, flat(e.detail)
     return 200, render_candidates(answer, mv)
 
 
@@ -251,6 +252,40 @@ def theirs(mv: tuple[int, int], params: list[tuple[str, str]]) -> tuple[int, Any
     return status, doc
 
 
+RELAXED: list[str] = []
+
+
+def same_answer(
+    fleet: Fleet, params: list[tuple[str, str]], ours: tuple[Any, Any], real: tuple[Any, Any]
+) -> str | None:
+    """None when equal, else what differs. One difference is allowed, and
+    counted: Placement keeps a candidate that only sharing providers serve
+    for the unsuffixed group under one arbitrary anchor (its set ignores
+    anchors), so in a query with granular groups it misses the combinations
+    with the other anchors' trees; hvfleet keeps them. Then Placement's answer
+    must be within ours, each extra candidate must use a sharing provider,
+    and the summaries Placement shows must be ours."""
+    if ours == real:
+        return None
+    extra, missing = ours[0] - real[0], real[0] - ours[0]
+    sharing = {p.uuid for p in fleet.providers if "MISC_SHARES_VIA_AGGREGATE" in p.traits}
+    granular = {k[len("resources"):] for k, _ in params if k.startswith("resources")} - {""}
+    explained = (
+        not missing
+        and granular
+        and any(k == "resources" for k, _ in params)
+        and all({u for u, _, _ in items} & sharing for items, _ in extra)
+        and all(ours[1].get(u) == s for u, s in real[1].items())
+    )
+    if explained:
+        RELAXED.append(urllib.parse.urlencode(params))
+        return None
+    return (
+        f"allocation requests: only hvfleet {list(extra)[:3]}, only placement {list(missing)[:3]}; "
+        f"summaries equal: {ours[1] == real[1]}"
+    )
+
+
 def compare(fleet: Fleet, graph: Any, mv: tuple[int, int], params: list[tuple[str, str]]) -> list[str]:
     where = f"{mv[0]}.{mv[1]} ?{urllib.parse.urlencode(params)}"
     (s1, a), (s2, b) = mine(graph, mv, params), theirs(mv, params)
@@ -258,35 +293,28 @@ def compare(fleet: Fleet, graph: Any, mv: tuple[int, int], params: list[tuple[st
         return [f"{where}: hvfleet {s1} {a if s1 == 400 else ''} / placement {s2} {b if s2 == 400 else ''}"]
     if s1 == 400:
         return []
-    limited = any(k == "limit" for k, _ in params)
-    if limited:
-        full = [(k, v) for k, v in params if k != "limit"]
-        wrong = compare(fleet, graph, mv, full)
-        if wrong:
-            return wrong
-        (_, fa) = mine(graph, mv, full)
-        fa_areqs, fa_sums = normalize(fa)
-        out = []
-        for side, body in (("hvfleet", a), ("placement", b)):
-            areqs, sums = normalize(body)
-            if not set(areqs) <= set(fa_areqs):
-                out.append(f"{where}: {side} limited answer not in the full answer")
-            roots = {fleet.root_of(u) for flat, _ in areqs for u, _, _ in flat}
-            want = {u: s for u, s in fa_sums.items() if fleet.root_of(u) in roots}
-            if sums != want:
-                out.append(f"{where}: {side} limited summaries {sorted(sums)} != {sorted(want)}")
-        if sum(normalize(a)[0].values()) != sum(normalize(b)[0].values()):
-            out.append(f"{where}: limited counts differ")
-        return out
-    na, nb = normalize(a), normalize(b)
+    limits = [int(v) for k, v in params if k == "limit"]
+    if not limits:
+        why = same_answer(fleet, params, normalize(a), normalize(b))
+        return [] if why is None else [f"{where}: {why}"]
+    # Which candidates a limit keeps is unspecified: the full answers must
+    # agree, and each limited one be the first `limit` of its own full one.
+    full = [(k, v) for k, v in params if k != "limit"]
+    wrong = compare(fleet, graph, mv, full)
+    if wrong:
+        return wrong
     out = []
-    if na[0] != nb[0]:
-        out.append(
-            f"{where}: allocation requests differ: only hvfleet {list(na[0] - nb[0])[:3]}, "
-            f"only placement {list(nb[0] - na[0])[:3]}"
-        )
-    if na[1] != nb[1]:
-        out.append(f"{where}: provider summaries differ: hvfleet {na[1]} placement {nb[1]}")
+    sides = (("hvfleet", a, mine(graph, mv, full)[1]), ("placement", b, theirs(mv, full)[1]))
+    for side, body, whole in sides:
+        areqs, sums = normalize(body)
+        all_areqs, all_sums = normalize(whole)
+        size = min(limits[-1], sum(all_areqs.values()))
+        if not set(areqs) <= set(all_areqs) or sum(areqs.values()) != size:
+            out.append(f"{where}: {side} limited answer is not {limits[-1]} of its full answer")
+        roots = {fleet.root_of(u) for items, _ in areqs for u, _, _ in items}
+        want = {u: s for u, s in all_sums.items() if fleet.root_of(u) in roots}
+        if sums != want:
+            out.append(f"{where}: {side} limited summaries {sorted(sums)} != {sorted(want)}")
     return out
 
 
@@ -310,3 +338,33 @@ def test_candidates_equal_real_placement(data: st.DataObject) -> None:
         mv, params = data.draw(queries(fleet), label="query")
         wrong += compare(fleet, graph, mv, params)
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_anchor_of_a_sharing_only_group_is_kept_where_placement_keeps_one() -> None:
+    """Three compute nodes and a sharing disk in one aggregate; the disk from
+    the unsuffixed group, a vCPU from a granular one. Each node is a valid
+    candidate; Placement 16.0 answers one of them (its set of the disk-only
+    requests ignores their anchors), hvfleet all three."""
+    agg = AGGS[0]
+    fleet = Fleet(
+        [
+            *(
+                ProviderSpec(
+                    _uuid(1, i), f"cn{i}", None, {"VCPU": Inventory(total=4)}, aggregates=frozenset({agg})
+                )
+                for i in (1, 2, 3)
+            ),
+            ProviderSpec(
+                _uuid(2, 9), "ss", None, {"DISK_GB": Inventory(total=100)},
+                traits=frozenset({"MISC_SHARES_VIA_AGGREGATE"}), aggregates=frozenset({agg}),
+            ),
+        ]
+    )
+    ensure_custom(classes=CLASSES, traits=TRAITS)
+    load(fleet)
+    params = [("resources", "DISK_GB:10"), ("resources1", "VCPU:1"), ("group_policy", "none")]
+    ours, real = normalize(mine(fleet.graph(), (1, 39), params)[1]), normalize(theirs((1, 39), params)[1])
+    nodes = {frozenset(u for u, _, _ in items) - {_uuid(2, 9)} for items, _ in ours[0]}
+    assert nodes == {frozenset({_uuid(1, i)}) for i in (1, 2, 3)}
+    assert sum(real[0].values()) == 1 and set(real[0]) < set(ours[0])
+    assert same_answer(fleet, params, ours, real) is None

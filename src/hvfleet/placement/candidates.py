@@ -19,12 +19,15 @@ providers by trait and by aggregate) and the index kept with the graph.
 from __future__ import annotations
 
 import itertools
+import pprint
 import re
+import textwrap
 import uuid as uuidlib
 import weakref
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -97,56 +100,92 @@ _KEY_1_33 = re.compile(rf"^(resources|required|member_of|in_tree)({_GROUP_PAT_1_
 _LIMIT_PATTERN = "^[1-9][0-9]*$"
 
 
-def _schema(mv: Microversion) -> tuple[list[str], list[str], bool]:
-    """Placement's query schema at `mv`: (plain properties in schema order,
-    key patterns, whether `resources` is required)."""
-    if mv < (1, 25):
-        props = ["resources"]
-        for since, name in (((1, 16), "limit"), ((1, 17), "required"), ((1, 21), "member_of")):
-            if mv >= since:
-                props.append(name)
-        return props, [], True
-    props = ["limit", "group_policy"]
+def _schema(mv: Microversion) -> dict[str, Any]:
+    """Placement's JSON schema for the query at `mv`, built as Placement
+    builds it (key order included: its error messages print it)."""
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"resources": {"type": "string"}},
+        "required": ["resources"],
+        "additionalProperties": False,
+    }
+    props = schema["properties"]
+    if mv >= (1, 16):
+        props["limit"] = {
+            "type": ["integer", "string"],
+            "pattern": _LIMIT_PATTERN,
+            "minimum": 1,
+            "minLength": 1,
+        }
+    if mv >= (1, 17):
+        props["required"] = {"type": ["string"]}
+    if mv >= (1, 21):
+        props["member_of"] = {"type": ["string"]}
+    if mv >= (1, 25):
+        for name in ("resources", "required", "member_of"):
+            del props[name]
+        del schema["required"]
+        group = _GROUP_PAT_1_33 if mv >= (1, 33) else _GROUP_PAT
+        prefixes = ["resources", "required", "member_of"] + (["in_tree"] if mv >= (1, 31) else [])
+        schema["patternProperties"] = {f"^{p}({group})?$": {"type": "string"} for p in prefixes}
+        props["group_policy"] = {"type": "string", "enum": ["none", "isolate"]}
     if mv >= (1, 35):
-        props.append("root_required")
+        props["root_required"] = {"type": ["string"]}
     if mv >= (1, 36):
-        props.append("same_subtree")
-    prefixes = ["resources", "required", "member_of"] + (["in_tree"] if mv >= (1, 31) else [])
-    group = _GROUP_PAT_1_33 if mv >= (1, 33) else _GROUP_PAT
-    return props, [f"^{p}({group})?$" for p in prefixes], False
+        props["same_subtree"] = {"type": ["string"]}
+    return schema
+
+
+def _schema_error(
+    message: str, validator: str, schema: object, instance: object, at: str | None = None
+) -> PlacementBadRequest:
+    """jsonschema's text for an error (message, then the failing schema and
+    instance pretty-printed), as Placement puts it in its 400."""
+    where = "" if at is None else f"[{at!r}]"
+    schema_path = "schema" if at is None else f"schema['properties']{where}"
+
+    def pretty(thing: object) -> str:
+        return textwrap.indent(pprint.pformat(thing, width=72, sort_dicts=False), "    ").lstrip()
+
+    return PlacementBadRequest(
+        f"Invalid query string parameters: {message}\n\n"
+        f"Failed validating {validator!r} in {schema_path}:\n    {pretty(schema)}\n\n"
+        f"On instance{where}:\n    {pretty(instance)}"
+    )
 
 
 def _validate_schema(params: Mapping[str, Sequence[str]], mv: Microversion) -> None:
-    """jsonschema's first (best) error for Placement's schema, on the query as
-    Placement validates it (each key's last value). Placement appends
-    jsonschema's dump of the schema and instance to the message; we give the
-    message alone."""
-    props, patterns, needs_resources = _schema(mv)
+    """jsonschema's best error for Placement's schema, on the query as
+    Placement validates it (each key's last value)."""
+    schema = _schema(mv)
+    props: dict[str, Any] = schema["properties"]
+    patterns = list(schema.get("patternProperties", {}))
     last = {k: v[-1] for k, v in params.items() if v}
-
-    def bad(message: str) -> PlacementBadRequest:
-        return PlacementBadRequest(f"Invalid query string parameters: {message}")
-
-    if needs_resources and "resources" not in last:
-        raise bad("'resources' is a required property")
+    if "required" in schema and "resources" not in last:
+        raise _schema_error("'resources' is a required property", "required", schema, last)
     extras = [k for k in last if k not in props and not any(re.search(p, k) for p in patterns)]
     if extras:
         if patterns:
             verb = "does" if len(extras) == 1 else "do"
             joined = ", ".join(repr(e) for e in sorted(extras))
             regexes = ", ".join(repr(p) for p in sorted(patterns))
-            raise bad(f"{joined} {verb} not match any of the regexes: {regexes}")
-        verb = "was" if len(extras) == 1 else "were"
-        joined = ", ".join(repr(e) for e in extras)
-        raise bad(f"Additional properties are not allowed ({joined} {verb} unexpected)")
+            message = f"{joined} {verb} not match any of the regexes: {regexes}"
+        else:
+            verb = "was" if len(extras) == 1 else "were"
+            joined = ", ".join(repr(e) for e in extras)
+            message = f"Additional properties are not allowed ({joined} {verb} unexpected)"
+        raise _schema_error(message, "additionalProperties", schema, last)
     for name in props:
         if name not in last:
             continue
         value = last[name]
         if name == "limit" and not re.search(_LIMIT_PATTERN, value):
-            raise bad(f"{value!r} does not match {_LIMIT_PATTERN!r}")
+            message = f"{value!r} does not match {_LIMIT_PATTERN!r}"
+            raise _schema_error(message, "pattern", props[name], value, name)
         if name == "group_policy" and value not in ("none", "isolate"):
-            raise bad(f"{value!r} is not one of ['none', 'isolate']")
+            raise _schema_error(
+                f"{value!r} is not one of ['none', 'isolate']", "enum", props[name], value, name
+            )
 
 
 def _uuid_like(value: str) -> bool:
@@ -453,6 +492,11 @@ class ProviderSummary:
     root_uuid: str
     resources: Mapping[str, tuple[int, int]]  # resource class -> (capacity, used)
     traits: tuple[str, ...]
+    # Rendered forms by (all classes, traits, tree): a summary is a value of
+    # its graph, asked for by many answers. Read-only, like the rest.
+    rendered: dict[tuple[bool, bool, bool], dict[str, object]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,7 +527,11 @@ def render_candidates(answer: CandidatesAnswer, microversion: Microversion) -> d
         requests.append(doc)
     summaries: dict[str, object] = {}
     all_classes = mv >= (1, 27)
+    flags = (all_classes, mv >= (1, 17), mv >= (1, 29))
     for ps in answer.provider_summaries:
+        if all_classes and (done := ps.rendered.get(flags)) is not None:
+            summaries[ps.uuid] = done
+            continue
         entry: dict[str, object] = {
             "resources": {
                 rc: {"capacity": cap, "used": used}
@@ -496,6 +544,8 @@ def render_candidates(answer: CandidatesAnswer, microversion: Microversion) -> d
         if mv >= (1, 29):
             entry["parent_provider_uuid"] = ps.parent_uuid
             entry["root_provider_uuid"] = ps.root_uuid
+        if all_classes:
+            ps.rendered[flags] = entry
         summaries[ps.uuid] = entry
     return {"allocation_requests": requests, "provider_summaries": summaries}
 
@@ -562,6 +612,7 @@ class _Index:
                 res[rc] = (int(limit), used)
                 self.max_unit[(i, rc)] = inv.max_unit
             self.summary_resources.append(res)
+        self.summaries: dict[int, ProviderSummary] = {}  # made on first use
         self.columns: dict[str, _ClassColumns] = {}
         for rc, rs in rows.items():
             cols = list(zip(*rs, strict=True))
@@ -718,9 +769,9 @@ class _GroupSearch:
         return self.sharing & self.with_resource[rc]
 
 
-def _single_provider(ix: _Index, gs: _GroupSearch, anchors: set[int] | None) -> list[_Areq]:
-    """Groups whose resources all come from one provider (Placement's
-    get_provider_ids_matching and _alloc_candidates_single_provider)."""
+def _single_matches(ix: _Index, gs: _GroupSearch) -> list[int]:
+    """The providers that alone satisfy a group (Placement's
+    get_provider_ids_matching), in graph order."""
     g = gs.group
     filtered: set[int] = set()
     forbidden: set[int] = set()
@@ -752,9 +803,16 @@ def _single_provider(ix: _Index, gs: _GroupSearch, anchors: set[int] | None) -> 
             return []
     if not gs.resources:
         filtered -= forbidden
+    return sorted(filtered)
+
+
+def _single_provider(ix: _Index, gs: _GroupSearch, anchors: set[int] | None) -> list[_Areq]:
+    """Groups whose resources all come from one provider (Placement's
+    get_provider_ids_matching and _alloc_candidates_single_provider)."""
+    g = gs.group
     out: list[_Areq] = []
     requests_of = tuple(gs.resources.items())
-    for rp in sorted(filtered):
+    for rp in _single_matches(ix, gs):
         root = ix.root[rp]
         areq = _Areq(
             root,
@@ -764,7 +822,7 @@ def _single_provider(ix: _Index, gs: _GroupSearch, anchors: set[int] | None) -> 
         )
         if anchors is None or root in anchors:
             out.append(areq)
-        if SHARES_VIA_AGGREGATE in ix.traits[rp]:
+        if rp in ix.sharing:
             for anchor in sorted(ix.sharing_anchors(rp)):
                 if anchor == root or (anchors is not None and anchor not in anchors):
                     continue
@@ -843,7 +901,11 @@ def _multiple_providers(ix: _Index, gs: _GroupSearch, cands: set[tuple[int, int,
                 tuple((rp, rc, gs.resources[rc]) for rp, rc in zip(combo, classes, strict=True)),
                 ((g.suffix, frozenset(combo)),),
             )
-            out.setdefault(areq.key(), areq)
+            # Per anchor: Placement's set of these ignores the anchor, so a
+            # candidate served only by sharing providers keeps one arbitrary
+            # anchor there and loses the others' combinations with granular
+            # groups. Every anchor is kept here (docs/placement-candidates.md).
+            out.setdefault((anchor, areq.key()), areq)
     return list(out.values())
 
 
@@ -867,9 +929,10 @@ def _merge(ix: _Index, query: CandidatesQuery, candidates: dict[str, list[_Areq]
     the same anchor (Placement's _merge_candidates)."""
     if len(candidates) == 1:
         # One group: every candidate already fits alone and nothing folds.
+        # Copies differ only by anchor and share their tuples, in one order.
         only: dict[object, _Areq] = {}
         for areq in next(iter(candidates.values())):
-            only.setdefault(areq.key(), areq)
+            only.setdefault((areq.requests, areq.mappings), areq)
         return list(only.values())
     suffixes = set(candidates)
     granular = len(suffixes - {""})
@@ -933,24 +996,51 @@ def find_candidates(
         return empty
     if not areqs:
         return empty
-    roots = {ix.root[rp] for a in areqs for rp, _, _ in a.requests}
+    if isinstance(areqs[0], int):
+        return _single_answer(ix, query, [rp for rp in areqs if isinstance(rp, int)])
+    full = [a for a in areqs if isinstance(a, _Areq)]
+    roots = {ix.root[rp] for a in full for rp, _, _ in a.requests}
     shown = [p for r in sorted(roots) for p in ix.trees[r]]
     if not query.nested_aware and ix.has_trees:
         # Before 1.29 a client cannot place one request on two providers of
         # a tree; the summaries then show only the providers still in play.
         kept = []
-        for a in areqs:
+        for a in full:
             rps = {rp for rp, _, _ in a.requests}
             if len(rps) == len({ix.root[rp] for rp in rps}):
                 kept.append(a)
-        areqs = kept
-        shown = sorted({rp for a in areqs for rp, _, _ in a.requests})
-    if query.limit and query.limit < len(areqs):
-        areqs = areqs[: query.limit]
-        roots = {ix.root[rp] for a in areqs for rp, _, _ in a.requests}
+        full = kept
+        shown = sorted({rp for a in full for rp, _, _ in a.requests})
+    if query.limit and query.limit < len(full):
+        full = full[: query.limit]
+        roots = {ix.root[rp] for a in full for rp, _, _ in a.requests}
         shown = [p for p in shown if ix.root[p] in roots]
     return CandidatesAnswer(
-        tuple(_allocation_request(ix, a) for a in areqs),
+        tuple(_allocation_request(ix, a) for a in full),
+        tuple(_summary(ix, p) for p in shown),
+        query.requested_classes,
+    )
+
+
+def _single_answer(ix: _Index, query: CandidatesQuery, rps: list[int]) -> CandidatesAnswer:
+    """The answer when each candidate is one provider (the same steps as
+    above, without the merge's objects)."""
+    group = query.groups[0]
+    resources = dict(group.resources)
+    if not query.nested_aware and ix.has_trees:
+        shown = sorted({rp for rp in rps if resources})
+    else:
+        shown = [p for r in sorted({ix.root[rp] for rp in rps if resources}) for p in ix.trees[r]]
+    if query.limit and query.limit < len(rps):
+        rps = rps[: query.limit]
+        roots = {ix.root[rp] for rp in rps if resources}
+        shown = [p for p in shown if ix.root[p] in roots]
+    uuids, suffix = ix.uuids, group.suffix
+    return CandidatesAnswer(
+        tuple(
+            AllocationRequest({uuids[rp]: dict(resources)} if resources else {}, {suffix: (uuids[rp],)})
+            for rp in rps
+        ),
         tuple(_summary(ix, p) for p in shown),
         query.requested_classes,
     )
@@ -958,7 +1048,9 @@ def find_candidates(
 
 def _search(
     ix: _Index, query: CandidatesQuery, classes: Collection[str] | None, traits: Collection[str] | None
-) -> list[_Areq]:
+) -> list[_Areq] | list[int]:
+    """The allocation requests (or, for one single-provider group, just the
+    providers, one request each)."""
     anchors: set[int] | None = None
     if query.root_required or query.root_forbidden:
         _check_known(query.root_required, traits)
@@ -971,6 +1063,14 @@ def _search(
         if not anchors:
             raise _NoProviders
     sharing = set(ix.sharing)
+    if len(query.groups) == 1 and (query.groups[0].use_same_provider or not (sharing or ix.has_trees)):
+        # One group, each candidate one provider: the common scheduler query,
+        # answered without building a merge for it.
+        gs = _GroupSearch(ix, query.groups[0], sharing, classes, traits)
+        matches = _single_matches(ix, gs)
+        if not any(rp in ix.sharing for rp in matches):
+            return [rp for rp in matches if anchors is None or ix.root[rp] in anchors]
+        return _merge(ix, query, {gs.group.suffix: _single_provider(ix, gs, anchors)})
     candidates: dict[str, list[_Areq]] = {}
     for group in query.groups:
         gs = _GroupSearch(ix, group, sharing, classes, traits)
@@ -988,20 +1088,42 @@ def _search(
 
 
 def _allocation_request(ix: _Index, a: _Areq) -> AllocationRequest:
+    uuids = ix.uuids
+    if a.same_provider or (len(a.mappings) == 1 and len(a.mappings[0][1]) == 1):
+        # One provider (a granular group, or one that held everything): the
+        # common case at scale, built without the general walk.
+        suffix, ps = a.mappings[0]
+        (only,) = ps
+        u = uuids[only]
+        return AllocationRequest(
+            {u: {rc: amount for _, rc, amount in a.requests}} if a.requests else {}, {suffix: (u,)}
+        )
     allocations: dict[str, dict[str, int]] = {}
     for rp, rc, amount in a.requests:
-        allocations.setdefault(ix.uuids[rp], {})[rc] = amount
-    return AllocationRequest(
-        allocations, {s: tuple(sorted(ix.uuids[p] for p in ps)) for s, ps in a.mappings}
-    )
+        at = allocations.get(uuids[rp])
+        if at is None:
+            allocations[uuids[rp]] = {rc: amount}
+        else:
+            at[rc] = amount
+    mappings = {
+        s: (uuids[next(iter(ps))],) if len(ps) == 1 else tuple(sorted(uuids[p] for p in ps))
+        for s, ps in a.mappings
+    }
+    return AllocationRequest(allocations, mappings)
 
 
 def _summary(ix: _Index, p: int) -> ProviderSummary:
+    done = ix.summaries.get(p)
+    if done is not None:
+        return done
     parent = ix.parent[p]
-    return ProviderSummary(
+    ix.summaries[p] = done = ProviderSummary(
         uuid=ix.uuids[p],
         parent_uuid=None if parent is None else ix.uuids[parent],
         root_uuid=ix.uuids[ix.root[p]],
         resources=ix.summary_resources[p],
-        traits=tuple(sorted(ix.traits[p])),
+        # Placement lists traits in database order: the standard ones (made
+        # at start-up) before custom ones (made later).
+        traits=tuple(sorted(ix.traits[p], key=lambda t: (t.startswith("CUSTOM_"), t))),
     )
+    return done
