@@ -143,7 +143,7 @@ def test_get_export_and_apply_round_trip_policies(run: Run, fleet: str, tmp_path
     # A change through apply is a normal spec update, with ownership like any other.
     changed = exported.replace("cpu: 4", "cpu: 5")
     (tmp_path / "changed.yaml").write_text(changed)
-    assert run("apply", "-f", str(tmp_path / "changed.yaml"), "--manager", "cortex").code == 2
+    assert run("apply", "-f", str(tmp_path / "changed.yaml"), "--manager", "cortex").code == 4
     assert run("apply", "-f", str(tmp_path / "changed.yaml")).code == 0
     assert effective(run)["c-1"]["cpu"] == "40"
 

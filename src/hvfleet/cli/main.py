@@ -1,7 +1,8 @@
 """The `hvfleet` command: one Typer app, one module per command family.
 
 Errors from any layer arrive as `HvfleetError`; `main()` turns them into one
-line on stderr and the error's exit code (2 for bad input, 1 for failures).
+line on stderr and the exit code of their class (`cli/exit_codes.py`: 2 bad
+input, 3 does not fit, 4 conflict or refused, 1 anything else).
 The core names the field an error is about (`ttl`, `memory`); `FLAGS` is where
 the CLI says which of its flags sets that field, so the line names the flag.
 """
@@ -230,8 +231,10 @@ def run(args: list[str], prog_name: str | None = None) -> None:
     try:
         _command(_which(args), *_registered())(args=args, prog_name=prog_name)
     except HvfleetError as exc:
+        from hvfleet.cli.exit_codes import exit_code_of  # only on the way out
+
         print(error_line(exc), file=sys.stderr)
-        sys.exit(exc.exit_code)
+        sys.exit(exit_code_of(exc))
     except KeyboardInterrupt:
         sys.exit(130)
 
