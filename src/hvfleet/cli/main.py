@@ -21,7 +21,7 @@ import typer
 import typer.core
 import typer.main
 
-from hvfleet.cli.launch import command_of
+from hvfleet.cli.entry import command_of
 from hvfleet.model.errors import HvfleetError
 
 # Plain help and usage errors, as kubectl and virsh print them: Rich's help
@@ -147,7 +147,7 @@ def with_connection_options(command: Any) -> Any:
 
 
 # Modules of this package that hold no commands.
-_NOT_COMMANDS = frozenset({"main", "common", "output"})
+_NOT_COMMANDS = frozenset({"main", "common", "output", "entry", "exit_codes"})
 
 # Each top-level command → (the module of this package that registers it, the
 # line `hvfleet --help` shows for it). A command imports only its own module,
@@ -182,8 +182,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                  "clients use as is."),
     "serve": ("serve", "Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."),
     "token": ("token", "Bearer tokens for the API (hvfleet serve)."),
-    "worker": ("worker", "A warm worker that runs hvfleet commands in a forked child, without the "
-                         "start-up."),
+}
+
+# Commands the `hvfleet` console script serves itself, outside the CLI
+# (hvfleet.worker): `hvfleet --help` lists them too.
+ELSEWHERE: dict[str, str] = {
+    "worker": "A warm worker that runs hvfleet commands in a forked child, without the start-up.",
 }
 
 
@@ -201,14 +205,16 @@ def _listing() -> typer.Typer:
     carries its help line, so the help imports no command family."""
     listing = typer.Typer(name=app.info.name, help=app.info.help, no_args_is_help=True, **PLAIN)  # type: ignore[arg-type]
     listing.callback()(_global_options)
-    for name, (_module, line) in COMMANDS.items():
+    lines = {name: line for name, (_module, line) in COMMANDS.items()} | ELSEWHERE
+    for name, line in lines.items():
         listing.command(name, help=line)(lambda: None)
     return listing
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The CLI in this process (`launch.main` calls it when no worker runs the
-    command). Usage errors are Typer's (exit 2); hvfleet's own errors become
+    """The CLI in this process (the console script, hvfleet.worker.launch, calls
+    it through hvfleet.cli.entry when no worker runs the command). Usage
+    errors are Typer's (exit 2); hvfleet's own errors become
     one line on stderr with their exit code."""
     args = sys.argv[1:] if argv is None else argv
     # The fleet index compares numpy vectors and never multiplies matrices, yet
@@ -225,11 +231,17 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: list[str], prog_name: str | None = None) -> None:
-    """Run the command `args` name: here, or in a worker's child (`cli/forkserver.py`),
+    """Run the command `args` name: here, or in a worker's child (hvfleet.worker),
     which has every family loaded and the commands built, and is given the
     client's program name (Click would name the worker's)."""
+    guarded(lambda: _command(_which(args), *_registered())(args=args, prog_name=prog_name))
+
+
+def guarded(command: Callable[[], object]) -> None:
+    """Run `command`: hvfleet's errors become one line on stderr and the exit
+    code of their class (cli/exit_codes.py); Ctrl-C exits 130."""
     try:
-        _command(_which(args), *_registered())(args=args, prog_name=prog_name)
+        command()
     except HvfleetError as exc:
         from hvfleet.cli.exit_codes import exit_code_of  # only on the way out
 
