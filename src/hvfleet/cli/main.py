@@ -9,6 +9,7 @@ the CLI says which of its flags sets that field, so the line names the flag.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import os
@@ -38,18 +39,28 @@ app = typer.Typer(
 
 @app.callback()
 def _global_options(
-    store_prefix: Annotated[
-        str | None,
-        typer.Option(
-            "--store-prefix", envvar="HVFLEET_STORE_PREFIX",
-            help="Key prefix of this fleet in a shared etcd (default /hvfleet); ignored by SQLite.",
-        ),
-    ] = None,
+    store: Annotated[str | None, typer.Option(
+        "--store", callback=_exporting("HVFLEET_STORE"), show_default=False,
+        help="Store URL for every command (default $HVFLEET_STORE); also taken after the "
+        "command's name.")] = None,
+    store_prefix: Annotated[str | None, typer.Option(
+        "--store-prefix", callback=_exporting("HVFLEET_STORE_PREFIX"), show_default=False,
+        help="Key prefix of this fleet in a shared etcd (default $HVFLEET_STORE_PREFIX, else "
+        "/hvfleet); ignored by SQLite.")] = None,
+    token: Annotated[str | None, typer.Option(
+        "--token", callback=_exporting("HVFLEET_TOKEN"), show_default=False,
+        help="Bearer token for an https:// store.")] = None,
+    ca: Annotated[str | None, typer.Option(
+        "--ca", callback=_exporting("HVFLEET_CA"), show_default=False,
+        help="CA certificate (PEM) of an https:// store's server.")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(
+        "--kubeconfig", callback=_exporting("KUBECONFIG"), show_default=False,
+        help="kubeconfig holding an https:// store's token and CA.")] = None,
 ) -> None:
-    """A live, trustworthy picture of a libvirt/KVM fleet."""
-    if store_prefix:
-        # open_store() reads it, wherever a command opens the store.
-        os.environ["HVFLEET_STORE_PREFIX"] = store_prefix
+    """A live, trustworthy picture of a libvirt/KVM fleet.
+
+    The global options may also follow a command's name: each sets the
+    environment variable every command reads, wherever it opens its store."""
 
 
 # field (as the core names it) → the flag that sets it. A dotted field
@@ -59,6 +70,7 @@ FLAGS = {
     "memory": "--memory",
     "resources": "--resource",
     "count": "--count",
+    "consumer": "--consumer",
     "ttl": "--ttl",
     "staleness": "--staleness",
     "resync": "--resync",
@@ -94,15 +106,16 @@ def error_line(exc: HvfleetError) -> str:
     return f"error: {shown}: {exc.detail}"
 
 
-# How a command reaches an https:// store. hvfleet.store.remote reads these from
-# the environment, so a store opened anywhere in a command sees them.
-def _exporting(env: str) -> Callable[[str | None], str | None]:
-    def export(value: str | None) -> str | None:
-        if value:
-            os.environ[env] = value
-        return value
+# How a command reaches its store. hvfleet.store reads these from the
+# environment, so a store opened anywhere in a command sees them.
+def _export(env: str, value: str | None) -> str | None:
+    if value:
+        os.environ[env] = value
+    return value
 
-    return export
+
+def _exporting(env: str) -> Callable[[str | None], str | None]:
+    return lambda value: _export(env, value)
 
 
 _connection = typer.Typer(add_completion=False)
@@ -127,21 +140,56 @@ def _connection_options(
     """Only a holder of the connection options' definitions."""
 
 
+_store = typer.Typer(add_completion=False)
+
+
+@_store.command()
+def _store_options(
+    global_store: Annotated[str | None, typer.Option(
+        "--store", callback=_exporting("HVFLEET_STORE"), show_default=False,
+        help="Store URL (a global option: this command opens no store).")] = None,
+    global_store_prefix: Annotated[str | None, typer.Option(
+        "--store-prefix", callback=_exporting("HVFLEET_STORE_PREFIX"), show_default=False,
+        help="Key prefix of this fleet in a shared etcd (default $HVFLEET_STORE_PREFIX, else "
+        "/hvfleet); ignored by SQLite.")] = None,
+) -> None:
+    """Only a holder of the store options' definitions."""
+
+
+def _usage_of(argument: typer.core.TyperArgument, _ctx: object) -> list[str]:
+    """An argument in the usage line as kubectl and virsh write it (NAME,
+    [NAME], ENTRY...; its metavar as given), not Typer's `{name}`."""
+    if argument.metavar is not None:
+        return [argument.metavar]
+    name = (argument.name or "").upper()
+    name = name if argument.required else f"[{name}]"
+    return [f"{name}..." if argument.nargs != 1 else name]
+
+
 def with_connection_options(command: Any) -> Any:
-    """Give every command that opens a store (it has --store) the options of a
-    remote one, --token, --ca and --kubeconfig, so no command has to thread them
-    to where its store is opened (each sets its environment variable)."""
+    """Give every command the global options, so they may follow its name as
+    well as precede it: a command that opens a store (it has --store) gets
+    the options of a remote one, --token, --ca and --kubeconfig, shown in its
+    help, so no command has to thread them to where its store is opened (each
+    sets its environment variable); the others take them too, hidden.
+    `serve` takes none: its --store is its own backend, not a client's."""
     if isinstance(command, typer.core.TyperGroup):
         for sub in command.commands.values():
             with_connection_options(sub)
         return command
-    names = {p.name for p in command.params}
-    if "store" not in names or command.name == "serve":  # serve's --store is its own backend
+    for param in command.params:
+        if isinstance(param, typer.core.TyperArgument):
+            param.get_usage_pieces = functools.partial(_usage_of, param)  # type: ignore[method-assign]
+    if command.name == "serve":
         return command
+    opens_store = "store" in {p.name for p in command.params}
     flags = {flag for p in command.params for flag in getattr(p, "opts", ())}
-    for param in typer.main.get_command(_connection).params:
+    extra = [*typer.main.get_command(_store).params, *typer.main.get_command(_connection).params]
+    for param in extra:
         if not flags & set(getattr(param, "opts", ())):  # a command's own --token etc. win
+            param = copy.copy(param)
             param.expose_value = False  # the command's function does not take it
+            param.hidden = not opens_store or param.name == "global_store_prefix"  # type: ignore[attr-defined]
             command.params.append(param)
     return command
 

@@ -190,7 +190,7 @@ def hypervisor_row(
     alloc = h.status.allocation
     row = [
         h.name,
-        readiness(h, now, lease_live, staleness).state,
+        readiness(h, now, lease_live, staleness).shown,
         _used_of(CPU, alloc.get(CPU), eff.get(CPU)),
         _used_of(MEMORY, alloc.get(MEMORY), eff.get(MEMORY)),
         str(len(h.status.instances)),
@@ -531,7 +531,7 @@ def capacity_rows(summary: FleetCapacity) -> list[CapacityRow]:
     for x in [*summary.hosts, summary.total]:
         cells = [
             x.name,
-            x.readiness.state if x.readiness is not None else "",
+            x.readiness.shown if x.readiness is not None else "",
             x.synced.state if x.synced is not None else "",
         ]
         levels: list[FreeLevel] = ["ok", "ok", "ok"]
