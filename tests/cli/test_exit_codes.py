@@ -12,6 +12,7 @@ import pytest
 
 import hvfleet
 from hvfleet.cli.exit_codes import exit_code_of
+from hvfleet.guests.check import NotEverywhere
 from hvfleet.model.errors import (
     AlreadyExists,
     BadRequest,
@@ -54,7 +55,7 @@ def test_no_error_class_carries_a_transport_code() -> None:
 
 @pytest.mark.parametrize(("error", "code"), [
     (InvalidInput("x"), 2), (BadRequest("x"), 2), (TooLarge("x"), 2), (UnsupportedMediaType("x"), 2),
-    (DoesNotFit("h", []), 3), (NoHostFits("x"), 3),
+    (DoesNotFit("h", []), 3), (NoHostFits("x"), 3), (NotEverywhere("x"), 3),
     (AlreadyExists("x"), 4), (Conflict("x"), 4), (StaleVersion("x"), 4),
     (OwnershipConflict("x", [("spec.overcommit.cpu", "cortex")]), 4),
     (ConsumerAlreadyHolds("c", "r", "h"), 4), (Forbidden("x"), 4), (Unauthorized("x"), 4),
@@ -72,6 +73,7 @@ def test_exit_codes_follow_style(error: HvfleetError, code: int) -> None:
     (NotFound("x"), (404, "NotFound")), (AlreadyExists("x"), (409, "AlreadyExists")),
     (Conflict("x"), (409, "Conflict")), (StaleVersion("x"), (409, "Conflict")),
     (DoesNotFit("h", []), (409, "Conflict")), (NoHostFits("x"), (409, "Conflict")),
+    (NotEverywhere("x"), (409, "Conflict")),
     (Forbidden("x"), (403, "Forbidden")), (Unauthorized("x"), (401, "Unauthorized")),
     (Gone("x"), (410, "Expired")), (TooManyRequests("x"), (429, "TooManyRequests")),
     (Unavailable("x"), (503, "ServiceUnavailable")), (HvfleetError("x"), (500, "InternalError")),

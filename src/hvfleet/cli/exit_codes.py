@@ -12,6 +12,7 @@ or libvirt unreachable, an internal failure).
 
 from __future__ import annotations
 
+from hvfleet.guests.check import NotEverywhere
 from hvfleet.model.errors import (
     AlreadyExists,
     Conflict,
@@ -30,6 +31,7 @@ EXIT_CODES: dict[type[HvfleetError], int] = {
     InvalidInput: BAD_INPUT,
     DoesNotFit: DOES_NOT_FIT,
     NoHostFits: DOES_NOT_FIT,
+    NotEverywhere: DOES_NOT_FIT,
     AlreadyExists: REFUSED,
     Conflict: REFUSED,
     GenerationConflict: REFUSED,

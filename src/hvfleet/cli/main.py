@@ -70,6 +70,7 @@ FLAGS = {
     "memory": "--memory",
     "resources": "--resource",
     "count": "--count",
+    "limit": "--limit",
     "consumer": "--consumer",
     "ttl": "--ttl",
     "staleness": "--staleness",

@@ -7,6 +7,7 @@ looked up along its MRO, so a subclass answers as its nearest listed ancestor
 
 from __future__ import annotations
 
+from hvfleet.guests.check import NotEverywhere
 from hvfleet.model.errors import (
     AlreadyExists,
     BadRequest,
@@ -36,6 +37,7 @@ HTTP_STATUS: dict[type[HvfleetError], tuple[int, str]] = {
     Conflict: (409, "Conflict"),
     DoesNotFit: (409, "Conflict"),
     NoHostFits: (409, "Conflict"),
+    NotEverywhere: (409, "Conflict"),
     Forbidden: (403, "Forbidden"),
     Unauthorized: (401, "Unauthorized"),
     # Kubernetes says "Expired" for a watch or continue token past compaction.

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from hvfleet.discovery.xmlsafe import parse_xml
 from hvfleet.model import views
 from hvfleet.model.errors import (
     Conflict,
@@ -37,6 +38,8 @@ from hvfleet.model.errors import (
 )
 from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.model.selectors import parse_selector
+from hvfleet.ops.fit import FitQuery
+from hvfleet.ops.guests import GuestQuery, check, generate, group_of
 from hvfleet.server import actions, bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard import operate
@@ -718,12 +721,9 @@ async def host_action(request: Request) -> Response:
 
 # -- fit ---------------------------------------------------------------------------------------------
 
-def _fit_body(q: dict[str, str]) -> tuple[actions.FitBody, dict[str, str]]:
+def _fit_body(q: dict[str, str]) -> tuple[FitQuery, dict[str, str]]:
     resources: dict[str, str | int] = {}
     errors: dict[str, str] = {}
-    for key in ("cpu", "memory"):
-        if q.get(key, "").strip():
-            resources[key] = q[key].strip()
     for part in (p.strip() for p in q.get("resources", "").split(",")):
         if not part:
             continue
@@ -738,11 +738,14 @@ def _fit_body(q: dict[str, str]) -> tuple[actions.FitBody, dict[str, str]]:
     weigher = q.get("weigher", "binpack")
     if weigher not in ("binpack", "spread"):
         errors["weigher"] = f"{weigher!r} is not binpack or spread"
-    if not resources and not errors:
+    cpu, memory = q.get("cpu", "").strip(), q.get("memory", "").strip()
+    if not resources and not cpu and not memory and not errors:
         errors["cpu"] = "give at least one resource (cpu, memory or others)"
-    body = actions.FitBody(resources=resources, count=int(count) if count.isdigit() and int(count) else 1,
-                           label_selector=q.get("selector", ""),
-                           weigher="spread" if weigher == "spread" else "binpack", why=True)
+    body = FitQuery.from_plain({
+        "cpu": cpu or None, "memory": memory or None, "resources": resources,
+        "count": int(count) if count.isdigit() and int(count) else 1,
+        "labelSelector": q.get("selector", ""),
+        "weigher": "spread" if weigher == "spread" else "binpack", "why": True})
     return body, errors
 
 
@@ -772,7 +775,7 @@ async def _selector_error(ctx: ApiContext, text: str, must_match: bool) -> str |
     return None
 
 
-_FIT_FIELDS = {"resources": "resources", "count": "count", "weigher": "weigher"}
+_FIT_FIELDS = {k: k for k in ("cpu", "memory", "resources", "count", "weigher")}
 _GUEST_FIELDS = {k: k for k in ("os", "name", "vcpus", "memory", "disks", "firmware")}
 
 
@@ -792,8 +795,8 @@ async def fit_page(request: Request) -> Response:
             errors["selector"] = wrong
         if not errors:
             try:
-                doc = await run_in_threadpool(actions._fit, ctx, who, body)
-                result = _fit_result_html(doc)
+                answer = await run_in_threadpool(actions.fit_answer, ctx, who, body)
+                result = _fit_result_html(answer.document("human"))
             except InvalidInput as exc:
                 errors[_field_of(exc, _FIT_FIELDS)] = str(exc)
             except Forbidden as exc:
@@ -834,7 +837,7 @@ def _fit_result_html(doc: dict[str, Any]) -> str:
 
 # -- guests ------------------------------------------------------------------------------------------
 
-def _guest_body(q: dict[str, str]) -> tuple[actions.GuestBody | None, dict[str, str]]:
+def _guest_body(q: dict[str, str]) -> tuple[GuestQuery | None, dict[str, str]]:
     errors: dict[str, str] = {}
     for key, label in (("os", "an osinfo short id, e.g. rhel9.1"), ("name", "a domain name"),
                        ("selector", "a label selector for the group")):
@@ -848,9 +851,20 @@ def _guest_body(q: dict[str, str]) -> tuple[actions.GuestBody | None, dict[str, 
     if errors:
         return None, errors
     disks = [d.strip() for d in q.get("disks", "").split(";") if d.strip()]
-    return actions.GuestBody(os=q["os"].strip(), name=q["name"].strip(), vcpus=int(vcpus),
-                             memory=q["memory"].strip(), disks=disks, firmware=q.get("firmware", "auto"),
-                             label_selector=q["selector"].strip(), explain=True), {}
+    return GuestQuery.from_plain({
+        "os": q["os"].strip(), "name": q["name"].strip(), "vcpus": int(vcpus), "memory": q["memory"].strip(),
+        "disks": disks, "firmware": q.get("firmware", "auto"), "labelSelector": q["selector"].strip(),
+        "explain": True}), {}
+
+
+def _generated(ctx: ApiContext, query: GuestQuery) -> dict[str, Any]:
+    """The guest generate answer's document (the caller authorized)."""
+    return generate(query, group_of(ctx.store, query.label_selector)).document()
+
+
+def _checked(ctx: ApiContext, domain: str, selector: str) -> dict[str, Any]:
+    """The guest check answer's document (the caller authorized)."""
+    return check(parse_xml(domain, "domain"), group_of(ctx.store, selector)).document()
 
 
 async def guests_page(request: Request) -> Response:
@@ -875,7 +889,7 @@ async def guests_page(request: Request) -> Response:
                 body = None
         if body is not None:
             try:
-                doc = await run_in_threadpool(actions._generate, ctx, who, body)
+                doc = await run_in_threadpool(_generated, ctx, body)
                 if q.get("download"):
                     return Response(doc["xml"], media_type="application/xml", headers={
                         "Content-Disposition": f'attachment; filename="{quote(body.name)}.xml"'})
@@ -954,8 +968,7 @@ async def guest_check(request: Request) -> Response:
             errors["selector"] = wrong
     if not errors:
         try:
-            doc = await run_in_threadpool(actions._check, ctx, who, actions.GuestCheckBody(
-                domain=form["domain"], label_selector=form["selector"].strip()))
+            doc = await run_in_threadpool(_checked, ctx, form["domain"], form["selector"].strip())
             rows = [[h["host"], "ok" if h["ok"] else "does not run here",
                      "; ".join(h["problems"]) or "-", "; ".join(h["warnings"]) or "-"] for h in doc["hosts"]]
             verdict = "runs on every host of the group" if doc["ok"] else "does NOT run on every host"
