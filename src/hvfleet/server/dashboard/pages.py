@@ -4,7 +4,7 @@ stream), a host's page with the operator's actions, fit, and guests. Each
 handler identifies the caller from the session cookie (session.py), asks the
 server's Authorizer, and calls the same core functions as the CLI and the API
 (`server.actions` for fit and guests, `operate` for writes, `feed` and
-`model.views` for every figure).
+`hvfleet.views` for every figure).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from hvfleet import views
 from hvfleet.discovery.xmlsafe import parse_xml
-from hvfleet.model import views
 from hvfleet.model.errors import (
     Conflict,
     Forbidden,
@@ -43,7 +43,7 @@ from hvfleet.ops.guests import GuestQuery, check, generate, group_of
 from hvfleet.server import actions, bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard import operate
-from hvfleet.server.dashboard.feed import HostRow, resource_names, sort_rows, totals
+from hvfleet.server.dashboard.feed import HostRow, sort_rows, totals_document, totals_of
 from hvfleet.server.dashboard.html import bar, csrf_field, esc, field, page, script_json, table
 from hvfleet.server.dashboard.live import FleetState
 from hvfleet.server.dashboard.metrics import metrics
@@ -243,18 +243,24 @@ def overview_document(state: FleetState, selector_text: str, sort: str, page_no:
         if len(by_value) > 50:  # a label with a value per host (e.g. a serial) is no grouping
             continue
         groups[k] = {v: _group_totals(state, selector_text, k, v, members) if visible is None
-                     else totals(members) for v, members in sorted(by_value.items())}
+                     else totals_document(totals_of(members))
+                     for v, members in sorted(by_value.items())}
     return {
         "version": state.version,
         "selector": str(selector),
         "sort": sort or "name",
-        "resources": resource_names(rows),
+        "resources": _resource_names(rows),
         "count": len(rows),
         "page": page_no, "pages": pages, "perPage": per_page,
-        "total": state.totals_for(selector, rows) if visible is None else totals(rows),
+        "total": (state.totals_for(selector, rows) if visible is None
+                  else totals_document(totals_of(rows))),
         "groups": groups,
         "hosts": [x.doc for x in shown],
     }
+
+
+def _resource_names(rows: list[HostRow]) -> list[str]:
+    return [str(r) for r in views.resource_names(x.capacity for x in rows)]
 
 
 def _group_totals(state: FleetState, selector_text: str, key: str, value: str,
@@ -266,7 +272,7 @@ def heat_document(state: FleetState, selector_text: str, sort: str,
                   visible: Visible = None) -> dict[str, Any]:
     rows = _only(state.select(parse_selector(selector_text)), visible)
     ordered = sort_rows(rows, sort) if sort and sort != "name" else rows
-    rs = resource_names(rows)
+    rs = _resource_names(rows)
     return {
         "version": state.version, "resources": rs,
         "names": [x.name for x in ordered],
