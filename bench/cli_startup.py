@@ -9,7 +9,7 @@ the demo fleet (examples/fleet, one `hvfleet agent --once` per host), so
 `get`, `capacity` and `fit` read seven real hypervisors. Bytecode is cached
 (in a temporary prefix) as for an installed package. Each `hvfleet` command
 is measured as its own process (HVFLEET_WORKER=0) and, marked "(worker)",
-with `hvfleet worker` running (cli/launch.py hands it to the warm worker).
+with `hvfleet worker` running (worker/launch.py hands it to the warm worker).
 
     .venv/bin/python bench/cli_startup.py [--runs 15]
 """

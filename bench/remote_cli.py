@@ -3,7 +3,7 @@
 
 Each `hvfleet` row is measured twice: as its own process (HVFLEET_WORKER=0)
 and with `hvfleet worker` running (the console script hands the command to
-the warm worker's forked child: cli/launch.py). Also, as a second peer, the
+the warm worker's forked child: worker/launch.py). Also, as a second peer, the
 same `hvfleet get` on the server's SQLite file directly, and in-process:
 `RemoteStore.list` vs `SqliteStore.list` of the same fleet. The server is
 the real `hvfleet serve` (TLS, token authentication, role authorization,

@@ -47,5 +47,5 @@ def test_the_agent_command_loads_no_other_command_family() -> None:
     )
     r = _run(code)
     assert r.returncode == 0, r.stderr
-    # cli.launch is the console entry (built-in modules only), where main() is reached from.
-    assert r.stdout.strip().splitlines()[-1] == "hvfleet.cli.agent,hvfleet.cli.launch,hvfleet.cli.main"
+    # cli.entry is the CLI's entry point (no imports of its own), whose command_of main() uses.
+    assert r.stdout.strip().splitlines()[-1] == "hvfleet.cli.agent,hvfleet.cli.entry,hvfleet.cli.main"

@@ -30,6 +30,8 @@ from tests.server.test_auth_https import HVFLEET, Server, start_server, stop_ser
 REPO = Path(__file__).resolve().parents[2]
 NODE = REPO / "examples" / "fleet" / "compute-01.xml"
 OTHER = REPO / "examples" / "fleet" / "compute-02.xml"
+# Instance UUIDs, as --consumer requires.
+VM_X, VM_1, VM_2, VM_3 = (f"00000000-0000-4000-8000-{n:012x}" for n in (15, 1, 2, 3))
 HOST = "compute-01"
 
 
@@ -55,6 +57,7 @@ class Fleet:
         r = self.hvfleet(role, *args, stdin=stdin)
         assert r.returncode == 0, (args, r.stdout, r.stderr)
         return r.stdout
+
 
 
 def _ready(out: str, name: str) -> str | None:
@@ -155,7 +158,7 @@ def test_get_describe_capacity_as_a_viewer(fleet: Fleet) -> None:
     r = fleet.hvfleet("viewer", "get", "hypervisor", "nope")
     assert r.returncode == 1 and "not found" in r.stderr, r.stderr
     bad = fleet.hvfleet("viewer", "get", "hypervisors", token="hvf_nope_nope")
-    assert bad.returncode == 1 and "token" in bad.stderr.lower(), bad.stderr
+    assert bad.returncode == 4 and "token" in bad.stderr.lower(), bad.stderr
 
 
 def test_apply_and_overcommit_set_as_an_operator_not_as_a_viewer(fleet: Fleet, tmp_path: Path) -> None:
@@ -164,14 +167,14 @@ def test_apply_and_overcommit_set_as_an_operator_not_as_a_viewer(fleet: Fleet, t
         "apiVersion: hvfleet.io/v1\nkind: Hypervisor\nmetadata: {name: rack-1, labels: {az: a}}\n"
         "---\napiVersion: hvfleet.io/v1\nkind: Hypervisor\nmetadata: {name: rack-2, labels: {az: a}}\n")
     refused = fleet.hvfleet("viewer", "apply", "-f", str(manifest))
-    assert refused.returncode == 2 and "forbidden" in refused.stderr.lower(), refused.stderr
+    assert refused.returncode == 4 and "forbidden" in refused.stderr.lower(), refused.stderr
     out = fleet.ok("operator", "apply", "-f", str(manifest))
     assert "hypervisor/rack-1 created" in out and "hypervisor/rack-2 created" in out
-    assert "hypervisor/rack-1 configured" in fleet.ok("operator", "apply", "-f", str(manifest))
+    assert "hypervisor/rack-1 unchanged" in fleet.ok("operator", "apply", "-f", str(manifest))
     listed = fleet.ok("viewer", "get", "hypervisors", "-l", "az=a")
     assert "rack-1" in listed and "rack-2" in listed and HOST not in listed
     refused = fleet.hvfleet("viewer", "overcommit", "set", HOST, "cpu=4")
-    assert refused.returncode == 2 and "forbidden" in refused.stderr.lower(), refused.stderr
+    assert refused.returncode == 4 and "forbidden" in refused.stderr.lower(), refused.stderr
     out = fleet.ok("operator", "overcommit", "set", HOST, "cpu=4")
     assert f"hypervisor/{HOST} updated" in out
     with _store(fleet, fleet.server.tokens["viewer"]) as s:
@@ -185,15 +188,15 @@ def test_apply_and_overcommit_set_as_an_operator_not_as_a_viewer(fleet: Fleet, t
 def test_fit_reserve_release_as_a_scheduler(fleet: Fleet) -> None:
     fits = fleet.ok("scheduler", "fit", "--cpu", "2", "--memory", "1Gi")
     assert HOST in fits
-    refused = fleet.hvfleet("viewer", "reserve", HOST, "--cpu", "1", "--consumer", "vm-x")
-    assert refused.returncode == 2 and "forbidden" in refused.stderr.lower(), refused.stderr
+    refused = fleet.hvfleet("viewer", "reserve", HOST, "--cpu", "1", "--consumer", VM_X)
+    assert refused.returncode == 4 and "forbidden" in refused.stderr.lower(), refused.stderr
     name = fleet.ok("scheduler", "reserve", HOST, "--cpu", "2", "--memory", "1Gi",
-                    "--consumer", "vm-1").strip()
+                    "--consumer", VM_1).strip()
     assert name.startswith("res-")
     # More than the host has: the server's claim check refuses, exit 3 as locally.
-    too_big = fleet.hvfleet("scheduler", "reserve", HOST, "--cpu", "4096", "--consumer", "vm-2")
+    too_big = fleet.hvfleet("scheduler", "reserve", HOST, "--cpu", "4096", "--consumer", VM_2)
     assert too_big.returncode == 3 and "does not fit" in too_big.stderr, too_big.stderr
-    auto = fleet.ok("scheduler", "reserve", "--auto", "--cpu", "1", "--consumer", "vm-3").strip()
+    auto = fleet.ok("scheduler", "reserve", "--auto", "--cpu", "1", "--consumer", VM_3).strip()
     assert auto.startswith("res-")
     listed = fleet.ok("viewer", "get", "reservations")
     assert name in listed and auto in listed
@@ -227,7 +230,7 @@ def test_the_kubeconfig_hvfleet_writes_is_all_a_command_needs(fleet: Fleet, tmp_
     config.write_text(config.read_text().replace(srv.tokens["viewer"], "hvf_0123456789abcdef_" + "x" * 43))
     denied = subprocess.run([HVFLEET, "get", "hypervisors", "--store", srv.url],
                             env=env, capture_output=True, text=True, timeout=60)
-    assert denied.returncode == 1 and len(denied.stderr.strip().splitlines()) == 1, denied.stderr
+    assert denied.returncode == 4 and len(denied.stderr.strip().splitlines()) == 1, denied.stderr
 
 
 def test_tokens_over_the_api_as_an_admin_only(fleet: Fleet) -> None:
@@ -240,10 +243,10 @@ def test_tokens_over_the_api_as_an_admin_only(fleet: Fleet) -> None:
     # The new token works at once, and as a viewer only.
     assert HOST in fleet.hvfleet("viewer", "get", "hypervisors", token=new_token).stdout
     refused = fleet.hvfleet("viewer", "token", "list")
-    assert refused.returncode == 2 and "forbidden" in refused.stderr.lower(), refused.stderr
+    assert refused.returncode == 4 and "forbidden" in refused.stderr.lower(), refused.stderr
     assert f"token {token_id} (remote-ro) revoked" in fleet.ok("admin", "token", "revoke", token_id)
     gone = fleet.hvfleet("viewer", "get", "hypervisors", token=new_token)
-    assert gone.returncode == 1 and "revoked" in gone.stderr, gone.stderr
+    assert gone.returncode == 4 and "revoked" in gone.stderr, gone.stderr
 
 
 def test_a_stopped_agent_shows_not_ready_to_a_viewer(fleet: Fleet) -> None:

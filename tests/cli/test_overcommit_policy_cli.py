@@ -101,7 +101,8 @@ def test_every_view_takes_the_policy_ratio_where_the_host_says_nothing(run: Run,
         rp["name"]: rp["inventories"]["VCPU"]["allocation_ratio"] for rp in export["resource_providers"]
     }
     assert ratios == {"c-1": 4.0, "c-2": 2.0, "g-1": 1.5}
-    assert run("reserve", "c-1", "--cpu", "8", "--count", "3", "--consumer", "vm-1").code == 0
+    vm = "00000000-0000-4000-8000-000000000001"
+    assert run("reserve", "c-1", "--cpu", "8", "--count", "3", "--consumer", vm).code == 0
 
 
 def test_overcommit_unset_falls_back_to_the_policy_and_delete_to_one(run: Run, fleet: str) -> None:
@@ -143,7 +144,7 @@ def test_get_export_and_apply_round_trip_policies(run: Run, fleet: str, tmp_path
     # A change through apply is a normal spec update, with ownership like any other.
     changed = exported.replace("cpu: 4", "cpu: 5")
     (tmp_path / "changed.yaml").write_text(changed)
-    assert run("apply", "-f", str(tmp_path / "changed.yaml"), "--manager", "cortex").code == 2
+    assert run("apply", "-f", str(tmp_path / "changed.yaml"), "--manager", "cortex").code == 4
     assert run("apply", "-f", str(tmp_path / "changed.yaml")).code == 0
     assert effective(run)["c-1"]["cpu"] == "40"
 

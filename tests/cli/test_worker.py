@@ -1,4 +1,4 @@
-"""The warm worker (`hvfleet worker start`, cli/launch.py, cli/forkserver.py):
+"""The warm worker (`hvfleet worker start`, worker/launch.py, worker/forkserver.py):
 a command run through it is the same command, with the same output, exit
 code, standard input, working directory, environment and terminal as in its
 own process; Ctrl-C and a killed client reach the command; changed code is
@@ -256,7 +256,7 @@ def test_changed_code_is_never_served(env: dict[str, str], tmp_path: Path) -> No
 def test_a_socket_someone_else_serves_is_not_used(env: dict[str, str]) -> None:
     """Another user who made the socket first gets nothing: not the
     environment (it may hold a token), not the terminal."""
-    from hvfleet.cli.launch import installation_tag
+    from hvfleet.worker.launch import installation_tag
 
     if os.getuid() != 0:  # CI runs as root, which can act as another user
         pytest.skip("acting as another user needs root")

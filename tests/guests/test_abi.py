@@ -17,6 +17,7 @@ from lxml import etree
 from typer.testing import CliRunner
 
 import hvfleet.cli.guest  # noqa: F401  (registers the commands)
+from hvfleet.cli.exit_codes import exit_code_of
 from hvfleet.cli.main import app, error_line
 from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.guests.abi import abi_of, regenerate, request_from_domain, upgrade
@@ -174,7 +175,7 @@ def test_cli_generate_from_and_upgrade(tmp_path: Path) -> None:
         for f in (GROUPS / src).iterdir():
             shutil.copy(f, grown)
     r = runner.invoke(app, ["guest", "generate", "--from", str(old), "--caps-dir", str(grown)])
-    assert isinstance(r.exception, Conflict) and r.exception.exit_code == 2
+    assert isinstance(r.exception, Conflict) and exit_code_of(r.exception) == 4
     line = error_line(r.exception)
     assert line.startswith("error: --allow-abi-change: needed: guest keep's ABI"), line
     assert "skl-1" in line
@@ -190,7 +191,7 @@ def test_cli_generate_from_and_upgrade(tmp_path: Path) -> None:
     assert "<hvfleet:policy>2026.2</hvfleet:policy>" in r.stdout
     assert "changed topology: libvirt default →" in r.stderr
     r = runner.invoke(app, ["guest", "generate", "--os", "rhel9.1", "--caps-dir", str(grown)])
-    assert isinstance(r.exception, InvalidInput) and r.exception.exit_code == 2
+    assert isinstance(r.exception, InvalidInput) and exit_code_of(r.exception) == 2
     assert "--name, --vcpus, --memory" in str(r.exception)
 
 

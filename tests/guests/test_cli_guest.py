@@ -11,6 +11,7 @@ from lxml import etree
 from typer.testing import CliRunner, Result
 
 import hvfleet.cli.guest  # noqa: F401  (registers the commands)
+from hvfleet.cli.exit_codes import exit_code_of
 from hvfleet.cli.main import app
 from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.guests.check import NotEverywhere
@@ -147,7 +148,7 @@ def test_hosts_selector_reads_capabilities_from_the_store(tmp_path: Path) -> Non
 def test_bad_input_is_invalid_input_with_one_line(args: list[str]) -> None:
     r = run(*args)
     assert isinstance(r.exception, InvalidInput), r.output
-    assert "\n" not in str(r.exception) and r.exception.exit_code == 2
+    assert "\n" not in str(r.exception) and exit_code_of(r.exception) == 2
 
 
 def test_hostile_capabilities_in_a_caps_dir_are_refused_naming_the_host(tmp_path: Path) -> None:

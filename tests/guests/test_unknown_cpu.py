@@ -12,6 +12,7 @@ from lxml import etree
 from typer.testing import CliRunner, Result
 
 import hvfleet.cli.guest  # noqa: F401  (registers the commands)
+from hvfleet.cli.exit_codes import exit_code_of
 from hvfleet.cli.main import app
 from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.guests.check import check_domain
@@ -67,7 +68,7 @@ def test_cpu_baseline_over_unknown_cpus_is_refused_naming_them(
     url = _store(tmp_path, {"test-1": test_driver_caps, "test-2": test_driver_caps})
     r = run("cpu", "baseline", "--hosts", "group=g", "--store", url)
     assert isinstance(r.exception, InvalidInput), r.output
-    assert r.exception.exit_code == 2
+    assert exit_code_of(r.exception) == 2
     msg = str(r.exception)
     assert "test-1" in msg and "test-2" in msg and "unknown" in msg
     assert "--skip-unknown" in msg and "\n" not in msg
@@ -93,7 +94,7 @@ def test_cpu_baseline_skips_unknown_cpus_when_asked_with_a_warning(
     (tmp_path / "alone").mkdir()
     only = _store(tmp_path / "alone", {"test-1": test_driver_caps})
     r = run("cpu", "baseline", "--hosts", "group=g", "--store", only, "--skip-unknown")
-    assert isinstance(r.exception, InvalidInput) and r.exception.exit_code == 2
+    assert isinstance(r.exception, InvalidInput) and exit_code_of(r.exception) == 2
     assert "test-1" in str(r.exception)
 
 

@@ -54,7 +54,7 @@ TABLE = [
     (True, "False", FRESH, "", "NotReady", "Reconciled"),
     # An expired lease wins over everything the stored status says.
     (False, "True", FRESH, "", "NotReady", "AgentLeaseExpired"),
-    (False, "True", TWO_HOURS, "drain", "NotReady", "AgentLeaseExpired"),
+    (False, "True", TWO_HOURS, "", "NotReady", "AgentLeaseExpired"),
     (False, None, None, "", "NotReady", "AgentLeaseExpired"),
     # The Ready condition.
     (None, "False", FRESH, "", "NotReady", "Reconciled"),
@@ -62,11 +62,15 @@ TABLE = [
     (None, "Unknown", FRESH, "", "Unknown", "Reconciled"),
     (None, None, FRESH, "", "Unknown", "NoReadyCondition"),
     (None, None, None, "", "Unknown", "NoReadyCondition"),
-    # Maintenance shows only on a healthy host; a sick one shows what is wrong.
+    # Maintenance shows on a healthy host, and on one whose agent went quiet
+    # (stale, below); a host whose agent reports it sick shows what is wrong.
     (None, "True", FRESH, "drain", "Maintenance", "Maintenance"),
     (True, "True", FRESH, "manual", "Maintenance", "Maintenance"),
-    (None, "True", TWO_HOURS, "drain", "Stale", "HeartbeatStale"),
+    (None, "True", TWO_HOURS, "drain", "Maintenance", "Maintenance"),
+    (None, "True", None, "manual", "Maintenance", "Maintenance"),
+    (False, "True", TWO_HOURS, "drain", "Maintenance", "Maintenance"),
     (None, "False", FRESH, "manual", "NotReady", "Reconciled"),
+    (True, "Unknown", FRESH, "manual", "Unknown", "Reconciled"),
 ]
 
 
@@ -78,6 +82,18 @@ def test_readiness_table(
     assert (got.state, got.reason) == (state, reason)
     assert got.ready is (state == "Ready")
     assert got.message
+
+
+def test_a_host_in_maintenance_whose_agent_went_quiet_shows_maintenance_with_its_staleness() -> None:
+    aged = readiness(hv(beat=TWO_HOURS, maintenance="manual"), NOW)
+    assert (aged.state, aged.stale, aged.shown) == ("Maintenance", True, "Maintenance,Stale")
+    assert aged.message == "in maintenance (manual) (disk swap); last heartbeat 7200s ago, older than 180s"
+    assert aged.to_dict()["stale"] is True
+    expired = readiness(hv(beat=FRESH, maintenance="drain"), NOW, lease_live=False)
+    assert expired.shown == "Maintenance,Stale" and "lease expired" in expired.message
+    fresh = readiness(hv(beat=FRESH, maintenance="manual"), NOW)
+    assert (fresh.shown, fresh.stale) == ("Maintenance", False) and "stale" not in fresh.to_dict()
+    assert views.hypervisor_row(hv(beat=TWO_HOURS, maintenance="manual"), NOW)[1] == "Maintenance,Stale"
 
 
 def test_reasons_and_messages_say_what_to_look_at() -> None:
@@ -117,7 +133,7 @@ def test_every_reader_agrees_with_readiness() -> None:
         if live is not None:
             index.set_liveness({"hv": live})
         assert (index.fit(request, now=NOW).names == ["hv"]) is r.ready, where
-        assert views.hypervisor_row(h, NOW, live)[1] == r.state, where
+        assert views.hypervisor_row(h, NOW, live)[1] == r.shown, where
         summary = views.fleet_summary([h], [], {} if live is None else {"hv": live}, NOW)
         assert summary.hosts[0].readiness == r, where
         if r.state == "Stale" and beat is not None:

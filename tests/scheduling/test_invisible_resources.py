@@ -23,6 +23,7 @@ from hvfleet.store import Store, open_store
 from hvfleet.store.ownership import agent_manager
 
 VM = "00000000-0000-0000-0000-00000000a001"
+VM2 = "00000000-0000-0000-0000-00000000a002"
 VGPU = ResourceName("VGPU")
 NIC_VF = ResourceName("CUSTOM_NIC_VF")
 
@@ -93,7 +94,7 @@ def test_vgpu_and_vfs_stay_held_while_the_instance_runs_and_free_when_it_is_gone
     assert fit["candidates"] == []
     fit = json.loads(run("fit", "--cpu", "1", "--resource", "VGPU=6", "-o", "json").out)
     assert [c["name"] for c in fit["candidates"]] == ["gpu-01"]
-    assert run("reserve", "gpu-01", "--cpu", "1", "--resource", "VGPU=7", "--consumer", "vm-2").code == 3
+    assert run("reserve", "gpu-01", "--cpu", "1", "--resource", "VGPU=7", "--consumer", VM2).code == 3
 
     export = json.loads(run("placement", "export", "-o", "json").out)
     assert export["resource_providers"][0]["usages"] == {

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sched_fleet import host, now, put_host
 
+from hvfleet.cli.exit_codes import exit_code_of
 from hvfleet.model import Reservation, ResourceName
 from hvfleet.model.capacity import free_capacity
 from hvfleet.model.errors import Conflict, NotFound
@@ -49,7 +50,7 @@ def test_claim_takes_space_and_refuses_what_no_longer_fits(store: Store) -> None
     reserve(store, "a", ONE, "vm-2")
     with pytest.raises(DoesNotFit, match=r"does not fit on a: cpu: needs 2, 0 free") as err:
         reserve(store, "a", ONE, "vm-3")
-    assert err.value.exit_code == 3
+    assert exit_code_of(err.value) == 3
     release(store, r1.name)
     reserve(store, "a", ONE, "vm-3")
 
@@ -67,7 +68,7 @@ def test_auto_does_not_move_a_consumer_that_already_holds_a_host_elsewhere(store
     held = reserve(store, "a", ONE, "vm-1")
     with pytest.raises(ConsumerAlreadyHolds) as err:
         reserve_auto(store, ONE, "vm-1")  # binpack tries a first: vm-1 is there already
-    assert isinstance(err.value, Conflict) and err.value.exit_code == 2
+    assert isinstance(err.value, Conflict) and exit_code_of(err.value) == 4
     assert (err.value.consumer, err.value.reservation, err.value.host) == ("vm-1", held.name, "a")
     assert [r.spec.hypervisor for r in store.list_reservations()] == ["a"]
 

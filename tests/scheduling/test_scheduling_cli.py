@@ -88,7 +88,7 @@ def test_reserve_release_list_and_gc(store: Store, run: Any) -> None:
     assert r.code == 0 and store.get("Reservation", r.out.strip()).spec.hypervisor == "hv-b"  # type: ignore[union-attr]
     assert run("reserve", "hv-a", "--auto", "--cpu", "1", "--consumer", "x").code == 2
     assert run("reserve", "hv-a", "--cpu", "1").code == 2
-    assert run("reserve", "hv-a", "--cpu", "1", "--consumer", "x", "--ttl", "soon").code == 2
+    assert run("reserve", "hv-a", "--cpu", "1", "--consumer", str(uuid.uuid4()), "--ttl", "soon").code == 2
     doc = json.loads(run("reservations", "-o", "json").out)
     assert {i["spec"]["hypervisor"] for i in doc["items"]} == {"hv-a", "hv-b"}
     assert {i["status"]["phase"] for i in doc["items"]} == {"Active"}
@@ -146,7 +146,7 @@ def test_export_is_what_placement_accepts_and_agrees_with_fit(
             annotations={"scheduling.hvfleet.io/step-size.cpu": "2"},
         ),
     )
-    assert run("reserve", "hv-d", "--cpu", "2", "--consumer", "vm-1").code == 0
+    assert run("reserve", "hv-d", "--cpu", "2", "--consumer", str(uuid.uuid4())).code == 0
     doc = json.loads(run("placement", "export", "-o", "json", "-l", "zone notin (nowhere)").out)
     by_name = {rp["name"]: rp for rp in doc["resource_providers"]}
     assert by_name["hv-d"]["inventories"] == {

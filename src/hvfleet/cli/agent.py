@@ -143,5 +143,7 @@ def standalone(argv: list[str], prog_name: str = "hvfleet agent") -> None:
     try:
         with_connection_options(typer.main.get_command(one))(args=argv, prog_name=prog_name)
     except HvfleetError as exc:
+        from hvfleet.cli.exit_codes import exit_code_of  # only on the way out
+
         print(error_line(exc), file=sys.stderr)
-        sys.exit(exc.exit_code)
+        sys.exit(exit_code_of(exc))

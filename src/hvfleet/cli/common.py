@@ -37,6 +37,20 @@ def connect(url: str | None) -> Store:
     return open_store(url)
 
 
+def consumer_uuid(text: str) -> str:
+    """`--consumer`: the instance's UUID, as Placement requires of a consumer,
+    in its canonical form (a scheduler keys claims and allocations on it)."""
+    import uuid
+
+    if not text.strip():
+        raise InvalidInput("required (the UUID of the instance the space is for)", field="consumer")
+    try:
+        return str(uuid.UUID(text.strip()))
+    except ValueError:
+        raise InvalidInput(f"{text!r} is not a UUID (Placement's consumers are instance UUIDs, "
+                           "e.g. 6f1d2c3a-0000-4000-8000-00000000de00)", field="consumer") from None
+
+
 def split_assignment(text: str, where: str) -> tuple[ResourceName, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or not value.strip():

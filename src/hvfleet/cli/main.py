@@ -1,13 +1,15 @@
 """The `hvfleet` command: one Typer app, one module per command family.
 
 Errors from any layer arrive as `HvfleetError`; `main()` turns them into one
-line on stderr and the error's exit code (2 for bad input, 1 for failures).
+line on stderr and the exit code of their class (`cli/exit_codes.py`: 2 bad
+input, 3 does not fit, 4 conflict or refused, 1 anything else).
 The core names the field an error is about (`ttl`, `memory`); `FLAGS` is where
 the CLI says which of its flags sets that field, so the line names the flag.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import os
@@ -20,7 +22,7 @@ import typer
 import typer.core
 import typer.main
 
-from hvfleet.cli.launch import command_of
+from hvfleet.cli.entry import command_of
 from hvfleet.model.errors import HvfleetError
 
 # Plain help and usage errors, as kubectl and virsh print them: Rich's help
@@ -37,18 +39,28 @@ app = typer.Typer(
 
 @app.callback()
 def _global_options(
-    store_prefix: Annotated[
-        str | None,
-        typer.Option(
-            "--store-prefix", envvar="HVFLEET_STORE_PREFIX",
-            help="Key prefix of this fleet in a shared etcd (default /hvfleet); ignored by SQLite.",
-        ),
-    ] = None,
+    store: Annotated[str | None, typer.Option(
+        "--store", callback=_exporting("HVFLEET_STORE"), show_default=False,
+        help="Store URL for every command (default $HVFLEET_STORE); also taken after the "
+        "command's name.")] = None,
+    store_prefix: Annotated[str | None, typer.Option(
+        "--store-prefix", callback=_exporting("HVFLEET_STORE_PREFIX"), show_default=False,
+        help="Key prefix of this fleet in a shared etcd (default $HVFLEET_STORE_PREFIX, else "
+        "/hvfleet); ignored by SQLite.")] = None,
+    token: Annotated[str | None, typer.Option(
+        "--token", callback=_exporting("HVFLEET_TOKEN"), show_default=False,
+        help="Bearer token for an https:// store.")] = None,
+    ca: Annotated[str | None, typer.Option(
+        "--ca", callback=_exporting("HVFLEET_CA"), show_default=False,
+        help="CA certificate (PEM) of an https:// store's server.")] = None,
+    kubeconfig: Annotated[str | None, typer.Option(
+        "--kubeconfig", callback=_exporting("KUBECONFIG"), show_default=False,
+        help="kubeconfig holding an https:// store's token and CA.")] = None,
 ) -> None:
-    """A live, trustworthy picture of a libvirt/KVM fleet."""
-    if store_prefix:
-        # open_store() reads it, wherever a command opens the store.
-        os.environ["HVFLEET_STORE_PREFIX"] = store_prefix
+    """A live, trustworthy picture of a libvirt/KVM fleet.
+
+    The global options may also follow a command's name: each sets the
+    environment variable every command reads, wherever it opens its store."""
 
 
 # field (as the core names it) → the flag that sets it. A dotted field
@@ -95,15 +107,16 @@ def error_line(exc: HvfleetError) -> str:
     return f"error: {shown}: {exc.detail}"
 
 
-# How a command reaches an https:// store. hvfleet.store.remote reads these from
-# the environment, so a store opened anywhere in a command sees them.
-def _exporting(env: str) -> Callable[[str | None], str | None]:
-    def export(value: str | None) -> str | None:
-        if value:
-            os.environ[env] = value
-        return value
+# How a command reaches its store. hvfleet.store reads these from the
+# environment, so a store opened anywhere in a command sees them.
+def _export(env: str, value: str | None) -> str | None:
+    if value:
+        os.environ[env] = value
+    return value
 
-    return export
+
+def _exporting(env: str) -> Callable[[str | None], str | None]:
+    return lambda value: _export(env, value)
 
 
 _connection = typer.Typer(add_completion=False)
@@ -128,27 +141,62 @@ def _connection_options(
     """Only a holder of the connection options' definitions."""
 
 
+_store = typer.Typer(add_completion=False)
+
+
+@_store.command()
+def _store_options(
+    global_store: Annotated[str | None, typer.Option(
+        "--store", callback=_exporting("HVFLEET_STORE"), show_default=False,
+        help="Store URL (a global option: this command opens no store).")] = None,
+    global_store_prefix: Annotated[str | None, typer.Option(
+        "--store-prefix", callback=_exporting("HVFLEET_STORE_PREFIX"), show_default=False,
+        help="Key prefix of this fleet in a shared etcd (default $HVFLEET_STORE_PREFIX, else "
+        "/hvfleet); ignored by SQLite.")] = None,
+) -> None:
+    """Only a holder of the store options' definitions."""
+
+
+def _usage_of(argument: typer.core.TyperArgument, _ctx: object) -> list[str]:
+    """An argument in the usage line as kubectl and virsh write it (NAME,
+    [NAME], ENTRY...; its metavar as given), not Typer's `{name}`."""
+    if argument.metavar is not None:
+        return [argument.metavar]
+    name = (argument.name or "").upper()
+    name = name if argument.required else f"[{name}]"
+    return [f"{name}..." if argument.nargs != 1 else name]
+
+
 def with_connection_options(command: Any) -> Any:
-    """Give every command that opens a store (it has --store) the options of a
-    remote one, --token, --ca and --kubeconfig, so no command has to thread them
-    to where its store is opened (each sets its environment variable)."""
+    """Give every command the global options, so they may follow its name as
+    well as precede it: a command that opens a store (it has --store) gets
+    the options of a remote one, --token, --ca and --kubeconfig, shown in its
+    help, so no command has to thread them to where its store is opened (each
+    sets its environment variable); the others take them too, hidden.
+    `serve` takes none: its --store is its own backend, not a client's."""
     if isinstance(command, typer.core.TyperGroup):
         for sub in command.commands.values():
             with_connection_options(sub)
         return command
-    names = {p.name for p in command.params}
-    if "store" not in names or command.name == "serve":  # serve's --store is its own backend
+    for param in command.params:
+        if isinstance(param, typer.core.TyperArgument):
+            param.get_usage_pieces = functools.partial(_usage_of, param)  # type: ignore[method-assign]
+    if command.name == "serve":
         return command
+    opens_store = "store" in {p.name for p in command.params}
     flags = {flag for p in command.params for flag in getattr(p, "opts", ())}
-    for param in typer.main.get_command(_connection).params:
+    extra = [*typer.main.get_command(_store).params, *typer.main.get_command(_connection).params]
+    for param in extra:
         if not flags & set(getattr(param, "opts", ())):  # a command's own --token etc. win
+            param = copy.copy(param)
             param.expose_value = False  # the command's function does not take it
+            param.hidden = not opens_store or param.name == "global_store_prefix"  # type: ignore[attr-defined]
             command.params.append(param)
     return command
 
 
 # Modules of this package that hold no commands.
-_NOT_COMMANDS = frozenset({"main", "common", "output"})
+_NOT_COMMANDS = frozenset({"main", "common", "output", "entry", "exit_codes"})
 
 # Each top-level command → (the module of this package that registers it, the
 # line `hvfleet --help` shows for it). A command imports only its own module,
@@ -183,8 +231,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                  "clients use as is."),
     "serve": ("serve", "Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."),
     "token": ("token", "Bearer tokens for the API (hvfleet serve)."),
-    "worker": ("worker", "A warm worker that runs hvfleet commands in a forked child, without the "
-                         "start-up."),
+}
+
+# Commands the `hvfleet` console script serves itself, outside the CLI
+# (hvfleet.worker): `hvfleet --help` lists them too.
+ELSEWHERE: dict[str, str] = {
+    "worker": "A warm worker that runs hvfleet commands in a forked child, without the start-up.",
 }
 
 
@@ -202,14 +254,16 @@ def _listing() -> typer.Typer:
     carries its help line, so the help imports no command family."""
     listing = typer.Typer(name=app.info.name, help=app.info.help, no_args_is_help=True, **PLAIN)  # type: ignore[arg-type]
     listing.callback()(_global_options)
-    for name, (_module, line) in COMMANDS.items():
+    lines = {name: line for name, (_module, line) in COMMANDS.items()} | ELSEWHERE
+    for name, line in lines.items():
         listing.command(name, help=line)(lambda: None)
     return listing
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The CLI in this process (`launch.main` calls it when no worker runs the
-    command). Usage errors are Typer's (exit 2); hvfleet's own errors become
+    """The CLI in this process (the console script, hvfleet.worker.launch, calls
+    it through hvfleet.cli.entry when no worker runs the command). Usage
+    errors are Typer's (exit 2); hvfleet's own errors become
     one line on stderr with their exit code."""
     args = sys.argv[1:] if argv is None else argv
     # The fleet index compares numpy vectors and never multiplies matrices, yet
@@ -226,14 +280,22 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: list[str], prog_name: str | None = None) -> None:
-    """Run the command `args` name: here, or in a worker's child (`cli/forkserver.py`),
+    """Run the command `args` name: here, or in a worker's child (hvfleet.worker),
     which has every family loaded and the commands built, and is given the
     client's program name (Click would name the worker's)."""
+    guarded(lambda: _command(_which(args), *_registered())(args=args, prog_name=prog_name))
+
+
+def guarded(command: Callable[[], object]) -> None:
+    """Run `command`: hvfleet's errors become one line on stderr and the exit
+    code of their class (cli/exit_codes.py); Ctrl-C exits 130."""
     try:
-        _command(_which(args), *_registered())(args=args, prog_name=prog_name)
+        command()
     except HvfleetError as exc:
+        from hvfleet.cli.exit_codes import exit_code_of  # only on the way out
+
         print(error_line(exc), file=sys.stderr)
-        sys.exit(exc.exit_code)
+        sys.exit(exit_code_of(exc))
     except KeyboardInterrupt:
         sys.exit(130)
 

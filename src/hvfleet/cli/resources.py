@@ -192,7 +192,8 @@ def capacity(
 # -- spec edits -----------------------------------------------------------------------------------
 
 TargetsArg = Annotated[
-    list[str], typer.Argument(help="NAME then RESOURCE=VALUE entries; with -l only the entries.")
+    list[str], typer.Argument(metavar="[NAME] RESOURCE=VALUE...",
+                              help="NAME then RESOURCE=VALUE entries; with -l only the entries.")
 ]
 
 
@@ -218,10 +219,14 @@ def _edit(store_url: str | None, targets: list[str], selector: str | None, field
     else:
         edit = SpecEdit(field, removals=[ResourceName.parse(e, where=SPEC_FIELD[field]) for e in entries])
     with connect(store_url) as s:
+        # Generations as read before: a host whose generation did not move was
+        # not changed (the edit said what it already had), and says so.
+        before = {h.name: h.metadata.generation
+                  for h in ([s.get_hypervisor(name)] if name is not None else s.list_hypervisors(selector))}
         answer = edit_spec(s, SpecEditRequest(edit, name, selector if name is None else None, force), manager)
         policies = s.list_overcommit_policies()
     for h in answer.hosts:
-        _print_effective(h, policies)
+        _print_effective(h, policies, changed=before.get(h.name) != h.metadata.generation)
 
 
 SPEC_FIELD: dict[SpecMap, str] = {
@@ -229,11 +234,11 @@ SPEC_FIELD: dict[SpecMap, str] = {
 }
 
 
-def _print_effective(h: Hypervisor, policies: Sequence[OvercommitPolicy]) -> None:
+def _print_effective(h: Hypervisor, policies: Sequence[OvercommitPolicy], changed: bool) -> None:
     eff = cap.hypervisor_effective_capacity(h, policies)
     text = ", ".join(f"{r}={human(r, q)}" for r, q in sorted(eff.items())) or "-"
-    console.print(f"hypervisor/{h.name} updated (generation {h.metadata.generation}); "
-                  f"effective capacity: {text}")
+    console.print(f"hypervisor/{h.name} {'updated' if changed else 'unchanged'} "
+                  f"(generation {h.metadata.generation}); effective capacity: {text}")
 
 
 @overcommit_app.command("set")
@@ -253,7 +258,8 @@ def overcommit_set(
 @overcommit_app.command("unset")
 def overcommit_unset(
     targets: Annotated[
-        list[str], typer.Argument(help="NAME then resources to reset; with -l only resources.")
+        list[str], typer.Argument(metavar="[NAME] RESOURCE...",
+                                  help="NAME then resources to reset; with -l only resources.")
     ],
     selector: SelectorOpt = None,
     manager: ManagerOpt = DEFAULT_MANAGER,
@@ -282,7 +288,8 @@ def _quantity_commands(sub: typer.Typer, field: SpecMap) -> None:
 
     @sub.command("unset")
     def unset(
-        targets: Annotated[list[str], typer.Argument(help="NAME then resources; with -l only resources.")],
+        targets: Annotated[list[str], typer.Argument(
+            metavar="[NAME] RESOURCE...", help="NAME then resources; with -l only resources.")],
         selector: SelectorOpt = None,
         manager: ManagerOpt = DEFAULT_MANAGER,
         force: ForceOpt = False,

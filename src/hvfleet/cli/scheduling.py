@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hvfleet import views as model_views
-from hvfleet.cli.common import SelectorOpt, StoreOpt
+from hvfleet.cli.common import SelectorOpt, StoreOpt, consumer_uuid
 from hvfleet.cli.main import app
 from hvfleet.cli.output import dump, print_table
 from hvfleet.model.durations import parse_duration
@@ -122,7 +122,8 @@ def reserve_command(
     cpu: CpuOpt = None,
     memory: MemOpt = None,
     resource: ResOpt = None,
-    consumer: Annotated[str, typer.Option("--consumer", help="The instance UUID.")] = "",
+    consumer: Annotated[str, typer.Option(
+        "--consumer", help="The UUID of the instance the space is for (Placement's consumer).")] = "",
     ttl: Annotated[str, typer.Option("--ttl", help="Expire after (0: never).")] = "10m",
     auto: Annotated[bool, typer.Option("--auto", help="Pick the best host and claim it.")] = False,
     count: Annotated[int, typer.Option("--count", help="Instances on one host.")] = 1,
@@ -133,6 +134,7 @@ def reserve_command(
 ) -> None:
     """Take space on a host before the VM exists; prints the reservation name.
     Exits 3 when it does not fit (any more)."""
+    consumer = consumer_uuid(consumer)
     if auto == (host is not None):
         raise InvalidInput("reserve: give either HOST or --auto")
     if selector is not None and not auto:
@@ -182,16 +184,25 @@ def _reservation_rows(views: list[Any], hosts: dict[str, Hypervisor], output: Ou
 @reservations_app.callback(invoke_without_command=True)
 def reservations_command(
     ctx: typer.Context,
-    selector: SelectorOpt = None,
+    selector: Annotated[str | None, typer.Option(
+        "-l", "--selector",
+        help="Select by the reservation's own labels, e.g. hvfleet.io/hypervisor=compute-01.")] = None,
+    hypervisor_selector: Annotated[str | None, typer.Option(
+        "--hypervisor-selector",
+        help="Select by the labels of the host a reservation is on, e.g. role=compute.")] = None,
     output: OutOpt = Output.table,
     store: StoreOpt = None,
 ) -> None:
     """List reservations with their phase derived now (Confirmed, Expired, ...)."""
     if ctx.invoked_subcommand is not None:
         return
+    on = parse_selector(hypervisor_selector)
     with open_store(store) as st:
         hosts = {h.name: h for h in st.list_hypervisors()}
         listed = st.list_reservations(parse_selector(selector))
+        if on is not None:
+            chosen = {h.name for h in st.list_hypervisors(on)}
+            listed = [r for r in listed if r.spec.hypervisor in chosen]
         views = derive_phases(listed, hosts.values(), datetime.now(UTC))
     _reservation_rows(views, hosts, output)
 
@@ -232,7 +243,10 @@ def placement_export_command(
 @placement_app.command("sync")
 def placement_sync_command(
     url: Annotated[str, typer.Option("--url", help="Placement endpoint.")],
-    token: Annotated[str, typer.Option("--token", envvar="OS_TOKEN", help="Auth token.")] = "admin",
+    token: Annotated[str, typer.Option(
+        "--token", envvar="OS_TOKEN",
+        help="Placement's token (sent as X-Auth-Token to --url), not hvfleet's: an https:// "
+        "store's token is $HVFLEET_TOKEN or the kubeconfig's here.")] = "admin",
     inventories: Annotated[
         bool,
         typer.Option(

@@ -20,13 +20,23 @@ from typing import Annotated
 
 import typer
 
-from hvfleet.cli.common import StoreOpt
 from hvfleet.cli.main import app
+
+# Not the clients' StoreOpt: the store this server serves, never another
+# server's (so no --token, --ca or --kubeconfig either).
+ServedStoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store", envvar="HVFLEET_STORE",
+        help="The store this server serves: sqlite:///PATH (default ./hvfleet.db) or "
+        "etcd://HOST:PORT[,HOST:PORT].",
+    ),
+]
 
 
 @app.command("serve")
 def serve(
-    store: StoreOpt = None,
+    store: ServedStoreOpt = None,
     listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to serve on.")] = "127.0.0.1:8443",
     tls_cert: Annotated[str | None, typer.Option("--tls-cert", help="Serving certificate (PEM).")] = None,
     tls_key: Annotated[str | None, typer.Option("--tls-key", help="Its private key (PEM).")] = None,

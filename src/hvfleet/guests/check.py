@@ -24,9 +24,6 @@ class NotEverywhere(HvfleetError):
     """The guest does not run on every host of the group. The CLI exits 3 (as
     for a request that does not fit): not bad input, the group lacks something."""
 
-    exit_code = 3
-    http_status = 409
-
 
 @dataclass
 class HostVerdict:

@@ -78,10 +78,13 @@ def plan_guest(req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_
     versions = data.versions()
     cmap = load_cpu_map(data.cpu_map_dir)
     domain_type = decide_domain_type(group)
-    machine = decide_machine(os, group, req.vcpus, scope)
+    # The CPU first: hosts whose CPU libvirt does not know (its test driver's)
+    # are refused with that reason, as `cpu baseline` gives it, rather than
+    # with what follows from it (no machine type seen on every host).
     cpu = (decide_cpu(req.mode, group.hosts, cmap) if scope.software
            else floor_cpu(group.hosts, policy.floor_cpu_model, policy.floor_cpu_require,
                      policy.version, cmap))
+    machine = decide_machine(os, group, req.vcpus, scope)
     firmware = decide_firmware(req, os, group)
     tpm = decide_tpm(req, os, group, firmware.value, policy)
     hyperv = decide_hyperv(os, group, domain_type.value, scope)

@@ -7,10 +7,12 @@ that applies decides the state):
 
 | state | when | reason |
 |---|---|---|
+| Maintenance (stale) | `spec.maintenance` is set and the agent's liveness lease expired | `Maintenance` |
 | NotReady | the store says the agent's liveness lease expired (`lease_live is False`) | `AgentLeaseExpired` |
 | Unknown | there is no `Ready` condition (no agent has reported yet) | `NoReadyCondition` |
 | Unknown | `Ready` is `Unknown` | the condition's reason, else `ReadyUnknown` |
 | NotReady | `Ready` is `False` | the condition's reason, else `ReadyFalse` |
+| Maintenance (stale) | `spec.maintenance` is set, no live lease, no or an old heartbeat | `Maintenance` |
 | Stale | no live lease, and no `lastHeartbeatTime` | `NoHeartbeat` |
 | Stale | no live lease, and `lastHeartbeatTime` older than `staleness` | `HeartbeatStale` |
 | Maintenance | healthy, but `spec.maintenance` is set | `Maintenance` |
@@ -19,7 +21,13 @@ that applies decides the state):
 An expired lease comes first: the stored status is then the dead agent's last
 word, so a `Ready=True` and a young heartbeat prove nothing. Health comes
 before maintenance because a host in maintenance whose agent is gone has
-numbers nobody should read, which matters more than that it is cordoned.
+numbers nobody should read, which matters more than that it is cordoned,
+with one exception: a host an operator put in maintenance is expected to
+go quiet (its agent stopped for the work), so an aged heartbeat or an
+expired lease keeps it Maintenance, with `stale` set and the staleness in
+its message (`shown` reads `Maintenance,Stale`, as kubectl shows
+`Ready,SchedulingDisabled`). A NotReady or Unknown the agent reported
+while its lease lived still wins: that is news about the host, not silence.
 Only `Ready` is `ready` (a scheduling candidate). `lease_live` is what the
 store knows of the agent's liveness lease: True, False, or None where it has
 no information (a host whose agent never held a lease, e.g. `--once` runs or a
@@ -67,9 +75,20 @@ class Readiness:
     ready: bool
     reason: str
     message: str
+    # A host in maintenance whose heartbeat aged or lease expired (see above).
+    stale: bool = False
+
+    @property
+    def shown(self) -> str:
+        """The state as a table shows it: `Maintenance,Stale` for a stale one."""
+        return f"{self.state},Stale" if self.stale else self.state
 
     def to_dict(self) -> dict[str, object]:
-        return {"state": self.state, "ready": self.ready, "reason": self.reason, "message": self.message}
+        out: dict[str, object] = {"state": self.state, "ready": self.ready, "reason": self.reason,
+                                  "message": self.message}
+        if self.stale:
+            out["stale"] = True
+        return out
 
 
 def _not(state: ReadinessState, reason: str, message: str) -> Readiness:
@@ -100,12 +119,11 @@ def readiness(
     counts): for a reader that compares `fresh_until(h)` with the time itself
     and the lease separately, as the vectorised fleet index does, so that its
     answer is this function's."""
-    if lease_live is False:
-        return _not(
-            "NotReady",
-            AGENT_LEASE_EXPIRED,
-            "the agent's liveness lease expired (its last status may be stale)",
-        )
+    silent = _silence(h, now, lease_live, staleness)
+    if silent is not None and h.spec.maintenance and lease_live is False:
+        return _quiet_maintenance(h, silent[1])
+    if lease_live is False and silent is not None:
+        return _not("NotReady", *silent)
     cond = find_condition(h.status.conditions, READY_CONDITION)
     if cond is None:
         return _not("Unknown", NO_READY_CONDITION, "no Ready condition: no agent has reported this host yet")
@@ -115,19 +133,35 @@ def readiness(
     if cond.status == "False":
         why = f" ({cond.reason})" if cond.reason else ""
         return _not("NotReady", cond.reason or "ReadyFalse", f"Ready condition is False{why}{detail}")
-    beat = h.status.last_heartbeat_time
-    if lease_live is True:
-        pass  # the live lease is the heartbeat
-    elif beat is None:
-        return _not("Stale", NO_HEARTBEAT, "no heartbeat recorded")
-    elif now is not None and now - beat > staleness:  # (no `now - staleness`: it may underflow)
-        age = int((now - beat).total_seconds())
-        return _not(
-            "Stale",
-            HEARTBEAT_STALE,
-            f"last heartbeat {age}s ago, older than {int(staleness.total_seconds())}s",
-        )
+    if silent is not None:
+        return _quiet_maintenance(h, silent[1]) if h.spec.maintenance else _not("Stale", *silent)
     if h.spec.maintenance:
-        why = f" ({h.spec.maintenance_reason})" if h.spec.maintenance_reason else ""
-        return _not("Maintenance", MAINTENANCE, f"in maintenance ({h.spec.maintenance}){why}")
+        return _not("Maintenance", MAINTENANCE, _maintenance(h))
     return Readiness("Ready", True, cond.reason or "Ready", cond.message or "ready")
+
+
+def _quiet_maintenance(h: Hypervisor, staleness: str) -> Readiness:
+    return Readiness("Maintenance", False, MAINTENANCE, f"{_maintenance(h)}; {staleness}", stale=True)
+
+
+def _maintenance(h: Hypervisor) -> str:
+    why = f" ({h.spec.maintenance_reason})" if h.spec.maintenance_reason else ""
+    return f"in maintenance ({h.spec.maintenance}){why}"
+
+
+def _silence(
+    h: Hypervisor, now: datetime | None, lease_live: bool | None, staleness: timedelta
+) -> tuple[str, str] | None:
+    """(reason, message) when the agent went quiet: its lease expired, or with
+    no live lease its heartbeat is missing or older than `staleness`."""
+    if lease_live is False:
+        return AGENT_LEASE_EXPIRED, "the agent's liveness lease expired (its last status may be stale)"
+    if lease_live is True:
+        return None  # the live lease is the heartbeat
+    beat = h.status.last_heartbeat_time
+    if beat is None:
+        return NO_HEARTBEAT, "no heartbeat recorded"
+    if now is not None and now - beat > staleness:  # (no `now - staleness`: it may underflow)
+        age = int((now - beat).total_seconds())
+        return HEARTBEAT_STALE, f"last heartbeat {age}s ago, older than {int(staleness.total_seconds())}s"
+    return None

@@ -14,9 +14,6 @@ class DoesNotFit(HvfleetError):
     """A claim or request does not fit on a host (any more). The CLI exits 3:
     a scheduler retries elsewhere, which it would not do for bad input (2)."""
 
-    exit_code = 3
-    http_status = 409
-
     def __init__(self, host: str, rejections: list[Rejection]) -> None:
         reasons = "; ".join(r.message for r in rejections) or "no reason given"
         super().__init__(f"does not fit on {host}: {reasons}")
@@ -26,9 +23,6 @@ class DoesNotFit(HvfleetError):
 
 class NoHostFits(HvfleetError):
     """`reserve --auto` found no candidate host (or lost every race for one)."""
-
-    exit_code = 3
-    http_status = 409
 
 
 class ConsumerAlreadyHolds(Conflict):

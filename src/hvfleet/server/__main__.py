@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> None:
         serve(options_from_json(args[0]))
     except HvfleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        # A server process meets only its settings (2) or a failure to serve (1);
+        # the CLI's full table (hvfleet.cli.exit_codes) is not the server's to import.
+        sys.exit(2 if isinstance(exc, InvalidInput) else 1)
     except KeyboardInterrupt:
         sys.exit(130)
 

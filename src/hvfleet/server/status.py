@@ -1,22 +1,20 @@
 """meta/v1 Status bodies: how every error (and a successful delete) is answered.
 
-The HTTP code and the Status `reason` come from the error's CLASS
-(`hvfleet.model.errors`, `hvfleet.store.base`, `hvfleet.scheduling.errors`),
-never from its message. Where Kubernetes clients print a fixed shape
-(`hypervisors.hvfleet.io "x" not found`), the message is built from the request's
-resource and name, with the core's message kept after it for the detail.
+The HTTP code and the Status `reason` come from the error's CLASS, through
+the server's one table (`hvfleet.server.errors`), never from its message.
+Where Kubernetes clients print a fixed shape (`hypervisors.hvfleet.io "x" not
+found`), the message is built from the request's resource and name, with the
+core's message kept after it for the detail.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from typing import Any
 
 from pydantic import ValidationError
 
 from hvfleet.model.errors import (
-    STATUS_REASONS,
     AlreadyExists,
     BadRequest,
     Conflict,
@@ -27,27 +25,10 @@ from hvfleet.model.errors import (
     UnsupportedMediaType,
 )
 from hvfleet.model.meta import API_GROUP
-from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
+from hvfleet.scheduling.errors import DoesNotFit
+from hvfleet.server.errors import http_status_of
 from hvfleet.store.base import OwnershipConflict, StaleVersion
 from hvfleet.store.undecodable import Undecodable
-
-# The model's table, with the scheduling refusals (a claim that does not fit) as
-# Conflict before it: they are no InvalidInput, and model knows nothing of them.
-_REASONS: tuple[tuple[type[HvfleetError], str, int], ...] = (
-    (DoesNotFit, "Conflict", 409),
-    (NoHostFits, "Conflict", 409),
-    *STATUS_REASONS,
-)
-
-
-def _by_status(code: int) -> tuple[str, int]:
-    """A class not listed above answers its own `http_status`."""
-    try:
-        phrase = HTTPStatus(code).phrase.replace(" ", "").replace("-", "")
-    except ValueError:
-        return "InternalError", 500
-    return ("InternalError" if code == 500 else phrase), code
-
 
 # The cause of a Status about a stored object that does not decode.
 UNDECODABLE = "Undecodable"
@@ -158,8 +139,7 @@ def from_error(exc: Exception, target: Target) -> dict[str, Any]:
         return status(exc.code, exc.reason, exc.message, target, exc.causes, exc.retry_after)
     if not isinstance(exc, HvfleetError):
         return status(500, "InternalError", f"internal error: {type(exc).__name__}", target)
-    reason, code = next(((r, c) for cls, r, c in _REASONS if isinstance(exc, cls)),
-                        _by_status(exc.http_status))
+    code, reason = http_status_of(exc)
     detail = str(exc)
     causes: list[dict[str, str]] = []
     q, name = target.qualified, target.name

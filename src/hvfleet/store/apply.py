@@ -42,7 +42,10 @@ APPLY_ATTEMPTS = 20
 
 @dataclass(frozen=True)
 class Applied:
-    action: Literal["created", "configured"]
+    """What apply did to one object, in kubectl's words: "unchanged" when the
+    manifest said nothing new (the store kept the object and its version)."""
+
+    action: Literal["created", "configured", "unchanged"]
     object: Resource
 
 
@@ -129,6 +132,14 @@ def plan_apply(store: Store, manifests: Sequence[Resource], manager: str) -> lis
     return plan
 
 
+def _action(write: Write, stored: Resource) -> Literal["created", "configured", "unchanged"]:
+    if write.action == "create":
+        return "created"
+    # A write that changes nothing is no write: the store keeps the version it had.
+    same = stored.metadata.resource_version == write.object.metadata.resource_version
+    return "unchanged" if same else "configured"
+
+
 def apply_manifests(
     store: Store, manifests: Sequence[Resource], manager: str, *, force: bool = False
 ) -> list[Applied]:
@@ -145,8 +156,5 @@ def apply_manifests(
                 raise
             store.pause_after_conflict(attempt)
             continue
-        return [
-            Applied("created" if w.action == "create" else "configured", obj)
-            for w, obj in zip(plan, written, strict=True)
-        ]
+        return [Applied(_action(w, obj), obj) for w, obj in zip(plan, written, strict=True)]
     raise AssertionError("unreachable")

@@ -48,7 +48,6 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from hvfleet.model.errors import (
-    STATUS_REASONS,
     AlreadyExists,
     BadRequest,
     Conflict,
@@ -223,6 +222,27 @@ def _status_doc(payload: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+# A Status reason (as kube-apiserver and hvfleet serve name them) → the error a
+# caller of this store gets: the client's side of the server's table
+# (hvfleet.server.errors), read back by name, not by class.
+_ERROR_OF_REASON: dict[str, type[HvfleetError]] = {
+    "RequestEntityTooLarge": TooLarge,
+    "UnsupportedMediaType": UnsupportedMediaType,
+    "BadRequest": BadRequest,
+    "Invalid": InvalidInput,
+    "NotFound": NotFound,
+    "AlreadyExists": AlreadyExists,
+    "Conflict": Conflict,
+    "Forbidden": Forbidden,
+    "Unauthorized": Unauthorized,
+    "Expired": Gone,
+    "Gone": Gone,
+    "TooManyRequests": TooManyRequests,
+    "ServiceUnavailable": Unavailable,
+    "Timeout": Unavailable,
+}
+
+
 def error_from_status(code: int, doc: dict[str, Any], what: str,
                       claim_host: str | None = None) -> HvfleetError:
     """The hvfleet error for a meta/v1 Status answer (`doc`, HTTP `code`), by its
@@ -268,10 +288,8 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
             return InvalidInput(str(fields[0].get("message", message)), field=str(fields[0]["field"]))
         return InvalidInput(message)
     # NotFound, AlreadyExists, Conflict and Invalid were read above, with their details.
-    simple: dict[str, type[HvfleetError]] = {r: cls for cls, r, _ in STATUS_REASONS}
-    simple.update({"Gone": Gone, "Timeout": Unavailable})
-    if reason in simple:
-        return simple[reason](message)
+    if reason in _ERROR_OF_REASON:
+        return _ERROR_OF_REASON[reason](message)
     by_code: dict[int, type[HvfleetError]] = {
         400: BadRequest, 401: Unauthorized, 403: Forbidden, 410: Gone, 413: TooLarge,
         415: UnsupportedMediaType, 429: TooManyRequests,

@@ -295,7 +295,7 @@ def capacity_rows(summary: FleetCapacity) -> list[CapacityRow]:
     for x in [*summary.hosts, summary.total]:
         cells = [
             x.name,
-            x.readiness.state if x.readiness is not None else "",
+            x.readiness.shown if x.readiness is not None else "",
             x.synced.state if x.synced is not None else "",
         ]
         levels: list[FreeLevel] = ["ok", "ok", "ok"]

@@ -70,7 +70,7 @@ def hypervisor_row(
     alloc = h.status.allocation
     row = [
         h.name,
-        readiness(h, now, lease_live, staleness).state,
+        readiness(h, now, lease_live, staleness).shown,
         used_of(CPU, alloc.get(CPU), eff.get(CPU)),
         used_of(MEMORY, alloc.get(MEMORY), eff.get(MEMORY)),
         str(len(h.status.instances)),

@@ -56,6 +56,7 @@ from hvfleet.server.dashboard.session import (
     session_token,
     set_session,
 )
+from hvfleet.server.errors import http_status_of
 from hvfleet.server.identity import Action, Identity
 from hvfleet.store.base import OwnershipConflict
 from hvfleet.store.ownership import leaves
@@ -137,7 +138,8 @@ def _only(rows: list[HostRow], visible: Visible) -> list[HostRow]:
 
 def _refused(exc: HvfleetError) -> JSONResponse:
     """A feed's refusal as JSON (its pages' scripts read `message`)."""
-    code = exc.http_status if exc.http_status in (403, 404, 429) else 400
+    code = http_status_of(exc)[0]
+    code = code if code in (403, 404, 429) else 400
     return JSONResponse({"message": str(exc)}, status_code=code, headers={"Cache-Control": "no-store"})
 
 

@@ -3,7 +3,7 @@ running for this installation, else in this process.
 
 Starting Python and importing Typer, the pydantic models and Rich costs about
 200 ms before a command does anything; kubectl and virsh start in 14–40 ms. A
-worker (`hvfleet worker start`, `cli/forkserver.py`) has imported every command
+worker (`hvfleet worker start`, `worker/forkserver.py`) has imported every command
 family and loaded osinfo-db and cpu_map once; for each command it forks a
 child that takes this process's argv, environment, working directory, umask
 and its standard input, output and error themselves (passed over a Unix socket
@@ -15,17 +15,22 @@ the forkserver of Python's multiprocessing.
 
 This module is what every command imports first, so it imports nothing beyond
 the interpreter's own built-in modules (no `socket`, `json` or `re`: ~10 ms
-together, as much as the rest of the client). The socket lives in a
+together, as much as the rest of the client) and the CLI's entry point
+(`hvfleet.cli.entry`, itself free of imports until one of its functions is
+called). The socket lives in a
 directory only this user can open, and each side checks the other's uid.
 
 Before it sends anything the client checks that the process listening is
 this user's (SO_PEERCRED): a socket path under a shared /tmp could have been
 taken by someone else first. `HVFLEET_WORKER=0` never uses a worker. `agent`, `serve` and `worker` always
-run in this process.
+run in this process; `hvfleet worker ...` is this package's own command
+(`worker/command.py`), every other one the CLI's (`hvfleet.cli.entry.main`).
 """
 
 import os
 import sys
+
+from hvfleet.cli.entry import command_index
 
 # Commands that never run in a worker: long-lived daemons of their own, and the
 # worker's own management.
@@ -39,19 +44,6 @@ MAGIC = b"hvfleet-worker-1"
 # when the worker's code is no longer what is installed (it then exits), or
 # "decline REASON" when it cannot take the request: the command then runs in
 # this process.
-
-
-def command_of(args: list[str]) -> str | None:
-    """The top-level command `args` names; None for the help, or for none."""
-    rest = iter(args)
-    for arg in rest:
-        if arg in ("--help", "-h"):
-            return None
-        if arg == "--store-prefix":
-            next(rest, None)
-        elif not arg.startswith("-"):
-            return arg
-    return None
 
 
 def runtime_dir() -> str:
@@ -205,12 +197,19 @@ def _wait(sock: object) -> int | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if os.environ.get("HVFLEET_WORKER", "1") != "0" and command_of(args) not in IN_PROCESS:
+    at = command_index(args)
+    command = None if at is None else args[at]
+    if command == "worker":
+        from hvfleet.worker.command import main as worker_command
+
+        worker_command(args[at + 1 :])  # type: ignore[operator]
+        return
+    if os.environ.get("HVFLEET_WORKER", "1") != "0" and command not in IN_PROCESS:
         code = _in_worker(args)
         if code is not None:
             sys.stdout.flush()
             os._exit(code)  # nothing of this process's own is left to clean up
-    from hvfleet.cli.main import main as in_process
+    from hvfleet.cli.entry import main as in_process
 
     in_process(args)
 

@@ -1,6 +1,6 @@
 """The warm worker behind `hvfleet worker start`: one process that has imported
 every command family and loaded the guest generator's data, and forks a child
-per command that `cli/launch.py` hands it.
+per command that `worker/launch.py` hands it.
 
 The worker is single-threaded (a fork copies only the forking thread, so no
 thread may hold a lock at that moment) and serves requests from one selector
@@ -9,20 +9,20 @@ socketpair, each waiting client's connection (its end of file means the
 client died: the child gets SIGHUP, as a terminal's hang-up sends) and a
 wake-up pipe for SIGTERM. One child is always forked ahead (the spare); a
 request goes to it with the client's stdin, stdout and stderr, argv,
-environment, working directory and umask, and it runs `hvfleet.cli.main.run`
-as the client's own process would. The worker sends the client the child's
-pid, then how it ended: the exit code the child reports just before it
+environment, working directory and umask, and it runs the CLI's entry point
+(`hvfleet.cli.entry.run`) as the client's own process would. The worker sends
+the client the child's pid, then how it ended: the exit code the child reports just before it
 exits, or the signal that ended it. A request the worker cannot take
 (malformed, too large, a spare that died) is declined: the client then runs
 the command itself.
 
 A worker never serves code or data that is no longer installed. Before each
-request it reads its inotify watch (`cli/changes.py`) of every directory
+request it reads its inotify watch (`worker/changes.py`) of every directory
 holding hvfleet's source files and of every `sys.path` directory (an
 installed, upgraded or removed package changes its entries there) and of the
 osinfo-db and cpu_map files it loaded; after an event it compares the files'
 modification times and sizes with those it started with, and revalidates the
-data (`guests/datacache.revalidate`). Changed code answers "stale": the
+data (`hvfleet.cli.entry.reload_changed_data`). Changed code answers "stale": the
 client runs the command itself and the worker exits. Changed data is
 reloaded, and the spare forked before it replaced.
 
@@ -40,7 +40,6 @@ import fcntl
 import gc
 import json
 import os
-import pkgutil
 import selectors
 import signal
 import socket
@@ -51,9 +50,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from hvfleet.cli import launch
-from hvfleet.cli.changes import Changes
-from hvfleet.guests import datacache
+import hvfleet.cli.entry as entry
+from hvfleet.worker import launch
+from hvfleet.worker.changes import Changes
 
 MAX_REQUEST = 1 << 20  # argv + environment; ARG_MAX is 2 MiB, a shell's env far less
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -70,44 +69,6 @@ def ensure_runtime_dir(path: str) -> None:
             f"{path}: must be a directory owned by uid {os.getuid()} that only it can open "
             f"(owner uid {st.st_uid}, mode {st.st_mode & 0o777:o})"
         )
-
-
-def _code_files() -> list[str]:
-    import hvfleet
-
-    root = os.path.dirname(os.path.abspath(hvfleet.__file__))
-    out = [f for f in datacache.tree_files(root, "") if not f.endswith(".pyc")]
-    out += [p for p in sys.path if p and os.path.isdir(p)]
-    return sorted(out)
-
-
-def warm() -> None:
-    """Import what the commands import and load the generator's data, so the
-    children start with it."""
-    import importlib
-
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as main() does; before numpy
-    from hvfleet.cli import main
-
-    main.prepare()
-    # Every module of hvfleet (commands import many lazily, in the function
-    # that needs them: the fleet index and numpy, the guest generator, the
-    # store backends), and what tables and YAML print with.
-    import hvfleet
-
-    names = [m.name for m in pkgutil.walk_packages(hvfleet.__path__, "hvfleet.")
-             if not m.name.endswith("__main__")]
-    for module in (*names, "rich.console", "rich.table", "rich.text", "yaml"):
-        with contextlib.suppress(ImportError):
-            importlib.import_module(module)
-    _load_data()
-
-
-def _load_data() -> None:
-    from hvfleet.guests.datasets import preload
-
-    with contextlib.suppress(Exception):  # a host without the data: its commands say so
-        preload()
 
 
 @dataclass
@@ -175,9 +136,9 @@ class Worker:
         self.log.flush()
 
     def serve(self) -> None:
-        warm()
-        self.code_files = _code_files()
-        self.code = datacache.file_versions(self.code_files)
+        entry.warm()
+        self.code_files = entry.code_files()
+        self.code = entry.file_versions(self.code_files)
         self.changes = self.watch()
         if threading.active_count() != 1:  # pragma: no cover - a dependency started one
             raise RuntimeError("a thread runs after warm-up: forking would be unsafe")
@@ -308,7 +269,7 @@ class Worker:
         conn.settimeout(None)
         with contextlib.suppress(OSError):  # a client gone by now gets its child a SIGHUP
             conn.sendall(b"pid %d\n" % child.pid)
-        child.conn, child.command, child.started = conn, launch.command_of(args), time.monotonic()
+        child.conn, child.command, child.started = conn, entry.command_of(args), time.monotonic()
         self.served += 1
         self.children[child.pidfd] = child
         self.by_conn[conn.fileno()] = child
@@ -321,7 +282,7 @@ class Worker:
     def watch(self) -> Changes:
         """inotify on every directory holding the code and data this worker
         serves: a request then costs one read unless something changed."""
-        paths = [*self.code_files, *datacache.watched()]
+        paths = [*self.code_files, *entry.data_files()]
         return Changes([p if os.path.isdir(p) else os.path.dirname(p) for p in paths])
 
     def stale(self) -> bool:
@@ -330,10 +291,9 @@ class Worker:
         with the old data, replaced."""
         if not self.changes.changed():
             return False
-        if datacache.file_versions(self.code_files) != self.code:
+        if entry.file_versions(self.code_files) != self.code:
             return True
-        if datacache.revalidate():
-            _load_data()  # the next children get the new data warm
+        if entry.reload_changed_data():  # the next children get the new data warm
             self.changes.close()
             self.changes = self.watch()  # a new data directory is watched too
             if self.spare is not None:
@@ -451,9 +411,7 @@ class Worker:
             _fresh_stdio()
             sys.argv = [req.prog, *req.args]
             os.chdir(req.cwd)
-            from hvfleet.cli.main import run
-
-            run(req.args, prog_name=req.prog)
+            entry.run(req.args, prog_name=req.prog)
             code = 0
         except SystemExit as exc:
             if exc.code is None or isinstance(exc.code, int):

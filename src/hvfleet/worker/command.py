@@ -1,6 +1,10 @@
 """`hvfleet worker start|stop|status`: the warm worker that runs commands
-without paying Python's and hvfleet's start-up each time (`cli/launch.py`,
-`cli/forkserver.py`). Opt-in: nothing starts one behind the user's back.
+without paying Python's and hvfleet's start-up each time (`worker/launch.py`,
+`worker/forkserver.py`). Opt-in: nothing starts one behind the user's back.
+
+The console script runs this command itself (`launch.main`), not through the
+CLI, which knows nothing of the worker; errors read and exit as the CLI's do
+(`hvfleet.cli.entry.run_app`).
 """
 
 from __future__ import annotations
@@ -14,17 +18,24 @@ from typing import Annotated
 
 import typer
 
-from hvfleet.cli.forkserver import ensure_runtime_dir, log_path, open_log, running_pid
-from hvfleet.cli.launch import socket_path
-from hvfleet.cli.main import app
-from hvfleet.model.durations import parse_duration
-from hvfleet.model.errors import HvfleetError
+import hvfleet.cli.entry as entry
+from hvfleet.worker.forkserver import ensure_runtime_dir, log_path, open_log, running_pid
+from hvfleet.worker.launch import socket_path
 
-worker = typer.Typer(
-    help="A warm worker that runs hvfleet commands in a forked child, without the start-up.",
-    no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-)
-app.add_typer(worker, name="worker")
+HELP = "A warm worker that runs hvfleet commands in a forked child, without the start-up."
+
+worker = typer.Typer(help=HELP, no_args_is_help=True, add_completion=False, rich_markup_mode=None)
+
+
+def main(args: list[str]) -> None:
+    """`hvfleet worker ARGS`."""
+    entry.run_app(worker, args, "hvfleet worker")
+
+
+def _fail(message: str) -> typer.Exit:
+    """A failure (exit 1) in the CLI's one-line form."""
+    print(f"error: {message}", file=sys.stderr)
+    return typer.Exit(1)
 
 
 def _ready(path: str, pid: int) -> bool:
@@ -46,7 +57,7 @@ def worker_start(
         help="Seconds to wait for it to serve (its warm-up imports everything).")] = 30.0,
 ) -> None:
     """Start this installation's worker in the background (once: a running one is kept)."""
-    idle = parse_duration(idle_timeout, field="idle_timeout", positive=True).total_seconds()
+    idle = entry.duration_seconds(idle_timeout, "idle_timeout")
     path = socket_path()
     pid = running_pid(path)
     if pid is not None:
@@ -55,10 +66,10 @@ def worker_start(
     try:
         ensure_runtime_dir(os.path.dirname(path))
     except PermissionError as exc:
-        raise HvfleetError(str(exc)) from exc
+        raise _fail(str(exc)) from exc
     with open_log(path) as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "hvfleet.cli.forkserver", path, str(idle)],
+            [sys.executable, "-m", "hvfleet.worker.forkserver", path, str(idle)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             start_new_session=True, close_fds=True,
             env={**os.environ, "HVFLEET_WORKER": "0"},
@@ -66,13 +77,13 @@ def worker_start(
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise HvfleetError(
+            raise _fail(
                 f"worker exited with {proc.returncode} during its warm-up; see {log_path(path)}")
         if _ready(path, proc.pid):
             print(f"worker started: pid {proc.pid}, socket {path}, idle timeout {idle_timeout}")
             return
         time.sleep(0.05)
-    raise HvfleetError(f"worker pid {proc.pid} did not serve within {wait:g} s; see {log_path(path)}")
+    raise _fail(f"worker pid {proc.pid} did not serve within {wait:g} s; see {log_path(path)}")
 
 
 @worker.command("stop")
@@ -89,7 +100,7 @@ def worker_stop(
     deadline = time.monotonic() + wait
     while running_pid(path) is not None:
         if time.monotonic() > deadline:
-            raise HvfleetError(f"worker pid {pid} still running after {wait:g} s")
+            raise _fail(f"worker pid {pid} still running after {wait:g} s")
         time.sleep(0.05)
     print(f"worker stopped: pid {pid}")
 
