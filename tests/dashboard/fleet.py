@@ -91,7 +91,9 @@ def report_fleet(store_url: str) -> None:
 def serving(tmp: Path, store_url: str) -> Iterator[Fleet]:
     proc = subprocess.Popen(
         [HVFLEET, "serve", "--store", store_url, "--listen", "127.0.0.1:0",
-         "--data-dir", str(tmp / "data"), "--audit-log", str(tmp / "audit.log")],
+         "--data-dir", str(tmp / "data"), "--audit-log", str(tmp / "audit.log"),
+         # History points every second, so tests see a change's point at once.
+         "--history-tiers", "1s:1h,1m:1d,10m:7d"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -2,6 +2,7 @@
 
     hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
                   [--data-dir DIR] [--insecure-http] [--audit-log FILE]
+                  [--history-retention 7d] [--history-tiers 10s:1h,1m:1d,10m:7d]
 
 The CLI and the server are two edges that never import each other
 (ARCHITECTURE.md): this command parses its flags and then becomes the server
@@ -40,12 +41,22 @@ def serve(
     audit_log: Annotated[
         str | None, typer.Option("--audit-log", help="File for the JSON audit log (default stderr).")
     ] = None,
+    history_retention: Annotated[
+        str | None, typer.Option("--history-retention",
+                                 help="How long the dashboard's history is kept in the store (default 7d).")
+    ] = None,
+    history_tiers: Annotated[
+        str | None, typer.Option("--history-tiers",
+                                 help="The history's RESOLUTION:WINDOW tiers, finest first "
+                                      "(default 10s:1h,1m:1d,10m:7d).")
+    ] = None,
 ) -> None:
     """Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."""
     settings = {
         "store": store, "listen": listen, "tls_cert": tls_cert, "tls_key": tls_key,
         "data_dir": None if data_dir is None else str(data_dir),
         "insecure_http": insecure_http, "audit_log": audit_log,
+        "history_retention": history_retention, "history_tiers": history_tiers,
     }
     sys.stdout.flush()
     sys.stderr.flush()

@@ -22,6 +22,7 @@ from hvfleet.model.errors import InvalidInput, Unavailable
 from hvfleet.server.app import create_app
 from hvfleet.server.audit import JsonAuditLog, configure_audit_log
 from hvfleet.server.auth import DEFAULT_MAX_AGE_S, RoleAuthorizer, TokenAuthenticator
+from hvfleet.server.dashboard.history import DEFAULT_RETENTION, DEFAULT_TIERS, HistorySettings
 from hvfleet.server.tls import ServingFiles, ensure_serving_certificate, given_certificate
 from hvfleet.store import open_store
 
@@ -66,6 +67,9 @@ class ServeOptions:
     insecure_http: bool = False
     audit_log: str | None = None
     token_cache_seconds: float = DEFAULT_MAX_AGE_S
+    # The dashboard's history in the store (server/dashboard/history.py).
+    history_tiers: str = DEFAULT_TIERS
+    history_retention: str = DEFAULT_RETENTION
 
 
 def plan_tls(options: ServeOptions, host: str) -> ServingFiles | None:
@@ -114,6 +118,7 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
     say = announce or (lambda line: print(line, flush=True))
     host, port = parse_listen(options.listen)
     tls = plan_tls(options, host)
+    history = HistorySettings.parse(options.history_tiers, options.history_retention)
     store = open_store(options.store)
     sock = bind(host, port)
     try:
@@ -123,6 +128,7 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
             TokenAuthenticator(store, max_age=options.token_cache_seconds),
             RoleAuthorizer(),
             audit=JsonAuditLog(),
+            history=history,
         )
         real_port = sock.getsockname()[1]
         scheme = "http" if tls is None else "https"

@@ -39,8 +39,8 @@ def page(title: str, body: str, who: Identity | None = None, csrf: str = "",
         here = ' aria-current="page"'
         links = "".join(
             f'<li><a href="{href}"{here if key == current else ""}>{label}</a></li>'
-            for key, href, label in (("overview", "/", "Overview"), ("fit", "/fit", "Fit"),
-                                     ("guests", "/guests", "Guests")))
+            for key, href, label in (("overview", "/", "Overview"), ("history", "/history", "History"),
+                                     ("fit", "/fit", "Fit"), ("guests", "/guests", "Guests")))
         nav = (f'<nav aria-label="Dashboard"><ul>{links}</ul></nav>'
                f'<p class="who">Logged in as <strong>{esc(who.subject)}</strong> '
                f'(role <span data-role>{esc(who.role)}</span>)</p>'

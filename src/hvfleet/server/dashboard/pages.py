@@ -39,7 +39,7 @@ from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.model.selectors import parse_selector
 from hvfleet.server import actions, bodies
 from hvfleet.server.context import ApiContext
-from hvfleet.server.dashboard import operate
+from hvfleet.server.dashboard import charts, history, operate
 from hvfleet.server.dashboard.feed import HostRow, resource_names, sort_rows, totals
 from hvfleet.server.dashboard.html import bar, csrf_field, esc, field, page, script_json, table
 from hvfleet.server.dashboard.live import FleetState
@@ -48,7 +48,7 @@ from hvfleet.server.dashboard.session import (
     check_csrf,
     check_origin,
     clear_session,
-    csrf_token,
+    csrf_for,
     identify,
     session_token,
     set_session,
@@ -65,7 +65,7 @@ MAX_PER_PAGE = 1000
 # Seconds between comments that keep an idle event stream's connection open.
 _KEEPALIVE_S = 15.0
 _STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css", "host.js": "text/javascript",
-           "guests.js": "text/javascript"}
+           "guests.js": "text/javascript", "history.js": "text/javascript"}
 _SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                                "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
@@ -153,8 +153,7 @@ async def _who(request: Request) -> Identity | Response:
 
 
 def _csrf(request: Request) -> str:
-    token = session_token(request)
-    return csrf_token(token) if token else ""
+    return csrf_for(request)
 
 
 def _error_page(who: Identity | None, request: Request, exc: Exception) -> HTMLResponse:
@@ -327,11 +326,15 @@ async def overview(request: Request) -> Response:
         '<span class="key h4">over 100%</span>; not ready hosts are marked with a dark left edge. '
         'Select a cell (or use the arrow keys) to read it.</p>'
         '<div id="heat"></div><p id="heat-cell" aria-live="polite"></p></section>'
-        '<section aria-labelledby="history-h"><h2 id="history-h">Fleet history</h2>'
-        '<div id="history"></div></section>'
+        '<section aria-labelledby="history-h" class="fleet-history"><h2 id="history-h">Fleet history</h2>'
+        '<p><a href="/history">History per label value, over a day or a week</a></p>'
+        + (history_html(request, history.FLEET, "The fleet", "hour", "/history") if visible is None
+           else "<p>Your role sees one host: its history is on its page.</p>")
+        + '</section>'
         f'<script type="application/json" id="initial">{initial}</script>'
     )
-    return _html(page("Fleet overview", body, who, _csrf(request), ["dashboard.js"], "overview"))
+    return _html(page("Fleet overview", body, who, _csrf(request), ["dashboard.js", "history.js"],
+                      "overview"))
 
 
 async def overview_json(request: Request) -> Response:
@@ -381,15 +384,83 @@ async def history_json(request: Request) -> Response:
     who = await _who(request)
     if isinstance(who, Response):
         return who
-    state = _state(request)
-    host = request.query_params.get("host")
+    q = request.query_params
+    host = q.get("host")
+    series = q.get("series") or (history.host_series(host) if host else history.FLEET)
+    range_name = q.get("range", "hour")
     try:
+        _, host = history.parse_series(series)
+        if range_name not in history.RANGES:
+            raise InvalidInput(f"{range_name!r}: expected one of {', '.join(history.RANGES)}", field="range")
         _may_follow(_ctx(request), who, host)
+        doc = await run_in_threadpool(_history_document, request, series, range_name)
+    except InvalidInput as exc:
+        return JSONResponse({"message": str(exc), "field": exc.field}, status_code=422)
     except Forbidden as exc:
         return _refused(exc)
-    with state.lock:
-        samples = list(state.history.get(host, ())) if host else list(state.fleet_history)
-    return JSONResponse({"host": host, "samples": samples}, headers={"Cache-Control": "no-store"})
+    return JSONResponse(doc, headers={"Cache-Control": "no-store"})
+
+
+async def history_fragment(request: Request) -> Response:
+    """One series' history section as HTML (what history.js puts in place every 30 s)."""
+    who = await _who(request)
+    if isinstance(who, Response):
+        return who
+    q = request.query_params
+    series, range_name = q.get("series", history.FLEET), q.get("range", "hour")
+    try:
+        _, host = history.parse_series(series)
+        _may_follow(_ctx(request), who, host)
+        heading = f"Hypervisor {host}" if host else _series_heading(series)
+        path = f"/hosts/{quote(host)}" if host else "/history"
+        html = await run_in_threadpool(history_html, request, series, heading, range_name, path)
+    except InvalidInput as exc:
+        return _refused(exc)
+    except Forbidden as exc:
+        return _refused(exc)
+    return _html(html)
+
+
+def _series_heading(series: str) -> str:
+    return "The fleet" if series == history.FLEET else f"Hosts with {series.removeprefix('label:')}"
+
+
+async def history_page(request: Request) -> Response:
+    """The fleet's and each label value's history (`?series=label:az=az1&range=day`)."""
+    who = await _who(request)
+    if isinstance(who, Response):
+        return who
+    q = request.query_params
+    series = q.get("series", history.FLEET)
+    try:
+        _, host = history.parse_series(series)
+        if host is not None:
+            return RedirectResponse(f"/hosts/{quote(host)}?{urlencode({'range': q.get('range', 'hour')})}",
+                                    status_code=303)
+        _may_follow(_ctx(request), who, None)
+    except (InvalidInput, Forbidden) as exc:
+        return _error_page(who, request, exc)
+    state = _state(request)
+    groups = await run_in_threadpool(history.group_figures, state)
+    choices = sorted(groups, key=lambda s: (s != history.FLEET, s))
+    current = ' aria-current="page"'
+    links = "".join(
+        f'<li><a href="/history?{esc(urlencode({"series": s, "range": q.get("range", "hour")}))}"'
+        f'{current if s == series else ""}>{esc(_series_heading(s))}</a></li>'
+        for s in choices)
+    charts_html = await run_in_threadpool(history_html, request, series, _series_heading(series),
+                                          q.get("range", "hour"), "/history")
+    body = ('<h1>History</h1><p>Allocated, held by reservations and effective capacity per resource, '
+            'as the store keeps them (the same on every server).</p>'
+            f'<nav aria-label="Series" class="series"><ul>{links}</ul></nav>{charts_html}')
+    return _html(page("History", body, who, _csrf(request), ["history.js"], current="history"))
+
+
+def _history_document(request: Request, series: str, range_name: str) -> dict[str, Any]:
+    keeper: history.HistoryKeeper = request.app.state.history
+    tier = keeper.settings.tier_for(history.RANGES[range_name])
+    points = history.read_points(_ctx(request).store, series, tier)
+    return history.chart_document(series, range_name, tier, points, int(time.time()))
 
 
 async def events(request: Request) -> Response:
@@ -472,7 +543,6 @@ def host_live_html(state: FleetState, ctx: ApiContext, name: str) -> str:
         mine = [r for r in state.reservations.values() if r.spec.hypervisor == name]
         recent = list(state.recent.get(name, ()))
         policies = state.policy_list()
-        history = list(state.history.get(name, ()))
     if h is None or row is None:
         raise NotFound(f"hypervisor {name!r} not found")
     now = datetime.now(UTC)
@@ -536,20 +606,21 @@ def host_live_html(state: FleetState, ctx: ApiContext, name: str) -> str:
                        [[c.at, c.type, f"{c.kind}/{c.name}", c.resource_version, c.manager,
                          ", ".join(c.fields)] for c in recent], "From the watch, newest first",
                        cls="recent") if recent else "<p>No changes seen since the server started.</p>")
-    parts.append("<h2>History</h2>")
-    parts.append(_history_table(history))
     return "".join(parts)
 
 
-def _history_table(samples: list[dict[str, Any]]) -> str:
-    if not samples:
-        return "<p>No samples yet.</p>"
-    rs = sorted({r for s in samples for r in s["allocation"]})
-    rows = [[datetime.fromtimestamp(s["t"], UTC).isoformat(timespec="seconds")]
-            + [f'{s["allocation"].get(r, "-")} / free {s["free"].get(r, "-")}' for r in rs]
-            for s in reversed(samples[-30:])]
-    return table(["At", *[f"{r} allocated / free" for r in rs]], rows,
-                 f"Last {min(len(samples), 30)} of {len(samples)} samples (kept in memory by the server)")
+def history_html(request: Request, series: str, heading: str, range_name: str, path: str,
+                 prefix: str = "hist") -> str:
+    """One series' history charts (charts.py), with links to the other ranges of `path`."""
+    if range_name not in history.RANGES:
+        range_name = "hour"
+    doc = _history_document(request, series, range_name)
+    query = {k: v for k, v in request.query_params.items() if k not in ("range", "notice")}
+
+    def link(key: str) -> str:
+        return f"{path}?{urlencode({**query, 'range': key})}#{prefix}-h"
+
+    return charts.render(doc, heading, link, prefix)
 
 
 def _actions_html(ctx: ApiContext, who: Identity, h: Hypervisor, csrf: str, errors: dict[str, str],
@@ -621,8 +692,11 @@ def _host_page(request: Request, who: Identity, name: str, notice: str = "",
             + (f'<p class="notice" role="status">{esc(notice)}</p>' if notice else "")
             + extra
             + _actions_html(ctx, who, h, csrf, errors or {}, values or {}, form)
-            + f'<div id="live" data-host="{esc(name)}">{live}</div>')
-    return page(f"Hypervisor {name}", body, who, csrf, ["host.js"])
+            + f'<div id="live" data-host="{esc(name)}">{live}</div>'
+            + '<h2 id="history-h">History</h2>'
+            + history_html(request, history.host_series(name), f"Hypervisor {name}",
+                           request.query_params.get("range", "hour"), f"/hosts/{quote(name)}"))
+    return page(f"Hypervisor {name}", body, who, csrf, ["host.js", "history.js"])
 
 
 async def host(request: Request) -> Response:
@@ -995,6 +1069,8 @@ def routes() -> list[Route]:
         Route("/dashboard/overview.json", overview_json),
         Route("/dashboard/heat.json", heat_json),
         Route("/dashboard/history.json", history_json),
+        Route("/dashboard/history", history_fragment),
+        Route("/history", history_page),
         Route("/dashboard/events", events),
         Route("/hosts/{name}", host),
         Route("/hosts/{name}/actions", host_action, methods=["POST"]),

@@ -5,9 +5,12 @@ in the browser as fast as anywhere). The API never reads this cookie: it only
 serves the dashboard's own pages and feeds.
 
 Every form that writes carries a CSRF token in a hidden field: a keyed hash of
-the session's token under a secret of this server process, which a page from
-another site can neither read nor compute. Writes also refuse a request whose
-Origin (or, without one, Referer) is not this server's own.
+the session's token under the dashboard's secret, which a page from another
+site can neither read nor compute. The secret is kept in the store
+(model.dashboard.DashboardSecret, made by the first server that needs it), so
+a form rendered by one replica posts to any other, and survives restarts.
+Writes also refuse a request whose Origin (or, without one, Referer) is not
+this server's own.
 """
 
 from __future__ import annotations
@@ -15,26 +18,71 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
 from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hvfleet.model.errors import Forbidden, Unauthorized
+from hvfleet.model.dashboard import DashboardSecret, DashboardSecretSpec
+from hvfleet.model.errors import AlreadyExists, Forbidden, NotFound, Unauthorized, Unavailable
+from hvfleet.model.meta import ObjectMeta
 from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Identity
+from hvfleet.store.base import Store
 
 COOKIE = "hvfleet_session"
 CSRF_FIELD = "csrf"
 # A browser session lasts a working day at most; the token's own expiry still applies.
 MAX_AGE_S = 12 * 3600
 
-_SECRET = secrets.token_bytes(32)
+SECRET_KIND = "DashboardSecret"
+SECRET_NAME = "dashboard"
+_key_lock = threading.Lock()
 
 
-def csrf_token(token: str) -> str:
-    return hmac.new(_SECRET, b"csrf:" + token.encode(), hashlib.sha256).hexdigest()
+def load_key(store: Store) -> bytes:
+    """The dashboard's secret from the store, made there by whoever needs it first
+    (two replicas starting together agree: the second create loses and reads)."""
+    for _ in range(3):
+        try:
+            found = store.get(SECRET_KIND, SECRET_NAME)
+            assert isinstance(found, DashboardSecret)
+            return bytes.fromhex(found.spec.key)
+        except NotFound:
+            pass
+        made = DashboardSecret(metadata=ObjectMeta(name=SECRET_NAME),
+                               spec=DashboardSecretSpec(key=secrets.token_hex(32)))
+        try:
+            store.create(made, "hvfleet-serve/dashboard")
+            return bytes.fromhex(made.spec.key)
+        except AlreadyExists:
+            continue
+    raise Unavailable("the dashboard's secret could not be read from the store")
+
+
+def signing_key(request: Request) -> bytes:
+    """The secret, read once per server process (it never changes)."""
+    app_state = request.app.state
+    key: bytes | None = getattr(app_state, "dashboard_key", None)
+    if key is None:
+        with _key_lock:
+            key = getattr(app_state, "dashboard_key", None)
+            if key is None:
+                ctx: ApiContext = app_state.ctx
+                key = app_state.dashboard_key = load_key(ctx.store)
+    return key
+
+
+def csrf_token(key: bytes, token: str) -> str:
+    return hmac.new(key, b"csrf:" + token.encode(), hashlib.sha256).hexdigest()
+
+
+def csrf_for(request: Request) -> str:
+    """The CSRF token of this request's session ("" without one)."""
+    token = session_token(request)
+    return csrf_token(signing_key(request), token) if token else ""
 
 
 def session_token(request: Request) -> str | None:
@@ -87,5 +135,5 @@ def check_csrf(request: Request, form: dict[str, str]) -> None:
     check_origin(request)
     token = session_token(request)
     sent = form.get(CSRF_FIELD, "")
-    if token is None or not hmac.compare_digest(sent, csrf_token(token)):
+    if token is None or not hmac.compare_digest(sent, csrf_for(request)):
         raise Forbidden("the form's CSRF token is missing or does not match this session; reload the page")

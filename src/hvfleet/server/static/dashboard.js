@@ -177,22 +177,6 @@
       (u === null ? "no effective capacity" : `${(u * 100).toFixed(1)}% of effective capacity in use`);
   }
 
-  // -- history -------------------------------------------------------------------------------------
-  async function loadHistory() {
-    const r = await fetch("/dashboard/history.json", {credentials: "same-origin"});
-    if (!r.ok) return;
-    const h = await r.json();
-    if (!h.samples.length) { $("history").innerHTML = "<p>No samples yet (one every 30 s, kept for 6 h).</p>"; return; }
-    const rs = Object.keys(h.samples[h.samples.length - 1].use);
-    const t0 = h.samples[0].t, t1 = h.samples[h.samples.length - 1].t || t0 + 1;
-    $("history").innerHTML = rs.map((r) => {
-      const pts = h.samples.map((s) => `${(((s.t - t0) / Math.max(1, t1 - t0)) * 300).toFixed(1)},${(60 - (s.use[r] || 0) * 60).toFixed(1)}`).join(" ");
-      const last = h.samples[h.samples.length - 1];
-      return `<figure class="spark"><svg width="300" height="60" role="img" aria-label="${esc(r)} use over the last ${h.samples.length} samples"><polyline fill="none" stroke="currentColor" stroke-width="1.5" points="${pts}"/></svg>` +
-        `<figcaption>${esc(r)}: allocated ${esc(last.allocation[r])}, free ${esc(last.free[r])} now</figcaption></figure>`;
-    }).join("");
-  }
-
   // -- wiring -----------------------------------------------------------------------------------------
   $("filter").addEventListener("submit", (ev) => { ev.preventDefault(); doc.page = 1; refresh({page: "1"}); });
   $("sort").addEventListener("change", () => { doc.page = 1; refresh({page: "1"}); });
@@ -222,6 +206,4 @@
   if (window.performance && performance.mark) performance.mark("hvfleet-rendered");
   connect();
   setTimeout(loadHeat, 0);
-  setTimeout(loadHistory, 0);
-  setInterval(loadHistory, 30000);
 })();
