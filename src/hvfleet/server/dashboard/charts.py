@@ -20,11 +20,10 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
-
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.views import human
+from hvfleet.server.dashboard.html import render as render_template
 
 WIDTH, HEIGHT = 640, 220
 LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 36  # the plot area's margins
@@ -140,15 +139,12 @@ def build(doc: dict[str, Any]) -> list[Chart]:
     return charts
 
 
-_ENV = Environment(loader=PackageLoader("hvfleet.server.dashboard", "templates"),
-                   autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
-
-
 def render(doc: dict[str, Any], heading: str, link: Callable[[str], str], prefix: str) -> str:
     """The history section of one series (doc: history.chart_document) as HTML;
     `link(range)` is the URL that shows another range, `prefix` keeps its ids
     apart from other charts on the page."""
-    return _ENV.get_template("history_chart.html").render(
+    return render_template(
+        "history_chart.html",
         doc=doc, charts=build(doc), heading=heading, link=link, prefix=prefix,
         range_label=RANGE_LABELS.get(doc["range"], doc["range"]), ranges=list(RANGE_LABELS.items()),
         width=WIDTH, height=HEIGHT, left=LEFT, right=RIGHT, bottom=BOTTOM)

@@ -1,0 +1,85 @@
+"""Where does it fit (`/fit`): the request form, read into the API's fit
+request, and the API's warm `fit` with `why` (`server/actions.py`, the same
+core as `hvfleet fit --why`): the ranked hosts and why every other host is
+out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hvfleet.model.errors import Forbidden, InvalidInput
+from hvfleet.server import actions
+from hvfleet.server.dashboard.pages.common import ctx_of, error_page, field_of, page, selector_error, who_is
+
+_FIT_FIELDS = {"resources": "resources", "count": "count", "weigher": "weigher"}
+
+
+def _fit_body(q: dict[str, str]) -> tuple[actions.FitBody, dict[str, str]]:
+    resources: dict[str, str | int] = {}
+    errors: dict[str, str] = {}
+    for key in ("cpu", "memory"):
+        if q.get(key, "").strip():
+            resources[key] = q[key].strip()
+    for part in (p.strip() for p in q.get("resources", "").split(",")):
+        if not part:
+            continue
+        k, sep, v = part.partition("=")
+        if not sep or not k.strip() or not v.strip():
+            errors["resources"] = f"{part!r}: expected RESOURCE=QUANTITY, e.g. VGPU=1"
+            continue
+        resources[k.strip()] = v.strip()
+    count = q.get("count", "1").strip() or "1"
+    if not count.isdigit() or int(count) < 1:
+        errors["count"] = f"{count!r} is not a whole number of at least 1"
+    weigher = q.get("weigher", "binpack")
+    if weigher not in ("binpack", "spread"):
+        errors["weigher"] = f"{weigher!r} is not binpack or spread"
+    if not resources and not errors:
+        errors["cpu"] = "give at least one resource (cpu, memory or others)"
+    body = actions.FitBody(resources=resources, count=int(count) if count.isdigit() and int(count) else 1,
+                           label_selector=q.get("selector", ""),
+                           weigher="spread" if weigher == "spread" else "binpack", why=True)
+    return body, errors
+
+
+def _result_values(doc: dict[str, Any]) -> dict[str, Any]:
+    """The fit answer as the page's tables."""
+    return {
+        "result": doc,
+        "candidates": [[str(i + 1), c["name"], f'{c["score"]:.6g}',
+                        ", ".join(f"{k}={v}" for k, v in c["free"].items())]
+                       for i, c in enumerate(doc["candidates"])],
+        "rejected": [[n, "; ".join(r["message"] for r in found)]
+                     for n, found in doc.get("rejected", {}).items()],
+    }
+
+
+async def fit_page(request: Request) -> Response:
+    who = await who_is(request)
+    if isinstance(who, Response):
+        return who
+    ctx = ctx_of(request)
+    q = dict(request.query_params)
+    errors: dict[str, str] = {}
+    result: dict[str, Any] = {"result": None, "candidates": [], "rejected": []}
+    status = 200
+    if any(q.get(k) for k in ("cpu", "memory", "resources")) or "go" in q:
+        body, errors = _fit_body(q)
+        wrong = await selector_error(ctx, q.get("selector", ""), must_match=False)
+        if wrong:
+            errors["selector"] = wrong
+        if not errors:
+            try:
+                doc = await run_in_threadpool(actions._fit, ctx, who, body)
+                result = _result_values(doc)
+            except InvalidInput as exc:
+                errors[field_of(exc, _FIT_FIELDS)] = str(exc)
+            except Forbidden as exc:
+                return error_page(who, request, exc)
+        if errors:
+            status = 422
+    return page(request, "fit.html", who, status, title="Fit", current="fit", q=q, errors=errors, **result)
