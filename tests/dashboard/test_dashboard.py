@@ -208,6 +208,7 @@ def test_operator_sees_actions_a_conflict_names_the_owner_and_force_takes_over(f
     page.select_option("#mt-mode", "manual")
     page.fill("#mt-reason", "disk swap")
     page.click("form.action:has(#mt-mode) button[type=submit]")
+    page.click("section.confirm button")  # maintenance asks first (test_flows.py)
     page.wait_for_selector("p.notice:has-text('maintenance')")
     assert _get(fleet, "edge-01").spec.maintenance == "manual"
     page.goto(fleet.url + "/?selector=role%3Dedge")

@@ -139,12 +139,12 @@ def build(doc: dict[str, Any]) -> list[Chart]:
     return charts
 
 
-def render(doc: dict[str, Any], heading: str, link: Callable[[str], str], prefix: str) -> str:
+def render(doc: dict[str, Any], heading: str, link: Callable[[str], str], prefix: str, level: int = 3) -> str:
     """The history section of one series (doc: history.chart_document) as HTML;
     `link(range)` is the URL that shows another range, `prefix` keeps its ids
     apart from other charts on the page."""
     return render_template(
         "history_chart.html",
-        doc=doc, charts=build(doc), heading=heading, link=link, prefix=prefix,
+        doc=doc, charts=build(doc), heading=heading, link=link, prefix=prefix, level=level,
         range_label=RANGE_LABELS.get(doc["range"], doc["range"]), ranges=list(RANGE_LABELS.items()),
         width=WIDTH, height=HEIGHT, left=LEFT, right=RIGHT, bottom=BOTTOM)

@@ -15,10 +15,13 @@ this server's own.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import json
 import secrets
 import threading
+from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
@@ -33,6 +36,14 @@ from hvfleet.server.identity import Identity
 from hvfleet.store.base import Store
 
 COOKIE = "hvfleet_session"
+# Set beside the session for longer than it lasts: a request with this and no
+# (valid) session is one whose session ended, and the login page says so.
+SEEN = "hvfleet_seen"
+SEEN_MAX_AGE_S = 30 * 86400
+# The outcome of a form, carried across its redirect (post/redirect/get) to the
+# page that shows it: signed with the dashboard's secret, bound to the session.
+FLASH = "hvfleet_flash"
+FLASH_MAX_AGE_S = 120
 CSRF_FIELD = "csrf"
 # A browser session lasts a working day at most; the token's own expiry still applies.
 MAX_AGE_S = 12 * 3600
@@ -100,13 +111,60 @@ async def identify(ctx: ApiContext, request: Request) -> Identity:
 
 
 def set_session(response: Response, request: Request, token: str) -> None:
+    secure = request.url.scheme == "https"
     response.set_cookie(COOKIE, token, max_age=MAX_AGE_S, path="/", httponly=True,
-                        samesite="strict", secure=request.url.scheme == "https")
+                        samesite="strict", secure=secure)
+    response.set_cookie(SEEN, "1", max_age=SEEN_MAX_AGE_S, path="/", httponly=True,
+                        samesite="strict", secure=secure)
 
 
-def clear_session(response: Response, request: Request) -> None:
-    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict",
-                           secure=request.url.scheme == "https")
+def clear_session(response: Response, request: Request, *, ended: bool = False) -> None:
+    """Forget the session; `ended` (it expired or was revoked, rather than a
+    log out) keeps the mark that this browser had one."""
+    secure = request.url.scheme == "https"
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict", secure=secure)
+    if not ended:
+        response.delete_cookie(SEEN, path="/", httponly=True, samesite="strict", secure=secure)
+
+
+def session_ended(request: Request) -> bool:
+    """Whether this browser had a session that is not valid any more (expired,
+    revoked, or past the cookie's age) rather than never logging in."""
+    return session_token(request) is not None or request.cookies.get(SEEN) == "1"
+
+
+def _flash_mac(request: Request, payload: bytes) -> str:
+    token = (session_token(request) or "").encode()
+    return hmac.new(signing_key(request), b"flash:" + token + b":" + payload, hashlib.sha256).hexdigest()
+
+
+def set_flash(response: Response, request: Request, path: str, doc: dict[str, Any]) -> None:
+    """Carry `doc` to the next GET of `path` (one use, two minutes at most)."""
+    payload = base64.urlsafe_b64encode(json.dumps(doc, separators=(",", ":")).encode())
+    response.set_cookie(FLASH, f"{payload.decode()}.{_flash_mac(request, payload)}", max_age=FLASH_MAX_AGE_S,
+                        path=path, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+
+
+def clear_flash(response: Response, request: Request, path: str) -> None:
+    if request.cookies.get(FLASH):
+        response.delete_cookie(FLASH, path=path, httponly=True, samesite="strict",
+                               secure=request.url.scheme == "https")
+
+
+def read_flash(request: Request) -> dict[str, Any] | None:
+    """The flash carried to this request (None: none, or not signed for this
+    session); the page clears it (`clear_flash`) once shown."""
+    value = request.cookies.get(FLASH)
+    if not value:
+        return None
+    payload, _, mac = value.rpartition(".")
+    if not payload or not hmac.compare_digest(mac, _flash_mac(request, payload.encode())):
+        return None
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(payload.encode()))
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _own_origin(request: Request) -> str:

@@ -7,7 +7,7 @@ an error page, a feed's refusal)."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -28,7 +28,7 @@ from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard.feed import HostRow
 from hvfleet.server.dashboard.html import render
 from hvfleet.server.dashboard.live import FleetState
-from hvfleet.server.dashboard.session import csrf_for, identify
+from hvfleet.server.dashboard.session import clear_session, csrf_for, identify, session_ended, session_token
 from hvfleet.server.identity import Action, Identity
 
 # The login and logout forms are read before anyone is known: a token and a
@@ -121,10 +121,43 @@ async def who_is(request: Request) -> Identity | Response:
         waiting = await loaded(request)
         return waiting if waiting is not None else who
     except Unauthorized:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        ended = session_ended(request)
         if request.url.path.startswith("/dashboard/"):
-            return JSONResponse({"message": "not logged in"}, status_code=401)
-        return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
+            message = "your session has ended: log in again" if ended else "not logged in"
+            return JSONResponse({"message": message}, status_code=401)
+        target = await _return_to(request)
+        query = {"next": target, **({"ended": "1"} if ended else {})}
+        response = RedirectResponse(f"/login?{urlencode(query)}", status_code=303)
+        if session_token(request) is not None:
+            clear_session(response, request, ended=True)
+        return response
+
+
+# The most of a form carried back through the login (in the URL) after a session ended.
+_RESUME_MAX = 2048
+
+
+async def _return_to(request: Request) -> str:
+    """Where to go back to after logging in: the page itself for a GET; for a
+    form sent after its session ended, the page the form was on (its Referer,
+    if this server's), with a host action's fields to fill the form again
+    (`resume`; never sent again by itself)."""
+    if request.method == "GET":
+        return request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    referer = urlsplit(request.headers.get("referer", ""))
+    own = referer.netloc == request.headers.get("host") and referer.path.startswith("/")
+    back = referer.path if own else "/"
+    host_page = request.url.path.removesuffix("/actions")
+    if request.url.path.endswith("/actions") and back == host_page:
+        try:
+            form = await read_form(request)
+        except HvfleetError:
+            return back
+        fields = {k: v for k, v in form.items() if k not in ("csrf", "force", "confirm")}
+        query = urlencode({"resume": "1", **fields})
+        if len(query) <= _RESUME_MAX:
+            return f"{back}?{query}"
+    return back
 
 
 def csrf_of(request: Request) -> str:

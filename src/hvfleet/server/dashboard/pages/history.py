@@ -31,7 +31,7 @@ def history_document(request: Request, series: str, range_name: str) -> dict[str
 
 
 def history_html(request: Request, series: str, heading: str, range_name: str, path: str,
-                 prefix: str = "hist") -> str:
+                 prefix: str = "hist", level: int = 3) -> str:
     """One series' history charts (charts.py), with links to its other ranges on `path`."""
     if range_name not in history.RANGES:
         range_name = "hour"
@@ -41,7 +41,7 @@ def history_html(request: Request, series: str, heading: str, range_name: str, p
     def link(key: str) -> str:
         return f"{path}?{urlencode({**query, 'range': key})}#{prefix}-h"
 
-    return charts.render(doc, heading, link, prefix)
+    return charts.render(doc, heading, link, prefix, level)
 
 
 def _heading(series: str) -> str:
@@ -105,6 +105,7 @@ async def history_page(request: Request) -> Response:
     groups = await run_in_threadpool(history.group_figures, state_of(request))
     choices = [(s, _heading(s), f"/history?{urlencode({'series': s, 'range': range_name})}")
                for s in sorted(groups, key=lambda s: (s != history.FLEET, s))]
-    out = await run_in_threadpool(history_html, request, series, _heading(series), range_name, "/history")
+    out = await run_in_threadpool(history_html, request, series, _heading(series), range_name, "/history",
+                                  "hist", 2)
     return page(request, "history.html", who, title="History", scripts=["history.js"], current="history",
                 choices=choices, series=series, charts=Markup(out))  # rendered (escaped) by charts.render

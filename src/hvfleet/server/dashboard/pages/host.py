@@ -19,7 +19,7 @@ from starlette.responses import RedirectResponse, Response
 
 from hvfleet.model import capacity as cap
 from hvfleet.model import views
-from hvfleet.model.errors import Conflict, Forbidden, HvfleetError, InvalidInput, NotFound
+from hvfleet.model.errors import Forbidden, HvfleetError, InvalidInput, NotFound
 from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard import history, operate
@@ -35,7 +35,7 @@ from hvfleet.server.dashboard.pages.common import (
     who_is,
 )
 from hvfleet.server.dashboard.pages.history import history_html
-from hvfleet.server.dashboard.session import check_csrf
+from hvfleet.server.dashboard.session import check_csrf, clear_flash, read_flash, set_flash
 from hvfleet.server.identity import Action, Identity
 from hvfleet.store.base import OwnershipConflict
 from hvfleet.store.ownership import leaves
@@ -106,15 +106,20 @@ def host_live_html(state: FleetState, ctx: ApiContext, name: str) -> str:
 
 def _host_page(request: Request, who: Identity, name: str, notice: str = "",
                errors: dict[str, str] | None = None, values: dict[str, str] | None = None,
-               form: str = "", conflict: dict[str, Any] | None = None, failure: str = "") -> str:
+               form: str = "", conflict: dict[str, Any] | None = None, failure: str = "",
+               confirm: dict[str, str] | None = None) -> str:
     ctx, state = ctx_of(request), state_of(request)
     state.fresh()
     live = host_live_html(state, ctx, name)
     with state.lock:
         h = state.hosts[name]
     labels = ", ".join(f"{k}={v}" for k, v in sorted(h.metadata.labels.items())) or "none"
+    # Only what the server's Authorizer would allow this caller is offered.
     may = {"edit": operate.allowed(ctx, who, Action("patch", "hypervisors", name=name)),
+           "force": operate.allowed(ctx, who, Action("patch", "hypervisors", name=name, force=True,
+                                                      apply=True)),
            "reserve": operate.allowed(ctx, who, Action("create", "reservations"))}
+    instances = [f"{i.name} ({i.state})" for i in h.status.instances]
     charts = history_html(request, history.host_series(name), f"Hypervisor {name}",
                           request.query_params.get("range", "hour"), f"/hosts/{quote(name)}")
     return render("host.html", title=f"Hypervisor {name}", who=who, csrf=csrf_of(request),
@@ -122,7 +127,8 @@ def _host_page(request: Request, who: Identity, name: str, notice: str = "",
                   name=name, labels=labels, notice=notice,
                   actions=may, errors=errors or {}, values=values or {}, form=form,
                   maintenance=h.spec.maintenance, maintenance_reason=h.spec.maintenance_reason,
-                  conflict=conflict, failure=failure, live=Markup(live))  # rendered (escaped) above
+                  conflict=conflict, failure=failure, confirm=confirm, instances=instances,
+                  live=Markup(live))  # rendered (escaped) above
 
 
 async def host(request: Request) -> Response:
@@ -134,10 +140,26 @@ async def host(request: Request) -> Response:
         await run_in_threadpool(ctx_of(request).authorize, who, Action("get", "hypervisors", name=name))
         if request.query_params.get("part") == "live":
             return html(await run_in_threadpool(host_live_html, state_of(request), ctx_of(request), name))
-        notice = request.query_params.get("notice", "")
-        return html(await run_in_threadpool(_host_page, request, who, name, notice))
+        q = request.query_params
+        notice = q.get("notice", "")
+        flash = read_flash(request) or {}
+        values: dict[str, str] = flash.get("values") or {}
+        if q.get("resume") == "1":  # a form sent after its session ended, back after the login
+            values = {k: v for k, v in q.items() if k not in ("resume", "range", "notice")}
+            notice = ("Your session had ended before this form was saved: nothing was written. "
+                      "Check it and send it again.")
+        page = await run_in_threadpool(
+            _host_page, request, who, name, notice, flash.get("errors"), values,
+            values.get("action", ""), flash.get("conflict"), flash.get("failure", ""), flash.get("confirm"))
+        response = html(page)
+        clear_flash(response, request, _path(name))
+        return response
     except HvfleetError as exc:
         return error_page(who, request, exc)
+
+
+def _path(name: str) -> str:
+    return f"/hosts/{quote(name, safe='')}"
 
 
 def _conflict(form: dict[str, str], exc: OwnershipConflict) -> dict[str, Any]:
@@ -179,28 +201,40 @@ async def host_action(request: Request) -> Response:
     except HvfleetError as exc:
         return error_page(who, request, exc)
     kind = form.get("action", "")
+    values = {k: v for k, v in form.items() if k not in ("csrf", "force", "confirm")}
+
+    def back(outcome: dict[str, Any]) -> Response:
+        # Post/redirect/get: the outcome goes to the page in a signed cookie, so
+        # a reload shows it again and sends nothing.
+        response = RedirectResponse(_path(name), status_code=303)
+        set_flash(response, request, _path(name), {"values": values, **outcome})
+        return response
+
+    if kind == "maintenance" and form.get("confirm") != "yes":
+        try:
+            operate.check_maintenance(form.get("mode", ""), form.get("reason", ""))
+        except operate.FormError as exc:
+            return back({"errors": exc.errors})
+        with state.lock:
+            current = state.hosts.get(name)
+        if form.get("mode") in ("manual", "drain") and current is not None and \
+                current.spec.maintenance != form.get("mode"):
+            return back({"confirm": values})  # says which host and which instances, then sends again
     try:
         notice = await run_in_threadpool(_run_action, ctx, who, name, form)
     except operate.FormError as exc:
-        assert exc.field is not None
-        page = await run_in_threadpool(_host_page, request, who, name, "", {exc.field: exc.detail},
-                                       form, kind)
-        return html(page, 422)
+        return back({"errors": exc.errors})
     except OwnershipConflict as exc:
-        page = await run_in_threadpool(_host_page, request, who, name, "", None, form, kind,
-                                       _conflict(form, exc))
-        return html(page, 409)
+        return back({"conflict": _conflict(form, exc)})
     except Forbidden as exc:
         return error_page(who, request, exc)
     except InvalidInput as exc:  # refused by the core after the form checks (e.g. the spec's rules)
         field_name = {"overcommit-set": "ratio", "overcommit-unset": "resource", "maintenance": "reason",
                       "reserve": "cpu"}.get(kind, "action")
-        page = await run_in_threadpool(_host_page, request, who, name, "", {field_name: str(exc)}, form, kind)
-        return html(page, 422)
+        return back({"errors": {field_name: str(exc)}})
     except HvfleetError as exc:  # does not fit, not found, ...
-        page = await run_in_threadpool(_host_page, request, who, name, "", None, form, kind, None, str(exc))
-        return html(page, 409 if isinstance(exc, Conflict) else 422)
+        return back({"failure": str(exc)})
     # Show the new state now, not a watch event later.
     await asyncio.sleep(0)
     state.fresh()
-    return RedirectResponse(f"/hosts/{quote(name)}?{urlencode({'notice': notice})}", status_code=303)
+    return RedirectResponse(f"{_path(name)}?{urlencode({'notice': notice})}", status_code=303)

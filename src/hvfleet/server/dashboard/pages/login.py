@@ -19,9 +19,11 @@ from hvfleet.server.dashboard.pages.common import (
 from hvfleet.server.dashboard.session import check_csrf, check_origin, clear_session, set_session
 
 
-def _login_page(request: Request, message: str = "", next_: str = "/", status: int = 200) -> Response:
+def _login_page(request: Request, message: str = "", next_: str = "/", status: int = 200,
+                ended: bool = False) -> Response:
     errors = {"token": message} if message else {}
-    return page(request, "login.html", None, status, title="Log in", errors=errors, next=next_)
+    return page(request, "login.html", None, status, title="Log in", errors=errors, next=next_,
+                ended=ended, resuming="resume=1" in next_)
 
 
 def _safe_next(value: str) -> str:
@@ -30,7 +32,8 @@ def _safe_next(value: str) -> str:
 
 async def login(request: Request) -> Response:
     if request.method == "GET":
-        return _login_page(request, next_=_safe_next(request.query_params.get("next", "/")))
+        q = request.query_params
+        return _login_page(request, next_=_safe_next(q.get("next", "/")), ended=q.get("ended") == "1")
     try:
         check_origin(request)
         form = await read_form(request, ANONYMOUS_FORM_MAX)
