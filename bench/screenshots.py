@@ -79,7 +79,8 @@ def seed_history(store_url: str, hours: int = 24, seed: int = 7) -> None:
                         kept[(key, tier.name)] = got
         for (key, tier_name), points in kept.items():  # one write per series and tier
             spec = HistorySeriesSpec(series=key, tier=tier_name, points=points)
-            store.create(HistorySeries(metadata=ObjectMeta(name=object_name(key, tier_name)), spec=spec), MANAGER)
+            meta = ObjectMeta(name=object_name(key, tier_name))
+            store.create(HistorySeries(metadata=meta, spec=spec), MANAGER)
 
 
 def _quantity(resource: str, value: float) -> str:
