@@ -91,6 +91,9 @@ class FleetState:
         self.policies: dict[str, OvercommitPolicy] = {}
         self.rows: dict[str, HostRow] = {}
         self.version = 0  # bumped on every change of any row
+        # The version at which each host's row last changed: a page that drew the
+        # fleet at version V asks only for the rows changed since (`changed_since`).
+        self.changed_at: dict[str, int] = {}
         self.revision = 0
         self._liveness: dict[str, bool] = {}
         self._refreshed = 0.0
@@ -161,7 +164,7 @@ class FleetState:
             self._record(n, rows[n])
         self._refreshed = time.monotonic()
         if changed:
-            self._changed()
+            self._changed(changed)
         return changed
 
     def _recompute(self, names: Iterable[str]) -> None:
@@ -176,7 +179,7 @@ class FleetState:
             self._account(self.rows.get(n), row)
             self.rows[n] = row
             self._record(n, row)
-        self._changed()
+        self._changed(names)
 
     def _account(self, old: HostRow | None, new: HostRow | None) -> None:
         for x, adding in ((old, False), (new, True)):
@@ -193,10 +196,15 @@ class FleetState:
                     if not sums.hosts:
                         del self._sums[key]
 
-    def _changed(self) -> None:
+    def _changed(self, names: Iterable[str]) -> None:
         self.version += 1
         self._sorted = None
         self._totals.clear()
+        for n in names:
+            if n in self.rows:
+                self.changed_at[n] = self.version
+            else:
+                self.changed_at.pop(n, None)
 
     def _record(self, name: str, row: HostRow) -> None:
         ring = self.history.get(name)
@@ -300,6 +308,14 @@ class FleetState:
             with self.lock:
                 self._totals[key] = got
         return got
+
+    def changed_since(self, version: int) -> set[str]:
+        """The hosts whose row changed after `version` (every host for a
+        version this state never had, e.g. one from before a restart)."""
+        with self.lock:
+            if version > self.version:
+                return set(self.rows)
+            return {n for n, v in self.changed_at.items() if v > version}
 
     def owners_of(self, name: str) -> dict[str, str]:
         with self.lock:
