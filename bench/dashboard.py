@@ -19,7 +19,7 @@ in the same run and browser:
    map's bytes: plain JSON, gzip, and one delta.
 
 The server is the real `hvfleet serve` (TLS) over a SQLite store filled with
-synthetic hosts (status written as each host's agent), logged into with a real
+synthetic hosts (tests/dashboard/fleet.py, seed_synthetic), logged into with a real
 viewer token. Each figure is the median of `--runs` fresh page loads.
 
     .venv/bin/python bench/dashboard.py [--hosts 1000,10000] [--runs 5] [--rate 100] [--churn-seconds 30]

@@ -21,7 +21,7 @@ import pytest
 from hvfleet.model.quantity import Quantity
 from hvfleet.store import open_store
 from hvfleet.store.ownership import agent_manager
-from tests.dashboard.fleet import Fleet, login, seed_synthetic, serving
+from tests.dashboard.fleet import Fleet, login, seed_synthetic, serving, wait_dashboard_loaded
 
 pytestmark = pytest.mark.slow
 
@@ -37,6 +37,7 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     with serving(Path(tmp), store_url) as f:
         f.token("viewer", "viewer")
         f.token("operator", "ops")
+        wait_dashboard_loaded(f, f.tokens["viewer"])
         yield f
 
 
@@ -115,32 +116,35 @@ def test_a_burst_of_status_writes_is_coalesced_and_the_page_stays_responsive(big
             written[0] = i
         done.set()
 
+    # Long tasks of the page's main thread (a frozen page is one long task).
+    page.evaluate("""() => { window.__longest = 0; new PerformanceObserver((l) => {
+        for (const e of l.getEntries()) window.__longest = Math.max(window.__longest, e.duration); })
+        .observe({type: 'longtask'}); }""")
     t = threading.Thread(target=burst)
     t0 = time.monotonic()
     t.start()
-    worst = 0.0
-    while not done.is_set():
-        a = time.monotonic()
-        page.evaluate("1")  # a round trip through the page's main thread
-        worst = max(worst, time.monotonic() - a)
-        time.sleep(0.2)
     t.join()
     elapsed = time.monotonic() - t0
     page.wait_for_timeout(1500)
     redraws = int(page.get_attribute("body", "data-redraws") or 0) - start
+    longest = page.evaluate("window.__longest")
     assert written[0] >= 200, written
-    assert redraws <= elapsed + 3, (redraws, elapsed, written)
-    assert worst < 1.0, worst  # the page never froze for a second
+    assert 1 <= redraws <= elapsed + 3, (redraws, elapsed, written)
+    # The page never froze (17 s before). The bound leaves room for a loaded
+    # 2-core CI machine, where a 0.2 s task can take a second of wall time.
+    assert longest < 2000, (longest, redraws, written)
 
 
 def test_fit_at_10k_summarises_reasons_and_lists_a_limited_number_of_rows(big: Fleet, page: Any) -> None:
-    login(page, big, big.tokens["ops"], "/fit?go=1&cpu=100000")
-    page.wait_for_selector("#fit-reasons", timeout=60_000)
+    login(page, big, big.tokens["ops"], "/fit")
+    page.goto(big.url + "/fit?go=1&cpu=100000", timeout=120_000)
+    page.wait_for_selector("#fit-reasons")
     counts = [int(t.split(" × ")[0].replace(",", ""))
               for t in page.locator("#fit-reasons li").all_inner_texts()]
     assert sum(counts) >= HOSTS and counts[0] <= HOSTS
     assert page.locator("table.rejected tbody tr").count() == 25
     assert "the first 25 of 10,000" in page.inner_text("table.rejected caption")
     page.select_option("#show", "100")
-    page.click("form.fit button[type=submit]")
-    page.wait_for_function("document.querySelectorAll('table.rejected tbody tr').length === 100")
+    with page.expect_navigation(timeout=120_000):
+        page.click("form.fit button[type=submit]")
+    assert page.locator("table.rejected tbody tr").count() == 100

@@ -294,34 +294,37 @@
       html += "</figure>";
     });
     $("heat").innerHTML = html;
+    // Each group's geometry and each map's drawing context, looked up once per layout.
+    heat.geo = heat.groups.map(([, , count]) => geometry(count));
+    heat.ctx = rs.map((r, j) => heat.groups.map((grp, g) => $(canvasId(j, g)).getContext("2d")));
     for (const c of $("heat").querySelectorAll("canvas")) wireCanvas(c);
     for (let i = 0; i < heat.names.length; i++) drawTile(i);
   }
 
   function groupOf(i) {
-    for (let g = 0; g < heat.groups.length; g++) {
-      const [, start, count] = heat.groups[g];
-      if (i >= start && i < start + count) return g;
+    let lo = 0, hi = heat.groups.length - 1;
+    while (lo < hi) {  // the last group starting at or before i
+      const mid = (lo + hi + 1) >> 1;
+      if (heat.groups[mid][1] <= i) lo = mid; else hi = mid - 1;
     }
-    return 0;
+    return lo;
   }
 
   function drawTile(i) {
-    const g = groupOf(i), [, start, count] = heat.groups[g];
-    const {side, tile} = geometry(count);
+    const g = groupOf(i), start = heat.groups[g][1];
+    const {side, tile} = heat.geo[g];
     const k = i - start, x = (k % side) * tile, y = Math.floor(k / side) * tile;
     const t = heat.tiles[i];
-    heat.resources.forEach((r, j) => {
-      const c = $(canvasId(j, g));
-      if (!c) return;
-      const ctx = c.getContext("2d");
+    const size = tile - (tile > 3 ? 1 : 0);
+    const edge = heat.states[t[0]] !== "Ready" && tile > 3;
+    for (let j = 0; j < heat.resources.length; j++) {
+      const ctx = heat.ctx[j][g];
       const l = level(t[j + 1]);
-      const size = tile - (tile > 3 ? 1 : 0);
       ctx.clearRect(x, y, tile, tile);
       ctx.fillStyle = l < 0 ? "#ffffff" : COLOURS[l];
       ctx.fillRect(x, y, size, size);
-      if (heat.states[t[0]] !== "Ready" && tile > 3) { ctx.fillStyle = "#222"; ctx.fillRect(x, y, Math.max(1, tile / 4), tile - 1); }
-    });
+      if (edge) { ctx.fillStyle = "#222"; ctx.fillRect(x, y, Math.max(1, tile / 4), tile - 1); }
+    }
   }
 
   function describe(i, j) {
