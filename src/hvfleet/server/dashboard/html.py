@@ -52,6 +52,7 @@ def environment() -> Environment:
     )
     env.filters["script_json"] = _script_json_filter
     env.filters["path"] = _path
+    env.filters["pair"] = lambda v: (v, v)  # an option whose value is its text
     env.globals["CSRF_FIELD"] = CSRF_FIELD
     return env
 

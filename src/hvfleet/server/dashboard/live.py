@@ -81,6 +81,9 @@ class FleetState:
         self.policies: dict[str, OvercommitPolicy] = {}
         self.rows: dict[str, HostRow] = {}
         self.version = 0  # bumped on every change of any row
+        # The version at which each host's row last changed: a page that drew the
+        # fleet at version V asks only for the rows changed since (`changed_since`).
+        self.changed_at: dict[str, int] = {}
         self.revision = 0
         self._liveness: dict[str, bool] = {}
         self._refreshed = 0.0
@@ -150,7 +153,7 @@ class FleetState:
         self.touched |= changed
         self._refreshed = time.monotonic()
         if changed:
-            self._changed()
+            self._changed(changed)
         return changed
 
     def _recompute(self, names: Iterable[str]) -> None:
@@ -165,7 +168,7 @@ class FleetState:
             row = host_row(h, mine, now, self._liveness.get(n), self.policy_list())
             self._account(self.rows.get(n), row)
             self.rows[n] = row
-        self._changed()
+        self._changed(names)
 
     def _account(self, old: HostRow | None, new: HostRow | None) -> None:
         for x, adding in ((old, False), (new, True)):
@@ -182,10 +185,15 @@ class FleetState:
                     if not sums.hosts:
                         del self._sums[key]
 
-    def _changed(self) -> None:
+    def _changed(self, names: Iterable[str]) -> None:
         self.version += 1
         self._sorted = None
         self._totals.clear()
+        for n in names:
+            if n in self.rows:
+                self.changed_at[n] = self.version
+            else:
+                self.changed_at.pop(n, None)
 
     def take_touched(self) -> set[str]:
         """The hosts whose row changed since the last call (for the history)."""
@@ -284,6 +292,14 @@ class FleetState:
             with self.lock:
                 self._totals[key] = got
         return got
+
+    def changed_since(self, version: int) -> set[str]:
+        """The hosts whose row changed after `version` (every host for a
+        version this state never had, e.g. one from before a restart)."""
+        with self.lock:
+            if version > self.version:
+                return set(self.rows)
+            return {n for n, v in self.changed_at.items() if v > version}
 
     def owners_of(self, name: str) -> dict[str, str]:
         with self.lock:

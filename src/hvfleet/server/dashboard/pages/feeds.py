@@ -29,6 +29,10 @@ from hvfleet.server.identity import Identity
 
 # Seconds between comments that keep an idle event stream's connection open.
 _KEEPALIVE_S = 15.0
+# At most one `change` event per stream in this many seconds (a burst of
+# heartbeats is one event), naming at most _MAX_NAMED hosts.
+COALESCE_S = 1.0
+_MAX_NAMED = 50
 
 
 def may_follow(ctx: ApiContext, who: Identity, host: str | None) -> Visible:
@@ -61,13 +65,21 @@ async def events(request: Request) -> Response:
     queue = state.listen()
 
     async def stream() -> Any:
+        # Changes are coalesced: the first after a quiet spell goes out at once,
+        # later ones at most every COALESCE_S, naming every host changed meanwhile
+        # (an empty list: too many, or anything, changed).
+        pending: set[str] | None = None
         try:
             yield f"event: hello\ndata: {json.dumps({'version': state.version})}\n\n".encode()
             checked = sent = time.monotonic()
+            changed_at = 0.0
             while True:
                 names: set[str] | None = None
+                now = time.monotonic()
+                wait = min(recheck, _KEEPALIVE_S) if pending is None else \
+                    max(0.0, changed_at + COALESCE_S - now)
                 with contextlib.suppress(TimeoutError):
-                    names = await asyncio.wait_for(queue.get(), min(recheck, _KEEPALIVE_S))
+                    names = await asyncio.wait_for(queue.get(), wait)
                 if time.monotonic() - checked >= recheck:
                     # A revoked or expired token ends the stream (the cache keeps this cheap).
                     checked = time.monotonic()
@@ -76,19 +88,30 @@ async def events(request: Request) -> Response:
                     except Unauthorized as exc:
                         yield f"event: ended\ndata: {json.dumps({'message': str(exc)})}\n\n".encode()
                         return
-                if names is None:
+                if names is not None:
+                    if visible is not None and names:
+                        names &= visible
+                        if not names:
+                            continue  # only hosts this caller does not see changed
+                    if host is not None and names and host not in names:
+                        continue
+                    if pending is None:
+                        pending = set(names)
+                    elif pending and names and len(pending) < _MAX_NAMED:
+                        pending |= names
+                    else:
+                        pending = set()  # anything may have changed
+                if pending is None:
                     if time.monotonic() - sent >= _KEEPALIVE_S:
                         sent = time.monotonic()
                         yield b": keepalive\n\n"
                     continue
-                if visible is not None and names:
-                    names &= visible
-                    if not names:
-                        continue  # only hosts this caller does not see changed
-                if host is not None and names and host not in names:
+                if time.monotonic() - changed_at < COALESCE_S:
                     continue
-                data = json.dumps({"hosts": sorted(names), "version": state.version})
-                sent = time.monotonic()
+                shown = sorted(pending) if len(pending) <= _MAX_NAMED else []
+                data = json.dumps({"hosts": shown, "version": state.version})
+                pending = None
+                sent = changed_at = time.monotonic()
                 yield f"event: change\ndata: {data}\n\n".encode()
         finally:
             state.unlisten(queue)

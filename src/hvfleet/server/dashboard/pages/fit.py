@@ -46,16 +46,56 @@ def _fit_body(q: dict[str, str]) -> tuple[actions.FitBody, dict[str, str]]:
     return body, errors
 
 
-def _result_values(doc: dict[str, Any]) -> dict[str, Any]:
-    """The fit answer as the page's tables."""
+# How many ranked hosts and "why not" rows the page lists (`show`); the
+# summary of reasons always counts every host.
+SHOW = (10, 25, 100, 1000)
+_DEFAULT_SHOW = 25
+_REASON_WORDS = {
+    "maintenance": "in maintenance", "not-ready": "not ready", "stale": "stale heartbeat",
+    "invalid-annotation": "invalid scheduling annotation", "agent-lease-expired": "agent lease expired",
+    "insufficient": "not enough {resource}", "max-unit": "{resource} above the largest single unit",
+    "min-unit": "{resource} below the smallest unit", "step-size": "{resource} not a multiple of the step",
+}
+
+
+def reason_words(r: dict[str, Any]) -> str:
+    """A rejection's reason as a phrase that is the same for every host it
+    applies to (its message carries the host's own figures)."""
+    words = _REASON_WORDS.get(str(r.get("reason")), str(r.get("reason")))
+    return words.format(resource=r.get("resource", "resources"))
+
+
+def reason_summary(rejected: dict[str, list[dict[str, Any]]]) -> list[tuple[int, str]]:
+    """Each reason with the number of hosts it rules out, most first."""
+    counts: dict[str, int] = {}
+    for found in rejected.values():
+        for words in dict.fromkeys(reason_words(r) for r in found):
+            counts[words] = counts.get(words, 0) + 1
+    return sorted(((n, w) for w, n in counts.items()), key=lambda x: (-x[0], x[1]))
+
+
+def _result_values(doc: dict[str, Any], show: int) -> dict[str, Any]:
+    """The fit answer as the page's summary and (at most `show` rows) tables."""
+    rejected = doc.get("rejected", {})
     return {
         "result": doc,
-        "candidates": [[str(i + 1), c["name"], f'{c["score"]:.6g}',
-                        ", ".join(f"{k}={v}" for k, v in c["free"].items())]
-                       for i, c in enumerate(doc["candidates"])],
-        "rejected": [[n, "; ".join(r["message"] for r in found)]
-                     for n, found in doc.get("rejected", {}).items()],
+        "show": show,
+        "summary": [(f"{n:,}", words) for n, words in reason_summary(rejected)],
+        "candidates": [(str(i + 1), c["name"], f'{c["score"]:.6g}',
+                        ", ".join(f"{k}={v}" for k, v in c["free"].items()))
+                       for i, c in enumerate(doc["candidates"][:show])],
+        "rejected": [(n, "; ".join(r["message"] for r in found))
+                     for n, found in list(rejected.items())[:show]],
+        "rejected_count": len(rejected),
     }
+
+
+def _show(q: dict[str, str], errors: dict[str, str]) -> int:
+    text = q.get("show", "") or str(_DEFAULT_SHOW)
+    if not text.isdigit() or int(text) not in SHOW:
+        errors["show"] = f"{text!r} is not one of {', '.join(map(str, SHOW))}"
+        return _DEFAULT_SHOW
+    return int(text)
 
 
 async def fit_page(request: Request) -> Response:
@@ -65,21 +105,23 @@ async def fit_page(request: Request) -> Response:
     ctx = ctx_of(request)
     q = dict(request.query_params)
     errors: dict[str, str] = {}
-    result: dict[str, Any] = {"result": None, "candidates": [], "rejected": []}
+    result: dict[str, Any] = {"result": None}
     status = 200
     if any(q.get(k) for k in ("cpu", "memory", "resources")) or "go" in q:
         body, errors = _fit_body(q)
+        show = _show(q, errors)
         wrong = await selector_error(ctx, q.get("selector", ""), must_match=False)
         if wrong:
             errors["selector"] = wrong
         if not errors:
             try:
                 doc = await run_in_threadpool(actions._fit, ctx, who, body)
-                result = _result_values(doc)
+                result = _result_values(doc, show)
             except InvalidInput as exc:
                 errors[field_of(exc, _FIT_FIELDS)] = str(exc)
             except Forbidden as exc:
                 return error_page(who, request, exc)
         if errors:
             status = 422
-    return page(request, "fit.html", who, status, title="Fit", current="fit", q=q, errors=errors, **result)
+    return page(request, "fit.html", who, status, title="Fit", current="fit", q=q, errors=errors,
+                shows=[(str(n), f"{n:,}") for n in SHOW], **result)
