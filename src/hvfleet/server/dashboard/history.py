@@ -353,5 +353,8 @@ async def keep(keeper: HistoryKeeper, state: Any) -> None:
             await asyncio.sleep(1.0)
     step = keeper.settings.tiers[0].step
     while True:
-        await loop.run_in_executor(None, sample_due, keeper, state, time.time())
+        try:
+            await loop.run_in_executor(None, sample_due, keeper, state, time.time())
+        except Exception:  # one bad sample must not end the history: the next bucket tries again
+            log.exception("history: sampling failed")
         await asyncio.sleep(step - time.time() % step + 0.01)
