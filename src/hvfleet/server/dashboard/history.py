@@ -230,6 +230,7 @@ def write_point(store: Store, series: str, tier: Tier, point: HistoryPoint, atte
 
 
 def forget(store: Store, series: str, tiers: tuple[Tier, ...]) -> None:
+    """Delete a series in every tier (its host is gone)."""
     for tier in tiers:
         try:
             store.delete(KIND, object_name(series, tier.name))
@@ -278,6 +279,8 @@ class HistoryKeeper:
             if row is None:
                 if tier is self.settings.tiers[0]:
                     forget(self.store, host_series(name), self.settings.tiers)
+                    for t in self.settings.tiers:
+                        self.last.pop((host_series(name), t.name), None)
                 continue
             wanted[host_series(name)] = host_figures(row)
         for series, figures in wanted.items():

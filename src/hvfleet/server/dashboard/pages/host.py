@@ -158,6 +158,9 @@ async def host(request: Request) -> Response:
         return error_page(who, request, exc)
 
 
+_VALUE_MAX = 512
+
+
 def _path(name: str) -> str:
     return f"/hosts/{quote(name, safe='')}"
 
@@ -201,7 +204,8 @@ async def host_action(request: Request) -> Response:
     except HvfleetError as exc:
         return error_page(who, request, exc)
     kind = form.get("action", "")
-    values = {k: v for k, v in form.items() if k not in ("csrf", "force", "confirm")}
+    # What the form sent, to fill it in again (cut so the flash cookie stays under 4 KiB).
+    values = {k: v[:_VALUE_MAX] for k, v in form.items() if k not in ("csrf", "force", "confirm")}
 
     def back(outcome: dict[str, Any]) -> Response:
         # Post/redirect/get: the outcome goes to the page in a signed cookie, so
