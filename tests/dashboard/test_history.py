@@ -187,3 +187,18 @@ def test_a_chart_has_axes_units_legend_and_a_data_table() -> None:
     assert "memory (bytes, binary units)" in html and "time (UTC)" in html
     assert "held by reservations" in html and "effective capacity" in html
     assert html.count("<table") == 2 and "8Gi" in html
+
+
+def test_serve_refuses_bad_history_options_naming_them(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    hvfleet = str(Path(sys.executable).parent / "hvfleet")
+    for option, value, words in (("--history-tiers", "bogus", "history-tiers: 'bogus'"),
+                                 ("--history-retention", "soon", "history-retention: 'soon'")):
+        out = subprocess.run([hvfleet, "serve", "--store", f"sqlite:///{tmp_path}/h.db", "--data-dir",
+                              str(tmp_path / "data"), "--listen", "127.0.0.1:0", option, value],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        assert words in out.stderr and out.stdout == ""
+        assert not (tmp_path / "h.db").exists() and not (tmp_path / "data").exists()  # nothing written

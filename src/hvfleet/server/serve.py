@@ -117,8 +117,8 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
 
     say = announce or (lambda line: print(line, flush=True))
     host, port = parse_listen(options.listen)
-    tls = plan_tls(options, host)
     history = HistorySettings.parse(options.history_tiers, options.history_retention)
+    tls = plan_tls(options, host)
     store = open_store(options.store)
     sock = bind(host, port)
     try:
