@@ -1,8 +1,9 @@
 """`hvfleet serve`: the fleet's Kubernetes-shaped HTTPS API.
 
     hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
-                  [--data-dir DIR] [--insecure-http] [--audit-log FILE]
+                  [--data-dir DIR] [--insecure-http] [--audit-log FILE] [--tls-name NAME...]
                   [--history-retention 7d] [--history-tiers 10s:1h,1m:1d,10m:7d]
+    hvfleet serve --store URL --rotate-ca begin|switch|end
 
 The CLI and the server are two edges that never import each other
 (ARCHITECTURE.md): this command parses its flags and then becomes the server
@@ -41,6 +42,17 @@ def serve(
     audit_log: Annotated[
         str | None, typer.Option("--audit-log", help="File for the JSON audit log (default stderr).")
     ] = None,
+    tls_name: Annotated[
+        list[str] | None,
+        typer.Option("--tls-name", help="Another name (or address) the serving certificate "
+                     "must carry, e.g. the load balancer's; repeatable."),
+    ] = None,
+    rotate_ca: Annotated[
+        str | None,
+        typer.Option("--rotate-ca", metavar="begin|switch|end",
+                     help="Move a rotation of the CA the replicas over this store share one step "
+                     "on, then exit without serving (docs/scaling.md)."),
+    ] = None,
     history_retention: Annotated[
         str | None, typer.Option("--history-retention",
                                  help="How long the dashboard's history is kept in the store (default 7d).")
@@ -55,7 +67,8 @@ def serve(
     settings = {
         "store": store, "listen": listen, "tls_cert": tls_cert, "tls_key": tls_key,
         "data_dir": None if data_dir is None else str(data_dir),
-        "insecure_http": insecure_http, "audit_log": audit_log,
+        "insecure_http": insecure_http, "audit_log": audit_log, "rotate_ca": rotate_ca,
+        "tls_names": tls_name or None,
         "history_retention": history_retention, "history_tiers": history_tiers,
     }
     sys.stdout.flush()

@@ -1,6 +1,6 @@
 """The dashboard's writes: overcommit set/unset, maintenance, reserve — each
-the same store operation as the CLI's and the API's (`Store.update_hypervisor`, as an apply
-with the caller as field manager, `scheduling.claims.reserve`), authorized by
+the same operation as the CLI's (`hvfleet.ops.spec.edit_spec`, an apply with the
+caller as field manager, `scheduling.claims.reserve`), authorized by
 the server's Authorizer before anything is read and again on the object to be
 written, and audited. Form input is checked first, every field of it, so bad
 values are one `FormError` naming each bad form field with its message (all
@@ -13,15 +13,14 @@ import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
-from pydantic import ValidationError
-
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation, check_ratio
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import CPU, MEMORY, ResourceName
-from hvfleet.scheduling.claims import reserve
-from hvfleet.scheduling.request import Request as FitRequest
+from hvfleet.model.resources import ResourceName
+from hvfleet.model.spec_edits import HostEdit, SpecEdit
+from hvfleet.ops.claims import ClaimQuery, claim
+from hvfleet.ops.spec import SpecEditRequest, edit_spec, maintenance_edit
 from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import audited, precheck
@@ -97,6 +96,10 @@ def quantity_field(text: str, field: str, *, required: bool = False) -> Quantity
     return q
 
 
+def _quantity_check(text: str, field: str) -> Callable[[], Quantity | None]:
+    return lambda: quantity_field(text, field)
+
+
 def consumer_field(text: str, field: str) -> str:
     """The instance a reservation is for: a UUID, as Placement requires of a
     consumer (any spelling uuid.UUID reads; kept in its canonical form)."""
@@ -109,33 +112,20 @@ def consumer_field(text: str, field: str) -> str:
                                " a consumer is an instance's UUID, as in Placement") from None
 
 
-def _edit(ctx: ApiContext, who: Identity, name: str, force: bool,
-          change: Callable[[Hypervisor], Hypervisor]) -> Hypervisor:
+def _edit(ctx: ApiContext, who: Identity, name: str, force: bool, edit: HostEdit) -> Hypervisor:
     action = Action("patch", "hypervisors", name=name, force=force, apply=True)
     precheck(ctx, who, action)
 
-    def mutate(h: Hypervisor) -> Hypervisor:
-        new = change(h)
-        ctx.authorize(who, action, h, new)
-        return new
-
     def write() -> Hypervisor:
-        # An apply of what the form changes: a field another manager owns is
-        # shown as a conflict (force takes it), as the CLI's edits do.
-        return ctx.store.update_hypervisor(name, mutate, who.manager, force=force, as_apply=True)
+        # The CLI's path (hvfleet.ops.spec): an apply of what the form changes, so a
+        # field another manager owns is shown as a conflict (force takes it).
+        answer = edit_spec(ctx.store, SpecEditRequest(edit, name=name, force=force), who.manager,
+                           check=lambda h, new: ctx.authorize(who, action, h, new))
+        return answer.hosts[0]
 
     out = audited(ctx, who, action, None, write)
     assert isinstance(out, Hypervisor)
     return out
-
-
-def _with_spec(h: Hypervisor, **fields: object) -> Hypervisor:
-    try:
-        spec = h.spec.model_validate({**h.spec.model_dump(), **fields})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InvalidInput(str(first.get("msg", exc)).removeprefix("Value error, ")) from None
-    return h.model_copy(update={"spec": spec})
 
 
 def set_overcommit(ctx: ApiContext, who: Identity, name: str, resource: str, ratio: str,
@@ -145,31 +135,29 @@ def set_overcommit(ctx: ApiContext, who: Identity, name: str, resource: str, rat
     value = checks.run(lambda: ratio_field(ratio, "ratio", str(r) if r is not None else "cpu"))
     checks.done()
     assert r is not None and value is not None
-    return _edit(ctx, who, name, force,
-                 lambda h: _with_spec(h, overcommit={**h.spec.overcommit, r: value}))
+    return _edit(ctx, who, name, force, SpecEdit("overcommit", changes={r: value}))
 
 
 def unset_overcommit(ctx: ApiContext, who: Identity, name: str, resource: str,
                      force: bool = False) -> Hypervisor:
     r = resource_field(resource, "resource")
-    return _edit(ctx, who, name, force, lambda h: _with_spec(
-        h, overcommit={k: v for k, v in h.spec.overcommit.items() if k != r}))
-
-
-MAINTENANCE_MODES = ("", "manual", "drain")
+    return _edit(ctx, who, name, force, SpecEdit("overcommit", removals=[r]))
 
 
 def set_maintenance(ctx: ApiContext, who: Identity, name: str, mode: str, reason: str,
                     force: bool = False) -> Hypervisor:
     check_maintenance(mode, reason)
-    return _edit(ctx, who, name, force, lambda h: _with_spec(
-        h, maintenance=mode, maintenance_reason=reason.strip() if mode else ""))
+    try:
+        edit = maintenance_edit(mode, reason)
+    except InvalidInput as exc:
+        raise FormError(exc.field or "mode", exc.detail) from None
+    return _edit(ctx, who, name, force, edit)
 
 
 def check_maintenance(mode: str, reason: str) -> None:
     """FormError naming every bad field of the maintenance form."""
     errors = {}
-    if mode not in MAINTENANCE_MODES:
+    if mode not in ("", "manual", "drain"):
         errors["mode"] = f"{mode!r} is not one of: none, manual, drain"
     if mode == "manual" and not reason.strip():
         errors["reason"] = "required when maintenance is manual: say why"
@@ -180,27 +168,25 @@ def check_maintenance(mode: str, reason: str) -> None:
 
 def reserve_on(ctx: ApiContext, who: Identity, name: str, cpu: str, memory: str, consumer: str,
                ttl: str) -> Reservation:
-    wanted: dict[ResourceName, Quantity] = {}
+    wanted: dict[str, str] = {}
     checks = _Checks()
-    q = checks.run(lambda: quantity_field(cpu, "cpu"))
-    if q is not None:
-        wanted[CPU] = q
-    q = checks.run(lambda: quantity_field(memory, "memory"))
-    if q is not None:
-        wanted[MEMORY] = q
+    for key, text in (("cpu", cpu), ("memory", memory)):
+        if checks.run(_quantity_check(text, key)) is not None:
+            wanted[key] = text.strip()
     if not wanted and not checks.errors:
         checks.errors["cpu"] = "give cpu or memory (or both)"
     instance = checks.run(lambda: consumer_field(consumer, "consumer"))
-    life = checks.run(lambda: _field("ttl", lambda: parse_expiry(ttl.strip() or "10m", field="ttl")))
+    checks.run(lambda: _field("ttl", lambda: parse_expiry(ttl.strip() or "10m", field="ttl")))
     checks.done()
+    # The CLI's `reserve HOST` (hvfleet.ops.claims), from the form's fields.
+    query = ClaimQuery.from_plain({"host": name, **wanted, "consumer": str(instance),
+                                   "ttl": ttl.strip() or "10m"})
     action = Action("create", "reservations")
     precheck(ctx, who, action)
 
     def write() -> Reservation:
         ctx.authorize(who, action)
-        return reserve(ctx.store, name, FitRequest(wanted), str(instance),
-                       life,  # type: ignore[arg-type]
-                       staleness=ctx.limits.claim_staleness, manager=who.manager)
+        return claim(ctx.store, query, who.manager, ctx.limits.claim_staleness).reservation
 
     out = audited(ctx, who, action, None, write)
     assert isinstance(out, Reservation)
