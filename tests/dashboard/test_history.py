@@ -202,3 +202,11 @@ def test_serve_refuses_bad_history_options_naming_them(tmp_path: Path) -> None:
         assert out.returncode == 2, out.stderr
         assert words in out.stderr and out.stdout == ""
         assert not (tmp_path / "h.db").exists() and not (tmp_path / "data").exists()  # nothing written
+
+
+def test_the_dashboards_signing_key_is_one_for_every_replica_of_a_store(store_url: str) -> None:
+    from hvfleet.server.dashboard.session import load_key
+
+    with open_store(store_url) as a, open_store(store_url) as b:
+        key = load_key(a)
+        assert len(key) == 32 and load_key(b) == key == load_key(a)

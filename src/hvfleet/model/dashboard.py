@@ -1,5 +1,6 @@
 """What the dashboard keeps in the store, so that every `hvfleet serve`
-replica over one store shows the same thing and a restart loses nothing:
+replica over one store shows the same history and a restart loses nothing
+(its signing key is a server secret, hvfleet.server.dashboard.session):
 
 - `HistorySeries`: one capacity series (the fleet, one label value, or one
   host) at one resolution (tier), as change points: each point gives, per
@@ -9,10 +10,8 @@ replica over one store shows the same thing and a restart loses nothing:
   latest state within a bucket wins), so replicas writing the same bucket
   write it once; the oldest points beyond the tier's window are dropped, one
   kept as the value in force at the window's start.
-- `DashboardSecret`: the key that signs CSRF tokens and flash cookies, the
-  same on every replica and across restarts.
 
-Both are stored kinds that are not public (like AccessToken): no CRD, not
+It is a stored kind that is not public (like AccessToken): no CRD, not
 exported, not served by the API, not in an all-kinds watch.
 """
 
@@ -70,27 +69,6 @@ class HistorySeries(Model):
     metadata: ObjectMeta
     spec: HistorySeriesSpec
     status: HistorySeriesStatus = Field(default_factory=HistorySeriesStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-
-class DashboardSecretSpec(Model):
-    # 32 random bytes, hex: the HMAC key of CSRF tokens and flash cookies.
-    key: str = Field(pattern=r"^[0-9a-f]{64}$")
-
-
-class DashboardSecretStatus(Model):
-    pass
-
-
-class DashboardSecret(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
-    kind: Literal["DashboardSecret"] = "DashboardSecret"
-    metadata: ObjectMeta
-    spec: DashboardSecretSpec
-    status: DashboardSecretStatus = Field(default_factory=DashboardSecretStatus)
 
     @property
     def name(self) -> str:

@@ -33,7 +33,7 @@ from hvfleet.model.bounds import (
     Ratio,
     Timestamp,
 )
-from hvfleet.model.dashboard import DashboardSecret, HistorySeries
+from hvfleet.model.dashboard import HistorySeries
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import (
@@ -329,8 +329,7 @@ class OvercommitPolicy(Model):
         return self.metadata.name
 
 
-Resource = (Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken | HistorySeries
-            | DashboardSecret)
+Resource = Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken | HistorySeries
 # The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
 # an all-kinds watch know.
 KINDS: dict[str, type[Resource]] = {
@@ -342,6 +341,5 @@ KINDS: dict[str, type[Resource]] = {
 # Every kind a store backend holds and decodes: the public ones, plus access
 # tokens, which only the token code and admins see (hvfleet.model.token).
 STORED_KINDS: dict[str, type[Resource]] = {**KINDS, "AccessToken": AccessToken,
-                                           # the dashboard's history and secret (model.dashboard)
-                                           "HistorySeries": HistorySeries,
-                                           "DashboardSecret": DashboardSecret}
+                                           # the dashboard's history (model.dashboard)
+                                           "HistorySeries": HistorySeries}

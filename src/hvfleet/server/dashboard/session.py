@@ -7,7 +7,7 @@ serves the dashboard's own pages and feeds.
 Every form that writes carries a CSRF token in a hidden field: a keyed hash of
 the session's token under the dashboard's secret, which a page from another
 site can neither read nor compute. The secret is kept in the store
-(model.dashboard.DashboardSecret, made by the first server that needs it), so
+(a server secret, Store.server_secret, made by the first server that needs it), so
 a form rendered by one replica posts to any other, and survives restarts.
 Writes also refuse a request whose Origin (or, without one, Referer) is not
 this server's own.
@@ -28,9 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hvfleet.model.dashboard import DashboardSecret, DashboardSecretSpec
-from hvfleet.model.errors import AlreadyExists, Forbidden, NotFound, Unauthorized, Unavailable
-from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.errors import Forbidden, Unauthorized, Unavailable
 from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Identity
 from hvfleet.store.base import Store
@@ -48,28 +46,19 @@ CSRF_FIELD = "csrf"
 # A browser session lasts a working day at most; the token's own expiry still applies.
 MAX_AGE_S = 12 * 3600
 
-SECRET_KIND = "DashboardSecret"
-SECRET_NAME = "dashboard"
+SECRET_NAME = "dashboard-key"
 _key_lock = threading.Lock()
 
 
 def load_key(store: Store) -> bytes:
-    """The dashboard's secret from the store, made there by whoever needs it first
-    (two replicas starting together agree: the second create loses and reads)."""
+    """The dashboard's secret from the store's server secrets (Store.server_secret:
+    no kind, no API role reads it), made there by whoever needs it first (two
+    replicas starting together agree: the second write loses and reads)."""
     for _ in range(3):
-        try:
-            found = store.get(SECRET_KIND, SECRET_NAME)
-            assert isinstance(found, DashboardSecret)
-            return bytes.fromhex(found.spec.key)
-        except NotFound:
-            pass
-        made = DashboardSecret(metadata=ObjectMeta(name=SECRET_NAME),
-                               spec=DashboardSecretSpec(key=secrets.token_hex(32)))
-        try:
-            store.create(made, "hvfleet-serve/dashboard")
-            return bytes.fromhex(made.spec.key)
-        except AlreadyExists:
-            continue
+        found = store.server_secret(SECRET_NAME)
+        if found is not None:
+            return found[0]
+        store.put_server_secret(SECRET_NAME, secrets.token_bytes(32), None)
     raise Unavailable("the dashboard's secret could not be read from the store")
 
 
