@@ -18,8 +18,10 @@ MAY_IMPORT = {
     "guests": {"model", "discovery"},
     # The operations every edge offers: above the core, below the edges.
     "ops": {"model", "discovery", "store", "scheduling", "guests"},
-    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops"},
-    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops"},
+    # Presentation: above the model and scheduling, below the edges.
+    "views": {"model", "scheduling"},
+    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops", "views"},
+    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops", "views"},
 }
 
 

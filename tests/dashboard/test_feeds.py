@@ -13,7 +13,7 @@ from fractions import Fraction
 from prometheus_client.parser import text_string_to_metric_families
 
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.views import human
+from hvfleet.model.readable import human
 from tests.dashboard.fleet import Fleet, hvfleet
 
 

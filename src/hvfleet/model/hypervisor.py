@@ -37,10 +37,10 @@ from hvfleet.model.dashboard import HistorySeries
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import (
-    API_VERSION,
     Condition,
     Model,
     ObjectMeta,
+    StoredObject,
     label_map_error,
     label_value_error,
     qualified_name_error,
@@ -169,16 +169,11 @@ class HypervisorStatus(Model):
     last_heartbeat_time: Timestamp | None = None
 
 
-class Hypervisor(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class Hypervisor(StoredObject):
     kind: Literal["Hypervisor"] = "Hypervisor"
     metadata: ObjectMeta
     spec: HypervisorSpec = Field(default_factory=HypervisorSpec)
     status: HypervisorStatus = Field(default_factory=HypervisorStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 ReservationPhase = Literal["Pending", "Active", "Confirmed", "Released", "Expired"]
@@ -222,16 +217,11 @@ class ReservationStatus(Model):
     message: str = ""
 
 
-class Reservation(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class Reservation(StoredObject):
     kind: Literal["Reservation"] = "Reservation"
     metadata: ObjectMeta
     spec: ReservationSpec
     status: ReservationStatus = Field(default_factory=ReservationStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 class LabelSelectorRequirement(Model):
@@ -317,16 +307,11 @@ class OvercommitPolicyStatus(Model):
     is shaped like the others (a CRD with a status subresource)."""
 
 
-class OvercommitPolicy(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class OvercommitPolicy(StoredObject):
     kind: Literal["OvercommitPolicy"] = "OvercommitPolicy"
     metadata: ObjectMeta
     spec: OvercommitPolicySpec
     status: OvercommitPolicyStatus = Field(default_factory=OvercommitPolicyStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 Resource = Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken | HistorySeries

@@ -21,8 +21,8 @@ from fractions import Fraction
 from typing import Any
 
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readable import human
 from hvfleet.model.resources import ResourceName
-from hvfleet.model.views import human
 from hvfleet.server.dashboard.html import render as render_template
 
 WIDTH, HEIGHT = 640, 220

@@ -34,9 +34,9 @@ from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import AlreadyExists, HvfleetError, InvalidInput, NotFound
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readable import human
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Selector
-from hvfleet.model.views import human
 from hvfleet.server.dashboard.feed import HostRow
 from hvfleet.store.base import StaleVersion, Store
 
