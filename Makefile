@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all deps demo test lint bench clean bytecode
+.PHONY: all deps demo test lint bench screenshots clean bytecode
 
 all: test
 
@@ -38,6 +38,9 @@ test: bytecode
 lint: $(STAMP)
 	$(PY) -m ruff check src tests bench
 	$(PY) -m mypy src
+
+screenshots: $(STAMP)
+	$(PY) -m bench.screenshots --out docs/img
 
 bench: bytecode
 	./scripts/bench

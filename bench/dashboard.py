@@ -12,19 +12,23 @@ in the same run and browser:
    `Store.watch` seeing the same write.
 3. The server side of it: GET /dashboard/overview.json and /dashboard/heat.json
    (the whole fleet's heat map) beside GET /readyz.
+4. Under churn (`--rate` status writes a second, each as the host's agent, for
+   `--churn-seconds`): bytes per minute received by one open overview tab
+   (Chrome's Network.dataReceived, compressed, event stream included) and
+   redraws per second, beside the same tab in a quiet period; and the heat
+   map's bytes: plain JSON, gzip, and one delta.
 
 The server is the real `hvfleet serve` (TLS) over a SQLite store filled with
-synthetic hosts (status written as each host's agent), logged into with a real
+synthetic hosts (tests/dashboard/fleet.py, seed_synthetic), logged into with a real
 viewer token. Each figure is the median of `--runs` fresh page loads.
 
-    .venv/bin/python bench/dashboard.py [--hosts 1000,10000] [--runs 5]
+    .venv/bin/python bench/dashboard.py [--hosts 1000,10000] [--runs 5] [--rate 100] [--churn-seconds 30]
     .venv/bin/python bench/dashboard.py --screenshots docs/img   # the docs' screenshots
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import sys
 import tempfile
@@ -36,16 +40,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.dashboard.fleet import CHROMIUM, CHROMIUM_ARGS, serving  # noqa: E402
+from tests.dashboard.fleet import CHROMIUM, CHROMIUM_ARGS, seed_synthetic, serving  # noqa: E402
 
-from hvfleet.model import Hypervisor  # noqa: E402
 from hvfleet.model.quantity import Quantity  # noqa: E402
 from hvfleet.store import open_store  # noqa: E402
-from hvfleet.store.base import Write  # noqa: E402
 from hvfleet.store.ownership import agent_manager  # noqa: E402
 from hvfleet.store.tokens import issue_token  # noqa: E402
-
-ROLES = ("compute", "compute", "compute", "gpu", "bigmem", "edge")
 
 # Installed before any page script: collects long tasks for time to interactive.
 LONGTASKS = """
@@ -69,34 +69,8 @@ MEASURE = """() => {
 
 
 def seed(store_url: str, n: int, seed_: int = 1) -> None:
-    """`n` hosts: status written as each host's agent, then spec (ratios, reserve)
-    by an operator, in atomic batches."""
-    rng = random.Random(seed_)
-    now = datetime.now(UTC).isoformat()
-    specs = []
-    with open_store(store_url) as s:
-        for i in range(n):
-            cpus = rng.choice([32, 48, 64, 96, 128])
-            mem = rng.choice([128, 256, 384, 512, 1024])
-            name = f"hv-{i:05d}"
-            hv = Hypervisor.model_validate({
-                "metadata": {"name": name, "labels": {"az": f"az{i % 3 + 1}", "role": ROLES[i % len(ROLES)]}},
-                "status": {
-                    "capacity": {"cpu": cpus, "memory": f"{mem}Gi"},
-                    "allocation": {"cpu": rng.randint(0, cpus * 2), "memory": f"{rng.randint(0, mem - 8)}Gi"},
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled"}],
-                    "lastHeartbeatTime": now,
-                },
-            })
-            specs.append({"overcommit": {"cpu": rng.choice([1.0, 2.0, 4.0])}, "reserved": {"cpu": 2}})
-            s.create(hv, agent_manager(name))
-        hosts = s.list_hypervisors()
-        for at in range(0, len(hosts), 500):
-            batch = []
-            for h in hosts[at:at + 500]:
-                spec = h.spec.model_validate(specs[int(h.name.removeprefix("hv-"))])
-                batch.append(Write("update", h.model_copy(update={"spec": spec})))
-            s.write_all(batch, "bench-operator")
+    """`n` synthetic hosts (tests/dashboard/fleet.py, shared with the 10k tests)."""
+    seed_synthetic(store_url, n, seed_)
 
 
 def token(store_url: str, role: str = "viewer") -> str:
@@ -171,6 +145,79 @@ def live_latency(browser: Any, url: str, tok: str, store_url: str, runs: int) ->
     return statistics.median(shown) * 1000, statistics.median(seen or [float("nan")]) * 1000
 
 
+def tab_traffic(browser: Any, url: str, tok: str, store_url: str, rate: float,
+                seconds: float) -> dict[str, float]:
+    """One open overview tab: bytes received and redraws, for `seconds` quiet,
+    then for `seconds` under `rate` status writes a second (each as its host's
+    agent, spread over the fleet)."""
+    import threading
+
+    ctx = browser.new_context(ignore_https_errors=True, viewport={"width": 1400, "height": 1000})
+    host = url.split("//", 1)[1].split(":")[0]
+    ctx.add_cookies([{"name": "hvfleet_session", "value": tok, "domain": host, "path": "/",
+                      "httpOnly": True, "secure": True, "sameSite": "Strict"}])
+    page = ctx.new_page()
+    received = [0]
+    cdp = ctx.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.on("Network.dataReceived", lambda e: received.__setitem__(0, received[0] + e["encodedDataLength"]))
+    page.goto(url + "/")
+    page.wait_for_selector("#live-status:has-text('on')", timeout=60_000)
+    page.wait_for_timeout(3000)  # the heat map and history loaded
+
+    def window(writes: bool) -> tuple[float, float, int]:
+        stop = threading.Event()
+        written = [0]
+
+        def write() -> None:
+            with open_store(store_url) as store:
+                hosts = {h.name: h for h in store.list_hypervisors()}
+                names = sorted(hosts)
+                t0 = time.perf_counter()
+                i = 0
+                while not stop.is_set():
+                    name = names[(i * 7919) % len(names)]
+                    h = hosts[name]
+                    status = h.status.model_copy(update={"allocation": {**h.status.allocation,
+                                                                         "cpu": Quantity(i % 64)}})
+                    hosts[name] = store.update(h.model_copy(update={"status": status}), agent_manager(name))
+                    i += 1
+                    ahead = t0 + i / rate - time.perf_counter()
+                    if ahead > 0:
+                        time.sleep(ahead)
+                written[0] = i
+
+        b0, r0 = received[0], int(page.get_attribute("body", "data-redraws") or 0)
+        t = threading.Thread(target=write) if writes else None
+        t0 = time.perf_counter()
+        if t:
+            t.start()
+        page.wait_for_timeout(seconds * 1000)
+        stop.set()
+        if t:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        redraws = int(page.get_attribute("body", "data-redraws") or 0) - r0
+        return (received[0] - b0) * 60 / elapsed, redraws / elapsed, int(written[0] / elapsed)
+
+    quiet_bytes, quiet_redraws, _ = window(False)
+    busy_bytes, busy_redraws, achieved = window(True)
+    ctx.close()
+    return {"quiet_bytes": quiet_bytes, "quiet_redraws": quiet_redraws, "bytes": busy_bytes,
+            "redraws": busy_redraws, "rate": achieved}
+
+
+def heat_bytes(session: Any, url: str) -> tuple[int, int, int]:
+    """The heat map: plain JSON, gzip, and the delta of the fleet's last change."""
+    plain = session.get(url + "/dashboard/heat.json", headers={"Accept-Encoding": "identity"}, timeout=120)
+    r = session.get(url + "/dashboard/heat.json", stream=True, timeout=120)
+    gz = len(r.raw.read(decode_content=False))
+    doc = plain.json()
+    d = session.get(url + "/dashboard/heat.json",
+                    params={"since": doc["version"] - 1, "layout": doc["layout"]}, stream=True, timeout=120)
+    return len(plain.content), gz, len(d.raw.read(decode_content=False))
+
+
 def timed_get(session: Any, url: str, runs: int) -> float:
     out = []
     for _ in range(runs):
@@ -181,7 +228,7 @@ def timed_get(session: Any, url: str, runs: int) -> float:
     return statistics.median(out) * 1000
 
 
-def bench(sizes: list[int], runs: int) -> None:
+def bench(sizes: list[int], runs: int, rate: float, churn_seconds: float) -> None:
     from playwright.sync_api import sync_playwright
 
     print(f"{'hosts':>6}  {'page':<10} {'first paint':>12} {'rows drawn':>11} {'interactive':>12} "
@@ -217,6 +264,14 @@ def bench(sizes: list[int], runs: int) -> None:
                     ready = timed_get(s, fleet.url + "/readyz", runs)
                     print(f"{n:>6}  server: overview.json {ov:.1f} ms, heat.json {heat:.1f} ms; "
                           f"peer /readyz {ready:.1f} ms (store seeded in {seeded:.1f} s)")
+                    plain, gz, delta = heat_bytes(s, fleet.url)
+                    print(f"{n:>6}  heat.json bytes: gzip {gz:,} and a one-host delta {delta:,}; "
+                          f"peer: the plain JSON {plain:,}")
+                    tr = tab_traffic(browser, fleet.url, tok, store_url, rate, churn_seconds)
+                    print(f"{n:>6}  one open tab under {tr['rate']} status writes/s: "
+                          f"{tr['bytes'] / 1024:,.0f} KiB/min, {tr['redraws']:.2f} redraws/s; "
+                          f"peer: the same tab quiet {tr['quiet_bytes'] / 1024:,.1f} KiB/min, "
+                          f"{tr['quiet_redraws']:.2f} redraws/s")
         browser.close()
 
 
@@ -263,12 +318,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", default="1000,10000")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--rate", type=float, default=100.0, help="status writes a second under churn")
+    ap.add_argument("--churn-seconds", type=float, default=30.0)
     ap.add_argument("--screenshots", type=Path)
     args = ap.parse_args()
     if args.screenshots:
         screenshots(args.screenshots)
         return
-    bench([int(x) for x in args.hosts.split(",")], args.runs)
+    bench([int(x) for x in args.hosts.split(",")], args.runs, args.rate, args.churn_seconds)
 
 
 if __name__ == "__main__":

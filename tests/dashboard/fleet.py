@@ -5,6 +5,7 @@ Chromium driven by Playwright."""
 
 from __future__ import annotations
 
+import random
 import re
 import subprocess
 import sys
@@ -19,8 +20,10 @@ from urllib.parse import quote
 
 import requests
 
+from hvfleet.model import Hypervisor
 from hvfleet.model.token import Role
 from hvfleet.store import open_store
+from hvfleet.store.base import Write
 from hvfleet.store.tokens import issue_token
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +42,49 @@ LABELS = {
     "gpu-01": {"az": "az2", "role": "gpu"},
     "lab-01": {"az": "az3", "role": "lab"},
 }
+
+
+SYNTHETIC_ROLES = ("compute", "compute", "compute", "gpu", "bigmem", "edge")
+
+
+def seed_synthetic(store_url: str, n: int, seed_: int = 1) -> None:
+    """`n` synthetic hosts `hv-00000`…, labelled az=az1..3 and a role, with a
+    status (capacity, allocation, Ready, a heartbeat now) and a spec (ratios,
+    reserve), created in atomic batches of 500 by one setup manager (as an
+    import would; one create per host takes minutes at 10,000)."""
+    rng = random.Random(seed_)
+    now = datetime.now(UTC).isoformat()
+    with open_store(store_url) as s:
+        batch: list[Write] = []
+        for i in range(n):
+            cpus = rng.choice([32, 48, 64, 96, 128])
+            mem = rng.choice([128, 256, 384, 512, 1024])
+            batch.append(Write("create", Hypervisor.model_validate({
+                "metadata": {"name": f"hv-{i:05d}", "labels": {
+                    "az": f"az{i % 3 + 1}", "role": SYNTHETIC_ROLES[i % len(SYNTHETIC_ROLES)]}},
+                "spec": {"overcommit": {"cpu": rng.choice([1.0, 2.0, 4.0])}, "reserved": {"cpu": 2}},
+                "status": {
+                    "capacity": {"cpu": cpus, "memory": f"{mem}Gi"},
+                    "allocation": {"cpu": rng.randint(0, cpus * 2), "memory": f"{rng.randint(0, mem - 8)}Gi"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled"}],
+                    "lastHeartbeatTime": now,
+                },
+            })))
+            if len(batch) == 500 or i == n - 1:
+                s.write_all(batch, "fleet-import")
+                batch = []
+
+
+def wait_dashboard_loaded(fleet: Fleet, token: str, timeout: float = 300.0) -> None:
+    """Until the dashboard has read the fleet (its first load of a big fleet
+    runs in the background after start-up)."""
+    s = fleet.http()
+    s.cookies.set("hvfleet_session", token)
+    deadline = time.monotonic() + timeout
+    while s.get(fleet.url + "/dashboard/overview.json?perPage=1", timeout=120).status_code != 200:
+        if time.monotonic() > deadline:
+            raise AssertionError("the dashboard did not load the fleet")
+        time.sleep(1)
 
 
 def hvfleet(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -91,7 +137,9 @@ def report_fleet(store_url: str) -> None:
 def serving(tmp: Path, store_url: str) -> Iterator[Fleet]:
     proc = subprocess.Popen(
         [HVFLEET, "serve", "--store", store_url, "--listen", "127.0.0.1:0",
-         "--data-dir", str(tmp / "data"), "--audit-log", str(tmp / "audit.log")],
+         "--data-dir", str(tmp / "data"), "--audit-log", str(tmp / "audit.log"),
+         # History points every second, so tests see a change's point at once.
+         "--history-tiers", "1s:1h,1m:1d,10m:7d"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -1,6 +1,6 @@
 """The dashboard's live picture over a real SQLite store, without a browser:
 running totals equal adding every host up again after any sequence of changes
-(hypothesis), the history rings stay bounded, and rows follow the store's watch."""
+(hypothesis), changed rows are noted for the history, and rows follow the store's watch."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hvfleet.model import Hypervisor
 from hvfleet.model.errors import NotFound
 from hvfleet.model.selectors import parse_selector
 from hvfleet.server.dashboard.feed import totals_document, totals_of
-from hvfleet.server.dashboard.live import FleetState, HistoryLimits
+from hvfleet.server.dashboard.live import FleetState
 from hvfleet.store import open_store
 from hvfleet.store.base import Store
 from hvfleet.store.ownership import agent_manager
@@ -72,18 +72,15 @@ def test_running_totals_equal_a_fresh_sum_after_any_changes(
     db.unlink(missing_ok=True)
 
 
-def test_history_rings_are_bounded_and_hold_the_latest_state(tmp_path: Path) -> None:
+def test_a_changed_row_is_noted_for_the_history_once(tmp_path: Path) -> None:
     with open_store(f"sqlite:///{tmp_path}/h.db") as store:
-        state = FleetState(store, history=HistoryLimits(host_samples=3, min_gap=0.0))
+        state = FleetState(store)
         since = state.load()
+        state.take_touched()
         store.create(_host("hv", 8, 0, "a"), agent_manager("hv"))
-        for used in range(1, 7):
-            since = _follow(state, store, since)
-            h = store.get_hypervisor("hv")
-            status = _host("hv", 8, used, "a").status
-            store.update(h.model_copy(update={"status": status}), agent_manager("hv"))
+        since = _follow(state, store, since)
+        assert state.take_touched() == {"hv"}
+        assert state.take_touched() == set()
+        store.delete("Hypervisor", "hv")
         _follow(state, store, since)
-        ring = state.history["hv"]
-        assert len(ring) == 3
-        assert [s["allocation"]["cpu"] for s in ring] == ["4", "5", "6"]
-        assert state.rows["hv"].doc["resources"]["cpu"]["allocation"] == "6"
+        assert state.take_touched() == {"hv"}  # gone: its history goes too

@@ -2,6 +2,7 @@
 
     hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
                   [--data-dir DIR] [--insecure-http] [--audit-log FILE] [--tls-name NAME...]
+                  [--history-retention 7d] [--history-tiers 10s:1h,1m:1d,10m:7d]
     hvfleet serve --store URL --rotate-ca begin|switch|end
 
 The CLI and the server are two edges that never import each other
@@ -62,6 +63,15 @@ def serve(
                      help="Move a rotation of the CA the replicas over this store share one step "
                      "on, then exit without serving (docs/scaling.md)."),
     ] = None,
+    history_retention: Annotated[
+        str | None, typer.Option("--history-retention",
+                                 help="How long the dashboard's history is kept in the store (default 7d).")
+    ] = None,
+    history_tiers: Annotated[
+        str | None, typer.Option("--history-tiers",
+                                 help="The history's RESOLUTION:WINDOW tiers, finest first "
+                                      "(default 10s:1h,1m:1d,10m:7d).")
+    ] = None,
 ) -> None:
     """Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."""
     settings = {
@@ -69,6 +79,7 @@ def serve(
         "data_dir": None if data_dir is None else str(data_dir),
         "insecure_http": insecure_http, "audit_log": audit_log, "rotate_ca": rotate_ca,
         "tls_names": tls_name or None,
+        "history_retention": history_retention, "history_tiers": history_tiers,
     }
     sys.stdout.flush()
     sys.stderr.flush()

@@ -33,6 +33,7 @@ from hvfleet.model.bounds import (
     Ratio,
     Timestamp,
 )
+from hvfleet.model.dashboard import HistorySeries
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import (
@@ -315,7 +316,8 @@ class OvercommitPolicy(StoredObject):
 
 
 Resource = (Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken
-            | ResourceProvider | PlacementConsumer | PlacementName)
+            | ResourceProvider | PlacementConsumer | PlacementName
+            | HistorySeries)
 # The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
 # an all-kinds watch know.
 KINDS: dict[str, type[Resource]] = {
@@ -331,4 +333,6 @@ STORED_KINDS: dict[str, type[Resource]] = {
     **KINDS, "AccessToken": AccessToken,
     "ResourceProvider": ResourceProvider, "PlacementConsumer": PlacementConsumer,
     "PlacementName": PlacementName,
+    # the dashboard's history (model.dashboard)
+    "HistorySeries": HistorySeries,
 }

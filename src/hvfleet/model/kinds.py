@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from hvfleet.model.capacity import growth_past_claim
+from hvfleet.model.dashboard import HistorySeries
 from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.model.hypervisor import (
     Hypervisor,
@@ -51,7 +52,7 @@ def agent_manager(hypervisor_name: str) -> str:
 # The kind's model: every hook of a strategy takes objects of its own kind
 # (the strategy is found by the object's `kind`, which its model fixes).
 R = TypeVar("R", Hypervisor, Reservation, Lease, OvercommitPolicy, AccessToken,
-            ResourceProvider, PlacementConsumer, PlacementName)
+            ResourceProvider, PlacementConsumer, PlacementName, HistorySeries)
 
 
 def _no_check(*_: Any) -> None:
@@ -202,6 +203,8 @@ STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
     KindStrategy[PlacementConsumer]("PlacementConsumer", PlacementConsumer, "placementconsumers",
                                     public=False),
     KindStrategy[PlacementName]("PlacementName", PlacementName, "placementnames", public=False),
+    # The dashboard's history (model.dashboard), written by the servers only.
+    KindStrategy[HistorySeries]("HistorySeries", HistorySeries, "historyseries", public=False),
 )}
 
 

@@ -24,6 +24,7 @@ from hvfleet.server import access_review, actions, dashboard, discovery, imperso
 from hvfleet.server import placement as placement_api
 from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
+from hvfleet.server.dashboard.history import HistorySettings
 from hvfleet.server.identity import Authenticator, Authorizer
 from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
 from hvfleet.server.resources import authenticate, collection, error_response, item
@@ -123,6 +124,7 @@ def create_app(
     audit: AuditLog | None = None,
     limits: Limits | None = None,
     dashboard_pages: bool = True,
+    history: HistorySettings | None = None,
 ) -> Starlette:
     """The API over `store`. The caller keeps ownership of the store (and closes
     it); the app stops its watch fan-out threads when uvicorn shuts it down.
@@ -149,4 +151,5 @@ def create_app(
     app = Starlette(routes=routes(dashboard_pages), lifespan=lifespan,
                     exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.ctx = ctx
+    app.state.history_settings = history  # the dashboard's history tiers and retention
     return app

@@ -22,6 +22,7 @@ from hvfleet.model.errors import InvalidInput, Unavailable
 from hvfleet.server.app import create_app
 from hvfleet.server.audit import JsonAuditLog, configure_audit_log
 from hvfleet.server.auth import DEFAULT_MAX_AGE_S, RoleAuthorizer, TokenAuthenticator
+from hvfleet.server.dashboard.history import DEFAULT_RETENTION, DEFAULT_TIERS, HistorySettings
 from hvfleet.server.tls import (
     ServingFiles,
     ensure_serving_certificate,
@@ -72,6 +73,9 @@ class ServeOptions:
     insecure_http: bool = False
     audit_log: str | None = None
     token_cache_seconds: float = DEFAULT_MAX_AGE_S
+    # The dashboard's history in the store (server/dashboard/history.py).
+    history_tiers: str = DEFAULT_TIERS
+    history_retention: str = DEFAULT_RETENTION
     # One step of a rotation of the CA the replicas share (tls.ROTATION_STEPS):
     # done on the store, then the command ends without serving.
     rotate_ca: str | None = None
@@ -129,6 +133,7 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
 
     say = announce or (lambda line: print(line, flush=True))
     host, port = parse_listen(options.listen)
+    history = HistorySettings.parse(options.history_tiers, options.history_retention)
     store = open_store(options.store)
     if options.rotate_ca is not None:
         try:
@@ -150,6 +155,7 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
             TokenAuthenticator(store, max_age=options.token_cache_seconds, follow=True),
             RoleAuthorizer(),
             audit=JsonAuditLog(),
+            history=history,
         )
         real_port = sock.getsockname()[1]
         scheme = "http" if tls is None else "https"

@@ -1,16 +1,23 @@
 """The fleet dashboard served by `hvfleet serve` at `/` (docs/dashboard.md):
 `routes()` for the app's route table, and `start`/`stop` for its lifespan,
 which keep the dashboard's live picture (live.FleetState) following the API's
-watch fan-out."""
+watch fan-out and its history (history.py) in the store."""
 
 from __future__ import annotations
 
-from starlette.applications import Starlette
+import asyncio
+import contextlib
 
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+
+from hvfleet.model.errors import HvfleetError
 from hvfleet.server.context import ApiContext
+from hvfleet.server.dashboard.history import HistoryKeeper, HistorySettings, keep
 from hvfleet.server.dashboard.live import FleetState, Follower
 from hvfleet.server.dashboard.metrics import registry_for
 from hvfleet.server.dashboard.pages import routes
+from hvfleet.server.dashboard.session import load_key
 
 __all__ = ["routes", "start", "stop"]
 
@@ -22,10 +29,20 @@ async def start(app: Starlette) -> None:
     app.state.dashboard = state
     app.state.dashboard_metrics = registry_for(state)
     app.state.dashboard_follower = follower
+    settings: HistorySettings = getattr(app.state, "history_settings", None) or HistorySettings.parse()
+    app.state.history = HistoryKeeper(ctx.store, settings)
     await follower.start()
+    with contextlib.suppress(HvfleetError):  # else read on first use
+        app.state.dashboard_key = await run_in_threadpool(load_key, ctx.store)
+    app.state.history_task = asyncio.create_task(keep(app.state.history, state))
 
 
 async def stop(app: Starlette) -> None:
     follower: Follower | None = getattr(app.state, "dashboard_follower", None)
     if follower is not None:
         await follower.stop()
+    task: asyncio.Task[None] | None = getattr(app.state, "history_task", None)
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

@@ -4,8 +4,8 @@ every host's overview row (feed.host_row) recomputed when that host or one of
 its reservations changes, and again for all hosts at most every
 `refresh_seconds` (readiness and reservation expiry move with the clock, agent
 liveness with its Lease). It also keeps, in bounded memory, each host's recent
-changes and a ring buffer of samples per host and for the fleet (history),
-and tells the page's event streams (SSE) which hosts changed.
+changes, notes which hosts' rows changed for the history (history.py keeps
+that in the store), and tells the page's event streams (SSE) which hosts changed.
 """
 
 from __future__ import annotations
@@ -37,10 +37,6 @@ from hvfleet.views.capacity import FleetTotals
 
 @dataclass(frozen=True)
 class HistoryLimits:
-    host_samples: int = 240  # per host, one per change (at most one per `min_gap` s)
-    fleet_samples: int = 720  # for the fleet, one per `fleet_interval` s (6 h at 30 s)
-    fleet_interval: float = 30.0
-    min_gap: float = 5.0
     recent_changes: int = 20  # per host, for its page
 
 
@@ -60,12 +56,6 @@ class Change:
         return {"at": self.at, "type": self.type, "kind": self.kind, "name": self.name,
                 "resourceVersion": self.resource_version, "manager": self.manager,
                 "fields": self.fields}
-
-
-def _sample(at: float, doc: dict[str, Any]) -> dict[str, Any]:
-    return {"t": at, "allocation": {r: v["allocation"] for r, v in doc["resources"].items()},
-            "free": {r: v["free"] for r, v in doc["resources"].items()},
-            "use": {r: v["use"] for r, v in doc["resources"].items()}}
 
 
 def _last_writer(obj: Hypervisor | Reservation) -> str:
@@ -98,6 +88,9 @@ class FleetState:
         self.policies: dict[str, OvercommitPolicy] = {}
         self.rows: dict[str, HostRow] = {}
         self.version = 0  # bumped on every change of any row
+        # The version at which each host's row last changed: a page that drew the
+        # fleet at version V asks only for the rows changed since (`changed_since`).
+        self.changed_at: dict[str, int] = {}
         self.revision = 0
         self._liveness: dict[str, bool] = {}
         self._refreshed = 0.0
@@ -106,8 +99,8 @@ class FleetState:
         # Running totals of every host (key None) and of each label value (key, value).
         self._sums: dict[tuple[str, str] | None, FleetTotals] = {}
         self.recent: dict[str, deque[Change]] = {}
-        self.history: dict[str, deque[dict[str, Any]]] = {}
-        self.fleet_history: deque[dict[str, Any]] = deque(maxlen=self.limits.fleet_samples)
+        # Hosts whose row changed (or that went) since the history last took them.
+        self.touched: set[str] = set()
         self._listeners: set[asyncio.Queue[set[str]]] = set()
         self.loaded = threading.Event()  # set once the first load is done
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -164,17 +157,17 @@ class FleetState:
             for n in changed:
                 self._account(self.rows.get(n), rows.get(n))
         self.rows = rows
-        for n in changed & set(rows):
-            self._record(n, rows[n])
+        self.touched |= changed
         self._refreshed = time.monotonic()
         if changed:
-            self._changed()
+            self._changed(changed)
         return changed
 
     def _recompute(self, names: Iterable[str]) -> None:
         now = datetime.now(UTC)
         for n in names:
             h = self.hosts.get(n)
+            self.touched.add(n)
             if h is None:
                 self._account(self.rows.pop(n, None), None)
                 continue
@@ -182,8 +175,7 @@ class FleetState:
             row = host_row(h, mine, now, self._liveness.get(n), self.policy_list())
             self._account(self.rows.get(n), row)
             self.rows[n] = row
-            self._record(n, row)
-        self._changed()
+        self._changed(names)
 
     def _account(self, old: HostRow | None, new: HostRow | None) -> None:
         for x, adding in ((old, False), (new, True)):
@@ -200,20 +192,21 @@ class FleetState:
                     if not sums.hosts:
                         del self._sums[key]
 
-    def _changed(self) -> None:
+    def _changed(self, names: Iterable[str]) -> None:
         self.version += 1
         self._sorted = None
         self._totals.clear()
+        for n in names:
+            if n in self.rows:
+                self.changed_at[n] = self.version
+            else:
+                self.changed_at.pop(n, None)
 
-    def _record(self, name: str, row: HostRow) -> None:
-        ring = self.history.get(name)
-        if ring is None:
-            ring = self.history[name] = deque(maxlen=self.limits.host_samples)
-        now = time.time()
-        if ring and now - ring[-1]["t"] < self.limits.min_gap:
-            ring[-1] = _sample(now, row.doc)  # the latest state within the gap
-        else:
-            ring.append(_sample(now, row.doc))
+    def take_touched(self) -> set[str]:
+        """The hosts whose row changed since the last call (for the history)."""
+        with self.lock:
+            out, self.touched = self.touched, set()
+        return out
 
     def fresh(self) -> set[str]:
         """Recompute every row if the last full pass is older than refresh_seconds;
@@ -240,7 +233,6 @@ class FleetState:
                         continue
                     if e.type == "DELETED":
                         self.hosts.pop(name, None)
-                        self.history.pop(name, None)
                     else:
                         self.hosts[name] = obj
                     self._note(name, Change(datetime.now(UTC).isoformat(timespec="seconds"), e.type,
@@ -308,23 +300,20 @@ class FleetState:
                 self._totals[key] = got
         return got
 
+    def changed_since(self, version: int) -> set[str]:
+        """The hosts whose row changed after `version` (every host for a
+        version this state never had, e.g. one from before a restart)."""
+        with self.lock:
+            if version > self.version:
+                return set(self.rows)
+            return {n for n, v in self.changed_at.items() if v > version}
+
     def owners_of(self, name: str) -> dict[str, str]:
         with self.lock:
             h = self.hosts.get(name)
         if h is None:
             return {}
         return {".".join(p): m for p, m in owners(h).items()}
-
-    def sample_fleet(self) -> None:
-        t = self.totals_for(Selector(), self.sorted_rows())
-        with self.lock:
-            self.fleet_history.append({
-                "t": time.time(),
-                "allocation": {r: v["allocation"] for r, v in t["resources"].items()},
-                "free": {r: v["free"] for r, v in t["resources"].items()},
-                "use": {r: (1 - v["bar"]["free"] / v["bar"]["effective"]) if v["bar"]["effective"] else None
-                        for r, v in t["resources"].items()},
-            })
 
     # -- telling the pages -------------------------------------------------------------------------
 
@@ -348,8 +337,7 @@ class FleetState:
 
 @dataclass
 class Follower:
-    """The tasks that keep a FleetState current from the hub (one per kind) and
-    sample the fleet's history."""
+    """The tasks that keep a FleetState current from the hub (one per kind)."""
 
     state: FleetState
     hub: Any  # hvfleet.server.watch.WatchHub
@@ -368,7 +356,6 @@ class Follower:
                 break
             except HvfleetError:
                 await asyncio.sleep(1.0)  # the store is unavailable: try again
-        await loop.run_in_executor(None, self.state.sample_fleet)  # the history's first sample
         kinds = ("Hypervisor", "Reservation", "OvercommitPolicy")
         followers = [asyncio.create_task(self._follow(kind, since)) for kind in kinds]
         self.tasks += [*followers, asyncio.create_task(self._tick())]
@@ -398,15 +385,11 @@ class Follower:
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
-        last_sample = 0.0
         while True:
             await asyncio.sleep(self.state.refresh_seconds)
             changed = await loop.run_in_executor(None, self.state.fresh)
             if changed:
                 self.state.notify(changed)
-            if time.monotonic() - last_sample >= self.state.limits.fleet_interval:
-                last_sample = time.monotonic()
-                await loop.run_in_executor(None, self.state.sample_fleet)
 
     async def stop(self) -> None:
         for t in self.tasks:

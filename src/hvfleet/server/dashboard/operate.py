@@ -2,13 +2,16 @@
 the same operation as the CLI's (`hvfleet.ops.spec.edit_spec`, an apply with the
 caller as field manager, `scheduling.claims.reserve`), authorized by
 the server's Authorizer before anything is read and again on the object to be
-written, and audited. Form input is checked first, field by field, so a bad
-value is a `FormError` naming the form field and nothing is written.
+written, and audited. Form input is checked first, every field of it, so bad
+values are one `FormError` naming each bad form field with its message (all
+of them, not only the first) and nothing is written.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from typing import TypeVar
 
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.errors import HvfleetError, InvalidInput
@@ -22,13 +25,37 @@ from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import audited, precheck
 
+T = TypeVar("T")
+
 
 class FormError(InvalidInput):
-    """Bad input in one form field (`field` is the form's input name)."""
+    """Bad input in form fields: `errors` maps each bad field (the form's input
+    name) to its message; `field` and `detail` are the first of them."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, errors: dict[str, str] | None = None) -> None:
         super().__init__(message, field=field)
         self.detail = message
+        self.errors = errors or {field: message}
+
+
+class _Checks:
+    """Collects every field's error, so the form shows all of them at once."""
+
+    def __init__(self) -> None:
+        self.errors: dict[str, str] = {}
+
+    def run(self, parse: Callable[[], T]) -> T | None:
+        try:
+            return parse()
+        except FormError as exc:
+            for k, v in exc.errors.items():
+                self.errors.setdefault(k, v)
+            return None
+
+    def done(self) -> None:
+        if self.errors:
+            field, message = next(iter(self.errors.items()))
+            raise FormError(field, message, dict(self.errors))
 
 
 def _field(name: str, parse: Callable[[], object]) -> object:
@@ -69,6 +96,22 @@ def quantity_field(text: str, field: str, *, required: bool = False) -> Quantity
     return q
 
 
+def _quantity_check(text: str, field: str) -> Callable[[], Quantity | None]:
+    return lambda: quantity_field(text, field)
+
+
+def consumer_field(text: str, field: str) -> str:
+    """The instance a reservation is for: a UUID, as Placement requires of a
+    consumer (any spelling uuid.UUID reads; kept in its canonical form)."""
+    if not text.strip():
+        raise FormError(field, "required: the UUID of the instance the space is for")
+    try:
+        return str(uuid.UUID(text.strip()))
+    except ValueError:
+        raise FormError(field, f"{text.strip()!r} is not a UUID (e.g. 0b7e6f7e-5b1c-4f4e-9d7a-3f1f2f0e8a11):"
+                               " a consumer is an instance's UUID, as in Placement") from None
+
+
 def _edit(ctx: ApiContext, who: Identity, name: str, force: bool, edit: HostEdit) -> Hypervisor:
     action = Action("patch", "hypervisors", name=name, force=force, apply=True)
     precheck(ctx, who, action)
@@ -87,8 +130,11 @@ def _edit(ctx: ApiContext, who: Identity, name: str, force: bool, edit: HostEdit
 
 def set_overcommit(ctx: ApiContext, who: Identity, name: str, resource: str, ratio: str,
                    force: bool = False) -> Hypervisor:
-    r = resource_field(resource, "resource")
-    value = ratio_field(ratio, "ratio", str(r))
+    checks = _Checks()
+    r = checks.run(lambda: resource_field(resource, "resource"))
+    value = checks.run(lambda: ratio_field(ratio, "ratio", str(r) if r is not None else "cpu"))
+    checks.done()
+    assert r is not None and value is not None
     return _edit(ctx, who, name, force, SpecEdit("overcommit", changes={r: value}))
 
 
@@ -100,6 +146,7 @@ def unset_overcommit(ctx: ApiContext, who: Identity, name: str, resource: str,
 
 def set_maintenance(ctx: ApiContext, who: Identity, name: str, mode: str, reason: str,
                     force: bool = False) -> Hypervisor:
+    check_maintenance(mode, reason)
     try:
         edit = maintenance_edit(mode, reason)
     except InvalidInput as exc:
@@ -107,17 +154,32 @@ def set_maintenance(ctx: ApiContext, who: Identity, name: str, mode: str, reason
     return _edit(ctx, who, name, force, edit)
 
 
+def check_maintenance(mode: str, reason: str) -> None:
+    """FormError naming every bad field of the maintenance form."""
+    errors = {}
+    if mode not in ("", "manual", "drain"):
+        errors["mode"] = f"{mode!r} is not one of: none, manual, drain"
+    if mode == "manual" and not reason.strip():
+        errors["reason"] = "required when maintenance is manual: say why"
+    if errors:
+        field, message = next(iter(errors.items()))
+        raise FormError(field, message, errors)
+
+
 def reserve_on(ctx: ApiContext, who: Identity, name: str, cpu: str, memory: str, consumer: str,
                ttl: str) -> Reservation:
-    wanted = {k: v.strip() for k, v in (("cpu", cpu), ("memory", memory))
-              if quantity_field(v, k) is not None}
-    if not wanted:
-        raise FormError("cpu", "give cpu or memory (or both)")
-    if not consumer.strip():
-        raise FormError("consumer", "required: the UUID of the instance the space is for")
-    _field("ttl", lambda: parse_expiry(ttl.strip() or "10m", field="ttl"))
+    wanted: dict[str, str] = {}
+    checks = _Checks()
+    for key, text in (("cpu", cpu), ("memory", memory)):
+        if checks.run(_quantity_check(text, key)) is not None:
+            wanted[key] = text.strip()
+    if not wanted and not checks.errors:
+        checks.errors["cpu"] = "give cpu or memory (or both)"
+    instance = checks.run(lambda: consumer_field(consumer, "consumer"))
+    checks.run(lambda: _field("ttl", lambda: parse_expiry(ttl.strip() or "10m", field="ttl")))
+    checks.done()
     # The CLI's `reserve HOST` (hvfleet.ops.claims), from the form's fields.
-    query = ClaimQuery.from_plain({"host": name, **wanted, "consumer": consumer.strip(),
+    query = ClaimQuery.from_plain({"host": name, **wanted, "consumer": str(instance),
                                    "ttl": ttl.strip() or "10m"})
     action = Action("create", "reservations")
     precheck(ctx, who, action)

@@ -1,27 +1,64 @@
 // hvfleet dashboard: the fleet overview. Renders the server's JSON feed (every
 // figure is the core's, as text and as bar shares; nothing is computed here),
 // follows the server's event stream, and draws the heat map.
+//
+// The view (selector, name search, state, sort, page, page size, heat map
+// grouping) is the URL's: it changes only when the person submits the form,
+// picks a page or follows a link, never from what is typed but not submitted.
+// Live changes are applied in place (the DOM is patched node by node, so
+// focus, selection and scroll stay), at most once a second; a change that
+// would move rows on the page is announced ("N changes") instead of applied.
 "use strict";
 (function () {
   const $ = (id) => document.getElementById(id);
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
   const pct = (f) => (Math.max(0, f) * 100).toFixed(2) + "%";
+  const fmt = (n) => Number(n).toLocaleString("en");
+  const VIEW_KEYS = ["q", "selector", "state", "sort", "order", "page", "perPage", "group"];
+  const MIN_GAP_MS = 1000;  // at most one redraw a second under churn
   let doc = JSON.parse($("initial").textContent);
+  let view = viewOf(new URLSearchParams(location.search));
   let heat = null;
-  let pending = null;
-  let heatDirty = true;
+  let redraws = 0;
 
-  function params(extra) {
-    const form = $("filter");
+  function viewOf(p) {
+    const v = {};
+    for (const k of VIEW_KEYS) if (p.get(k)) v[k] = p.get(k);
+    return v;
+  }
+
+  function query(v, extra) {
     const p = new URLSearchParams();
-    p.set("selector", form.elements.selector.value);
-    p.set("sort", form.elements.sort.value);
-    p.set("perPage", form.elements.perPage.value);
-    p.set("page", String(doc.page));
+    for (const k of VIEW_KEYS) if (v[k] && !(k === "page" && v[k] === "1")) p.set(k, v[k]);
     for (const k in extra || {}) p.set(k, extra[k]);
     return p;
   }
 
+  // -- patching the DOM in place ------------------------------------------------------------------
+  // Only nodes that differ are touched: the element that has focus, a text
+  // selection and the scroll position survive an update that did not change them.
+  function morph(el, html) {
+    const t = document.createElement("template");
+    t.innerHTML = html;
+    morphChildren(el, t.content);
+  }
+
+  function morphChildren(a, b) {
+    const want = Array.from(b.childNodes);
+    if (a.childNodes.length !== want.length) { a.replaceChildren(...want); return; }
+    for (let i = 0; i < want.length; i++) {
+      const x = a.childNodes[i], y = want[i];
+      if (x.nodeType !== y.nodeType || x.nodeName !== y.nodeName ||
+          (x.nodeType === 1 && x.dataset.host !== y.dataset.host)) { a.replaceChild(y, x); continue; }
+      if (x.nodeType === 3) { if (x.data !== y.data) x.data = y.data; continue; }
+      if (x.nodeType !== 1 || x.isEqualNode(y)) continue;
+      for (const at of Array.from(x.attributes)) if (!y.hasAttribute(at.name)) x.removeAttribute(at.name);
+      for (const at of Array.from(y.attributes)) if (x.getAttribute(at.name) !== at.value) x.setAttribute(at.name, at.value);
+      morphChildren(x, y);
+    }
+  }
+
+  // -- rendering ---------------------------------------------------------------------------------------
   function bar(r, x) {
     const b = x.bar, t = x.text;
     let words = `${r}: ${t.allocation} allocated, ${t.held} held by reservations, ${t.free} free of ${t.effective} effective`;
@@ -47,181 +84,377 @@
   }
 
   function states(s) {
-    return Object.keys(s).sort().map((k) => `<span class="state state-${esc(k)}">${esc(k)}: ${s[k]}</span>`).join(" ");
+    return Object.keys(s).sort().map((k) => `<span class="state state-${esc(k)}">${esc(k)}: ${fmt(s[k])}</span>`).join(" ");
+  }
+
+  // A label value's totals link to the overview narrowed to that value.
+  function groupLink(k, v) {
+    const sel = doc.selector ? `${doc.selector},${k}=${v}` : `${k}=${v}`;
+    return "/?" + query({selector: sel, sort: view.sort, order: view.order, perPage: view.perPage, group: view.group});
   }
 
   function renderTotals() {
     const t = doc.total;
-    $("totals").innerHTML = `<p>${t.hosts} hosts match${doc.selector ? " <code>" + esc(doc.selector) + "</code>" : ""}. ${states(t.states)}</p>` +
-      `<div class="bars" id="total-bars">${bars(t.resources, doc.resources)}</div>`;
+    const narrowed = doc.count !== doc.matching ? ` (${fmt(doc.count)} shown by name and state)` : "";
+    morph($("totals"), `<p>${fmt(t.hosts)} hosts match${doc.selector ? " <code>" + esc(doc.selector) + "</code>" : ""}${narrowed}. ${states(t.states)}</p>` +
+      `<div class="bars" id="total-bars">${bars(t.resources, doc.resources)}</div>`);
     const keys = Object.keys(doc.groups);
-    if (!keys.length) { $("groups").innerHTML = "<p>No labels to group by.</p>"; return; }
-    $("groups").innerHTML = keys.map((k) => {
+    if (!keys.length) { morph($("groups"), "<p>No labels to group by.</p>"); return; }
+    morph($("groups"), keys.map((k) => {
       const rows = Object.keys(doc.groups[k]).map((v) => {
         const g = doc.groups[k][v];
-        return `<tr data-group="${esc(k)}=${esc(v)}"><th scope="row">${esc(k)}=${esc(v)}</th><td>${g.hosts}</td><td>${states(g.states)}</td><td class="bars">${bars(g.resources, doc.resources)}</td></tr>`;
+        return `<tr data-group="${esc(k)}=${esc(v)}"><th scope="row"><a href="${esc(groupLink(k, v))}">${esc(k)}=${esc(v)}</a></th><td>${fmt(g.hosts)}</td><td>${states(g.states)}</td><td class="bars">${bars(g.resources, doc.resources)}</td></tr>`;
       }).join("");
       return `<table class="groups"><caption>By ${esc(k)}</caption><thead><tr><th scope="col">${esc(k)}</th><th scope="col">Hosts</th><th scope="col">States</th><th scope="col">Capacity</th></tr></thead><tbody>${rows}</tbody></table>`;
-    }).join("");
+    }).join(""));
+  }
+
+  function hostRow(h) {
+    const rd = h.readiness;
+    const labels = Object.keys(h.labels).sort().map((k) => `${esc(k)}=${esc(h.labels[k])}`).join(", ");
+    const synced = h.synced.state === "False" ? ' <span class="pending" title="' + esc(h.synced.message) + '">effective capacity not synced</span>' : "";
+    return `<tr data-host="${esc(h.name)}" class="row-${esc(rd.state)}"><th scope="row"><a href="/hosts/${encodeURIComponent(h.name)}">${esc(h.name)}</a></th>` +
+      `<td><span class="state state-${esc(rd.state)}" title="${esc(rd.message)}">${esc(rd.state)}</span>${synced}</td>` +
+      `<td>${h.instances}</td><td class="bars">${bars(h.resources, doc.resources)}</td><td>${labels || "-"}</td></tr>`;
+  }
+
+  // Column headings sort the table (again: the other direction).
+  function heading(label, key) {
+    const on = doc.sort === key;
+    const sort = on ? (doc.order === "desc" ? "descending" : "ascending") : null;
+    return `<th scope="col"${sort ? ` aria-sort="${sort}"` : ""}><button type="button" class="sort" data-sort="${esc(key)}">${esc(label)}${on ? (doc.order === "desc" ? " ▼" : " ▲") : ""}</button></th>`;
   }
 
   function renderHosts() {
-    const rows = doc.hosts.map((h) => {
-      const rd = h.readiness;
-      const labels = Object.keys(h.labels).sort().map((k) => `${esc(k)}=${esc(h.labels[k])}`).join(", ");
-      const synced = h.synced.state === "False" ? ' <span class="pending" title="' + esc(h.synced.message) + '">effective capacity not synced</span>' : "";
-      return `<tr data-host="${esc(h.name)}" class="row-${esc(rd.state)}"><th scope="row"><a href="/hosts/${encodeURIComponent(h.name)}">${esc(h.name)}</a></th>` +
-        `<td><span class="state state-${esc(rd.state)}" title="${esc(rd.message)}">${esc(rd.state)}</span>${synced}</td>` +
-        `<td>${h.instances}</td><td class="bars">${bars(h.resources, doc.resources)}</td><td>${labels || "-"}</td></tr>`;
-    }).join("");
-    $("hosts").innerHTML = `<table class="hosts"><caption>Hosts ${(doc.page - 1) * doc.perPage + 1}–${(doc.page - 1) * doc.perPage + doc.hosts.length} of ${doc.count}, sorted by ${esc(doc.sort)}</caption>` +
-      `<thead><tr><th scope="col">Host</th><th scope="col">State</th><th scope="col">Instances</th><th scope="col">Capacity per resource</th><th scope="col">Labels</th></tr></thead><tbody>${rows}</tbody></table>`;
+    const first = doc.count ? (doc.page - 1) * doc.perPage + 1 : 0;
+    const used = doc.resources.length ? `used:${doc.resources[0]}` : "name";
+    morph($("hosts"), `<table class="hosts"><caption>Hosts ${fmt(first)}–${fmt(first + doc.hosts.length - (doc.count ? 1 : 0))} of ${fmt(doc.count)}, sorted by ${esc(doc.sort)}${doc.order === "desc" ? " (descending)" : ""}</caption>` +
+      `<thead><tr>${heading("Host", "name")}${heading("State", "state")}${heading("Instances", "instances")}${heading("Capacity per resource", used)}<th scope="col">Labels</th></tr></thead><tbody>${doc.hosts.map(hostRow).join("")}</tbody></table>` +
+      (doc.hosts.length ? "" : "<p>No host matches this view.</p>"));
     const pager = [];
-    if (doc.page > 1) pager.push(`<button type="button" data-page="${doc.page - 1}">Previous page</button>`);
-    pager.push(`<span>Page ${doc.page} of ${doc.pages}</span>`);
-    if (doc.page < doc.pages) pager.push(`<button type="button" data-page="${doc.page + 1}">Next page</button>`);
-    $("pager").innerHTML = pager.join(" ");
+    const btn = (n, label, disabled) => `<button type="button" data-page="${n}"${disabled ? " disabled" : ""}>${label}</button>`;
+    pager.push(btn(1, "First page", doc.page <= 1), btn(doc.page - 1, "Previous page", doc.page <= 1));
+    pager.push(`<span>Page ${fmt(doc.page)} of ${fmt(doc.pages)}</span>`);
+    pager.push(btn(doc.page + 1, "Next page", doc.page >= doc.pages), btn(doc.pages, "Last page", doc.page >= doc.pages));
+    pager.push(`<label for="jump">Go to page</label><input id="jump" type="number" min="1" max="${doc.pages}" inputmode="numeric" size="5">` +
+      `<button type="button" id="jump-go">Go</button>`);
+    morph($("pager"), pager.join(" "));
   }
 
-  function render() { renderTotals(); renderHosts(); }
+  function render() { renderTotals(); renderHosts(); document.body.dataset.version = String(doc.version); }
 
-  async function refresh(extra) {
-    const p = params(extra);
-    const r = await fetch("/dashboard/overview.json?" + p, {credentials: "same-origin"});
-    if (r.status === 401) { location.href = "/login?next=" + encodeURIComponent(location.pathname + location.search); return; }
-    if (r.status !== 200 && r.status !== 422) { $("live-status").textContent = `Live updates: the server answered ${r.status}; retrying on the next change`; return; }
+  // -- loading a view (the person asked) and following changes (the fleet moved) ------------------
+  function loginAgain() { location.href = "/login?next=" + encodeURIComponent(location.pathname + location.search); }
+
+  function status(text) { if ($("live-status").textContent !== text) $("live-status").textContent = text; }
+
+  function showError(message, field) {
+    const input = $(field) || $("selector");
+    let err = document.getElementById(input.id + "-error");
+    if (!err) {
+      err = document.createElement("span");
+      err.id = input.id + "-error"; err.className = "error"; err.setAttribute("role", "alert");
+      input.insertAdjacentElement("afterend", err);
+      const hint = document.getElementById(input.id + "-hint");
+      input.setAttribute("aria-describedby", (hint ? hint.id + " " : "") + err.id);
+    }
+    err.textContent = "Error: " + message;
+    input.setAttribute("aria-invalid", "true");
+  }
+
+  function clearErrors() {
+    for (const err of document.querySelectorAll("#filter .error")) {
+      const input = $(err.id.replace(/-error$/, ""));
+      err.remove();
+      if (input) {
+        input.removeAttribute("aria-invalid");
+        const hint = document.getElementById(input.id + "-hint");
+        if (hint) input.setAttribute("aria-describedby", hint.id); else input.removeAttribute("aria-describedby");
+      }
+    }
+  }
+
+  // A view the person chose: the whole page of it, and the URL says it.
+  async function open(v, push) {
+    const r = await fetch("/dashboard/overview.json?" + query(v), {credentials: "same-origin"});
+    if (r.status === 401) { loginAgain(); return; }
     const got = await r.json();
-    const err = document.getElementById("selector-error");
-    if (r.status === 422) { showError(got.message); return; }
-    if (err) { err.remove(); $("selector").removeAttribute("aria-invalid"); }
+    if (r.status === 422) { showError(got.message, got.field); return; }
+    if (!r.ok) { status(`Live updates: the server answered ${r.status}`); return; }
+    clearErrors();
+    view = v;
     doc = got;
+    pendingOrder = null;
+    morph($("changes"), "");
     render();
-    document.body.dataset.version = String(doc.version);
-    history.replaceState(null, "", "/?" + params());
+    const url = "/?" + query(view);
+    if (push) history.pushState(null, "", url); else history.replaceState(null, "", url);
+    heat = null;  // the heat map follows the view
+    heatDirty = true;
+    scheduleHeat(0);
+  }
+
+  // The fleet changed: the rows on this page that changed, in place, and the totals.
+  let pendingOrder = null;
+  async function follow() {
+    const r = await fetch("/dashboard/overview.json?" + query(view, {since: String(doc.version)}), {credentials: "same-origin"});
+    if (r.status === 401) { loginAgain(); return; }
+    if (!r.ok) { status(`Live updates: the server answered ${r.status}; retrying on the next change`); return; }
+    const d = await r.json();
+    const index = new Map(doc.hosts.map((h, i) => [h.name, i]));
+    for (const h of d.hosts) if (index.has(h.name)) doc.hosts[index.get(h.name)] = h;
+    const shown = doc.hosts.map((h) => h.name);
+    const moved = d.order.length !== shown.length || d.order.some((n, i) => n !== shown[i]) ||
+      d.page !== doc.page || d.pages !== doc.pages;
+    Object.assign(doc, {version: d.version, total: d.total, groups: d.groups, resources: d.resources,
+                        count: moved ? doc.count : d.count, matching: d.matching});
+    if (moved) {
+      const changes = Math.max(d.order.filter((n, i) => n !== shown[i]).length, Math.abs(d.count - doc.count), 1);
+      pendingOrder = changes;
+      morph($("changes"), `<p class="changes">${fmt(changes)} change${changes === 1 ? "" : "s"} would reorder this page. ` +
+        `<button type="button" id="show-changes">Show ${changes === 1 ? "it" : "them"}</button></p>`);
+    }
+    render();
+    redraws += 1;
+    document.body.dataset.redraws = String(redraws);
     heatDirty = true;
     scheduleHeat();
   }
 
-  function showError(message) {
-    let err = document.getElementById("selector-error");
-    if (!err) {
-      err = document.createElement("span");
-      err.id = "selector-error"; err.className = "error"; err.setAttribute("role", "alert");
-      $("selector").insertAdjacentElement("afterend", err);
-      $("selector").setAttribute("aria-describedby", "selector-hint selector-error");
-    }
-    err.textContent = "Error: " + message;
-    $("selector").setAttribute("aria-invalid", "true");
+  // Changes are coalesced: the first after a quiet second is shown within 0.1 s,
+  // then at most one update a second however many arrive.
+  let dirty = false, busy = false, lastAt = 0, timer = null;
+  function changed() { dirty = true; schedule(); }
+  function schedule() {
+    if (timer || busy) return;
+    timer = setTimeout(tick, Math.max(100, MIN_GAP_MS - (Date.now() - lastAt)));
+  }
+  async function tick() {
+    timer = null;
+    if (!dirty) return;
+    dirty = false; busy = true; lastAt = Date.now();
+    try { await follow(); } catch (e) { status("Live updates: the last update failed; retrying on the next change"); }
+    finally { busy = false; if (dirty) schedule(); }
   }
 
-  // -- heat map -------------------------------------------------------------------------------
-  const COLOURS = ["#d8ecd4", "#f6e08b", "#f2a65a", "#d7301f", "#67000d"];
-  function level(u) { return u === null ? -1 : u < 0.5 ? 0 : u < 0.8 ? 1 : u < 0.95 ? 2 : u <= 1 ? 3 : 4; }
-  let cursor = 0;
-  let heatTimer = null;
-  let heatAt = 0;
+  // -- heat map ------------------------------------------------------------------------------------------
+  // Bands darker as the share in use grows (relative luminance 0.82, 0.52, 0.30,
+  // 0.16, 0.06: at least 1.5:1 between neighbours), so they differ without colour vision.
+  const COLOURS = ["#d7f1d0", "#d4c111", "#e57713", "#d3291e", "#8e0720"];
+  function level(u) { return u < 0 ? -1 : u < 500 ? 0 : u < 800 ? 1 : u < 950 ? 2 : u <= 1000 ? 3 : 4; }
+  let heatDirty = true, heatTimer = null, heatAt = 0, heatBusy = false;
+  const cursor = {};
 
-  function scheduleHeat() {
-    if (heatTimer) return;
-    const wait = Math.max(0, 2000 - (Date.now() - heatAt));
-    heatTimer = setTimeout(loadHeat, heatAt ? wait : 50);
+  function scheduleHeat(now) {
+    if (heatTimer || heatBusy) return;
+    const wait = now === 0 || !heatAt ? 50 : Math.max(0, 2000 - (Date.now() - heatAt));
+    heatTimer = setTimeout(loadHeat, wait);
   }
 
   async function loadHeat() {
     heatTimer = null;
     if (!heatDirty) return;
-    heatDirty = false;
-    heatAt = Date.now();
-    const p = params();
-    p.delete("page"); p.delete("perPage");
-    const r = await fetch("/dashboard/heat.json?" + p, {credentials: "same-origin"});
-    if (!r.ok) return;
-    heat = await r.json();
-    drawHeat();
+    heatDirty = false; heatBusy = true; heatAt = Date.now();
+    try {
+      const v = Object.assign({}, view); delete v.page; delete v.perPage;
+      const extra = heat ? {since: String(heat.version), layout: heat.layout} : {};
+      const r = await fetch("/dashboard/heat.json?" + query(v, extra), {credentials: "same-origin"});
+      if (!r.ok) return;
+      const got = await r.json();
+      if (got.delta && heat) {
+        for (const [i, ...tile] of got.changed) { heat.tiles[i] = tile; drawTile(i); }
+        heat.version = got.version;
+      } else {
+        heat = got;
+        drawHeat();
+      }
+      document.body.dataset.heatVersion = String(heat.version);
+    } finally { heatBusy = false; if (heatDirty) scheduleHeat(); }
   }
+
+  function geometry(n) {
+    const side = Math.max(1, Math.ceil(Math.sqrt(n)));
+    return {side, tile: Math.max(2, Math.min(16, Math.floor(320 / side)))};
+  }
+
+  function canvasId(j, g) { return heat.groups.length > 1 ? `heat-${j}-${g}` : `heat-${j}`; }
 
   function drawHeat() {
-    const n = heat.names.length, rs = heat.resources;
-    const side = Math.max(1, Math.ceil(Math.sqrt(n)));
-    const tile = Math.max(2, Math.min(16, Math.floor(320 / side)));
+    const rs = heat.resources;
     let html = "";
     rs.forEach((r, j) => {
-      html += `<figure class="heat"><figcaption>${esc(r)}</figcaption><canvas id="heat-${j}" width="${side * tile}" height="${Math.ceil(n / side) * tile}" tabindex="0" role="img" aria-label="Heat map of ${esc(r)} use over ${n} hosts; use the arrow keys to read each host"></canvas></figure>`;
+      html += `<figure class="heat"><figcaption>${esc(r)}</figcaption>`;
+      heat.groups.forEach(([value, start, count], g) => {
+        const {side, tile} = geometry(count);
+        const title = heat.group ? `${heat.group}=${value || "(none)"}` : "";
+        if (title) html += `<p class="heat-group">${esc(title)}: ${fmt(count)} host${count === 1 ? "" : "s"}</p>`;
+        html += `<canvas id="${canvasId(j, g)}" data-j="${j}" data-g="${g}" width="${side * tile}" height="${Math.ceil(count / side) * tile}" tabindex="0" role="img" ` +
+          `aria-label="Heat map of ${esc(r)} use over ${fmt(count)} hosts${title ? " with " + esc(title) : ""}; use the arrow keys to read each host"></canvas>`;
+      });
+      html += "</figure>";
     });
     $("heat").innerHTML = html;
-    rs.forEach((r, j) => {
-      const c = $("heat-" + j), g = c.getContext("2d");
-      for (let i = 0; i < n; i++) {
-        const u = heat.use[i][j], l = level(u);
-        const x = (i % side) * tile, y = Math.floor(i / side) * tile;
-        g.fillStyle = l < 0 ? "#ffffff" : COLOURS[l];
-        g.fillRect(x, y, tile - (tile > 3 ? 1 : 0), tile - (tile > 3 ? 1 : 0));
-        if (heat.states[i] !== "Ready" && tile > 3) { g.fillStyle = "#222"; g.fillRect(x, y, Math.max(1, tile / 4), tile - 1); }
-      }
-      c.addEventListener("click", (ev) => {
-        const rect = c.getBoundingClientRect();
-        const i = Math.floor((ev.clientY - rect.top) / tile) * side + Math.floor((ev.clientX - rect.left) / tile);
-        if (i < n) { cursor = i; readCell(j); }
-      });
-      c.addEventListener("keydown", (ev) => {
-        const moves = {ArrowRight: 1, ArrowLeft: -1, ArrowDown: side, ArrowUp: -side};
-        if (ev.key in moves) { cursor = Math.min(n - 1, Math.max(0, cursor + moves[ev.key])); readCell(j); ev.preventDefault(); }
-        else if (ev.key === "Enter") { location.href = "/hosts/" + encodeURIComponent(heat.names[cursor]); }
-      });
+    // Each group's geometry and each map's drawing context, looked up once per layout.
+    heat.geo = heat.groups.map(([, , count]) => geometry(count));
+    heat.ctx = rs.map((r, j) => heat.groups.map((grp, g) => $(canvasId(j, g)).getContext("2d")));
+    for (const c of $("heat").querySelectorAll("canvas")) wireCanvas(c);
+    for (let i = 0; i < heat.names.length; i++) drawTile(i);
+  }
+
+  function groupOf(i) {
+    let lo = 0, hi = heat.groups.length - 1;
+    while (lo < hi) {  // the last group starting at or before i
+      const mid = (lo + hi + 1) >> 1;
+      if (heat.groups[mid][1] <= i) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+  }
+
+  function drawTile(i) {
+    const g = groupOf(i), start = heat.groups[g][1];
+    const {side, tile} = heat.geo[g];
+    const k = i - start, x = (k % side) * tile, y = Math.floor(k / side) * tile;
+    const t = heat.tiles[i];
+    const size = tile - (tile > 3 ? 1 : 0);
+    const edge = heat.states[t[0]] !== "Ready" && tile > 3;
+    for (let j = 0; j < heat.resources.length; j++) {
+      const ctx = heat.ctx[j][g];
+      const l = level(t[j + 1]);
+      ctx.clearRect(x, y, tile, tile);
+      ctx.fillStyle = l < 0 ? "#ffffff" : COLOURS[l];
+      ctx.fillRect(x, y, size, size);
+      if (edge) { ctx.fillStyle = "#222"; ctx.fillRect(x, y, Math.max(1, tile / 4), tile - 1); }
+    }
+  }
+
+  function describe(i, j) {
+    const u = heat.tiles[i][j + 1];
+    return {name: heat.names[i], text: `${heat.names[i]} (${heat.states[heat.tiles[i][0]]}): ${heat.resources[j]} ` +
+      (u < 0 ? "no effective capacity" : `${(u / 10).toFixed(1)}% of effective capacity in use`)};
+  }
+
+  function readCell(i, j) {
+    const d = describe(i, j);
+    $("heat-cell").innerHTML = `<a href="/hosts/${encodeURIComponent(d.name)}">${esc(d.name)}</a>` + esc(d.text.slice(d.name.length));
+  }
+
+  function tileAt(c, ev) {
+    const g = Number(c.dataset.g), [, start, count] = heat.groups[g];
+    const {side, tile} = geometry(count);
+    const rect = c.getBoundingClientRect();
+    const k = Math.floor((ev.clientY - rect.top) / tile) * side + Math.floor((ev.clientX - rect.left) / tile);
+    return k >= 0 && k < count && Math.floor((ev.clientX - rect.left) / tile) < side ? start + k : -1;
+  }
+
+  function showTip(c, i, j, x, y) {
+    const tip = $("heat-tip");
+    tip.textContent = describe(i, j).text;
+    tip.hidden = false;
+    const box = c.closest("section").getBoundingClientRect();
+    tip.style.left = `${x - box.left + 12}px`;
+    tip.style.top = `${y - box.top + 12}px`;
+  }
+
+  function wireCanvas(c) {
+    const j = Number(c.dataset.j), g = Number(c.dataset.g);
+    c.addEventListener("mousemove", (ev) => {
+      const i = tileAt(c, ev);
+      if (i < 0) { $("heat-tip").hidden = true; return; }
+      showTip(c, i, j, ev.clientX, ev.clientY);
     });
-  }
-
-  function readCell(j) {
-    const u = heat.use[cursor][j];
-    $("heat-cell").innerHTML = `<a href="/hosts/${encodeURIComponent(heat.names[cursor])}">${esc(heat.names[cursor])}</a> (${esc(heat.states[cursor])}): ${esc(heat.resources[j])} ` +
-      (u === null ? "no effective capacity" : `${(u * 100).toFixed(1)}% of effective capacity in use`);
-  }
-
-  // -- history -------------------------------------------------------------------------------------
-  async function loadHistory() {
-    const r = await fetch("/dashboard/history.json", {credentials: "same-origin"});
-    if (!r.ok) return;
-    const h = await r.json();
-    if (!h.samples.length) { $("history").innerHTML = "<p>No samples yet (one every 30 s, kept for 6 h).</p>"; return; }
-    const rs = Object.keys(h.samples[h.samples.length - 1].use);
-    const t0 = h.samples[0].t, t1 = h.samples[h.samples.length - 1].t || t0 + 1;
-    $("history").innerHTML = rs.map((r) => {
-      const pts = h.samples.map((s) => `${(((s.t - t0) / Math.max(1, t1 - t0)) * 300).toFixed(1)},${(60 - (s.use[r] || 0) * 60).toFixed(1)}`).join(" ");
-      const last = h.samples[h.samples.length - 1];
-      return `<figure class="spark"><svg width="300" height="60" role="img" aria-label="${esc(r)} use over the last ${h.samples.length} samples"><polyline fill="none" stroke="currentColor" stroke-width="1.5" points="${pts}"/></svg>` +
-        `<figcaption>${esc(r)}: allocated ${esc(last.allocation[r])}, free ${esc(last.free[r])} now</figcaption></figure>`;
-    }).join("");
+    c.addEventListener("mouseleave", () => { $("heat-tip").hidden = true; });
+    c.addEventListener("click", (ev) => {
+      const i = tileAt(c, ev);
+      if (i >= 0) { cursor[c.id] = i; readCell(i, j); }
+    });
+    c.addEventListener("focus", () => {
+      const [, start] = heat.groups[g];
+      const i = cursor[c.id] !== undefined ? cursor[c.id] : start;
+      cursor[c.id] = i;
+      readCell(i, j);
+      const rect = c.getBoundingClientRect();
+      showTip(c, i, j, rect.left, rect.bottom - 12);
+    });
+    c.addEventListener("blur", () => { $("heat-tip").hidden = true; });
+    c.addEventListener("keydown", (ev) => {
+      const [, start, count] = heat.groups[g];
+      const {side} = geometry(count);
+      const moves = {ArrowRight: 1, ArrowLeft: -1, ArrowDown: side, ArrowUp: -side, Home: -count, End: count};
+      const at = cursor[c.id] !== undefined ? cursor[c.id] : start;
+      if (ev.key in moves) {
+        const i = Math.min(start + count - 1, Math.max(start, at + moves[ev.key]));
+        cursor[c.id] = i;
+        readCell(i, j);
+        const rect = c.getBoundingClientRect();
+        showTip(c, i, j, rect.left, rect.bottom - 12);
+        ev.preventDefault();
+      } else if (ev.key === "Enter") { location.href = "/hosts/" + encodeURIComponent(heat.names[at]); }
+    });
   }
 
   // -- wiring -----------------------------------------------------------------------------------------
-  $("filter").addEventListener("submit", (ev) => { ev.preventDefault(); doc.page = 1; refresh({page: "1"}); });
-  $("sort").addEventListener("change", () => { doc.page = 1; refresh({page: "1"}); });
+  // The form is read only when submitted (Apply, Enter, or choosing a sort,
+  // state, order or page size, which apply at once).
+  function submitted() {
+    const f = $("filter").elements;
+    const v = {group: view.group};
+    for (const k of ["q", "selector", "state", "sort", "order", "perPage"]) if (f[k] && f[k].value) v[k] = f[k].value;
+    if (v.sort === "name") delete v.sort;
+    if (v.order === "asc") delete v.order;
+    if (v.perPage === "100") delete v.perPage;
+    if (!v.group) delete v.group;
+    return v;
+  }
+  $("filter").addEventListener("submit", (ev) => { ev.preventDefault(); open(submitted(), true); });
+  for (const k of ["state", "sort", "order", "perPage"]) $(k).addEventListener("change", () => open(submitted(), true));
+  $("heat-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const v = Object.assign({}, view);
+    if ($("heat-group").value) v.group = $("heat-group").value; else delete v.group;
+    open(v, true);
+  });
+  $("hosts").addEventListener("click", (ev) => {
+    const b = ev.target.closest("button[data-sort]");
+    if (!b) return;
+    const v = Object.assign({}, view);
+    const same = (v.sort || "name") === b.dataset.sort;
+    v.sort = b.dataset.sort;
+    if (same && v.order !== "desc") v.order = "desc"; else delete v.order;
+    delete v.page;
+    open(v, true).then(() => { const again = document.querySelector(`button[data-sort="${CSS.escape(v.sort)}"]`); if (again) again.focus(); });
+  });
+  function goTo(n) {
+    const page = Math.min(Math.max(1, n), doc.pages);
+    open(Object.assign({}, view, {page: String(page)}), true);
+  }
   $("pager").addEventListener("click", (ev) => {
     const b = ev.target.closest("button[data-page]");
-    if (b) { refresh({page: b.dataset.page}); $("hosts-h").scrollIntoView(); }
+    if (b) { goTo(Number(b.dataset.page)); return; }
+    if (ev.target.id === "jump-go") goTo(Number($("jump").value) || 1);
   });
+  $("pager").addEventListener("keydown", (ev) => {
+    if (ev.target.id === "jump" && ev.key === "Enter") { ev.preventDefault(); goTo(Number($("jump").value) || 1); }
+  });
+  $("changes").addEventListener("click", (ev) => {
+    if (ev.target.id === "show-changes") open(view, false);
+  });
+  window.addEventListener("popstate", () => { open(viewOf(new URLSearchParams(location.search)), false); });
 
   function connect() {
     const es = new EventSource("/dashboard/events");
     es.addEventListener("hello", (ev) => {
-      $("live-status").textContent = "Live updates: on";
+      status("Live updates: on");
       // A change between the page's data and the stream's start has no event of its own.
-      const v = JSON.parse(ev.data).version;
-      if (v !== doc.version && !pending) pending = setTimeout(() => { pending = null; refresh(); }, 0);
+      if (JSON.parse(ev.data).version !== doc.version) changed();
     });
-    es.addEventListener("change", () => {
-      if (pending) return;
-      pending = setTimeout(() => { pending = null; refresh(); }, 100);
-    });
-    es.onerror = () => { $("live-status").textContent = "Live updates: reconnecting…"; };
+    es.addEventListener("change", changed);
+    es.onerror = () => { status("Live updates: reconnecting…"); };
   }
 
   render();
-  document.body.dataset.version = String(doc.version);
+  document.body.dataset.redraws = "0";
   document.body.dataset.ready = "1";
   if (window.performance && performance.mark) performance.mark("hvfleet-rendered");
   connect();
-  setTimeout(loadHeat, 0);
-  setTimeout(loadHistory, 0);
-  setInterval(loadHistory, 30000);
+  scheduleHeat(0);
 })();

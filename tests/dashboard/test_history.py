@@ -1,0 +1,212 @@
+"""The dashboard's history in the store (server/dashboard/history.py), without a
+server: the kept points answer every moment of the window as the full list of
+changes would (hypothesis, against a naive reference), replicas sampling the
+same bucket over one store (SQLite file, real etcd) write it once and read the
+same series, a new process writes nothing for an unchanged fleet, and bad
+settings name the option."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hvfleet.model import Hypervisor
+from hvfleet.model.dashboard import HistoryPoint
+from hvfleet.model.errors import InvalidInput
+from hvfleet.server.dashboard import charts
+from hvfleet.server.dashboard.history import (
+    FLEET,
+    HistoryKeeper,
+    HistorySettings,
+    Tier,
+    appended,
+    chart_document,
+    group_figures,
+    host_series,
+    in_window,
+    label_series,
+    read_points,
+    sample_due,
+)
+from hvfleet.server.dashboard.live import FleetState
+from hvfleet.store import open_store
+from hvfleet.store.base import Store
+from hvfleet.store.ownership import agent_manager
+
+
+def _value_at(points: list[HistoryPoint], t: int) -> dict[str, list[str]] | None:
+    before = [p for p in points if p.t <= t]
+    return before[-1].v if before else None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3)), min_size=1, max_size=60),
+       st.integers(5, 100))
+def test_kept_points_answer_every_moment_of_the_window_as_all_changes_would(
+        steps: list[tuple[int, int]], window: int) -> None:
+    tier = Tier("1s", 1, window)
+    kept: list[HistoryPoint] = []
+    everything: list[HistoryPoint] = []  # the reference: every sample, nothing dropped
+    t = 0
+    for gap, value in steps:
+        t += gap
+        point = HistoryPoint(t=t, v={"cpu": [str(value), "0", "8"]})
+        everything.append(point)
+        got = appended(kept, point, tier)
+        if got is not None:
+            kept = got
+    assert all(a.t < b.t and a.v != b.v for a, b in pairwise(kept))
+    for moment in range(t - window, t + 1):
+        assert _value_at(kept, moment) == _value_at(everything, moment), moment
+    start = t - window
+    shown = in_window(kept, start)
+    assert all(p.t >= start for p in shown)
+    assert _value_at(shown, start) == _value_at(everything, start)
+
+
+def test_a_bucket_already_written_or_an_unchanged_value_writes_nothing() -> None:
+    tier = Tier("10s", 10, 3600)
+    first = HistoryPoint(t=100, v={"cpu": ["1", "0", "8"]})
+    assert appended([first], HistoryPoint(t=100, v={"cpu": ["2", "0", "8"]}), tier) is None
+    assert appended([first], HistoryPoint(t=110, v={"cpu": ["1", "0", "8"]}), tier) is None
+    assert appended([first], HistoryPoint(t=110, v={"cpu": ["2", "0", "8"]}), tier) is not None
+
+
+@pytest.mark.parametrize(("tiers", "retention", "field", "words"), [
+    ("10s", "7d", "history-tiers", "RESOLUTION:WINDOW"),
+    ("10s:1h,5s:1d", "7d", "history-tiers", "finest"),
+    ("1m:10s", "7d", "history-tiers", "shorter than the resolution"),
+    ("10s:1h", "soon", "history-retention", "soon"),
+    ("1s:7d", "7d", "history-tiers", "100,000"),
+])
+def test_bad_history_settings_name_the_option(tiers: str, retention: str, field: str, words: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        HistorySettings.parse(tiers, retention)
+    assert err.value.field == field
+    assert words in str(err.value)
+
+
+def test_retention_cuts_every_window_and_ranges_pick_the_finest_tier_that_covers_them() -> None:
+    s = HistorySettings.parse("10s:1h,1m:1d,10m:7d", "2d")
+    assert [t.window for t in s.tiers] == [3600, 86_400, 2 * 86_400]
+    assert s.tier_for(3600).name == "10s" and s.tier_for(86_400).name == "1m"
+    assert s.tier_for(7 * 86_400).name == "10m"
+
+
+# -- replicas over one store ------------------------------------------------------------------
+
+def _host(name: str, used: int, role: str) -> Hypervisor:
+    return Hypervisor.model_validate({
+        "metadata": {"name": name, "labels": {"role": role}},
+        "status": {"capacity": {"cpu": 16, "memory": "64Gi"}, "allocation": {"cpu": used, "memory": "4Gi"},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    })
+
+
+@pytest.fixture(params=["sqlite", "etcd"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/hvfleet.db"
+    else:
+        cluster = request.getfixturevalue("etcd_session")
+        yield cluster.url(prefix=f"/test-{uuid.uuid4().hex[:12]}")
+
+
+def _replica(url: str, tiers: HistorySettings) -> tuple[Store, FleetState, HistoryKeeper]:
+    store = open_store(url)
+    state = FleetState(store)
+    state.load()
+    state.take_touched()  # as history.keep does after the first load
+    keeper = HistoryKeeper(store, tiers)
+    keeper.prime(group_figures(state))
+    return store, state, keeper
+
+
+def _follow(state: FleetState, store: Store) -> None:
+    events = list(store.watch(since=state.revision, timeout=0.3))
+    state.apply(events)
+
+
+def test_replicas_sampling_one_bucket_write_it_once_and_read_the_same_series(store_url: str) -> None:
+    tiers = HistorySettings.parse("10s:1h,1m:1d", "1d")
+    with open_store(store_url) as setup:
+        setup.create(_host("hv1", 2, "compute"), agent_manager("hv1"))
+    a_store, a, keep_a = _replica(store_url, tiers)
+    b_store, b, keep_b = _replica(store_url, tiers)
+    try:
+        now = 1_000_000.0
+        first_a = sample_due(keep_a, a, now)
+        first_b = sample_due(keep_b, b, now + 1)  # the same buckets, a second later
+        assert first_a == 2 * 2  # fleet and role=compute, in both tiers
+        assert first_b == 0
+        with open_store(store_url) as agent:
+            h = agent.get_hypervisor("hv1")
+            agent.update(h.model_copy(update={"status": _host("hv1", 6, "compute").status}),
+                         agent_manager("hv1"))
+        _follow(a, a_store)
+        _follow(b, b_store)
+        later = now + 10
+        written = sample_due(keep_a, a, later) + sample_due(keep_b, b, later + 2)
+        # The 10 s tier moved on: the fleet, the label and the host, each once; the 1 min one did not.
+        assert written == 3
+        tier = tiers.tiers[0]
+        for series in (FLEET, label_series("role", "compute"), host_series("hv1")):
+            assert read_points(a_store, series, tier) == read_points(b_store, series, tier)
+        fleet = read_points(a_store, FLEET, tier)
+        assert [(p.t, p.v["cpu"][0]) for p in fleet] == [(1_000_000, "2"), (1_000_010, "6")]
+        assert fleet[-1].v["memory"] == ["4Gi", "0", "64Gi"]
+        # The 1 min tier's next bucket: the fleet, the label and the host moved.
+        assert sample_due(keep_a, a, later + 20) == 3
+        assert read_points(b_store, host_series("hv1"), tiers.tiers[1])[-1].v["cpu"][0] == "6"
+        # A replica started now (or after a restart) writes nothing for an unchanged fleet.
+        c_store, c, keep_c = _replica(store_url, tiers)
+        try:
+            assert sample_due(keep_c, c, later + 30) == 0
+        finally:
+            c_store.close()
+    finally:
+        a_store.close()
+        b_store.close()
+
+
+def test_a_chart_has_axes_units_legend_and_a_data_table() -> None:
+    points = [HistoryPoint(t=1_000_000, v={"cpu": ["2", "1", "16"], "memory": ["4Gi", "0", "64Gi"]}),
+              HistoryPoint(t=1_001_800, v={"cpu": ["6", "0", "16"], "memory": ["8Gi", "2Gi", "64Gi"]})]
+    doc = chart_document(FLEET, "hour", Tier("10s", 10, 3600), points, 1_003_000)
+    built = {c.resource: c for c in charts.build(doc)}
+    assert [t.text for t in built["memory"].y_ticks][:3] == ["0", "16Gi", "32Gi"]
+    assert built["cpu"].latest == ["6", "0", "16"]
+    assert len(built["cpu"].x_ticks) >= 5  # every 10 minutes of the hour
+    html = charts.render(doc, "The fleet", lambda r: f"/history?range={r}", "t")
+    assert "memory (bytes, binary units)" in html and "time (UTC)" in html
+    assert "held by reservations" in html and "effective capacity" in html
+    assert html.count("<table") == 2 and "8Gi" in html
+
+
+def test_serve_refuses_bad_history_options_naming_them(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    hvfleet = str(Path(sys.executable).parent / "hvfleet")
+    for option, value, words in (("--history-tiers", "bogus", "history-tiers: 'bogus'"),
+                                 ("--history-retention", "soon", "history-retention: 'soon'")):
+        out = subprocess.run([hvfleet, "serve", "--store", f"sqlite:///{tmp_path}/h.db", "--data-dir",
+                              str(tmp_path / "data"), "--listen", "127.0.0.1:0", option, value],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        assert words in out.stderr and out.stdout == ""
+        assert not (tmp_path / "h.db").exists() and not (tmp_path / "data").exists()  # nothing written
+
+
+def test_the_dashboards_signing_key_is_one_for_every_replica_of_a_store(store_url: str) -> None:
+    from hvfleet.server.dashboard.session import load_key
+
+    with open_store(store_url) as a, open_store(store_url) as b:
+        key = load_key(a)
+        assert len(key) == 32 and load_key(b) == key == load_key(a)
