@@ -16,8 +16,10 @@ MAY_IMPORT = {
     "agent": {"model", "discovery", "store"},
     "scheduling": {"model", "store"},
     "guests": {"model", "discovery"},
-    "server": {"model", "discovery", "store", "agent", "scheduling", "guests"},
-    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests"},
+    # The operations every edge offers: above the core, below the edges.
+    "ops": {"model", "discovery", "store", "scheduling", "guests"},
+    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops"},
+    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops"},
 }
 
 

@@ -9,7 +9,7 @@ them aimed exactly at a host's last free unit, are asked of both:
 - a claim on a host succeeds in hvfleet (the check `Store.claim` runs) exactly
   when Placement accepts PUT /allocations for it (the claim then stays, on
   both sides, for the next case).
-HVFLEET_PLACEMENT_FLEETS × HVFLEET_PLACEMENT_REQUESTS cases (25 × 40 = 1000 by
+HVFLEET_PLACEMENT_FLEETS × HVFLEET_PLACEMENT_REQUESTS cases (12 × 40 = 480 by
 default); HVFLEET_PLACEMENT_SEED replays a single fleet printed in a failure.
 """
 
@@ -42,7 +42,7 @@ from hvfleet.scheduling.placement import placement_resources
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store.base import WatchEvent
 
-FLEETS = int(os.environ.get("HVFLEET_PLACEMENT_FLEETS", "25"))
+FLEETS = int(os.environ.get("HVFLEET_PLACEMENT_FLEETS", "12"))
 REQUESTS = int(os.environ.get("HVFLEET_PLACEMENT_REQUESTS", "40"))
 BASE_SEED = 20261129
 

@@ -49,3 +49,36 @@ def test_an_all_kinds_watch_carries_no_token(store: Store) -> None:
     assert kinds == ["Hypervisor"]
     tokens = [e.object.kind for e in store.watch("AccessToken", since=start, timeout=0.5)]
     assert tokens == ["AccessToken"]
+
+
+def test_a_followed_token_is_read_once_and_a_revoke_still_reaches_every_replica(
+    store: Store, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the token watch (`hvfleet serve`), a replica reuses a token record
+    for up to 30 s instead of reading it on each request; the watch drops it
+    the moment another replica revokes it."""
+    from hvfleet.server import auth as auth_module
+
+    record, text = issue_token(store, "scheduler", manager="admin", now=datetime.now(UTC),
+                               ttl=timedelta(days=30), name="nova-followed")
+    reads: list[str] = []
+    real_find = auth_module.find_token
+    monkeypatch.setattr(auth_module, "find_token", lambda s, i: reads.append(i) or real_find(s, i))
+    with open_store(store_url) as replica:
+        auth = TokenAuthenticator(replica, max_age=0.0, follow=True)
+        try:
+            deadline = time.monotonic() + 10
+            while not auth._following:  # the watch is up
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            for _ in range(20):
+                assert auth.authenticate(f"Bearer {text}").subject == "nova-followed"
+            assert len(reads) == 1
+            revoke_token(store, record.name, "admin")
+            started = time.monotonic()
+            with pytest.raises(Unauthorized, match="revoked"):
+                while time.monotonic() - started < 2.0:
+                    auth.authenticate(f"Bearer {text}")
+                    time.sleep(0.02)
+        finally:
+            auth.close()

@@ -32,6 +32,8 @@ from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.readiness import readiness
+from hvfleet.model.resources import CPU, MEMORY, ResourceName
+from hvfleet.ops.quantities import readable
 from hvfleet.store import open_store, store_url
 
 
@@ -45,15 +47,14 @@ def parse_count(text: str) -> CountMode:
 def summary(h: Hypervisor, url: str) -> str:
     s = h.status
 
-    def fraction(r: str) -> str:
-        alloc = next((q for k, q in s.allocation.items() if k == r), None)
-        cap = next((q for k, q in s.capacity.items() if k == r), None)
-        return f"{r} {alloc}/{cap}"
+    def fraction(r: ResourceName) -> str:
+        # The human form every table shows (memory 8.3Gi/15.5Gi, not 8742684Ki).
+        return f"{r} {readable(r, s.allocation.get(r))}/{readable(r, s.capacity.get(r))}"
 
     # The agent's own view: no lease to consult (it holds it), judged now.
     state = readiness(h, datetime.now(UTC)).state
     return (
-        f"{h.name}: {fraction('cpu')}, {fraction('memory')}, {len(s.instances)} instance(s), "
+        f"{h.name}: {fraction(CPU)}, {fraction(MEMORY)}, {len(s.instances)} instance(s), "
         f"{len(s.cells)} cell(s), {state} → {url}"
     )
 

@@ -17,7 +17,8 @@ StoreOpt = Annotated[
     typer.Option(
         "--store", envvar="HVFLEET_STORE",
         help="Store URL: sqlite:///PATH (default ./hvfleet.db), etcd://HOST:PORT[,HOST:PORT] "
-        "or https://HOST:PORT (an hvfleet serve; with --token, --ca or --kubeconfig).",
+        "or https://HOST:PORT[,https://HOST:PORT] (hvfleet serve replicas; with --token, --ca "
+        "or --kubeconfig).",
     ),
 ]
 SelectorOpt = Annotated[

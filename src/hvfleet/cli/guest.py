@@ -7,22 +7,28 @@ import sys
 from typing import Annotated
 
 import typer
-from lxml import etree
 
 from hvfleet.cli.main import app
 from hvfleet.discovery.xmlsafe import read_xml_file
-from hvfleet.guests.abi import regenerate, upgrade
-from hvfleet.guests.check import check_domain
-from hvfleet.guests.cpu import UnknownHostCPU, baseline_cpu, cpu_element, qemu_models_of
+from hvfleet.guests.cpu import UnknownHostCPU
 from hvfleet.guests.cpuxml import cpus_from_document, qemu_models_from_document
 from hvfleet.guests.explain import explain as explain_plan
-from hvfleet.guests.generate import generate as generate_guest
-from hvfleet.guests.generate import plan_guest
-from hvfleet.guests.hosts import group_from_store, load_caps_dir
+from hvfleet.guests.hosts import load_caps_dir
 from hvfleet.guests.policy import LATEST, changelog_text
-from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, parse_memory
+from hvfleet.guests.request import DiskSpec, HostGroup, NicSpec, parse_memory
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
+from hvfleet.ops.guests import (
+    CpuSource,
+    GuestQuery,
+    check,
+    generate,
+    group_of,
+    plan,
+    regenerate_guest,
+    upgrade_guest,
+)
+from hvfleet.ops.guests import cpu_baseline as ops_cpu_baseline
 
 cpu_app = typer.Typer(help="CPU definitions for host groups.", no_args_is_help=True)
 guest_app = typer.Typer(help="Guest definitions that run everywhere in a group.",
@@ -43,10 +49,7 @@ def _store_group(selector: str, store_url: str | None) -> HostGroup:
     from hvfleet.store import open_store
 
     with open_store(store_url) as store:
-        hvs = store.list_hypervisors(selector)
-    if not hvs:
-        raise InvalidInput(f"--hosts {selector!r}: no hypervisor matches")
-    return group_from_store([(h.metadata.name, h.status.host_capabilities) for h in hvs])
+        return group_of(store, selector, where="hosts")
 
 
 def _group(hosts: str | None, caps_dir: str | None, store_url: str | None) -> HostGroup:
@@ -74,9 +77,9 @@ def cpu_baseline(
         raise InvalidInput(f"-o {output!r}: must be xml or json")
     if bool(files) == (hosts is not None):
         raise InvalidInput("give FILE... or --hosts SELECTOR (not both)")
-    cpus: list[tuple[str, HostCPU]] = []
-    qemu_models: dict[str, list[CPUModelInfo]] = {}
     if files:
+        cpus: list[tuple[str, HostCPU]] = []
+        qemu_models: dict[str, list[CPUModelInfo]] = {}
         for path in files:
             root = read_xml_file(path)
             found = cpus_from_document(root, path)
@@ -85,45 +88,35 @@ def cpu_baseline(
             models = qemu_models_from_document(root)
             if models is not None:
                 qemu_models[path] = models
+        source = CpuSource(cpus, qemu_models)
     else:
         assert hosts is not None
-        group = _store_group(hosts, store)
-        cpus = [(n, c.cpu) for n, c in group.hosts]
-        qemu_models = qemu_models_of(group.hosts)
+        source = CpuSource.of_group(_store_group(hosts, store))
     try:
-        d = baseline_cpu(cpus, qemu_models=qemu_models, skip_unknown=skip_unknown)
+        answer = ops_cpu_baseline(source, expand, skip_unknown)
     except UnknownHostCPU as exc:
         if not exc.skippable:
             raise
         raise InvalidInput(f"{exc.reason}; --skip-unknown leaves them out") from None
-    if d.value.skipped:
+    if answer.skipped:
         sys.stderr.write(
-            f"warning: left out of the baseline, CPU unknown: {', '.join(d.value.skipped)}\n"
+            f"warning: left out of the baseline, CPU unknown: {', '.join(answer.skipped)}\n"
         )
     if output == "xml":
-        sys.stdout.write(etree.tostring(cpu_element(d.value, expand), pretty_print=True,
-                                        encoding="unicode"))
+        sys.stdout.write(answer.xml)
     else:
-        c = d.value
-        doc = {"model": c.model, "vendor": c.vendor, "require": list(c.require),
-               "disable": list(c.disable), "hosts": len(cpus) - len(c.skipped)}
-        if c.skipped:
-            doc["skipped"] = list(c.skipped)
-        if expand:
-            doc["features"] = sorted(c.features)
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(json.dumps(answer.document(), indent=2) + "\n")
 
 
-def _request(os: str, name: str, vcpus: int, memory: str, disk: list[str] | None,
-             nic: list[str] | None, firmware: str, secure_boot: bool, tpm: bool,
-             mode: str, policy: str, drivers: list[str] | None = None) -> GuestRequest:
-    return GuestRequest(
-        os=os, name=name, vcpus=vcpus, memory=parse_memory(memory),
-        disks=tuple(DiskSpec.parse(s) for s in disk or []),
-        nics=tuple(NicSpec.parse(s) for s in nic or []),
-        firmware=firmware, secure_boot=secure_boot, tpm=tpm, mode=mode, policy=policy,
-        drivers=tuple(drivers or ()),
-    )
+def _query(os: str, name: str, vcpus: int, memory: str, disk: list[str] | None,
+           nic: list[str] | None, firmware: str | None, secure_boot: bool, tpm: bool,
+           mode: str | None, policy: str | None, drivers: list[str] | None = None) -> GuestQuery:
+    """The options as the API's guest body (absent ones take its defaults)."""
+    return GuestQuery.from_plain({
+        "os": os, "name": name, "vcpus": vcpus, "memory": memory, "disks": disk, "nics": nic,
+        "firmware": firmware, "secureBoot": secure_boot, "tpm": tpm, "mode": mode, "policy": policy,
+        "drivers": drivers,
+    })
 
 
 OsOpt = Annotated[str, typer.Option("--os", help="osinfo short id, e.g. win11, rhel9.1")]
@@ -195,7 +188,7 @@ def guest_generate(
         if name is not None:
             raise InvalidInput("a regenerated guest keeps the existing name", field="name")
         overrides = {k: v for k, v in given.items() if v is not None}
-        result = regenerate(read_xml_file(from_), group, overrides, allow_abi_change)
+        result = regenerate_guest(read_xml_file(from_), group, overrides, allow_abi_change)
         extra = result.report() + (explain_plan(result.plan) if explain else "")
         _write_xml(result.xml, output, extra)
         return
@@ -204,12 +197,11 @@ def guest_generate(
     if missing:
         raise InvalidInput(f"give {', '.join(missing)} (or --from EXISTING.xml)")
     assert os is not None and name is not None and vcpus is not None and memory is not None
-    req = _request(os, name, vcpus, memory, disk, nic, firmware or "auto", secure_boot, tpm,
-                   mode or "intersection", policy or LATEST, drivers)
-    xml, plan = generate_guest(req, group)
-    for w in plan.warnings:
+    answer = generate(_query(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode,
+                             policy, drivers), group)
+    for w in answer.warnings:
         sys.stderr.write(f"warning: {w}\n")
-    _write_xml(xml, output, explain_plan(plan) if explain else "")
+    _write_xml(answer.xml, output, answer.explanation() if explain else "")
 
 
 @guest_app.command("upgrade")
@@ -222,7 +214,7 @@ def guest_upgrade(
     """The guest under another policy version (same name and UUID), with the
     ABI-relevant settings that change."""
     overrides: dict[str, object] = {"drivers": tuple(drivers)} if drivers else {}
-    result = upgrade(read_xml_file(domain), _group(hosts, caps_dir, store), policy, overrides)
+    result = upgrade_guest(read_xml_file(domain), _group(hosts, caps_dir, store), policy, overrides)
     _write_xml(result.xml, output, result.report())
 
 
@@ -235,9 +227,9 @@ def guest_explain(
     mode: ModeOpt = "intersection", drivers: DriversOpt = None,
 ) -> None:
     """The decision table (value, reason, evidence), without XML."""
-    req = _request(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy,
+    query = _query(os, name, vcpus, memory, disk, nic, firmware, secure_boot, tpm, mode, policy,
                    drivers)
-    sys.stdout.write(explain_plan(plan_guest(req, _group(hosts, caps_dir, store))))
+    sys.stdout.write(explain_plan(plan(query, _group(hosts, caps_dir, store))))
 
 
 @guest_app.command("policies")
@@ -252,12 +244,7 @@ def guest_check(
     hosts: HostsOpt = None, caps_dir: CapsDirOpt = None, store: StoreOpt = None,
 ) -> None:
     """Per host: can the guest start and live-migrate there? Exit 3 if not everywhere."""
-    verdicts = check_domain(read_xml_file(domain), _group(hosts, caps_dir, store))
-    for v in verdicts:
-        sys.stdout.write(f"{v.host}: {'ok' if v.ok else 'NO'}\n")
-        for p in v.problems:
-            sys.stdout.write(f"  - {p}\n")
-        for w in v.warnings:
-            sys.stdout.write(f"  ~ {w}\n")
-    if not all(v.ok for v in verdicts):
-        raise typer.Exit(3)
+    answer = check(read_xml_file(domain), _group(hosts, caps_dir, store))
+    sys.stdout.write(answer.text())
+    if not answer.ok:
+        raise answer.not_everywhere()

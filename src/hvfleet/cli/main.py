@@ -58,6 +58,8 @@ FLAGS = {
     "memory": "--memory",
     "resources": "--resource",
     "count": "--count",
+    "limit": "--limit",
+    "consumer": "--consumer",
     "ttl": "--ttl",
     "staleness": "--staleness",
     "resync": "--resync",

@@ -33,9 +33,11 @@ from hvfleet.model.overcommit import matching_policies
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.spec_edits import SpecEdit, SpecMap
-from hvfleet.scheduling.fleet_edit import edit_hosts
+from hvfleet.ops.apply import ApplyRequest
+from hvfleet.ops.apply import apply as apply_manifests_op
+from hvfleet.ops.spec import SpecEditRequest, edit_spec
 from hvfleet.store import lifecycle
-from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired, apply_manifests, load_manifests
+from hvfleet.store.apply import MAX_MANIFEST_BYTES, ClaimRequired
 from hvfleet.store.base import fleet_kind_of, kind_of
 from hvfleet.store.undecodable import Undecodable
 
@@ -235,9 +237,9 @@ def _edit(store_url: str | None, targets: list[str], selector: str | None, field
     else:
         edit = SpecEdit(field, removals=[ResourceName.parse(e, where=SPEC_FIELD[field]) for e in entries])
     with connect(store_url) as s:
-        written = edit_hosts(s, edit, manager, name=name, selector=selector, force=force)
+        answer = edit_spec(s, SpecEditRequest(edit, name, selector if name is None else None, force), manager)
         policies = s.list_overcommit_policies()
-    for h in written:
+    for h in answer.hosts:
         _print_effective(h, policies)
 
 
@@ -332,14 +334,14 @@ def apply(
             text = Path(filename).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"{filename}: cannot read: {exc}") from None
-    manifests = load_manifests(text, filename)
+    request = ApplyRequest.from_text(text, filename, force)  # refused before the store is opened
     with connect(store) as s:
         try:
-            applied = apply_manifests(s, manifests, manager, force=force)
+            answer = apply_manifests_op(s, request, manager)
         except ClaimRequired as exc:
             raise InvalidInput(f"{exc} (use `hvfleet reserve`)") from None
-    for a in applied:
-        console.print(f"{a.object.kind.lower()}/{a.object.metadata.name} {a.action}")
+    for line in answer.lines():
+        console.print(line)
 
 
 def _pruned(values: dict[str, Any]) -> dict[str, Any]:

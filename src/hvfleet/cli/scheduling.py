@@ -16,31 +16,25 @@ import typer
 
 from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
-from hvfleet.cli.output import dump, human, print_table
+from hvfleet.cli.output import dump, print_table
 from hvfleet.model import views as model_views
-from hvfleet.model.durations import parse_duration, parse_expiry
+from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
-from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS
-from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import parse_selector
-from hvfleet.scheduling.claims import (
-    derive_phases,
-    describe,
-    gc,
-    release,
-    reserve,
-    reserve_auto,
-)
+from hvfleet.ops.claims import ClaimQuery, claim
+from hvfleet.ops.claims import release as ops_release
+from hvfleet.ops.fit import FitQuery, fit, resource_pairs
+from hvfleet.ops.placement import PlacementQuery, export
+from hvfleet.scheduling.claims import MANAGER, derive_phases, gc
 from hvfleet.scheduling.placement_push import PushIdentity
-from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import open_store
 
 if TYPE_CHECKING:
     # Imported by the commands that use them: numpy comes with the index,
     # an HTTP client with Placement; `reservations` and `release` need neither.
-    from hvfleet.scheduling.index import FitResult, FleetIndex
+    pass
 
 
 class Weigher(StrEnum):
@@ -82,66 +76,6 @@ def _table(rows: list[list[str]]) -> None:
         print_table(rows[0], rows[1:])
 
 
-def _request_dict(request: Request) -> dict[str, Any]:
-    return {
-        "resources": {str(r): str(q) for r, q in sorted(request.resources.items(), key=str)},
-        "count": request.count,
-    }
-
-
-def _quantity(r: ResourceName, v: Any) -> Quantity:
-    return r.quantity(v)
-
-
-def _fmt(r: ResourceName, v: Any) -> str:
-    return str(_quantity(r, v))
-
-
-def _fit_output(index: FleetIndex, result: FitResult, output: Output, why: bool) -> None:
-    if output is not Output.table:
-        data: dict[str, Any] = {
-            "request": _request_dict(result.request),
-            "weigher": result.weigher,
-            "considered": result.considered,
-            "fitting": result.fitting,
-            "candidates": [
-                {"name": c.name, "score": round(c.score, 6), "free": _free(index, c.name),
-                 "synced": index.synced(c.name).to_dict()}
-                for c in result.candidates
-            ],
-        }
-        if why:
-            data["rejected"] = {name: [r.to_dict() for r in found] for name, found in result.rejected.items()}
-        _print_doc(data, output)
-        return
-    rows = [["HOST", "SCORE", "FREE CPU", "FREE MEMORY", "SYNCED"]]
-    lagging = []
-    for c in result.candidates:
-        free = index.free(c.name)
-        synced = index.synced(c.name)
-        rows.append([c.name, f"{c.score:.4f}", _human_free(free, CPU), _human_free(free, MEMORY),
-                     synced.state])
-        if synced.state == "False":
-            lagging.append(f"{c.name}: SYNCED False: {synced.message}")
-    if result.candidates:
-        _table(rows)
-        for line in lagging:
-            print(line, file=sys.stderr)
-    else:
-        print(f"no host fits {describe(result.request)}", file=sys.stderr)
-    if why:
-        for name, found in result.rejected.items():
-            print(f"{name}: " + "; ".join(r.message for r in found))
-
-
-def _human_free(free: dict[ResourceName, Any], r: ResourceName) -> str:
-    return human(r, _quantity(r, free[r])) if r in free else "-"
-
-
-def _free(index: FleetIndex, name: str) -> dict[str, str]:
-    return {str(r): _fmt(r, v) for r, v in sorted(index.free(name).items(), key=lambda kv: str(kv[0]))}
-
-
 @app.command("fit")
 def fit_command(
     cpu: CpuOpt = None,
@@ -156,17 +90,30 @@ def fit_command(
     staleness: StalenessOpt = f"{int(DEFAULT_STALENESS.total_seconds())}s",
     store: StoreOpt = None,
 ) -> None:
-    """Hosts a request fits on, best first."""
-    request = parse_request(cpu, memory, resource or [], count)
-    if limit is not None and limit < 1:
-        raise InvalidInput("--limit: must be at least 1")
-    sel = parse_selector(selector)
+    """Hosts a request fits on, best first. Exits 3 when none does."""
     from hvfleet.scheduling.index import FleetIndex
 
+    query = FitQuery.from_plain({
+        "cpu": cpu, "memory": memory, "resources": resource_pairs(resource or []), "count": count,
+        "labelSelector": selector or "", "weigher": weigher.value, "limit": limit, "why": why,
+    })
+    query.request()  # bad input is refused before the store is opened
     with open_store(store) as st:
         index = FleetIndex.from_store(st, _staleness(staleness))
-    result = index.fit(request, selector=sel, weigher=weigher.value, limit=limit, why=why)
-    _fit_output(index, result, output, why)
+    answer = fit(index, query)
+    if output is not Output.table:
+        _print_doc(answer.document(), output)
+    else:
+        if answer.fits:
+            _table(answer.table())
+        for c in answer.candidates:
+            if c.synced.state == "False":
+                print(f"{c.name}: SYNCED False: {c.synced.message}", file=sys.stderr)
+        if why and answer.rejected:
+            for name, found in answer.rejected.items():
+                print(f"{name}: " + "; ".join(r.message for r in found))
+    if not answer.fits:
+        raise answer.nothing_fits()
 
 
 @app.command("reserve")
@@ -186,28 +133,19 @@ def reserve_command(
 ) -> None:
     """Take space on a host before the VM exists; prints the reservation name.
     Exits 3 when it does not fit (any more)."""
-    if not consumer:
-        raise InvalidInput("--consumer: required (the UUID of the instance the space is for)")
     if auto == (host is not None):
         raise InvalidInput("reserve: give either HOST or --auto")
     if selector is not None and not auto:
         raise InvalidInput("-l/--selector: only with --auto")
-    request = parse_request(cpu, memory, resource or [], count)
-    life = parse_expiry(ttl, field="ttl")
+    query = ClaimQuery.from_plain({
+        "host": host, "auto": auto, "cpu": cpu, "memory": memory,
+        "resources": resource_pairs(resource or []), "count": count, "consumer": consumer, "ttl": ttl,
+        "labelSelector": selector, "weigher": weigher.value,
+    })
+    query.check()
     stale = _staleness(staleness)
     with open_store(store) as st:
-        if host is not None:
-            made = reserve(st, host, request, consumer, life, staleness=stale)
-        else:
-            made = reserve_auto(
-                st,
-                request,
-                consumer,
-                life,
-                selector=parse_selector(selector),
-                weigher=weigher.value,
-                staleness=stale,
-            ).reservation
+        made = claim(st, query, MANAGER, stale).reservation
     print(made.name)
 
 
@@ -215,7 +153,7 @@ def reserve_command(
 def release_command(name: Annotated[str, typer.Argument()], store: StoreOpt = None) -> None:
     """Give a reservation's space back."""
     with open_store(store) as st:
-        out = release(st, name)
+        out = ops_release(st, name, MANAGER)
     print(f"{out.name} {out.status.phase}")
 
 
@@ -285,10 +223,9 @@ def placement_export_command(
     expects them, and current usages."""
     if output != "json":
         raise InvalidInput(f"-o: {output!r} is not supported here (json)")
-    from hvfleet.scheduling.placement import export_fleet
-
+    query = PlacementQuery.from_plain({"labelSelector": selector})
     with open_store(store) as st:
-        doc = export_fleet(st, parse_selector(selector))
+        doc = export(st, query)
     _print_doc(doc)
 
 

@@ -1,7 +1,8 @@
 """`hvfleet serve`: the fleet's Kubernetes-shaped HTTPS API.
 
     hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
-                  [--data-dir DIR] [--insecure-http] [--audit-log FILE]
+                  [--data-dir DIR] [--insecure-http] [--audit-log FILE] [--tls-name NAME...]
+    hvfleet serve --store URL --rotate-ca begin|switch|end
 
 The CLI and the server are two edges that never import each other
 (ARCHITECTURE.md): this command parses its flags and then becomes the server
@@ -40,12 +41,24 @@ def serve(
     audit_log: Annotated[
         str | None, typer.Option("--audit-log", help="File for the JSON audit log (default stderr).")
     ] = None,
+    tls_name: Annotated[
+        list[str] | None,
+        typer.Option("--tls-name", help="Another name (or address) the serving certificate "
+                     "must carry, e.g. the load balancer's; repeatable."),
+    ] = None,
+    rotate_ca: Annotated[
+        str | None,
+        typer.Option("--rotate-ca", metavar="begin|switch|end",
+                     help="Move a rotation of the CA the replicas over this store share one step "
+                     "on, then exit without serving (docs/scaling.md)."),
+    ] = None,
 ) -> None:
     """Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."""
     settings = {
         "store": store, "listen": listen, "tls_cert": tls_cert, "tls_key": tls_key,
         "data_dir": None if data_dir is None else str(data_dir),
-        "insecure_http": insecure_http, "audit_log": audit_log,
+        "insecure_http": insecure_http, "audit_log": audit_log, "rotate_ca": rotate_ca,
+        "tls_names": tls_name or None,
     }
     sys.stdout.flush()
     sys.stderr.flush()

@@ -17,10 +17,10 @@ import typer
 from hvfleet.cli.common import DEFAULT_MANAGER, StoreOpt, connect
 from hvfleet.cli.main import app
 from hvfleet.cli.output import emit, print_table
-from hvfleet.model.durations import parse_expiry
-from hvfleet.model.token import Role, token_state
+from hvfleet.model.token import token_state
 from hvfleet.model.views import age
-from hvfleet.store.tokens import issue_token, list_tokens, revoke_token
+from hvfleet.ops.tokens import TokenQuery, issue
+from hvfleet.store.tokens import list_tokens, revoke_token
 
 token_app = typer.Typer(help="Bearer tokens for the API (hvfleet serve).", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -54,17 +54,11 @@ def create(
     store: StoreOpt = None,
 ) -> None:
     """Create a token and print it once; only its hash is stored."""
-    role_name: Role = role.value
-    lifetime = parse_expiry(ttl, field="ttl")
+    query = TokenQuery.from_plain({"role": role.value, "hypervisor": hypervisor, "name": name, "ttl": ttl})
     with connect(store) as s:
-        record, text = issue_token(
-            s, role_name, manager=DEFAULT_MANAGER, now=datetime.now(UTC), ttl=lifetime,
-            name=name, hypervisor=hypervisor,
-        )
-    expires = record.spec.expires_at.isoformat() if record.spec.expires_at else "never"
-    print(f"token {record.name}: role {record.spec.role}, subject {record.spec.subject}, "
-          f"expires {expires}. It is shown only now.", file=sys.stderr)
-    print(text)
+        answer = issue(s, query, DEFAULT_MANAGER)
+    print(answer.summary(), file=sys.stderr)
+    print(answer.token)
 
 
 @token_app.command("list")

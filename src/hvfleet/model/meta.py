@@ -80,6 +80,11 @@ class Model(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
+    def to_json(self) -> bytes:
+        """`to_dict` as compact JSON, built by pydantic's serializer in one step
+        (the API's answers and watch events: no dict built and walked again)."""
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
 
 def validation_message(exc: ValidationError, what: str) -> str:
     """A pydantic error as the one line a user sees: `what: loc: message`."""

@@ -84,8 +84,10 @@ class ResourceName(str):
         return str(self) in _IN_BYTES
 
     def quantity(self, value: int | Fraction | Quantity) -> Quantity:
-        """`value` as a Quantity of this resource: binary suffixes for bytes."""
-        return Quantity(value, "binary" if self.counts_bytes else "decimal")
+        """`value` as a Quantity of this resource: binary suffixes for bytes,
+        whatever form a given Quantity was written in (`8589934592` → `8Gi`)."""
+        amount = value.value if isinstance(value, Quantity) else value
+        return Quantity(amount, "binary" if self.counts_bytes else "decimal")
 
     def to_placement_units(self, amount: Fraction | int) -> int:
         """An amount in hvfleet's base unit → whole Placement units (rounded down:

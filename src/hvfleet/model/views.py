@@ -34,7 +34,8 @@ LOW_FREE = Fraction(1, 10)
 
 
 def human(resource: ResourceName | str, q: Quantity | None) -> str:
-    """A quantity as a person reads it: bytes as Gi/Mi with one decimal."""
+    """A quantity as a person reads it: bytes as Gi/Mi with one decimal, counts
+    of five digits or more with thousands separators."""
     if q is None:
         return "-"
     if ResourceName(resource).counts_bytes:
@@ -44,6 +45,9 @@ def human(resource: ResourceName | str, q: Quantity | None) -> str:
                 text = f"{v / mult:.1f}".removesuffix(".0")
                 return f"{text}{suffix}"
         return f"{v:.0f}"
+    if q.is_integer() and abs(q.value) >= 10_000:
+        # Large counts with thousands separators (738,278): four digits read at a glance.
+        return f"{q.floor():,}"
     return str(q)
 
 
@@ -67,7 +71,10 @@ def _used_of(r: ResourceName, used: Quantity | None, of: Quantity | None) -> str
 
 
 def _strs(values: Mapping[ResourceName, Quantity]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
+    # The exact quantity in the resource's canonical form (bytes in binary units),
+    # as every JSON answer gives it (hvfleet.ops.quantities.exact).
+    return {str(k): str(ResourceName(k).quantity(v))
+            for k, v in sorted(values.items(), key=lambda kv: str(kv[0]))}
 
 
 SyncState = Literal["True", "False", "Unknown"]
@@ -201,7 +208,7 @@ def hypervisor_row(
     if wide:
         row += [
             _pairs(resolve_overcommit(h, policies or ()), lambda _r, x: ratio_text(x.value, x.source)),
-            _pairs(h.spec.reserved, lambda _r, q: str(q)),
+            _pairs(h.spec.reserved, human),
             _pairs(h.metadata.labels, lambda _k, v: v),
         ]
     return row

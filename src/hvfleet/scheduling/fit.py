@@ -34,6 +34,7 @@ from hvfleet.model.readiness import (
     readiness,
 )
 from hvfleet.model.resources import ResourceName
+from hvfleet.model.views import human
 from hvfleet.scheduling.errors import DoesNotFit
 from hvfleet.scheduling.request import Request
 
@@ -65,14 +66,16 @@ class Rejection:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"reason": self.reason, "message": self.message}
+        # Amounts in the resource's exact form (bytes in binary units), as every answer shows them.
+        shown = self.resource.quantity if self.resource is not None else Quantity
         if self.resource is not None:
             out["resource"] = str(self.resource)
         if self.requested is not None:
-            out["requested"] = str(self.requested)
+            out["requested"] = str(shown(self.requested))
         if self.available is not None:
-            out["available"] = str(self.available)
+            out["available"] = str(shown(self.available))
         if self.reason == "insufficient" and self.requested is not None and self.available is not None:
-            out["shortBy"] = str(self.requested - self.available)
+            out["shortBy"] = str(shown(self.requested - self.available))
         return out
 
 
@@ -154,7 +157,8 @@ def resource_rejections(
             out.append(
                 Rejection(
                     "insufficient",
-                    f"{r}: needs {need}, {have} free (short by {need - have})",
+                    f"{r}: needs {human(r, r.quantity(need))}, {human(r, r.quantity(have))} free "
+                    f"(short by {human(r, r.quantity(need - have))})",
                     r,
                     need,
                     have,
@@ -165,7 +169,8 @@ def resource_rejections(
             out.append(
                 Rejection(
                     "max-unit",
-                    f"{r}: one instance needs {one}, more than the host's {biggest} after its reserve",
+                    f"{r}: one instance needs {human(r, r.quantity(one))}, more than the host's "
+                    f"{human(r, r.quantity(biggest))} after its reserve",
                     r,
                     one,
                     biggest,

@@ -15,10 +15,12 @@ edited and others not. When a host changed between the read and the write
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hvfleet.model.errors import NotFound
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.selectors import Selector
-from hvfleet.model.spec_edits import SpecEdit
+from hvfleet.model.spec_edits import HostEdit
 from hvfleet.store.base import StaleVersion, Store, Write, as_selector
 from hvfleet.store.ownership import applied_after_edit
 
@@ -28,26 +30,33 @@ MAX_ATTEMPTS = 20
 
 def edit_hosts(
     store: Store,
-    edit: SpecEdit,
+    edit: HostEdit,
     manager: str,
     *,
     name: str | None = None,
     selector: Selector | str | None = None,
     force: bool = False,
+    check: Callable[[Hypervisor, Hypervisor], None] | None = None,
 ) -> list[Hypervisor]:
     """Apply `edit` to hypervisor `name`, or to every hypervisor `selector`
     matches, all or nothing; returns the hosts as stored, by name (hosts the
     edit does not change are not written). NotFound when no hypervisor
     matches; InvalidInput, OwnershipConflict or Forbidden (from any host) with
-    nothing written."""
+    nothing written. `check(old, new)` is called on every host the edit
+    changes before anything is written (the server authorizes there)."""
     sel = None if name is not None else as_selector(selector)
     last: StaleVersion | None = None
     for attempt in range(MAX_ATTEMPTS):
         hosts = [store.get_hypervisor(name)] if name is not None else store.list_hypervisors(sel)
         if not hosts:
             raise NotFound(f"no hypervisor matches selector {str(sel)!r}")
-        writes = [Write("update", new, applied_after_edit(h, new, manager))
-                  for h in hosts if (new := edit.apply(h)).spec != h.spec]
+        writes = []
+        for h in hosts:
+            new = edit.apply(h)
+            if new.spec != h.spec:
+                if check is not None:
+                    check(h, new)
+                writes.append(Write("update", new, applied_after_edit(h, new, manager)))
         try:
             out = store.write_all(writes, manager, force=force)
         except StaleVersion as exc:

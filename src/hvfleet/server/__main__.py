@@ -31,6 +31,11 @@ def options_from_json(text: str) -> ServeOptions:
     values: dict[str, Any] = {k: v for k, v in doc.items() if v is not None}
     if "data_dir" in values:
         values["data_dir"] = Path(values["data_dir"])
+    if "tls_names" in values:
+        names = values["tls_names"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise InvalidInput("settings: tls_names must be a list of names")
+        values["tls_names"] = tuple(names)
     return ServeOptions(**values)
 
 

@@ -13,35 +13,31 @@ as verb "create" on its own resource name ("fit", "release", ...).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
-from lxml import etree
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from hvfleet.discovery.xmlsafe import parse_xml
-from hvfleet.guests import datacache
-from hvfleet.guests.check import check_domain
-from hvfleet.guests.cpu import baseline_cpu, cpu_element, qemu_models_of
-from hvfleet.guests.cpuxml import cpus_from_texts
-from hvfleet.guests.explain import explain as explain_plan
-from hvfleet.guests.generate import generate as generate_guest
-from hvfleet.guests.hosts import group_from_store
-from hvfleet.guests.policy import LATEST
-from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, parse_memory
-from hvfleet.model.errors import BadRequest, InvalidInput, UnsupportedMediaType
-from hvfleet.model.hostcaps import HostCPU
+from hvfleet.model.errors import BadRequest, UnsupportedMediaType
 from hvfleet.model.meta import API_VERSION, Model
-from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import MEMORY, ResourceName
 from hvfleet.model.selectors import parse_selector
-from hvfleet.scheduling.claims import release
-from hvfleet.scheduling.index import FitResult, FleetIndex
-from hvfleet.scheduling.placement import export_fleet
-from hvfleet.scheduling.request import Request as FitRequest
+from hvfleet.ops.claims import release
+from hvfleet.ops.fit import FitAnswer, FitQuery
+from hvfleet.ops.fit import fit as run_fit
+from hvfleet.ops.guests import (
+    CpuBaselineQuery,
+    CpuSource,
+    GuestCheckQuery,
+    GuestQuery,
+    check,
+    cpu_baseline,
+    generate,
+    group_of,
+)
+from hvfleet.ops.placement import PlacementQuery, export
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import RESOURCES
@@ -50,50 +46,6 @@ from hvfleet.server.resources import audited, authenticate, error_response, rend
 from hvfleet.server.status import Target, invalid_object, unknown_fields
 
 # -- bodies ------------------------------------------------------------------------------------
-
-class FitBody(Model):
-    resources: dict[str, str | int]
-    count: int = 1
-    label_selector: str = ""
-    weigher: Literal["binpack", "spread"] = "binpack"
-    limit: int | None = Field(default=None, ge=1)
-    why: bool = False
-
-
-class PlacementBody(Model):
-    label_selector: str = ""
-
-
-class CpuBaselineBody(Model):
-    # Either the hosts in the store matching a selector, or CPU/capabilities XML texts.
-    label_selector: str | None = None
-    cpus: list[str] = Field(default_factory=list)
-    expand: bool = False
-    # Leave out hosts whose CPU libvirt did not identify (else they are refused).
-    skip_unknown: bool = False
-
-
-class GuestBody(Model):
-    os: str
-    name: str
-    vcpus: int
-    memory: str
-    disks: list[str] = Field(default_factory=list)
-    nics: list[str] = Field(default_factory=list)
-    firmware: str = "auto"
-    secure_boot: bool = False
-    tpm: bool = False
-    mode: str = "intersection"
-    policy: str = LATEST
-    drivers: list[str] = Field(default_factory=list)
-    label_selector: str = ""
-    explain: bool = False
-
-
-class GuestCheckBody(Model):
-    domain: str
-    label_selector: str = ""
-
 
 async def _body(request: Request, ctx: ApiContext, model: type[Model], what: str) -> Any:
     media = bodies.media_type(request)
@@ -133,52 +85,22 @@ def _verb(what: str, body_model: type[Model], run: Callable[[ApiContext, Identit
     return handler
 
 
-def _quantity(r: ResourceName, v: Fraction | Quantity) -> str:
-    return str(Quantity(v, "binary" if r == MEMORY else "decimal"))
-
-
 # -- fit ----------------------------------------------------------------------------------------
 
-def fit_request(body: FitBody) -> FitRequest:
-    out: dict[ResourceName, Quantity] = {}
-    for name, value in body.resources.items():
-        r = ResourceName.parse(name, where="resources")
-        out[r] = Quantity.parse(value, where=f"resources.{r}")
-    return FitRequest(out, body.count)
+def _fit(ctx: ApiContext, who: Identity, body: FitQuery) -> dict[str, Any]:
+    """The fit answer's document; the dashboard's fit page calls it too."""
+    return fit_answer(ctx, who, body).document()
 
 
-def fit_document(index: FleetIndex, result: FitResult, why: bool) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "request": {"resources": {str(r): str(q) for r, q in sorted(result.request.resources.items(),
-                                                                     key=str)},
-                    "count": result.request.count},
-        "weigher": result.weigher,
-        "considered": result.considered,
-        "fitting": result.fitting,
-        "candidates": [
-            {"name": c.name, "score": round(c.score, 6),
-             "free": {str(r): _quantity(r, v) for r, v in sorted(index.free(c.name).items(), key=str)},
-             "synced": index.synced(c.name).to_dict()}
-            for c in result.candidates
-        ],
-    }
-    if why:
-        doc["rejected"] = {n: [r.to_dict() for r in found] for n, found in result.rejected.items()}
-    return doc
-
-
-def _fit(ctx: ApiContext, who: Identity, body: FitBody) -> dict[str, Any]:
-    request = fit_request(body)
-    selector = parse_selector(body.label_selector)
+def fit_answer(ctx: ApiContext, who: Identity, query: FitQuery) -> FitAnswer:
+    query.request()  # bad input is a 422 before authorization is asked
+    query.selector()
     ctx.authorize(who, Action("create", "fit"))
     with ctx.index_lock:
-        index = ctx.fleet_index()
-        result = index.fit(request, selector=selector, weigher=body.weigher, limit=body.limit,
-                           why=body.why)
-        return fit_document(index, result, body.why)
+        return run_fit(ctx.fleet_index(), query)
 
 
-fit = _verb("fit", FitBody, _fit, "FitResult")
+fit = _verb("fit", FitQuery, _fit, "FitResult")
 
 
 # -- release ------------------------------------------------------------------------------------
@@ -186,7 +108,7 @@ fit = _verb("fit", FitBody, _fit, "FitResult")
 def _release(ctx: ApiContext, who: Identity, name: str) -> Any:
     action = Action("create", "release", name=name)
 
-    return audited(ctx, who, action, None, lambda: release(ctx.store, name, manager=who.manager),
+    return audited(ctx, who, action, None, lambda: release(ctx.store, name, who.manager),
                    check=lambda: ctx.authorize(who, action))
 
 
@@ -205,89 +127,41 @@ async def release_reservation(request: Request) -> Response:
 
 # -- placement ---------------------------------------------------------------------------------
 
-def _placement(ctx: ApiContext, who: Identity, body: PlacementBody) -> dict[str, Any]:
-    selector = parse_selector(body.label_selector)
+def _placement(ctx: ApiContext, who: Identity, body: PlacementQuery) -> dict[str, Any]:
+    parse_selector(body.label_selector)  # a bad selector is a 422 before authorization
     ctx.authorize(who, Action("create", "placement"))
-    return export_fleet(ctx.store, selector)
+    return export(ctx.store, body)
 
 
-placement = _verb("placement", PlacementBody, _placement, None)
+placement = _verb("placement", PlacementQuery, _placement, None)
 
 
 # -- CPU baseline and guests ------------------------------------------------------------------
 
-def _fresh_data() -> None:
-    """osinfo-db and cpu_map are kept in memory; before a CPU or guest verb
-    they are checked for a change (at most once a second), so an upgraded
-    package is read without a restart."""
-    datacache.revalidate(every=1.0)
-
-
-def _group(ctx: ApiContext, selector: str) -> HostGroup:
-    hvs = ctx.store.list_hypervisors(parse_selector(selector))
-    if not hvs:
-        raise InvalidInput(f"labelSelector {selector!r}: no hypervisor matches")
-    return group_from_store([(h.metadata.name, h.status.host_capabilities) for h in hvs])
-
-
-def _cpubaseline(ctx: ApiContext, who: Identity, body: CpuBaselineBody) -> dict[str, Any]:
+def _cpubaseline(ctx: ApiContext, who: Identity, body: CpuBaselineQuery) -> dict[str, Any]:
     if bool(body.cpus) == (body.label_selector is not None):
         raise BadRequest("cpubaseline: give cpus (XML texts) or labelSelector, not both")
     ctx.authorize(who, Action("create", "cpubaseline"))
-    _fresh_data()
-    cpus: list[tuple[str, HostCPU]]
-    qemu_models = None
-    if body.cpus:
-        cpus = cpus_from_texts([(f"cpus[{i}]", text) for i, text in enumerate(body.cpus)])
-    else:
-        assert body.label_selector is not None
-        group = _group(ctx, body.label_selector)
-        cpus = [(n, c.cpu) for n, c in group.hosts]
-        qemu_models = qemu_models_of(group.hosts)
+    source = (CpuSource.of_texts(body.cpus) if body.label_selector is None
+              else CpuSource.of_group(group_of(ctx.store, body.label_selector)))
     # UnknownHostCPU is an InvalidInput: a 422 saying which hosts (skipUnknown leaves them out).
-    d = baseline_cpu(cpus, qemu_models=qemu_models, skip_unknown=body.skip_unknown)
-    c = d.value
-    doc: dict[str, Any] = {"model": c.model, "vendor": c.vendor, "require": list(c.require),
-                           "disable": list(c.disable), "hosts": len(cpus) - len(c.skipped),
-                           "xml": etree.tostring(cpu_element(c, body.expand), pretty_print=True,
-                                                 encoding="unicode")}
-    if c.skipped:
-        doc["skipped"] = list(c.skipped)
-    if body.expand:
-        doc["features"] = sorted(c.features)
-    return doc
+    return cpu_baseline(source, body.expand, body.skip_unknown).document()
 
 
-cpubaseline = _verb("cpubaseline", CpuBaselineBody, _cpubaseline, "CPUBaseline")
+cpubaseline = _verb("cpubaseline", CpuBaselineQuery, _cpubaseline, "CPUBaseline")
 
 
-def _generate(ctx: ApiContext, who: Identity, body: GuestBody) -> dict[str, Any]:
+def _generate(ctx: ApiContext, who: Identity, body: GuestQuery) -> dict[str, Any]:
     ctx.authorize(who, Action("create", "guests", name="generate"))
-    _fresh_data()
-    req = GuestRequest(
-        os=body.os, name=body.name, vcpus=body.vcpus, memory=parse_memory(body.memory),
-        disks=tuple(DiskSpec.parse(s) for s in body.disks),
-        nics=tuple(NicSpec.parse(s) for s in body.nics),
-        firmware=body.firmware, secure_boot=body.secure_boot, tpm=body.tpm, mode=body.mode,
-        policy=body.policy, drivers=tuple(body.drivers),
-    )
-    xml, plan = generate_guest(req, _group(ctx, body.label_selector))
-    doc: dict[str, Any] = {"xml": xml, "warnings": list(plan.warnings)}
-    if body.explain:
-        doc["explain"] = explain_plan(plan)
-    return doc
+    return generate(body, group_of(ctx.store, body.label_selector)).document()
 
 
-guest_generate = _verb("guests/generate", GuestBody, _generate, "GuestDefinition")
+guest_generate = _verb("guests/generate", GuestQuery, _generate, "GuestDefinition")
 
 
-def _check(ctx: ApiContext, who: Identity, body: GuestCheckBody) -> dict[str, Any]:
+def _check(ctx: ApiContext, who: Identity, body: GuestCheckQuery) -> dict[str, Any]:
     ctx.authorize(who, Action("create", "guests", name="check"))
-    _fresh_data()
-    verdicts = check_domain(parse_xml(body.domain, "domain"), _group(ctx, body.label_selector))
-    return {"ok": all(v.ok for v in verdicts),
-            "hosts": [{"host": v.host, "ok": v.ok, "problems": list(v.problems),
-                       "warnings": list(v.warnings)} for v in verdicts]}
+    return check(parse_xml(body.domain, "domain"), group_of(ctx.store, body.label_selector)).document()
 
 
-guest_check = _verb("guests/check", GuestCheckBody, _check, "GuestCheck")
+guest_check = _verb("guests/check", GuestCheckQuery, _check, "GuestCheck")

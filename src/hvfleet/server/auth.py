@@ -18,6 +18,7 @@ update either.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,6 +38,10 @@ from hvfleet.store.tokens import find_token
 # revoked or deleted token keeps working on a replica that has seen it.
 DEFAULT_MAX_AGE_S = 1.0
 _CACHE_LIMIT = 50_000
+# How long a token record read while the token watch runs is reused at most.
+FOLLOWED_MAX_AGE_S = 30.0
+TOKEN_KIND = "AccessToken"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -296,7 +301,15 @@ def role_matrix_markdown() -> str:
 
 
 class TokenAuthenticator:
-    """Authenticator over the tokens in `store`."""
+    """Authenticator over the tokens in `store`.
+
+    A token record read from the store is reused for `max_age` seconds; with
+    `follow`, a watch on the token records keeps the cache instead: a record
+    read while the watch runs is reused up to `followed_max_age` seconds and
+    dropped as soon as the watch shows it changed (revoked, deleted), on every
+    replica within the watch's delay. That saves one store read per request
+    (an agent calls every 10 s, past any short cache); the bound covers a
+    watch that stalls without an error."""
 
     def __init__(
         self,
@@ -304,29 +317,72 @@ class TokenAuthenticator:
         *,
         max_age: float = DEFAULT_MAX_AGE_S,
         clock: Callable[[], datetime] | None = None,
+        follow: bool = False,
+        followed_max_age: float = FOLLOWED_MAX_AGE_S,
     ) -> None:
         self.store = store
         self.max_age = max_age
+        self.followed_max_age = followed_max_age
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, AccessToken | None]] = {}
+        # token id -> (read at, record, reused for this long)
+        self._cache: dict[str, tuple[float, AccessToken | None, float]] = {}
+        self._changes = 0  # records dropped by the watch so far
+        self._following = False
+        self._stop = threading.Event()
+        self._follower: threading.Thread | None = None
+        if follow:
+            self._follower = threading.Thread(target=self._follow, name="token-watch", daemon=True)
+            self._follower.start()
+
+    def _follow(self) -> None:
+        pause = 1.0
+        while not self._stop.is_set():
+            try:
+                since = self.store.revision()
+                with self._lock:
+                    self._following = True
+                for event in self.store.watch(TOKEN_KIND, since=since, stop=self._stop):
+                    self.forget([event.object.metadata.name])
+            except Exception as exc:  # the store's own errors; the cache falls back to max_age
+                log.warning("token watch failed, tokens are read again every %gs: %s",
+                            self.max_age, exc)
+                pause = min(pause * 2, 60.0)
+            else:
+                pause = 1.0
+            finally:
+                with self._lock:
+                    self._following = False
+                    # What was read under the watch is kept no longer than max_age.
+                    self._cache = {k: (at, r, min(age, self.max_age))
+                                   for k, (at, r, age) in self._cache.items()}
+            self._stop.wait(pause)
+
+    def close(self) -> None:
+        self._stop.set()
 
     def _record(self, token_id: str) -> AccessToken | None:
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(token_id)
-        if hit is not None and now - hit[0] < self.max_age:
+            following, changes = self._following, self._changes
+        if hit is not None and now - hit[0] < hit[2]:
             return hit[1]
         record = find_token(self.store, token_id)
         with self._lock:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()  # ids are random: a flood of unknown ones must not grow it
-            self._cache[token_id] = (now, record)
+            # Long-lived only when the watch ran all along the read: any later
+            # change of this record then reaches forget().
+            kept = (self.followed_max_age if following and self._following
+                    and changes == self._changes else self.max_age)
+            self._cache[token_id] = (now, record, kept)
         return record
 
     def forget(self, token_ids: Iterable[str] | None = None) -> None:
         """Drop cached records (all, or these), e.g. right after a revoke here."""
         with self._lock:
+            self._changes += 1
             if token_ids is None:
                 self._cache.clear()
             else:

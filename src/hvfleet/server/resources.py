@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from hvfleet.model.errors import (
     BadRequest,
     Forbidden,
+    Gone,
     HvfleetError,
     InvalidInput,
     NotFound,
@@ -50,7 +51,7 @@ from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.impersonation import acting_identity
 from hvfleet.server.narrowing import get_visible, view_of
 from hvfleet.server.read_options import EXACT, check_not_newer, read_options
-from hvfleet.server.status import ApiError, Target, from_error, success
+from hvfleet.server.status import ApiError, Target, from_error, status, success
 from hvfleet.server.table import TableInputs, table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store import lifecycle
@@ -187,7 +188,7 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
         body = table(info.kind, [obj], inputs, obj.metadata.resource_version or "",
                      request.query_params.get("includeObject", "PartialObjectMetadata"))
         return JSONResponse(body, status_code=code, headers=headers)
-    return JSONResponse(obj.to_dict(), status_code=code, headers=headers)
+    return Response(obj.to_json(), status_code=code, headers=headers, media_type="application/json")
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
@@ -281,19 +282,42 @@ def _encode_continue(revision: int, after: str, snapshot: str, binding: str) -> 
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _decode_continue(token: str, binding: str) -> tuple[str, str]:
-    """(the last name of the previous page, the snapshot it was cut from);
-    BadRequest for a token of another list (caller, kind or selector)."""
+def _decode_continue(token: str, binding: str) -> tuple[int, str, str]:
+    """(the revision the list was read at, -1 for "the current one"; the last
+    name of the previous page; the snapshot it was cut from); BadRequest for a
+    token of another list (caller, kind or selector). The binding is a hash of
+    what the caller sends anyway, so every replica checks it alike."""
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        revision = data["rv"]
         after, snapshot, bound = data["after"], data.get("snapshot", ""), data.get("for", "")
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
         raise BadRequest("continue: not a token this server issued") from None
-    if not isinstance(after, str) or not isinstance(snapshot, str) or not isinstance(bound, str):
+    if (not isinstance(after, str) or not isinstance(snapshot, str) or not isinstance(bound, str)
+            or not isinstance(revision, int) or isinstance(revision, bool) or revision < -1):
         raise BadRequest("continue: not a token this server issued")
     if not hmac.compare_digest(bound, binding):
         raise BadRequest(CONTINUE_MISMATCH)
-    return after, snapshot
+    return revision, after, snapshot
+
+
+# kube-apiserver's words (storage/etcd3 interpretListError) for a continue token
+# whose revision was compacted: the Status carries a fresh token that goes on
+# from the same name at the current revision.
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. "
+    "You can start a new list without the continue parameter, or use the continue token "
+    "in this response to retrieve the remainder of the results. Continuing with the "
+    "provided token results in an inconsistent list - objects that were created, "
+    "modified, or deleted between the time the first chunk was returned and now may "
+    "show up in the list."
+)
+
+
+def _continue_expired(after: str, binding: str) -> Response:
+    body = status(410, "Expired", CONTINUE_EXPIRED)
+    body["metadata"] = {"continue": _encode_continue(-1, after, "", binding)}
+    return JSONResponse(body, status_code=410)
 
 
 def _limit(request: Request) -> int | None:
@@ -325,21 +349,33 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     narrowed = ctx.authorize_read(who, Action("list", info.plural, name=equal))
     view = None if narrowed is None else await run_in_threadpool(view_of, ctx.store, narrowed)
     binding = list_binding(who, info.kind, q.get("labelSelector", ""), q.get("fieldSelector", ""))
-    after, snapshot = _decode_continue(q["continue"], binding) if q.get("continue") else (None, "")
-    # A later page is cut from the snapshot the first page was read from (one
-    # revision for all pages, and one store read for a whole `kubectl get`);
-    # once that is gone, from the current state after the last name returned.
+    token_rv, after, snapshot = (_decode_continue(q["continue"], binding) if q.get("continue")
+                                 else (-1, None, ""))
+    # A later page is cut at the revision the first page was read at: from this
+    # process's copy of that read when it still has one (one store read for a
+    # whole `kubectl get`), else read at that revision from the store's history
+    # (any replica can: etcd keeps revisions until compaction, SQLite its event
+    # log), else 410 Expired with a token that goes on at the current revision.
     kept = ctx.list_snapshots.get(snapshot, binding) if snapshot else None
     # Objects that do not decode are skipped (the store logs and counts them);
     # the first page names them in a Warning, and a Table shows them Unknown.
     unreadable: list[Undecodable] = []
-    if kept is None:
-        result = await run_in_threadpool(ctx.store.list, info.kind, selector)
-        check_not_newer(options, result.revision)
-        exact = options.revision if options.match == EXACT else None
-        if exact is not None and exact != result.revision:
-            # The objects as they were at that revision, from the store's history.
-            result = await run_in_threadpool(ctx.store.list_at, info.kind, exact, selector)
+    if kept is not None:
+        revision, everything = kept
+    else:
+        if token_rv >= 0:
+            try:
+                result = await run_in_threadpool(ctx.store.list_at, info.kind, token_rv, selector)
+            except Gone:
+                assert after is not None
+                return _continue_expired(after, binding)
+        else:
+            result = await run_in_threadpool(ctx.store.list, info.kind, selector)
+            check_not_newer(options, result.revision)
+            exact = options.revision if options.match == EXACT else None
+            if exact is not None and exact != result.revision:
+                # The objects as they were at that revision, from the store's history.
+                result = await run_in_threadpool(ctx.store.list_at, info.kind, exact, selector)
         revision = result.revision
         everything = [o for o in result.items
                       if (equal is None or o.metadata.name == equal)
@@ -347,8 +383,6 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
         unreadable = [e for e in result.undecodable
                       if (equal is None or e.name == equal) and (unequal is None or e.name != unequal)
                       and (after is None or e.name > after)]
-    else:
-        revision, everything = kept
     if view is not None:
         everything = [o for o in everything if view.visible(o)]
         unreadable = []  # whether the caller may see them cannot be judged
@@ -568,7 +602,9 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     action = Action("update", info.plural, obj.metadata.name, sub, force, dry_run)
     precheck(ctx, who, action)
     try:
-        current = ctx.store.get(info.kind, obj.metadata.name)
+        # A PUT names the version it replaces: the store may know it already.
+        current = ctx.store.get_for_write(info.kind, obj.metadata.name,
+                                          obj.metadata.resource_version)
     except Undecodable:
         # Nothing stored can be read to keep: the body, as its writer may write
         # it, replaces the object (hvfleet.store.undecodable.overwrite).

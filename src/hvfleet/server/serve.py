@@ -22,8 +22,14 @@ from hvfleet.model.errors import InvalidInput, Unavailable
 from hvfleet.server.app import create_app
 from hvfleet.server.audit import JsonAuditLog, configure_audit_log
 from hvfleet.server.auth import DEFAULT_MAX_AGE_S, RoleAuthorizer, TokenAuthenticator
-from hvfleet.server.tls import ServingFiles, ensure_serving_certificate, given_certificate
-from hvfleet.store import open_store
+from hvfleet.server.tls import (
+    ServingFiles,
+    ensure_serving_certificate,
+    given_certificate,
+    rotate_shared_ca,
+    shared_signer,
+)
+from hvfleet.store import Store, open_store
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
 GRACEFUL_SHUTDOWN_S = 5
@@ -66,10 +72,18 @@ class ServeOptions:
     insecure_http: bool = False
     audit_log: str | None = None
     token_cache_seconds: float = DEFAULT_MAX_AGE_S
+    # One step of a rotation of the CA the replicas share (tls.ROTATION_STEPS):
+    # done on the store, then the command ends without serving.
+    rotate_ca: str | None = None
+    # More names the serving certificate must carry (a load balancer's name,
+    # the address clients reach this replica at).
+    tls_names: tuple[str, ...] = ()
 
 
-def plan_tls(options: ServeOptions, host: str) -> ServingFiles | None:
-    """The certificate to serve with, or None for plain HTTP (loopback only)."""
+def plan_tls(options: ServeOptions, host: str, store: Store | None = None) -> ServingFiles | None:
+    """The certificate to serve with, or None for plain HTTP (loopback only).
+    Without one given, issued by the CA the replicas over `store` share (or,
+    over a store that keeps no server secrets, the data dir's own CA)."""
     if options.insecure_http:
         if options.tls_cert or options.tls_key:
             raise InvalidInput("TLS: plain HTTP was asked for together with a certificate; choose one")
@@ -83,7 +97,9 @@ def plan_tls(options: ServeOptions, host: str) -> ServingFiles | None:
         raise InvalidInput("TLS: a certificate needs its key, and a key its certificate")
     if options.tls_cert and options.tls_key:
         return given_certificate(options.tls_cert, options.tls_key)
-    return ensure_serving_certificate(options.data_dir or default_data_dir(), host)
+    data_dir = options.data_dir or default_data_dir()
+    shared = None if store is None else shared_signer(store, data_dir)
+    return ensure_serving_certificate(data_dir, host, extra_names=options.tls_names, shared=shared)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -113,14 +129,25 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
 
     say = announce or (lambda line: print(line, flush=True))
     host, port = parse_listen(options.listen)
-    tls = plan_tls(options, host)
     store = open_store(options.store)
-    sock = bind(host, port)
+    if options.rotate_ca is not None:
+        try:
+            say(f"hvfleet serve: rotate-ca {options.rotate_ca}: "
+                + rotate_shared_ca(store, options.rotate_ca))
+        finally:
+            store.close()
+        return
+    try:
+        tls = plan_tls(options, host, store)
+        sock = bind(host, port)
+    except BaseException:
+        store.close()
+        raise
     try:
         configure_audit_log(options.audit_log)
         app = create_app(
             store,
-            TokenAuthenticator(store, max_age=options.token_cache_seconds),
+            TokenAuthenticator(store, max_age=options.token_cache_seconds, follow=True),
             RoleAuthorizer(),
             audit=JsonAuditLog(),
         )

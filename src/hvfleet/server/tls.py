@@ -5,20 +5,30 @@ serving certificate signed by it under `<data dir>/tls/`, and reuses them on
 every restart, so the CA a kubeconfig embeds stays valid. The serving
 certificate is re-issued by the same CA when it no longer names every address
 the server answers on, or is about to expire. Keys are ECDSA P-256, written
-owner-only (0600) before any byte of them is, and never logged. Replicas
-behind one load balancer should be given one certificate (`tls_cert`/`tls_key`)
-instead, since each data dir makes its own CA.
+owner-only (0600) before any byte of them is, and never logged.
+
+Replicas over one store share one CA (`shared_signer`): it is kept in the store
+as a server secret (Store.server_secret: no kind, no API role reads it), made
+by the first replica that starts (from its data dir's CA when it has one, so
+kubeconfigs made for it stay valid), and each replica issues its own serving
+certificate from it for the names it is given. Its data dir then holds the
+CAs clients should trust (`ca.crt`, a bundle while a rotation runs) and its
+own serving key, never the CA's key. `rotate_shared_ca` moves a rotation on
+one step (docs/scaling.md: begin, switch, end, each followed by a rolling
+restart of the replicas).
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import ipaddress
+import json
 import os
 import socket
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from hvfleet.model.errors import InvalidInput
+from hvfleet.store.base import Store
 
 CA_VALIDITY = timedelta(days=3650)
 SERVING_VALIDITY = timedelta(days=365)
@@ -212,10 +223,23 @@ def _serving_is_good(
     )
 
 
+@dataclass(frozen=True)
+class Signer:
+    """The CA that issues serving certificates, and every CA clients should
+    trust meanwhile (PEM, the signer's own first)."""
+
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+    trust: bytes
+
+
 def ensure_serving_certificate(
-    data_dir: Path, listen_host: str, *, extra_names: Iterable[str] = (), now: datetime | None = None
+    data_dir: Path, listen_host: str, *, extra_names: Iterable[str] = (), now: datetime | None = None,
+    shared: Signer | None = None,
 ) -> ServingFiles:
-    """The CA and serving certificate under `data_dir/tls`, made or renewed as needed."""
+    """The CA and serving certificate under `data_dir/tls`, made or renewed as
+    needed; with `shared`, the serving certificate is issued by that CA and
+    `ca.crt` is its trust bundle (no CA key is written here)."""
     now = now or datetime.now(UTC)
     directory = data_dir / "tls"
     try:
@@ -231,18 +255,129 @@ def ensure_serving_certificate(
     cert, key = directory / "server.crt", directory / "server.key"
     names = subject_alt_names(listen_host, extra_names)
     with _locked(directory):
-        loaded = _load_ca(ca_cert, ca_key, now)
-        if loaded is None:
-            signer, ca = _make_ca(now)
-            _write_private(ca_key, _key_pem(signer))
-            _write_public(ca_cert, ca.public_bytes(serialization.Encoding.PEM))
+        if shared is not None:
+            signer, ca = shared.key, shared.cert
+            if not ca_cert.exists() or ca_cert.read_bytes() != shared.trust:
+                _write_public(ca_cert, shared.trust)
         else:
-            signer, ca = loaded
+            loaded = _load_ca(ca_cert, ca_key, now)
+            if loaded is None:
+                signer, ca = _make_ca(now)
+                _write_private(ca_key, _key_pem(signer))
+                _write_public(ca_cert, ca.public_bytes(serialization.Encoding.PEM))
+            else:
+                signer, ca = loaded
         if not _serving_is_good(cert, key, ca, names, now):
             serving_key, serving = _make_serving(signer, ca, names, now)
             _write_private(key, _key_pem(serving_key))
             _write_public(cert, serving.public_bytes(serialization.Encoding.PEM))
     return ServingFiles(cert=cert, key=key, ca=ca_cert)
+
+
+# -- one CA for every replica over one store -----------------------------------------
+
+SHARED_CA = "serving-ca"
+ROTATION_STEPS = ("begin", "switch", "end")
+
+
+@dataclass(frozen=True)
+class _SharedCa:
+    """As kept in the store: the signing CA, the one a rotation moves to, and
+    every CA certificate clients are to trust (the signer's first)."""
+
+    cert: bytes
+    key: bytes
+    trust: tuple[bytes, ...]
+    next_cert: bytes | None = None
+    next_key: bytes | None = None
+
+    def encode(self) -> bytes:
+        def text(b: bytes | None) -> str | None:
+            return None if b is None else base64.b64encode(b).decode()
+        return json.dumps({"cert": text(self.cert), "key": text(self.key),
+                           "trust": [text(t) for t in self.trust],
+                           "next_cert": text(self.next_cert), "next_key": text(self.next_key)}).encode()
+
+    @staticmethod
+    def decode(raw: bytes) -> _SharedCa:
+        doc = json.loads(raw)
+
+        def data(v: str | None) -> bytes | None:
+            return None if v is None else base64.b64decode(v)
+        cert, key = data(doc["cert"]), data(doc["key"])
+        assert cert is not None and key is not None
+        return _SharedCa(cert, key, tuple(base64.b64decode(t) for t in doc["trust"]),
+                         data(doc.get("next_cert")), data(doc.get("next_key")))
+
+    def signer(self) -> Signer:
+        key = serialization.load_pem_private_key(self.key, password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise InvalidInput("the shared serving CA in the store has a key of an unknown type")
+        return Signer(key, x509.load_pem_x509_certificate(self.cert), b"".join(self.trust))
+
+
+def _pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _new_shared(seed: tuple[ec.EllipticCurvePrivateKey, x509.Certificate]) -> _SharedCa:
+    key, cert = seed
+    return _SharedCa(_pem(cert), _key_pem(key), (_pem(cert),))
+
+
+def shared_signer(store: Store, data_dir: Path, now: datetime | None = None) -> Signer | None:
+    """The CA every replica over `store` signs with, made by the first one to
+    ask (seeded from its data dir's own CA when it has one); None when the
+    store keeps no server secrets (a remote store): the data dir's CA then."""
+    now = now or datetime.now(UTC)
+    try:
+        found = store.server_secret(SHARED_CA)
+    except NotImplementedError:
+        return None
+    while found is None:
+        directory = data_dir / "tls"
+        seed = _load_ca(directory / "ca.crt", directory / "ca.key", now) or _make_ca(now)
+        store.put_server_secret(SHARED_CA, _new_shared(seed).encode(), None)
+        found = store.server_secret(SHARED_CA)  # ours, or the replica's that came first
+    return _SharedCa.decode(found[0]).signer()
+
+
+def rotate_shared_ca(store: Store, step: str, now: datetime | None = None) -> str:
+    """Move a rotation of the shared CA one step on; what was done, in one line.
+
+    begin: a new CA is made and trusted beside the current one (kubeconfigs
+    made from now on trust both); switch: the new CA signs (each replica
+    issues its serving certificate from it when restarted), the old one is
+    still trusted; end: only the new one is trusted."""
+    now = now or datetime.now(UTC)
+    if step not in ROTATION_STEPS:
+        raise InvalidInput(f"rotate-ca: {step!r} is not one of {', '.join(ROTATION_STEPS)}")
+    for _ in range(10):
+        found = store.server_secret(SHARED_CA)
+        if found is None:
+            raise InvalidInput("rotate-ca: the store holds no shared CA yet (start a replica first)")
+        ca, version = _SharedCa.decode(found[0]), found[1]
+        if step == "begin":
+            if ca.next_cert is not None:
+                raise InvalidInput("rotate-ca: a rotation has begun already; switch next")
+            key, cert = _make_ca(now)
+            new = replace(ca, next_cert=_pem(cert), next_key=_key_pem(key),
+                          trust=(*ca.trust, _pem(cert)))
+            said = "a new CA is trusted beside the current one; hand out kubeconfigs again, then switch"
+        elif step == "switch":
+            if ca.next_cert is None or ca.next_key is None:
+                raise InvalidInput("rotate-ca: no rotation has begun (begin first)")
+            old = [t for t in ca.trust if t != ca.next_cert]
+            new = _SharedCa(ca.next_cert, ca.next_key, (ca.next_cert, *old))
+            said = "the new CA signs now; restart each replica, then end"
+        else:
+            if ca.next_cert is not None:
+                raise InvalidInput("rotate-ca: the rotation has not switched yet (switch first)")
+            new = replace(ca, trust=(ca.cert,))
+            said = "only the current CA is trusted now; hand out kubeconfigs again"
+        if store.put_server_secret(SHARED_CA, new.encode(), version):
+            return said
+    raise InvalidInput("rotate-ca: the shared CA kept changing under this rotation; try again")
 
 
 def given_certificate(cert: str, key: str) -> ServingFiles:

@@ -25,7 +25,6 @@ every write is audited.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -34,10 +33,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hvfleet.model.durations import parse_expiry
 from hvfleet.model.errors import BadRequest, Forbidden, NotFound, UnsupportedMediaType
 from hvfleet.model.meta import API_VERSION, Model
-from hvfleet.model.token import AccessToken, Role, check_token_update
+from hvfleet.model.token import AccessToken, check_token_update
+from hvfleet.ops.tokens import TokenAnswer, TokenQuery, issue
 from hvfleet.server import bodies
 from hvfleet.server.auth import TokenAuthenticator
 from hvfleet.server.context import ApiContext
@@ -48,7 +47,6 @@ from hvfleet.store.tokens import (
     KIND,
     create_token,
     find_token,
-    issue_token,
     list_tokens,
     revoke_token,
 )
@@ -56,13 +54,6 @@ from hvfleet.store.tokens import (
 PATH = "/apis/hvfleet.io/v1/accesstokens"
 M = TypeVar("M", bound=Model)
 _TARGET_KIND = "AccessToken"
-
-
-class TokenRequestBody(Model):
-    role: Role
-    hypervisor: str | None = None
-    name: str | None = None
-    ttl: str = "30d"
 
 
 def _target(name: str = "") -> Target:
@@ -136,24 +127,17 @@ def _replace(ctx: ApiContext, who: Identity, record: AccessToken, force: bool) -
     return out
 
 
-def _issue(ctx: ApiContext, who: Identity, body: TokenRequestBody) -> dict[str, Any]:
+def _issue(ctx: ApiContext, who: Identity, body: TokenQuery) -> dict[str, Any]:
     action = Action("create", "tokens", name=body.name)
-    issued: list[str] = []
+    issued: list[TokenAnswer] = []
 
     def write() -> AccessToken:
         ctx.authorize(who, action)
-        record, text = issue_token(
-            ctx.store, body.role, manager=who.manager, now=datetime.now(UTC),
-            ttl=parse_expiry(body.ttl, field="ttl"), name=body.name, hypervisor=body.hypervisor,
-        )
-        issued.append(text)
-        return record
+        issued.append(issue(ctx.store, body, who.manager))
+        return issued[0].record
 
-    record = audited(ctx, who, action, None, write)
-    assert isinstance(record, AccessToken)
-    doc = record.to_dict()
-    doc["status"] = {"token": issued[0]}
-    return doc
+    audited(ctx, who, action, None, write)
+    return issued[0].document()
 
 
 async def collection(request: Request) -> Response:
@@ -167,7 +151,7 @@ async def collection(request: Request) -> Response:
                 record = _as_record(doc, _target(str((doc.get("metadata") or {}).get("name", ""))))
                 stored = await run_in_threadpool(_store_record, ctx, who, record)
                 return JSONResponse(stored.to_dict(), status_code=201)
-            body = _validated(TokenRequestBody, doc, _target(), "accesstokens")
+            body = _validated(TokenQuery, doc, _target(), "accesstokens")
             return JSONResponse(await run_in_threadpool(_issue, ctx, who, body), status_code=201)
         who = await authenticate(ctx, request)
         ctx.authorize(who, Action("list", "tokens"))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
@@ -160,7 +159,8 @@ class KindFanout:
         with self._lock:
             line = self._encoded.get(key)
         if line is None:
-            line = json.dumps({"type": event.type, "object": event.object.to_dict()}).encode() + b"\n"
+            line = (b'{"type":"%s","object":' % event.type.encode()
+                    + event.object.to_json() + b"}\n")
             with self._lock:
                 self._encoded[key] = line
                 while len(self._encoded) > _ENCODED_KEPT:

@@ -305,6 +305,29 @@ class Store(ABC):
     def revision(self) -> int:
         """The store's current revision."""
 
+    def get_for_write(self, kind: str, name: str, resource_version: str | None) -> Resource:
+        """`get`, for a write that names the version it replaces: a backend that
+        still holds that version of the object from its own last read or write
+        may answer from it without a round trip (etcd). Nothing taken from it
+        can count stale: the write either finds that version still current or
+        fails its compare-and-swap (StaleVersion)."""
+        return self.get(kind, name)
+
+    # -- what the servers over this store share -------------------------------------
+
+    def server_secret(self, name: str) -> tuple[bytes, int] | None:
+        """A value every `hvfleet serve` over this store shares (the serving CA),
+        with its version; None while it is not set. Kept apart from every kind:
+        no list, watch, export or API role reaches it, only a process that holds
+        the store's own credentials. NotImplementedError on a backend that keeps
+        none (the remote store: its server has its own)."""
+        raise NotImplementedError(f"store {self.url} keeps no server secrets")
+
+    def put_server_secret(self, name: str, value: bytes, replaces: int | None) -> bool:
+        """Set `name` if its version is still `replaces` (None: only if it is not
+        set yet), atomically; False when another writer came first."""
+        raise NotImplementedError(f"store {self.url} keeps no server secrets")
+
     def list_at(self, kind: str, revision: int, selector: Selector | str | None = None) -> ListResult:
         """The objects of `kind` as they were at `revision` (not newer than the
         current one), from the store's history (hvfleet.store.history); Gone

@@ -68,7 +68,7 @@ DEFAULT_PREFIX = "/hvfleet"
 # and the gateway's message limits even for large Hypervisor objects.
 LIST_PAGE = 500
 # Objects whose last-seen value is kept to save a read before an update.
-SEEN_CACHE = 4096
+SEEN_CACHE = 16384
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
@@ -168,6 +168,24 @@ class EtcdStore(Store):
     def _reservation_index_prefix(self, host: str) -> str:
         return f"{self.prefix}/reservation-index/{host}/"
 
+    def _server_secret_key(self, name: str) -> str:
+        # Outside {prefix}/objects/: no list or watch of any kind reaches it.
+        return f"{self.prefix}/server-secrets/{name}"
+
+    def server_secret(self, name: str) -> tuple[bytes, int] | None:
+        kvs, _, _ = self._range(self._server_secret_key(name), what=f"read server secret {name}")
+        return (kvs[0].value, kvs[0].mod_revision) if kvs else None
+
+    def put_server_secret(self, name: str, value: bytes, replaces: int | None) -> bool:
+        key = self._server_secret_key(name)
+        compare = [cmp_absent(key) if replaces is None else cmp_mod(key, replaces)]
+        result = self.transport.txn(compare, [op_put(key, value)], what=f"write server secret {name}")
+        if not result.succeeded and result.ambiguous:
+            # An earlier attempt may have landed: it did if the value is ours.
+            found = self.server_secret(name)
+            return found is not None and found[0] == value
+        return result.succeeded
+
     # -- objects seen --------------------------------------------------------------------
 
     def _remember(self, key: str, revision: int, value: bytes) -> None:
@@ -231,6 +249,15 @@ class EtcdStore(Store):
         self._remember(kvs[0].key, kvs[0].mod_revision, kvs[0].value)
         return decode(kind, kvs[0].value, kvs[0].mod_revision, name)
 
+    def get_for_write(self, kind: str, name: str, resource_version: str | None) -> Resource:
+        kind = kind_of(kind)
+        if resource_version and resource_version.isdigit():
+            key = self._key(kind, name)
+            value = self._recall(key, int(resource_version))
+            if value is not None:
+                return decode(kind, value, int(resource_version), name)
+        return self.get(kind, name)
+
     def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
         kind = kind_of(kind)
         sel = as_selector(selector)
@@ -242,12 +269,20 @@ class EtcdStore(Store):
                 continue
         raise Unavailable(f"store {self.url}: list {kind}: history compacted during every attempt")
 
-    def _list_once(self, kind: str, sel: Selector) -> ListResult:
+    def list_at(self, kind: str, revision: int, selector: Selector | str | None = None) -> ListResult:
+        """etcd reads any revision it has not compacted: one range at that
+        revision (Gone once compacted), so any replica over this etcd can cut
+        page N of a paged list at the revision page 1 was read at."""
+        current = self.revision()
+        if revision > current:
+            raise ValueError(f"revision {revision} is newer than the store's {current}")
+        return self._list_once(kind_of(kind), as_selector(selector), revision)
+
+    def _list_once(self, kind: str, sel: Selector, revision: int | None = None) -> ListResult:
         start = self._kind_prefix(kind)
         end = prefix_end(start)
         items: builtins.list[Resource] = []
         bad: builtins.list[Undecodable] = []
-        revision: int | None = None
         key = start
         while True:
             # Every page after the first is read at the first page's revision:

@@ -248,6 +248,10 @@ class EtcdTransport:
             client = etcd3gw.client(
                 host=host, port=int(port), timeout=self.request_timeout, api_path="/v3/"
             )
+            # No proxy variables or ~/.netrc for etcd: requests looked both up
+            # (os.environ walked, files stat'ed) on every call, about a third of
+            # the server's CPU per write (docs/scaling.md, "The cost of a write").
+            client.session.trust_env = False
             clients[index] = client
             with self._sessions_lock:
                 self._clients.append(client)

@@ -15,6 +15,13 @@ there), and a create of a Reservation is such a claim.
 Transport: the standard library's `http.client`, one keep-alive connection per
 thread, TLS verified against the CA of `--ca`/$HVFLEET_CA or of the kubeconfig
 ($KUBECONFIG, else ~/.kube/config) whose server is this URL, else the system's.
+Several replicas may be named (`https://a:8443,https://b:8443`): requests go
+to one until it cannot be reached, then to the next. A request that never left
+(no connection) is sent to the next one whatever it is; one that may have
+reached a replica that then failed is sent again only when that is safe (a
+GET; a PUT or DELETE that names the resourceVersion it replaces, so a second
+application is a Conflict, never a second write; never a POST). A watch
+resumes on the next replica from the last revision it delivered.
 Errors map from the answer's meta/v1 Status (reason, code, causes), never from
 its message; a server that cannot be reached is Unavailable, naming the URL.
 """
@@ -129,6 +136,16 @@ def _origin(url: str) -> tuple[str, str, int]:
     return parts.scheme, (parts.hostname or "").lower(), port
 
 
+def split_servers(text: str) -> builtins.list[str]:
+    """`https://a:8443,https://b:8443` (or `https://a:8443,b:8443`: a bare
+    HOST:PORT takes the first one's scheme) as one URL per replica."""
+    parts = [p.strip() for p in text.split(",")]
+    if not parts[0] or any(not p for p in parts):
+        raise InvalidInput(f"store: {text!r}: an empty server in the list")
+    scheme = urlsplit(parts[0]).scheme
+    return [p if "://" in p else f"{scheme}://{p}" for p in parts]
+
+
 @dataclass(frozen=True)
 class Credentials:
     token: str | None
@@ -142,10 +159,11 @@ def _kubeconfig_paths() -> list[Path]:
     return [Path.home() / ".kube" / "config"]
 
 
-def find_credentials(server: str) -> Credentials:
-    """The token and CA for `server`: $HVFLEET_TOKEN (`--token`) and $HVFLEET_CA
-    (`--ca`) first; what is missing comes from a kubeconfig's context whose
-    cluster is this server (never another's, so a token is not sent elsewhere)."""
+def find_credentials(server: str | Sequence[str]) -> Credentials:
+    """The token and CA for `server` (or for any of several replicas of one
+    service): $HVFLEET_TOKEN (`--token`) and $HVFLEET_CA (`--ca`) first; what is
+    missing comes from a kubeconfig's context whose cluster is one of these
+    servers (never another's, so a token is not sent elsewhere)."""
     token = os.environ.get("HVFLEET_TOKEN") or None
     ca_file = os.environ.get("HVFLEET_CA") or None
     ca_pem: bytes | None = None
@@ -158,25 +176,45 @@ def find_credentials(server: str) -> Credentials:
         return Credentials(token, ca_pem)
     from hvfleet.store.kubeconfig import load_kubeconfig
 
-    want = _origin(server)
+    want = {_origin(s) for s in ([server] if isinstance(server, str) else server)}
     for path in _kubeconfig_paths():
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
         target = load_kubeconfig(text, str(path))
-        if _origin(target.server) != want:
+        if _origin(target.server) not in want:
             continue
         return Credentials(token or target.token, ca_pem or target.ca_pem)
     return Credentials(token, ca_pem)
 
 
 class _Pooled:
-    """One thread's keep-alive connection."""
+    """One thread's keep-alive connection, to replica `endpoint`."""
 
-    def __init__(self, conn: http.client.HTTPConnection) -> None:
+    def __init__(self, conn: http.client.HTTPConnection, endpoint: int) -> None:
         self.conn = conn
+        self.endpoint = endpoint
         self.used_at: float | None = None
+
+
+class _Lost(Unavailable):
+    """A replica could not be reached, or went away mid-answer (the next may do)."""
+
+
+def resendable(method: str, body: Any) -> bool:
+    """Whether a request that may have reached a replica can be sent again to
+    another: a read, or a write that names the version it replaces (a second
+    application finds the version moved on: Conflict, not a second write)."""
+    if method == "GET":
+        return True
+    if not isinstance(body, dict):
+        return False
+    if method == "PUT":
+        return bool((body.get("metadata") or {}).get("resourceVersion"))
+    if method == "DELETE":
+        return bool((body.get("preconditions") or {}).get("resourceVersion"))
+    return False
 
 
 def _status_doc(payload: bytes) -> dict[str, Any]:
@@ -262,13 +300,22 @@ class RemoteStore(Store):
     # The server's DELETE honours finalizers itself (hvfleet.store.lifecycle there).
     finalizes_on_delete = True
 
-    def __init__(self, server: str, token: str | None, ca_pem: bytes | None = None, *,
-                 impersonate: bool = False, timeout: float = DEFAULT_TIMEOUT) -> None:
-        scheme, host, port = _origin(server)
-        if scheme not in ("https", "http") or not host:
-            raise InvalidInput(f"store: {server!r} is not https://HOST:PORT")
-        self.url = f"{scheme}://{urlsplit(server).netloc}"
-        self._scheme, self._host, self._port = scheme, host, port
+    def __init__(self, server: str | Sequence[str], token: str | None, ca_pem: bytes | None = None,
+                 *, impersonate: bool = False, timeout: float = DEFAULT_TIMEOUT) -> None:
+        servers = split_servers(server) if isinstance(server, str) else builtins.list(server)
+        self._endpoints: builtins.list[tuple[str, int]] = []
+        urls: builtins.list[str] = []
+        for one in servers:
+            scheme, host, port = _origin(one)
+            if scheme not in ("https", "http") or not host:
+                raise InvalidInput(f"store: {one!r} is not https://HOST:PORT")
+            if scheme != _origin(servers[0])[0]:
+                raise InvalidInput(f"store: {one!r}: every server of one store speaks the same scheme")
+            self._endpoints.append((host, port))
+            urls.append(f"{scheme}://{urlsplit(one).netloc}")
+        self.url = ",".join(urls)
+        self._scheme = scheme
+        self._current = 0  # the replica requests go to until it cannot be reached
         self._token = token
         self._impersonate = impersonate
         self._timeout = timeout
@@ -285,42 +332,61 @@ class RemoteStore(Store):
 
     @classmethod
     def from_url(cls, url: str) -> RemoteStore:
-        """`https://HOST:PORT[?impersonate=true]`, credentials by find_credentials."""
+        """`https://HOST:PORT[,https://HOST:PORT...][?impersonate=true]`,
+        credentials by find_credentials."""
         parts = urlsplit(url)
         query = parse_qs(parts.query, keep_blank_values=True)
         impersonate = _bool_param(url, query, "impersonate")
         if query:
             raise InvalidInput(f"store: {url!r}: unknown parameter {sorted(query)[0]!r} "
                                "(only impersonate=true)")
-        if parts.path not in ("", "/") or parts.fragment:
-            raise InvalidInput(f"store: {url!r} must be https://HOST:PORT only")
-        server = f"{parts.scheme}://{parts.netloc}"
-        if parts.scheme == "http" and not _loopback(parts.hostname or ""):
-            raise InvalidInput(f"store: {url!r}: plain http only to a loopback address (use https)")
-        creds = find_credentials(server)
-        return cls(server, creds.token, creds.ca_pem, impersonate=impersonate)
+        servers = split_servers(url.split("?", 1)[0])
+        for server in servers:
+            one = urlsplit(server)
+            if one.path not in ("", "/") or one.fragment or one.query:
+                raise InvalidInput(f"store: {url!r} must be https://HOST:PORT only")
+            if one.scheme == "http" and not _loopback(one.hostname or ""):
+                raise InvalidInput(f"store: {url!r}: plain http only to a loopback address "
+                                   "(use https)")
+        servers = [f"{urlsplit(s).scheme}://{urlsplit(s).netloc}" for s in servers]
+        creds = find_credentials(servers)
+        return cls(servers, creds.token, creds.ca_pem, impersonate=impersonate)
+
+    @property
+    def endpoints(self) -> builtins.list[str]:
+        return self.url.split(",")
+
+    def _fail_over(self, failed: int) -> None:
+        """Requests go to the next replica from now on (unless another thread
+        already moved them)."""
+        with self._lock:
+            if self._current == failed:
+                self._current = (failed + 1) % len(self._endpoints)
 
     # -- transport ----------------------------------------------------------------------
 
     def _connection(self) -> tuple[_Pooled, bool]:
         pooled: _Pooled | None = getattr(self._local, "pooled", None)
         now = time.monotonic()
-        if pooled is not None and pooled.used_at is not None and now - pooled.used_at > _IDLE_REUSE_S:
+        if pooled is not None and (pooled.endpoint != self._current or (
+                pooled.used_at is not None and now - pooled.used_at > _IDLE_REUSE_S)):
             self._drop(pooled)
             pooled = None
         if pooled is None:
-            pooled = _Pooled(self._new_connection(self._timeout))
+            endpoint = self._current
+            pooled = _Pooled(self._new_connection(self._timeout, endpoint), endpoint)
             self._local.pooled = pooled
             with self._lock:
                 self._pooled.append(pooled)
             return pooled, False
         return pooled, True
 
-    def _new_connection(self, timeout: float | None) -> http.client.HTTPConnection:
+    def _new_connection(self, timeout: float | None,
+                        endpoint: int | None = None) -> http.client.HTTPConnection:
+        host, port = self._endpoints[self._current if endpoint is None else endpoint]
         if self._ssl is not None:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
-                                               context=self._ssl)
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            return http.client.HTTPSConnection(host, port, timeout=timeout, context=self._ssl)
+        return http.client.HTTPConnection(host, port, timeout=timeout)
 
     def _drop(self, pooled: _Pooled) -> None:
         pooled.conn.close()
@@ -340,36 +406,52 @@ class RemoteStore(Store):
             headers["Impersonate-User"] = manager
         return headers
 
-    def unavailable(self, exc: BaseException) -> Unavailable:
+    def unavailable(self, exc: BaseException, endpoint: int | None = None) -> Unavailable:
         text = str(exc).strip() or type(exc).__name__
-        return Unavailable(f"store {self.url}: cannot reach the server: {text}")
+        where = self.url if endpoint is None else self.endpoints[endpoint]
+        return _Lost(f"store {where}: cannot reach the server: {text}")
 
     def _request(self, method: str, path: str, body: Any = None, *,
                  manager: str | None = None) -> tuple[int, bytes]:
         data = None if body is None else json.dumps(body).encode()
         headers = self._headers(manager, data is not None)
-        for attempt in (0, 1):
+        resend = resendable(method, body)
+        failed: builtins.list[str] = []  # one line per replica that could not be reached
+        stale_retried = False
+        while True:
             pooled, reused = self._connection()
+            sent = False
             try:
+                if pooled.conn.sock is None:
+                    pooled.conn.connect()  # apart, so a failure here is known not sent
+                sent = True
                 pooled.conn.request(method, path, body=data, headers=headers)
                 resp = pooled.conn.getresponse()
                 payload = resp.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as exc:
+            except (OSError, http.client.HTTPException) as exc:
                 self._drop(pooled)
                 # A reused keep-alive connection the server closed while idle: the
                 # request never reached it, so sending it again is safe.
-                if reused and attempt == 0:
+                if (reused and not stale_retried and isinstance(
+                        exc, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError))):
+                    stale_retried = True
                     continue
-                raise self.unavailable(exc) from None
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop(pooled)
-                raise self.unavailable(exc) from None
+                lost = self.unavailable(exc, pooled.endpoint)
+                if sent and not resend:
+                    raise lost from None  # it may have been applied: the caller decides
+                failed.append(str(lost))
+                if len(failed) >= len(self._endpoints):
+                    if len(failed) == 1:
+                        raise lost from None
+                    raise Unavailable(f"store {self.url}: no server could be reached: "
+                                      + "; ".join(failed)) from None
+                self._fail_over(pooled.endpoint)
+                continue
             if resp.will_close:
                 self._drop(pooled)
             else:
                 pooled.used_at = time.monotonic()
             return resp.status, payload
-        raise AssertionError("unreachable")
 
     def _call(self, method: str, path: str, body: Any = None, *, manager: str | None = None,
               claim_host: str | None = None) -> bytes:
@@ -638,16 +720,28 @@ class _WatchReader(threading.Thread):
         return f"{GV}/{plural_of(self.kind)}?{urlencode(params)}"
 
     def run(self) -> None:
+        failures = 0  # replicas in a row that could not be reached
         try:
             while not self.ended.is_set():
-                self._one_call()
+                endpoint = self.store._current
+                try:
+                    self._one_call(endpoint)
+                    failures = 0
+                except _Lost:
+                    if self.ended.is_set():
+                        return
+                    failures += 1
+                    if failures >= len(self.store._endpoints):
+                        raise
+                    # Resumed on the next replica from the last revision delivered.
+                    self.store._fail_over(endpoint)
         except BaseException as exc:  # handed to the consumer, which raises it
             if not self.ended.is_set():
                 self.events.put((self.stream, exc))
 
-    def _one_call(self) -> None:
+    def _one_call(self, endpoint: int) -> None:
         # No read timeout: an idle watch is silent until the server's bookmark.
-        conn = self.store._new_connection(None)
+        conn = self.store._new_connection(None, endpoint)
         with self._conn_lock:
             if self.ended.is_set():
                 conn.close()
@@ -658,7 +752,7 @@ class _WatchReader(threading.Thread):
                 conn.request("GET", self._path(), headers=self.store._headers(None, False))
                 resp = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
-                raise self.store.unavailable(exc) from None
+                raise self.store.unavailable(exc, endpoint) from None
             if resp.status >= 400:
                 raise error_from_status(resp.status, _status_doc(resp.read()),
                                         f"watch {self.kind}")
@@ -669,7 +763,7 @@ class _WatchReader(threading.Thread):
                 except (OSError, http.client.HTTPException, ValueError) as exc:
                     if self.ended.is_set():
                         return
-                    raise self.store.unavailable(exc) from None
+                    raise self.store.unavailable(exc, endpoint) from None
                 if not line:
                     return  # the server ended this call (timeoutSeconds): reconnect
                 if not line.strip():

@@ -86,6 +86,15 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX events_by_key ON events (kind, name, rev);
     """,
+    # 3: values the servers over this store share (Store.server_secret): no
+    # kind, no events, so no list or watch ever shows them.
+    """
+    CREATE TABLE server_secrets (
+        name TEXT PRIMARY KEY,
+        value BLOB NOT NULL,
+        version INTEGER NOT NULL
+    );
+    """,
 ]
 
 
@@ -152,6 +161,22 @@ class SqliteStore(Store):
     def schema_version(self) -> int:
         with self._lock:
             return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    # -- server secrets ---------------------------------------------------------------
+
+    def server_secret(self, name: str) -> tuple[bytes, int] | None:
+        row = self._read(lambda db: db.execute(
+            "SELECT value, version FROM server_secrets WHERE name = ?", (name,)).fetchone())
+        return None if row is None else (bytes(row[0]), int(row[1]))
+
+    def put_server_secret(self, name: str, value: bytes, replaces: int | None) -> bool:
+        with self._write() as db:
+            row = db.execute("SELECT version FROM server_secrets WHERE name = ?", (name,)).fetchone()
+            if (None if row is None else int(row[0])) != replaces:
+                return False
+            db.execute("INSERT OR REPLACE INTO server_secrets VALUES (?, ?, ?)",
+                       (name, value, (replaces or 0) + 1))
+        return True
 
     # -- transactions -----------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The dashboard's writes: overcommit set/unset, maintenance, reserve — each
-the same store operation as the CLI's and the API's (`Store.update_hypervisor`, as an apply
-with the caller as field manager, `scheduling.claims.reserve`), authorized by
+the same operation as the CLI's (`hvfleet.ops.spec.edit_spec`, an apply with the
+caller as field manager, `scheduling.claims.reserve`), authorized by
 the server's Authorizer before anything is read and again on the object to be
 written, and audited. Form input is checked first, field by field, so a bad
 value is a `FormError` naming the form field and nothing is written.
@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pydantic import ValidationError
-
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.errors import HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation, check_ratio
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import CPU, MEMORY, ResourceName
-from hvfleet.scheduling.claims import reserve
-from hvfleet.scheduling.request import Request as FitRequest
+from hvfleet.model.resources import ResourceName
+from hvfleet.model.spec_edits import HostEdit, SpecEdit
+from hvfleet.ops.claims import ClaimQuery, claim
+from hvfleet.ops.spec import SpecEditRequest, edit_spec, maintenance_edit
 from hvfleet.server.context import ApiContext
 from hvfleet.server.identity import Action, Identity
 from hvfleet.server.resources import audited, precheck
@@ -70,85 +69,62 @@ def quantity_field(text: str, field: str, *, required: bool = False) -> Quantity
     return q
 
 
-def _edit(ctx: ApiContext, who: Identity, name: str, force: bool,
-          change: Callable[[Hypervisor], Hypervisor]) -> Hypervisor:
+def _edit(ctx: ApiContext, who: Identity, name: str, force: bool, edit: HostEdit) -> Hypervisor:
     action = Action("patch", "hypervisors", name=name, force=force, apply=True)
     precheck(ctx, who, action)
 
-    def mutate(h: Hypervisor) -> Hypervisor:
-        new = change(h)
-        ctx.authorize(who, action, h, new)
-        return new
-
     def write() -> Hypervisor:
-        # An apply of what the form changes: a field another manager owns is
-        # shown as a conflict (force takes it), as the CLI's edits do.
-        return ctx.store.update_hypervisor(name, mutate, who.manager, force=force, as_apply=True)
+        # The CLI's path (hvfleet.ops.spec): an apply of what the form changes, so a
+        # field another manager owns is shown as a conflict (force takes it).
+        answer = edit_spec(ctx.store, SpecEditRequest(edit, name=name, force=force), who.manager,
+                           check=lambda h, new: ctx.authorize(who, action, h, new))
+        return answer.hosts[0]
 
     out = audited(ctx, who, action, None, write)
     assert isinstance(out, Hypervisor)
     return out
 
 
-def _with_spec(h: Hypervisor, **fields: object) -> Hypervisor:
-    try:
-        spec = h.spec.model_validate({**h.spec.model_dump(), **fields})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InvalidInput(str(first.get("msg", exc)).removeprefix("Value error, ")) from None
-    return h.model_copy(update={"spec": spec})
-
-
 def set_overcommit(ctx: ApiContext, who: Identity, name: str, resource: str, ratio: str,
                    force: bool = False) -> Hypervisor:
     r = resource_field(resource, "resource")
     value = ratio_field(ratio, "ratio", str(r))
-    return _edit(ctx, who, name, force,
-                 lambda h: _with_spec(h, overcommit={**h.spec.overcommit, r: value}))
+    return _edit(ctx, who, name, force, SpecEdit("overcommit", changes={r: value}))
 
 
 def unset_overcommit(ctx: ApiContext, who: Identity, name: str, resource: str,
                      force: bool = False) -> Hypervisor:
     r = resource_field(resource, "resource")
-    return _edit(ctx, who, name, force, lambda h: _with_spec(
-        h, overcommit={k: v for k, v in h.spec.overcommit.items() if k != r}))
-
-
-MAINTENANCE_MODES = ("", "manual", "drain")
+    return _edit(ctx, who, name, force, SpecEdit("overcommit", removals=[r]))
 
 
 def set_maintenance(ctx: ApiContext, who: Identity, name: str, mode: str, reason: str,
                     force: bool = False) -> Hypervisor:
-    if mode not in MAINTENANCE_MODES:
-        raise FormError("mode", f"{mode!r} is not one of: none, manual, drain")
-    if mode == "manual" and not reason.strip():
-        raise FormError("reason", "required when maintenance is manual: say why")
-    return _edit(ctx, who, name, force, lambda h: _with_spec(
-        h, maintenance=mode, maintenance_reason=reason.strip() if mode else ""))
+    try:
+        edit = maintenance_edit(mode, reason)
+    except InvalidInput as exc:
+        raise FormError(exc.field or "mode", exc.detail) from None
+    return _edit(ctx, who, name, force, edit)
 
 
 def reserve_on(ctx: ApiContext, who: Identity, name: str, cpu: str, memory: str, consumer: str,
                ttl: str) -> Reservation:
-    wanted: dict[ResourceName, Quantity] = {}
-    q = quantity_field(cpu, "cpu")
-    if q is not None:
-        wanted[CPU] = q
-    q = quantity_field(memory, "memory")
-    if q is not None:
-        wanted[MEMORY] = q
+    wanted = {k: v.strip() for k, v in (("cpu", cpu), ("memory", memory))
+              if quantity_field(v, k) is not None}
     if not wanted:
         raise FormError("cpu", "give cpu or memory (or both)")
     if not consumer.strip():
         raise FormError("consumer", "required: the UUID of the instance the space is for")
-    life = _field("ttl", lambda: parse_expiry(ttl.strip() or "10m", field="ttl"))
+    _field("ttl", lambda: parse_expiry(ttl.strip() or "10m", field="ttl"))
+    # The CLI's `reserve HOST` (hvfleet.ops.claims), from the form's fields.
+    query = ClaimQuery.from_plain({"host": name, **wanted, "consumer": consumer.strip(),
+                                   "ttl": ttl.strip() or "10m"})
     action = Action("create", "reservations")
     precheck(ctx, who, action)
 
     def write() -> Reservation:
         ctx.authorize(who, action)
-        return reserve(ctx.store, name, FitRequest(wanted), consumer.strip(),
-                       life,  # type: ignore[arg-type]
-                       staleness=ctx.limits.claim_staleness, manager=who.manager)
+        return claim(ctx.store, query, who.manager, ctx.limits.claim_staleness).reservation
 
     out = audited(ctx, who, action, None, write)
     assert isinstance(out, Reservation)

@@ -12,18 +12,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hvfleet.model.errors import Forbidden, InvalidInput
+from hvfleet.ops.fit import FitQuery
 from hvfleet.server import actions
 from hvfleet.server.dashboard.pages.common import ctx_of, error_page, field_of, page, selector_error, who_is
 
-_FIT_FIELDS = {"resources": "resources", "count": "count", "weigher": "weigher"}
+_FIT_FIELDS = {k: k for k in ("cpu", "memory", "resources", "count", "weigher")}
 
 
-def _fit_body(q: dict[str, str]) -> tuple[actions.FitBody, dict[str, str]]:
+def _fit_body(q: dict[str, str]) -> tuple[FitQuery, dict[str, str]]:
     resources: dict[str, str | int] = {}
     errors: dict[str, str] = {}
-    for key in ("cpu", "memory"):
-        if q.get(key, "").strip():
-            resources[key] = q[key].strip()
     for part in (p.strip() for p in q.get("resources", "").split(",")):
         if not part:
             continue
@@ -38,11 +36,14 @@ def _fit_body(q: dict[str, str]) -> tuple[actions.FitBody, dict[str, str]]:
     weigher = q.get("weigher", "binpack")
     if weigher not in ("binpack", "spread"):
         errors["weigher"] = f"{weigher!r} is not binpack or spread"
-    if not resources and not errors:
+    cpu, memory = q.get("cpu", "").strip(), q.get("memory", "").strip()
+    if not resources and not cpu and not memory and not errors:
         errors["cpu"] = "give at least one resource (cpu, memory or others)"
-    body = actions.FitBody(resources=resources, count=int(count) if count.isdigit() and int(count) else 1,
-                           label_selector=q.get("selector", ""),
-                           weigher="spread" if weigher == "spread" else "binpack", why=True)
+    body = FitQuery.from_plain({
+        "cpu": cpu or None, "memory": memory or None, "resources": resources,
+        "count": int(count) if count.isdigit() and int(count) else 1,
+        "labelSelector": q.get("selector", ""),
+        "weigher": "spread" if weigher == "spread" else "binpack", "why": True})
     return body, errors
 
 
@@ -115,8 +116,8 @@ async def fit_page(request: Request) -> Response:
             errors["selector"] = wrong
         if not errors:
             try:
-                doc = await run_in_threadpool(actions._fit, ctx, who, body)
-                result = _result_values(doc, show)
+                answer = await run_in_threadpool(actions.fit_answer, ctx, who, body)
+                result = _result_values(answer.document("human"), show)
             except InvalidInput as exc:
                 errors[field_of(exc, _FIT_FIELDS)] = str(exc)
             except Forbidden as exc:

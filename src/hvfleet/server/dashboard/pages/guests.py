@@ -12,8 +12,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hvfleet.discovery.xmlsafe import parse_xml
 from hvfleet.model.errors import Forbidden, HvfleetError, InvalidInput
-from hvfleet.server import actions
+from hvfleet.ops.guests import GuestQuery, check, generate, group_of
+from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard.pages.common import (
     ctx_of,
     error_page,
@@ -29,7 +31,7 @@ from hvfleet.server.identity import Action
 _GUEST_FIELDS = {k: k for k in ("os", "name", "vcpus", "memory", "disks", "firmware")}
 
 
-def _guest_body(q: dict[str, str]) -> tuple[actions.GuestBody | None, dict[str, str]]:
+def _guest_body(q: dict[str, str]) -> tuple[GuestQuery | None, dict[str, str]]:
     errors: dict[str, str] = {}
     for key, label in (("os", "an osinfo short id, e.g. rhel9.1"), ("name", "a domain name"),
                        ("selector", "a label selector for the group")):
@@ -43,9 +45,20 @@ def _guest_body(q: dict[str, str]) -> tuple[actions.GuestBody | None, dict[str, 
     if errors:
         return None, errors
     disks = [d.strip() for d in q.get("disks", "").split(";") if d.strip()]
-    return actions.GuestBody(os=q["os"].strip(), name=q["name"].strip(), vcpus=int(vcpus),
-                             memory=q["memory"].strip(), disks=disks, firmware=q.get("firmware", "auto"),
-                             label_selector=q["selector"].strip(), explain=True), {}
+    return GuestQuery.from_plain({
+        "os": q["os"].strip(), "name": q["name"].strip(), "vcpus": int(vcpus), "memory": q["memory"].strip(),
+        "disks": disks, "firmware": q.get("firmware", "auto"), "labelSelector": q["selector"].strip(),
+        "explain": True}), {}
+
+
+def _generated(ctx: ApiContext, query: GuestQuery) -> dict[str, Any]:
+    """The guest generate answer's document (the caller authorized)."""
+    return generate(query, group_of(ctx.store, query.label_selector)).document()
+
+
+def _checked(ctx: ApiContext, domain: str, selector: str) -> dict[str, Any]:
+    """The guest check answer's document (the caller authorized)."""
+    return check(parse_xml(domain, "domain"), group_of(ctx.store, selector)).document()
 
 
 def _guests_page(request: Request, who: Any, status: int = 200, **values: Any) -> Response:
@@ -78,7 +91,7 @@ async def guests_page(request: Request) -> Response:
                 body = None
         if body is not None:
             try:
-                doc = await run_in_threadpool(actions._generate, ctx, who, body)
+                doc = await run_in_threadpool(_generated, ctx, body)
                 if q.get("download"):
                     return Response(doc["xml"], media_type="application/xml", headers={
                         "Content-Disposition": f'attachment; filename="{quote(body.name)}.xml"'})
@@ -119,8 +132,7 @@ async def guest_check(request: Request) -> Response:
             errors["selector"] = wrong
     if not errors:
         try:
-            doc = await run_in_threadpool(actions._check, ctx, who, actions.GuestCheckBody(
-                domain=form["domain"], label_selector=form["selector"].strip()))
+            doc = await run_in_threadpool(_checked, ctx, form["domain"], form["selector"].strip())
             check = {
                 "verdict": "runs on every host of the group" if doc["ok"] else "does NOT run on every host",
                 "rows": [[h["host"], "ok" if h["ok"] else "does not run here",
