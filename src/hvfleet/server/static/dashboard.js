@@ -189,8 +189,7 @@
     render();
     const url = "/?" + query(view);
     if (push) history.pushState(null, "", url); else history.replaceState(null, "", url);
-    heat = null;  // the heat map follows the view
-    heatGen += 1;
+    heatGen += 1;  // the heat map follows the view (another view's layout: a whole map comes back)
     heatDirty = true;
     scheduleHeat(0);
   }
@@ -372,6 +371,7 @@
       if (i >= 0) { cursor[c.id] = i; readCell(i, j); }
     });
     c.addEventListener("focus", () => {
+      if (!heat) return;
       const [, start] = heat.groups[g];
       const i = cursor[c.id] !== undefined ? cursor[c.id] : start;
       cursor[c.id] = i;
