@@ -34,11 +34,14 @@ from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 
+# The repository root: tests.support holds the test and bench tooling (local etcd).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.etcd_local import EtcdCluster
+
 from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.model import NotFound
 from hvfleet.store import open_store
 from hvfleet.store.encoding import encode
-from hvfleet.store.etcd_local import EtcdCluster
 
 REPO = Path(__file__).resolve().parents[1]
 

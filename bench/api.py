@@ -44,6 +44,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# The repository root: tests.support holds the test and bench tooling (local etcd).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.etcd_local import EtcdCluster
+
 from hvfleet.model import Hypervisor
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.token import (
@@ -56,7 +60,6 @@ from hvfleet.model.token import (
     token_text,
 )
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.ownership import agent_manager
 from hvfleet.store.tokens import ROLE_LABEL
 

@@ -18,17 +18,21 @@ from __future__ import annotations
 import argparse
 import hashlib
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+# The repository root: tests.support holds the test and bench tooling (local etcd).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.etcd_local import EtcdCluster
+
 from hvfleet.model import Hypervisor, ObjectMeta
 from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
 from hvfleet.server.identity import Action, Identity
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.tokens import issue_token
 
 

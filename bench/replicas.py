@@ -39,6 +39,7 @@ import http.client
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -50,10 +51,13 @@ from typing import Any
 
 from api import Agents, Server, agent_of, host, read_ok, run_clients, seed, status_of
 
+# The repository root: tests.support holds the test and bench tooling (local etcd).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.etcd_local import EtcdCluster
+
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.lease import Lease, renewed
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.ownership import agent_manager
 
 LEASES = "/apis/hvfleet.io/v1/leases"

@@ -35,6 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "sched
 
 from real_placement import RealPlacement
 
+# The repository root: tests.support holds the test and bench tooling (local etcd).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.etcd_local import EtcdCluster
+
 from hvfleet.model import Hypervisor
 from hvfleet.model.capacity import free_capacity
 from hvfleet.scheduling.claims import reserve
@@ -43,7 +47,6 @@ from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.placement import export_inventories, placement_resources
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import open_store
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.ownership import agent_manager
 
 GiB = 2**30

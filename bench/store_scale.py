@@ -55,10 +55,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from store_ops import realistic
 
+# The repository root: tests.support holds the test and bench tooling (local etcd).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.etcd_local import EtcdCluster
+
 from hvfleet.model import Hypervisor, Quantity
 from hvfleet.store import open_store
 from hvfleet.store.etcd import EtcdStore
-from hvfleet.store.etcd_local import EtcdCluster
 
 
 def pct(values: list[float], p: float) -> float:

@@ -66,6 +66,17 @@ def doc(kind: str, name: str) -> dict[str, Any]:
     if kind == "AccessToken":
         return {**gv, "metadata": meta,
                 "spec": {"subject": "ops", "role": "operator", "secretSha256": "0" * 64}}
+    # The Placement API's records (hvfleet.model.placement).
+    if kind == "ResourceProvider":
+        return {**gv, "metadata": meta,
+                "spec": {"providerName": "rp 1", "rootUuid": "u", "generation": 1,
+                         "inventories": {"VCPU": {"total": 8}}, "traits": ["HW_CPU_X86_AVX2"],
+                         "aggregates": ["a"], "allocations": {"c": {"VCPU": 1}}}}
+    if kind == "PlacementConsumer":
+        return {**gv, "metadata": meta,
+                "spec": {"projectId": "p", "userId": "u", "generation": 1, "providers": ["u"]}}
+    if kind == "PlacementName":
+        return {**gv, "metadata": meta, "spec": {"of": "trait", "placementName": "CUSTOM_X"}}
     raise AssertionError(kind)
 
 

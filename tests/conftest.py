@@ -10,7 +10,7 @@ import pytest
 
 from hvfleet.cli.main import main
 from hvfleet.model import Hypervisor
-from hvfleet.store.etcd_local import EtcdCluster
+from tests.support.etcd_local import EtcdCluster
 
 
 @pytest.fixture(scope="session")

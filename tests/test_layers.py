@@ -18,8 +18,12 @@ MAY_IMPORT = {
     "guests": {"model", "discovery"},
     # The operations every edge offers: above the core, below the edges.
     "ops": {"model", "discovery", "store", "scheduling", "guests"},
-    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops"},
-    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops"},
+    # Presentation: above the model and scheduling, below the edges.
+    "views": {"model", "scheduling"},
+    # The Placement API's core: above the store and scheduling, below the server.
+    "placement": {"model", "store", "scheduling"},
+    "server": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops", "views", "placement"},
+    "cli": {"model", "discovery", "store", "agent", "scheduling", "guests", "ops", "views", "placement"},
 }
 
 

@@ -29,11 +29,11 @@ from hvfleet.model.meta import find_condition
 from hvfleet.server.app import create_app
 from hvfleet.server.auth import ROLE_GRANTS, RoleAuthorizer, TokenAuthenticator
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.tokens import issue_token
 from tests.server.running import ServerThread
 from tests.server.test_auth_https import SETUP, Server, start_server, stop_server
 from tests.server.tls_files import make_tls_files
+from tests.support.etcd_local import EtcdCluster
 
 from .conftest import GI, fleet_uri, hvfleet, start_agent, wait_for
 from .test_agent_process import stop

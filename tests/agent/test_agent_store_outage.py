@@ -14,7 +14,7 @@ from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.discovery.libvirt_conn import ensure_event_loop
 from hvfleet.store import open_store
-from hvfleet.store.etcd_local import EtcdCluster
+from tests.support.etcd_local import EtcdCluster
 
 from .conftest import MI, wait_for
 

@@ -23,7 +23,7 @@ from hvfleet.discovery.domains import DomainRecord, cell_units, parse_domain
 from hvfleet.model import Hypervisor, ObjectMeta
 from hvfleet.model.hypervisor import OvercommitPolicy
 from hvfleet.model.meta import find_condition
-from hvfleet.model.views import spec_sync
+from hvfleet.model.spec_sync import spec_sync
 
 from .conftest import GI, fixture_text, quantities, two_cell_host
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hvfleet.model import ResourceName
-from hvfleet.model.views import spec_sync
+from hvfleet.model.spec_sync import spec_sync
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.store import open_store
 

@@ -47,7 +47,7 @@ def test_the_core_names_the_field_not_the_flag() -> None:
 
 # Modules that start etcd, and so pass etcd's own flags, not hvfleet's.
 # etcd_transport names etcd's own server flag in its quota advice.
-_RUNS_ETCD = {"store/etcd_local.py", "store/etcd.py", "store/etcd_transport.py"}
+_RUNS_ETCD = {"store/etcd.py", "store/etcd_transport.py"}
 
 
 def test_no_core_message_names_a_cli_flag() -> None:

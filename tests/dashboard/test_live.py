@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hvfleet.model import Hypervisor
 from hvfleet.model.errors import NotFound
 from hvfleet.model.selectors import parse_selector
-from hvfleet.server.dashboard.feed import totals
+from hvfleet.server.dashboard.feed import totals_document, totals_of
 from hvfleet.server.dashboard.live import FleetState, HistoryLimits
 from hvfleet.store import open_store
 from hvfleet.store.base import Store
@@ -63,11 +63,12 @@ def test_running_totals_equal_a_fresh_sum_after_any_changes(
                 store.update(current.model_copy(update={"status": status}), agent_manager(name))
             since = _follow(state, store, since)
         rows = state.sorted_rows()
-        assert state.totals_for(parse_selector(""), rows) == totals(rows)
+        assert state.totals_for(parse_selector(""), rows) == totals_document(totals_of(rows))
         for az in ("a", "b"):
             members = [x for x in rows if x.labels.get("az") == az]
             if members:
-                assert state.totals_for(parse_selector(""), members, ("az", az)) == totals(members)
+                got = state.totals_for(parse_selector(""), members, ("az", az))
+                assert got == totals_document(totals_of(members))
     db.unlink(missing_ok=True)
 
 

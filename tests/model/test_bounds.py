@@ -20,9 +20,9 @@ from hvfleet.model.hypervisor import STORED_KINDS, HypervisorStatus
 from hvfleet.model.lease import Lease, LeaseSpec, lease_expiry, lease_live
 from hvfleet.model.meta import Condition, ObjectMeta
 from hvfleet.model.readiness import fresh_until, readiness
-from hvfleet.model.views import hypervisor_row, lease_row
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.store.base import WatchEvent
+from hvfleet.views.tables import hypervisor_row, lease_row
 
 
 def _fields(exc: ValidationError) -> list[str]:

@@ -17,7 +17,8 @@ from hvfleet.model.capacity import (
 )
 from hvfleet.model.hypervisor import OvercommitPolicy
 from hvfleet.model.overcommit import Ratio, effective_overcommit, matching_policies, resolve_overcommit
-from hvfleet.model.views import hypervisor_columns, hypervisor_row, spec_sync
+from hvfleet.model.spec_sync import spec_sync
+from hvfleet.views.tables import hypervisor_columns, hypervisor_row
 
 CPU, MEM, DISK = ResourceName("cpu"), ResourceName("memory"), ResourceName("disk")
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

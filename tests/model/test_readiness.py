@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from hvfleet.model import Condition, Hypervisor, views
+from hvfleet import views
+from hvfleet.model import Condition, Hypervisor
 from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.scheduling.fit import candidacy
 from hvfleet.scheduling.index import FleetIndex

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 from sched_fleet import host, now, put_host
+from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.model import Reservation
 from hvfleet.model.meta import find_condition
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import parse_request
 from hvfleet.store.etcd import EtcdStore
-from hvfleet.store.etcd_local import EtcdCluster
 
 
 @pytest.fixture

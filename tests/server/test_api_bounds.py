@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from hvfleet.model import NotFound
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 from tests.bounds_cases import CASES, Case, doc, spoiled
 from tests.server.test_auth_https import (
     GV,
@@ -37,6 +36,7 @@ from tests.server.test_auth_https import (
     stop_server,
 )
 from tests.store.poison import HUGE, hypervisor_doc, poison
+from tests.support.etcd_local import EtcdCluster
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 MERGE = {"Content-Type": "application/merge-patch+json"}

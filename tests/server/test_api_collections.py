@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from hvfleet.model import views
+from hvfleet import views
 from hvfleet.model.crd import crds
 from hvfleet.model.hypervisor import Hypervisor
 from tests.server.conftest import Api

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hvfleet.store.etcd_local import EtcdCluster
 from tests.server.conftest import Api
 from tests.server.test_api_objects import HV, hypervisor, status_of
 from tests.server.test_api_watch import Watcher, names
+from tests.support.etcd_local import EtcdCluster
 
 
 def test_etcd_outage_is_503_and_the_server_recovers(make_api: Callable[..., Api], tmp_path: Path) -> None:

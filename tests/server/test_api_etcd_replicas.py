@@ -6,11 +6,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from hvfleet.store.etcd_local import EtcdCluster
 from tests.server.conftest import Api
 from tests.server.test_api_collections import ready_host, reservation
 from tests.server.test_api_objects import HV, RES, hypervisor, status_of
 from tests.server.test_api_watch import Watcher, names
+from tests.support.etcd_local import EtcdCluster
 
 
 def test_a_write_through_one_replica_shows_in_a_watch_on_the_other(

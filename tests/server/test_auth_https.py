@@ -32,11 +32,11 @@ from hvfleet.model.token import (
 )
 from hvfleet.server.identity import Verb
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.ownership import agent_manager
 from hvfleet.store.tokens import issue_token
 from tests.server.test_api_kubectl import KUBECTLS
 from tests.server.test_auth_matrix import EXPECTED
+from tests.support.etcd_local import EtcdCluster
 
 GV = "/apis/hvfleet.io/v1"
 HVFLEET = str(Path(sys.executable).parent / "hvfleet")

@@ -27,7 +27,6 @@ from hvfleet.model.lease import Lease
 from hvfleet.server.app import create_app
 from hvfleet.store import Store, open_store
 from hvfleet.store.etcd import EtcdStore
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.remote import RemoteStore
 from tests.server.conftest import TOKENS, Api
 from tests.server.running import ServerThread
@@ -35,6 +34,7 @@ from tests.server.static_auth import AllowAll, StaticTokens
 from tests.server.test_api_objects import HV, hypervisor, status_of
 from tests.server.test_api_watch import Watcher
 from tests.server.test_auth_https import HVFLEET, KUBECTL, role_tokens, start_server, stop_server
+from tests.support.etcd_local import EtcdCluster
 
 NODE = Path(__file__).resolve().parents[2] / "examples" / "fleet" / "compute-01.xml"
 

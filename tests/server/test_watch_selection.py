@@ -24,8 +24,8 @@ from hvfleet.server.watch import seen_through
 from hvfleet.store import Store, open_store
 from hvfleet.store import sqlite as sqlite_backend
 from hvfleet.store.base import WatchEvent
-from hvfleet.store.etcd_local import EtcdCluster
 from hvfleet.store.sqlite import SqliteStore
+from tests.support.etcd_local import EtcdCluster
 
 NAMES = ["a", "b", "c"]
 RACKS = ["x", "y"]

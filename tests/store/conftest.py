@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.server.tls import ServingFiles
 from hvfleet.store import Store, open_store
-from hvfleet.store.etcd_local import EtcdCluster
 
 
 @contextmanager

@@ -24,6 +24,7 @@ import uuid as uuidlib
 from pathlib import Path
 
 import pytest
+from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.model import HvfleetError, Hypervisor
@@ -31,7 +32,6 @@ from hvfleet.model.capacity import hypervisor_effective_capacity
 from hvfleet.model.meta import find_condition
 from hvfleet.store.base import WatchEvent
 from hvfleet.store.etcd import EtcdStore
-from hvfleet.store.etcd_local import EtcdCluster
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET = REPO / "examples" / "fleet"

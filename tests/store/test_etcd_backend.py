@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.etcd_local import EtcdCluster, free_port
 
 from hvfleet.model import Gone, Hypervisor, InvalidInput, NotFound, Unavailable
 from hvfleet.store import open_store
 from hvfleet.store.etcd import EtcdStore, parse_etcd_url
-from hvfleet.store.etcd_local import EtcdCluster, free_port
 
 MakeHv = Callable[..., Hypervisor]
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from tests.store.conftest import STORE_BACKENDS
+from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.model import Hypervisor, InvalidInput, Quantity, Reservation, free_capacity
 from hvfleet.store import Store, open_store
 from hvfleet.store.etcd import EtcdStore
-from hvfleet.store.etcd_local import EtcdCluster
 
 MakeHv = Callable[..., Hypervisor]
 

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.etcd_local import EtcdCluster, EtcdMember
 
 from hvfleet.model import AlreadyExists, Hypervisor, Unavailable
 from hvfleet.store.base import WatchEvent
 from hvfleet.store.etcd import EtcdStore
-from hvfleet.store.etcd_local import EtcdCluster, EtcdMember
 
 WRITES = 2000
 WRITERS = 4

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.etcd_local import EtcdCluster, free_port
 
 from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.model import Hypervisor
 from hvfleet.model.meta import find_condition
 from hvfleet.store.etcd import EtcdStore
-from hvfleet.store.etcd_local import EtcdCluster, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = REPO / "examples" / "fleet" / "compute-01.xml"

@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from tests.server.conftest import TOKENS
 from tests.server.running import ServerThread
 from tests.server.static_auth import AllowAll, StaticTokens
+from tests.support.etcd_local import free_port
 
 from hvfleet.model import Hypervisor, Unavailable
 from hvfleet.model.errors import InvalidInput
 from hvfleet.server.app import create_app
 from hvfleet.store import open_store
-from hvfleet.store.etcd_local import free_port
 from hvfleet.store.remote import RemoteStore, resendable, split_servers
 
 

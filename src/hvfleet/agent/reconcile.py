@@ -14,7 +14,7 @@ effectiveCapacity takes its ratios from spec and the OvercommitPolicies that
 select the host (`Facts.policies`, read by the runner). When the runner could
 not read them (`Unresolved`), nothing is guessed: the last effectiveCapacity
 (host and cells) stays, and the `Synced` condition says False and why, which
-every reader shows (`hvfleet.model.views.spec_sync`).
+every reader shows (`hvfleet.model.spec_sync`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
 
 from hvfleet.model.meta import Model
-from hvfleet.model.views import human as human  # the one home of quantity formatting
+from hvfleet.views.text import human as human  # the one home of quantity formatting
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from hvfleet import views
 from hvfleet.cli.common import (
     DEFAULT_MANAGER,
     ForceOpt,
@@ -24,15 +25,14 @@ from hvfleet.cli.common import (
 from hvfleet.cli.main import app
 from hvfleet.cli.output import OutputFormat, console, dump, emit, human, print_table, table
 from hvfleet.model import capacity as cap
-from hvfleet.model import views
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, Resource
-from hvfleet.model.lease import Lease
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Resource
 from hvfleet.model.overcommit import matching_policies
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.spec_edits import SpecEdit, SpecMap
+from hvfleet.model.spec_sync import spec_sync
 from hvfleet.ops.apply import ApplyRequest
 from hvfleet.ops.apply import apply as apply_manifests_op
 from hvfleet.ops.spec import SpecEditRequest, edit_spec
@@ -75,37 +75,18 @@ def get(
         else:
             listed = s.list(k, selector)
             objs, unreadable = listed.items, listed.undecodable
-        liveness = s.agent_liveness() if k == "Hypervisor" else {}
-        hosts = {h.name: h for h in s.list_hypervisors()} if k in ("Reservation", "OvercommitPolicy") else {}
-        policies = s.list_overcommit_policies() if k == "Hypervisor" else []
+        inputs = views.table_inputs(k, s)
     for err in unreadable:  # skipped by the store; shown Unknown below
         print(f"warning: {err}", file=sys.stderr)
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit(objs[0] if name else objs, output.value)
         return
-    now = datetime.now(UTC)
-    wide = output == OutputFormat.wide
-    if k == "Hypervisor":
-        cols = views.hypervisor_columns(wide)
-        rows = [views.hypervisor_row(o, now, liveness.get(o.name), wide, policies=policies)
-                for o in objs if isinstance(o, Hypervisor)]
-    elif k == "OvercommitPolicy":
-        cols = views.policy_columns(wide)
-        rows = [views.policy_row(o, hosts.values(), now, wide)
-                for o in objs if isinstance(o, OvercommitPolicy)]
-    elif k == "Lease":
-        cols = views.lease_columns(wide)
-        rows = [views.lease_row(o, now, wide) for o in objs if isinstance(o, Lease)]
-    else:
-        cols = views.reservation_columns(wide)
-        rows = [views.reservation_row(o, hosts.get(o.spec.hypervisor), now, wide)
-                for o in objs if isinstance(o, Reservation)]
+    cols, rows = views.rows_for(k, objs, inputs, datetime.now(UTC), output == OutputFormat.wide)
     if unreadable:
         rows = sorted(rows + [views.unknown_row(cols, err.name) for err in unreadable],
                       key=lambda row: row[0])
     if not rows:
-        print(f"No {'overcommit policie' if k == 'OvercommitPolicy' else k.lower()}s found.",
-              file=sys.stderr)
+        print(views.TABLES[k].empty(), file=sys.stderr)
         return
     print_table([c.name for c in cols], rows)
 
@@ -134,7 +115,7 @@ def describe(
     console.print(f"[bold]Created:[/bold]     {m.creation_timestamp}  (generation {m.generation}, "
                   f"observed {h.status.observed_generation})")
     console.print(f"[bold]Readiness:[/bold]   {state.state} ({state.reason}): {state.message}")
-    synced = views.spec_sync(h, policies)
+    synced = spec_sync(h, policies)
     console.print(f"[bold]Spec synced:[/bold] {synced.state}: {synced.message}")
     console.print(f"[bold]Heartbeat:[/bold]   {h.status.last_heartbeat_time or '-'}")
     maint: str = h.spec.maintenance or "-"

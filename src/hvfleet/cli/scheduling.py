@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from hvfleet import views as model_views
 from hvfleet.cli.common import SelectorOpt, StoreOpt
 from hvfleet.cli.main import app
 from hvfleet.cli.output import dump, print_table
-from hvfleet.model import views as model_views
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor

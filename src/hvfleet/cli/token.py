@@ -18,9 +18,9 @@ from hvfleet.cli.common import DEFAULT_MANAGER, StoreOpt, connect
 from hvfleet.cli.main import app
 from hvfleet.cli.output import emit, print_table
 from hvfleet.model.token import token_state
-from hvfleet.model.views import age
 from hvfleet.ops.tokens import TokenQuery, issue
 from hvfleet.store.tokens import list_tokens, revoke_token
+from hvfleet.views.text import age
 
 token_app = typer.Typer(help="Bearer tokens for the API (hvfleet serve).", no_args_is_help=True)
 app.add_typer(token_app, name="token")

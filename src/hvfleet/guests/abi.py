@@ -32,9 +32,10 @@ from hvfleet.guests.datasets import DEFAULT_DATA, DataSources, changed_versions
 from hvfleet.guests.decision import Decision
 from hvfleet.guests.disks import decide_disks
 from hvfleet.guests.firmware import TPM, Firmware
-from hvfleet.guests.generate import Plan, plan_guest
+from hvfleet.guests.generate import plan_guest
 from hvfleet.guests.hyperv import HyperV
 from hvfleet.guests.osinfo import load_os_database
+from hvfleet.guests.plan import Plan
 from hvfleet.guests.policy import get_policy
 from hvfleet.guests.render import NS, render_domain
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hvfleet.guests.generate import Plan
+from hvfleet.guests.plan import Plan
 
 
 def explain(plan: Plan, evidence_limit: int = 8) -> str:

@@ -11,14 +11,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
-from hvfleet.guests.clock import Clock, decide_clock
-from hvfleet.guests.cpu import GuestCPU, decide_cpu, floor_cpu
+from hvfleet.guests.clock import decide_clock
+from hvfleet.guests.cpu import decide_cpu, floor_cpu
 from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.datasets import DEFAULT_DATA, DataSources, changed_versions
-from hvfleet.guests.decision import Decision
 from hvfleet.guests.devices import (
     decide_balloon,
     decide_graphics,
@@ -30,59 +28,22 @@ from hvfleet.guests.devices import (
     decide_video,
     decide_vmcoreinfo,
 )
-from hvfleet.guests.disks import Disk, decide_disk_bus, decide_disks
-from hvfleet.guests.firmware import TPM, Firmware, decide_firmware, decide_tpm
-from hvfleet.guests.hyperv import HyperV, decide_hyperv
+from hvfleet.guests.disks import decide_disk_bus, decide_disks
+from hvfleet.guests.firmware import decide_firmware, decide_tpm
+from hvfleet.guests.hyperv import decide_hyperv
 from hvfleet.guests.machine import decide_domain_type, decide_machine
-from hvfleet.guests.osinfo import OSInfo, load_os_database
+from hvfleet.guests.osinfo import load_os_database
+from hvfleet.guests.plan import Plan
 from hvfleet.guests.policy import Policy, get_policy
+from hvfleet.guests.render import render_domain
 from hvfleet.guests.request import GuestRequest, HostGroup
 from hvfleet.guests.scope import Scope
-from hvfleet.guests.topology import Topology, decide_topology
+from hvfleet.guests.topology import decide_topology
 
 # Request fields and host facts added after policy 2026.1: a 2026.1 digest
 # leaves them out (while at their defaults), so 2026.1 digests stay as they were.
 _LATER_REQUEST_FIELDS = ("drivers", "uuid")
 _LATER_HOST_FIELDS = ("cpuTopology", "dumpLocation")
-
-
-@dataclass(frozen=True)
-class Plan:
-    request: GuestRequest
-    policy: Policy
-    os: OSInfo
-    digest: str
-    data_versions: dict[str, str]
-    domain_type: Decision[str]
-    machine: Decision[str]
-    cpu: Decision[GuestCPU]
-    topology: Decision[Topology | None]
-    firmware: Decision[Firmware]
-    tpm: Decision[TPM | None]
-    hyperv: Decision[HyperV | None]
-    clock: Decision[Clock]
-    disk_bus: Decision[str]
-    disks: Decision[tuple[Disk, ...]]
-    nic: Decision[str]
-    usb: Decision[str]
-    video: Decision[str]
-    balloon: Decision[bool]
-    rng: Decision[bool]
-    panic: Decision[str | None]
-    vmcoreinfo: Decision[bool]
-    graphics: Decision[str]
-    lifecycle: Decision[tuple[str, str, str]]
-    notes: tuple[str, ...]
-    # What an operator must see even without --explain: the data sets differ
-    # from those the policy was released with, so its output may differ too.
-    warnings: tuple[str, ...] = ()
-
-    def decisions(self) -> list[Decision[Any]]:
-        return [
-            self.domain_type, self.machine, self.cpu, self.topology, self.firmware, self.tpm,
-            self.hyperv, self.clock, self.disk_bus, self.disks, self.nic, self.usb, self.video,
-            self.balloon, self.rng, self.panic, self.vmcoreinfo, self.graphics, self.lifecycle,
-        ]
 
 
 def inputs_digest(
@@ -175,7 +136,5 @@ def generate(
     req: GuestRequest, group: HostGroup, data: DataSources = DEFAULT_DATA
 ) -> tuple[str, Plan]:
     """The domain XML for `req` on `group`, and the plan it came from."""
-    from hvfleet.guests.render import render_domain
-
     plan = plan_guest(req, group, data)
     return render_domain(plan, sorted(group.names)), plan

@@ -11,7 +11,7 @@ from lxml import etree
 
 import hvfleet
 from hvfleet.guests.cpu import cpu_element
-from hvfleet.guests.generate import Plan
+from hvfleet.guests.plan import Plan
 
 NS = "https://hvfleet.io/xmlns/guest/1"
 

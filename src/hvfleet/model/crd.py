@@ -15,8 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from hvfleet.model.field_docs import FIELD_DOCS, describe
-from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
-from hvfleet.model.lease import Lease
+from hvfleet.model.kinds import STRATEGIES
 from hvfleet.model.meta import API_GROUP
 
 # Not in Kubernetes' JSONSchemaProps: `propertyNames` (the bound on map keys,
@@ -131,13 +130,11 @@ def crds() -> list[dict[str, Any]]:
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     out = []
-    models: list[tuple[type[BaseModel], str, str, list[str], list[dict[str, Any]]]] = [
-        (Hypervisor, "Hypervisor", "hypervisors", ["hv"], hv_columns),
-        (Reservation, "Reservation", "reservations", ["res", "rsv"], res_columns),
-        (Lease, "Lease", "leases", [], lease_columns),
-        (OvercommitPolicy, "OvercommitPolicy", "overcommitpolicies", ["ocp"], policy_columns),
-    ]
-    for model, kind, plural, short, columns in models:
+    columns_of = {"Hypervisor": hv_columns, "Reservation": res_columns, "Lease": lease_columns,
+                  "OvercommitPolicy": policy_columns}
+    for kind, columns in columns_of.items():
+        names = STRATEGIES[kind]
+        model, plural, short = names.model, names.plural, list(names.short_names)
         out.append({
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",

@@ -36,15 +36,16 @@ from hvfleet.model.bounds import (
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.lease import Lease
 from hvfleet.model.meta import (
-    API_VERSION,
     Condition,
     Model,
     ObjectMeta,
+    StoredObject,
     label_map_error,
     label_value_error,
     qualified_name_error,
     validate_name,
 )
+from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Requirement, Selector
 from hvfleet.model.token import AccessToken
@@ -168,16 +169,11 @@ class HypervisorStatus(Model):
     last_heartbeat_time: Timestamp | None = None
 
 
-class Hypervisor(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class Hypervisor(StoredObject):
     kind: Literal["Hypervisor"] = "Hypervisor"
     metadata: ObjectMeta
     spec: HypervisorSpec = Field(default_factory=HypervisorSpec)
     status: HypervisorStatus = Field(default_factory=HypervisorStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 ReservationPhase = Literal["Pending", "Active", "Confirmed", "Released", "Expired"]
@@ -221,16 +217,11 @@ class ReservationStatus(Model):
     message: str = ""
 
 
-class Reservation(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class Reservation(StoredObject):
     kind: Literal["Reservation"] = "Reservation"
     metadata: ObjectMeta
     spec: ReservationSpec
     status: ReservationStatus = Field(default_factory=ReservationStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 class LabelSelectorRequirement(Model):
@@ -316,19 +307,15 @@ class OvercommitPolicyStatus(Model):
     is shaped like the others (a CRD with a status subresource)."""
 
 
-class OvercommitPolicy(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class OvercommitPolicy(StoredObject):
     kind: Literal["OvercommitPolicy"] = "OvercommitPolicy"
     metadata: ObjectMeta
     spec: OvercommitPolicySpec
     status: OvercommitPolicyStatus = Field(default_factory=OvercommitPolicyStatus)
 
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
-
-Resource = Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken
+Resource = (Hypervisor | Reservation | Lease | OvercommitPolicy | AccessToken
+            | ResourceProvider | PlacementConsumer | PlacementName)
 # The fleet's public kinds: what apply, export, the CRDs, the API's discovery and
 # an all-kinds watch know.
 KINDS: dict[str, type[Resource]] = {
@@ -339,4 +326,9 @@ KINDS: dict[str, type[Resource]] = {
 }
 # Every kind a store backend holds and decodes: the public ones, plus access
 # tokens, which only the token code and admins see (hvfleet.model.token).
-STORED_KINDS: dict[str, type[Resource]] = {**KINDS, "AccessToken": AccessToken}
+# The Placement API's records (hvfleet.model.placement) are stored the same way.
+STORED_KINDS: dict[str, type[Resource]] = {
+    **KINDS, "AccessToken": AccessToken,
+    "ResourceProvider": ResourceProvider, "PlacementConsumer": PlacementConsumer,
+    "PlacementName": PlacementName,
+}

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import Field
 
 from hvfleet.model.bounds import MAX_LEASE_SECONDS, MAX_NAME, Count, Timestamp
-from hvfleet.model.meta import API_VERSION, Model, ObjectMeta
+from hvfleet.model.meta import Model, ObjectMeta, StoredObject
 
 # What a reader takes for "never expires": a lease whose expiry a datetime cannot
 # hold (stored before the bounds existed, or written around them) is live, not
@@ -39,15 +39,10 @@ class LeaseSpec(Model):
     lease_transitions: Count = 0
 
 
-class Lease(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class Lease(StoredObject):
     kind: Literal["Lease"] = "Lease"
     metadata: ObjectMeta
     spec: LeaseSpec = Field(default_factory=LeaseSpec)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 def lease_expiry(lease: Lease) -> datetime | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -268,3 +268,17 @@ def set_condition(
 
 def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
+
+
+class StoredObject(Model):
+    """What every stored kind starts with: its apiVersion (the first field on
+    the wire), and `name`. Each kind declares `kind`, `metadata`, `spec` and
+    `status` itself, in that order, which is their order on the wire."""
+
+    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+    if TYPE_CHECKING:  # a field of each kind, declared there (after `kind`)
+        metadata: ObjectMeta
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name

@@ -24,7 +24,7 @@ from pydantic import Field, field_validator, model_validator
 
 from hvfleet.model.bounds import Timestamp
 from hvfleet.model.errors import InvalidInput, Unauthorized
-from hvfleet.model.meta import API_VERSION, Model, ObjectMeta, validate_name
+from hvfleet.model.meta import Model, ObjectMeta, StoredObject, validate_name
 
 Role = Literal["viewer", "operator", "scheduler", "agent", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "operator", "scheduler", "agent", "admin")
@@ -91,16 +91,11 @@ class AccessTokenStatus(Model):
     pass
 
 
-class AccessToken(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class AccessToken(StoredObject):
     kind: Literal["AccessToken"] = "AccessToken"
     metadata: ObjectMeta
     spec: AccessTokenSpec
     status: AccessTokenStatus = Field(default_factory=AccessTokenStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 def hash_secret(secret: str) -> str:

@@ -21,7 +21,7 @@ from hvfleet.model.meta import Model
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector, parse_selector
-from hvfleet.model.views import SpecSync
+from hvfleet.model.spec_sync import SpecSync
 from hvfleet.ops.quantities import exact, readable
 from hvfleet.scheduling.errors import NoHostFits
 from hvfleet.scheduling.fit import Rejection

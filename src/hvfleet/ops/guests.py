@@ -21,9 +21,10 @@ from hvfleet.guests.check import HostVerdict, NotEverywhere, check_domain
 from hvfleet.guests.cpu import baseline_cpu, cpu_element, qemu_models_of
 from hvfleet.guests.cpuxml import cpus_from_texts
 from hvfleet.guests.explain import explain as explain_plan
-from hvfleet.guests.generate import Plan, plan_guest
 from hvfleet.guests.generate import generate as generate_guest
+from hvfleet.guests.generate import plan_guest
 from hvfleet.guests.hosts import group_from_store
+from hvfleet.guests.plan import Plan
 from hvfleet.guests.policy import LATEST
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, parse_memory
 from hvfleet.model.errors import InvalidInput

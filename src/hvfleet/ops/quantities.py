@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readable import human
 from hvfleet.model.resources import ResourceName
-from hvfleet.model.views import human
 
 
 def exact(r: ResourceName, value: int | Fraction | Quantity) -> str:

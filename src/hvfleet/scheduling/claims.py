@@ -242,21 +242,15 @@ def release(store: Store, name: str, manager: str = MANAGER) -> Reservation:
     # frees that too.
     releasable = HOLDING_PHASES | {"Confirmed"}
 
-    def mutate(obj: object) -> Reservation:
-        if not isinstance(obj, Reservation):
-            raise NotFound(f"reservation {name} not found")
+    def mutate(obj: Reservation) -> Reservation:
         if obj.status.phase not in releasable:
             return obj
         return obj.model_copy(update={"status": obj.status.model_copy(update={"phase": "Released"})})
 
-    current = store.get("Reservation", name)
-    if not isinstance(current, Reservation):
-        raise NotFound(f"reservation {name} not found")
+    current = store.get_as(Reservation, name)
     if current.status.phase not in releasable:
         return current
-    out = store.update_with_retry("Reservation", name, mutate, manager)
-    assert isinstance(out, Reservation)
-    return out
+    return store.update_as(Reservation, name, mutate, manager)
 
 
 @dataclass(frozen=True)

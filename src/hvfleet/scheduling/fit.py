@@ -26,6 +26,7 @@ from hvfleet.model.capacity import free_capacity, max_unit
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readable import human
 from hvfleet.model.readiness import (
     AGENT_LEASE_EXPIRED,
     DEFAULT_STALENESS,
@@ -34,7 +35,6 @@ from hvfleet.model.readiness import (
     readiness,
 )
 from hvfleet.model.resources import ResourceName
-from hvfleet.model.views import human
 from hvfleet.scheduling.errors import DoesNotFit
 from hvfleet.scheduling.request import Request
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -46,7 +46,7 @@ from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
-from hvfleet.model.views import SpecSync, spec_sync
+from hvfleet.model.spec_sync import SpecSync, spec_sync
 from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent
@@ -197,6 +197,12 @@ class FitResult:
 
 class FleetIndex:
     def __init__(self, staleness: timedelta = DEFAULT_STALENESS) -> None:
+        # One handler per kind the index follows (an access token: none), taking
+        # (event type, object, revision, now).
+        self._follow: dict[str, Callable[[str, Any, int, datetime], None]] = {
+            "Hypervisor": self._apply_host, "OvercommitPolicy": self._apply_policy,
+            "Reservation": self._apply_reservation, "Lease": self._apply_lease,
+        }
         self.staleness = staleness
         self._lock = threading.RLock()
         # Per host, what the store last said of its agent's liveness lease (absent:
@@ -385,24 +391,24 @@ class FleetIndex:
     def apply(self, event: WatchEvent, now: datetime | None = None) -> None:
         with self._lock:
             now = now or datetime.now(UTC)
-            obj = event.object
-            if isinstance(obj, Hypervisor):
-                current = self._hosts.get(obj.name)
-                if event.type == "DELETED":
-                    self._remove_host(obj.name)
-                elif current is None or _rv(current) < event.revision:
-                    self._put_host(obj, now)
-            elif isinstance(obj, OvercommitPolicy):
-                self._apply_policy(event.type, obj, event.revision, now)
-            elif isinstance(obj, Reservation):
-                self._apply_reservation(event.type, obj, event.revision, now)
-            elif isinstance(obj, Lease):
-                # Judged at the next refresh (a lease expires without an event).
-                if event.type == "DELETED":
-                    self._leases.pop(obj.name, None)
-                else:
-                    self._leases[obj.name] = obj
+            handler = self._follow.get(event.object.kind)
+            if handler is not None:
+                handler(event.type, event.object, event.revision, now)
             self.revision = max(self.revision, event.revision)
+
+    def _apply_host(self, kind: str, h: Hypervisor, revision: int, now: datetime) -> None:
+        current = self._hosts.get(h.name)
+        if kind == "DELETED":
+            self._remove_host(h.name)
+        elif current is None or _rv(current) < revision:
+            self._put_host(h, now)
+
+    def _apply_lease(self, kind: str, lease: Lease, _revision: int, _now: datetime) -> None:
+        # Judged at the next refresh (a lease expires without an event).
+        if kind == "DELETED":
+            self._leases.pop(lease.name, None)
+        else:
+            self._leases[lease.name] = lease
 
     def forget(self, unreadable: Undecodable) -> None:
         """A write the store could not decode (hvfleet.store.undecodable): a host

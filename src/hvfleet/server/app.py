@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from hvfleet.guests import datasets
 from hvfleet.server import access_review, actions, dashboard, discovery, impersonation, openapi
+from hvfleet.server import placement as placement_api
 from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.identity import Authenticator, Authorizer
@@ -79,6 +80,8 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
 
 def routes(dashboard_pages: bool = True) -> list[Any]:
     return [
+        # The OpenStack Placement API (docs/placement.md).
+        placement_api.mount(),
         # The dashboard's pages: /, /login, /hosts/..., /dashboard/...
         *(dashboard.routes() if dashboard_pages else []),
         Route("/version", _document(discovery.version, public=True)),

@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from hvfleet.model.errors import BadRequest, InvalidInput, NotFound, UnsupportedMediaType
-from hvfleet.model.hypervisor import Reservation, Resource
+from hvfleet.model.hypervisor import Resource
+from hvfleet.model.kinds import strategy_of
 from hvfleet.model.meta import API_VERSION
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
@@ -62,7 +63,7 @@ def _decode(doc: Any, validation: str) -> list[Write]:
         except ApiError as exc:
             raise ApiError(exc.code, exc.reason, f"{where}: {exc.message}",
                            [{**c, "field": f"{where}.object.{c['field']}"} for c in exc.causes]) from None
-        if item["action"] == "create" and isinstance(resource, Reservation):
+        if item["action"] == "create" and strategy_of(resource).claimed:
             raise InvalidInput("a new Reservation must be claimed (POST reservations), which checks "
                                "free capacity atomically", field=where)
         writes.append(Write(item["action"], resource,

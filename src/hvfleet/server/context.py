@@ -19,9 +19,9 @@ from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.server.auth import not_selecting
 from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity, Selecting
-from hvfleet.server.table import TableInputs
 from hvfleet.server.watch import WatchHub, WatchLimits
 from hvfleet.store.base import Store
+from hvfleet.views.tables import TableInputs, table_inputs
 
 CONTINUE_MISMATCH = ("continue: this token was issued for another list (another caller, kind or "
                      "selector); list again without it")
@@ -115,13 +115,7 @@ class ApiContext:
         not re-read them per event."""
         at, value = self._table_inputs.get(kind, (0.0, TableInputs()))
         if time.monotonic() - at > self.limits.liveness_max_age:
-            if kind == "Hypervisor":
-                value = TableInputs(liveness=self.store.agent_liveness(),
-                                    policies=self.store.list_overcommit_policies())
-            elif kind in ("Reservation", "OvercommitPolicy"):
-                value = TableInputs(hosts={h.name: h for h in self.store.list_hypervisors()})
-            else:
-                value = TableInputs()
+            value = table_inputs(kind, self.store)
             self._table_inputs[kind] = (time.monotonic(), value)
         return value
 

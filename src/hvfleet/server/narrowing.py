@@ -4,8 +4,8 @@ An agent reads the OvercommitPolicies that select its own hypervisor, and no
 other (hvfleet.server.auth grants it so): `view_of` reads that host's labels
 as they are now and answers which objects the caller may see, with Table
 inputs that show nothing of the rest of the fleet. Only objects that select
-hosts (OvercommitPolicy, by `hvfleet.model.overcommit.selects`) can be
-visible; of any other kind, none. A host not created yet has no labels, so
+hosts (OvercommitPolicy: its `KindStrategy.selects_host`, hvfleet.model.kinds)
+can be visible; of any other kind, none. A host not created yet has no labels, so
 it sees the policies whose selector is empty (they select every host).
 The handlers apply the view to a list, to each event of a watch (entering it
 is ADDED, leaving it DELETED, `hvfleet.server.watch.seen_through`) and to a get,
@@ -18,13 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hvfleet.model.errors import NotFound
-from hvfleet.model.hypervisor import OvercommitPolicy, Resource
-from hvfleet.model.overcommit import selects
+from hvfleet.model.hypervisor import Resource
+from hvfleet.model.kinds import governs
 from hvfleet.server.auth import not_selecting
 from hvfleet.server.identity import Action, Identity, Selecting
-from hvfleet.server.table import TableInputs
 from hvfleet.store.base import Store
 from hvfleet.store.undecodable import Undecodable
+from hvfleet.views.tables import TableInputs
 
 Visible = Callable[[Resource], bool]
 
@@ -41,9 +41,9 @@ def view_of(store: Store, narrowed: Selecting) -> View:
     try:
         host = store.get_hypervisor(narrowed.hypervisor)
     except NotFound:
-        return View(lambda obj: isinstance(obj, OvercommitPolicy) and selects(obj, {}), TableInputs())
+        return View(lambda obj: governs(obj, {}), TableInputs())
     labels = dict(host.metadata.labels)
-    return View(lambda obj: isinstance(obj, OvercommitPolicy) and selects(obj, labels),
+    return View(lambda obj: governs(obj, labels),
                 TableInputs(hosts={host.name: host}))
 
 

@@ -40,7 +40,7 @@ from hvfleet.model.errors import (
     UnsupportedMediaType,
 )
 from hvfleet.model.hypervisor import Reservation, Resource
-from hvfleet.model.lease import Lease
+from hvfleet.model.kinds import strategy_of
 from hvfleet.model.meta import API_GROUP, API_VERSION
 from hvfleet.model.selectors import Selector, parse_selector
 from hvfleet.scheduling.claims import claim_reservation
@@ -586,9 +586,10 @@ def _same_name(obj: Resource, name: str) -> None:
 
 
 def _with_status_of(base: Resource, source: Resource) -> Resource:
-    if isinstance(base, Lease) or isinstance(source, Lease):
+    kind = strategy_of(base)
+    if not kind.has_status:
         return base  # a Lease has no status
-    return base.model_copy(update={"status": source.status})
+    return base.model_copy(update={"status": kind.status_of(source)})
 
 
 def _verb(method: str) -> Verb:

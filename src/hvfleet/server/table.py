@@ -3,21 +3,22 @@
 A client asks with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`;
 lists, single objects and every watch event are then answered as Tables. The
 columns and rows come from the one place `hvfleet get` takes them from
-(`hvfleet.model.views`); the wide columns have priority 1, which kubectl shows
-with `-o wide`.
+(`hvfleet.views.tables`, one table per kind); the wide columns have priority
+1, which kubectl shows with `-o wide`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from hvfleet.model import views
-from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, Resource
-from hvfleet.model.lease import Lease
+from hvfleet.model.hypervisor import Resource
 from hvfleet.store.undecodable import Undecodable
+from hvfleet.views.tables import TABLES
+from hvfleet.views.tables import TableInputs as TableInputs
+from hvfleet.views.tables import rows_for as table_rows
+from hvfleet.views.text import unknown_row
 
 
 def wants_table(accept: str | None) -> bool:
@@ -32,45 +33,12 @@ def wants_table(accept: str | None) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class TableInputs:
-    """What rows need besides the objects: each agent's liveness lease and the
-    fleet's overcommit policies (hypervisor rows), and the hosts (reservation
-    rows derive phase and holdings from them; policy rows count them)."""
-
-    liveness: Mapping[str, bool] = field(default_factory=dict)
-    hosts: Mapping[str, Hypervisor] = field(default_factory=dict)
-    policies: Sequence[OvercommitPolicy] = ()
-
-
 def rows_for(kind: str, objs: Sequence[Resource],
              inputs: TableInputs) -> tuple[list[dict[str, Any]], list[list[str]]]:
     """Column definitions and one row of cells per object, exactly as
-    `hvfleet get -o wide` (hvfleet.model.views); wide columns have priority 1."""
-    now = datetime.now(UTC)
-    if kind == "Hypervisor":
-        cols = views.hypervisor_columns(wide=True)
-        rows = [views.hypervisor_row(o, now, inputs.liveness.get(o.name), wide=True,
-                                     policies=inputs.policies)
-                for o in objs if isinstance(o, Hypervisor)]
-    elif kind == "Reservation":
-        cols = views.reservation_columns(wide=True)
-        rows = [views.reservation_row(o, inputs.hosts.get(o.spec.hypervisor), now, wide=True)
-                for o in objs if isinstance(o, Reservation)]
-    elif kind == "OvercommitPolicy":
-        cols = views.policy_columns(wide=True)
-        rows = [views.policy_row(o, inputs.hosts.values(), now, wide=True)
-                for o in objs if isinstance(o, OvercommitPolicy)]
-    else:
-        cols = views.lease_columns(wide=True)
-        rows = [views.lease_row(o, now, wide=True) for o in objs if isinstance(o, Lease)]
+    `hvfleet get -o wide` (hvfleet.views.tables); wide columns have priority 1."""
+    cols, rows = table_rows(kind, objs, inputs, datetime.now(UTC), wide=True)
     return [c.to_dict() for c in cols], rows
-
-
-def _columns(kind: str) -> list[views.Column]:
-    by_kind = {"Hypervisor": views.hypervisor_columns, "Reservation": views.reservation_columns,
-               "OvercommitPolicy": views.policy_columns, "Lease": views.lease_columns}
-    return by_kind[kind](True)
 
 
 def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
@@ -85,7 +53,7 @@ def _row_object(obj: Resource, include: str) -> dict[str, Any] | None:
 def undecodable_row(kind: str, err: Undecodable, include: str) -> dict[str, Any]:
     """The row of an object that does not decode: its name, `Unknown` in the
     kind's state column, nothing else (the reason is in the answer's Warning)."""
-    row: dict[str, Any] = {"cells": views.unknown_row(_columns(kind), err.name)}
+    row: dict[str, Any] = {"cells": unknown_row(TABLES[kind].columns(True), err.name)}
     if include != "None":
         meta: dict[str, Any] = {"name": err.name, "resourceVersion": str(err.revision)}
         if err.uid:

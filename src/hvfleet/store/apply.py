@@ -28,19 +28,16 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from hvfleet.model.errors import AlreadyExists, InvalidInput, NotFound, TooLarge
-from hvfleet.model.hypervisor import KINDS, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, Resource
+from hvfleet.model.kinds import strategy, strategy_of
 from hvfleet.model.meta import API_VERSION, validation_message
 from hvfleet.store.base import StaleVersion, Store, Write
+from hvfleet.store.errors import ClaimRequired as ClaimRequired  # its home; importable from here
 from hvfleet.store.ownership import applied_fields, apply_merge
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 # Re-plans after a concurrent change before the Conflict is the caller's.
 APPLY_ATTEMPTS = 20
-
-
-class ClaimRequired(InvalidInput):
-    """A manifest would create a Reservation: only a claim (`Store.claim` with
-    the capacity check) may, so apply refuses it."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +86,8 @@ def _manifest(item: Any, what: str) -> Resource:
         raise InvalidInput(f"{what}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
     name = (item.get("metadata") or {}).get("name", "?")
     try:
-        return KINDS[kind].model_validate(item)
+        manifest: Resource = strategy(kind).decode(item)
+        return manifest
     except ValidationError as exc:
         raise InvalidInput(validation_message(exc, f"{what} ({kind} {name})")) from None
 
@@ -102,7 +100,7 @@ def plan_one(current: Resource | None, manifest: Resource, manager: str, *,
     Pure: the ownership conflicts and the version check happen in the write
     (`Store.write_all`, `Store.update`), against the state it lands on."""
     if current is None:
-        if isinstance(manifest, Reservation):
+        if strategy_of(manifest).claimed:
             # Only the claim re-checks free capacity in the same atomic write, so
             # apply must not bypass it.
             raise ClaimRequired(
@@ -114,8 +112,8 @@ def plan_one(current: Resource | None, manifest: Resource, manager: str, *,
     merged = apply_merge(current, manifest, manager, prune=prune)
     meta = merged.metadata.model_copy(update={"resource_version": rv})
     merged = merged.model_copy(update={"metadata": meta})
-    if isinstance(merged, Reservation) and isinstance(manifest, Reservation):
-        merged = merged.model_copy(update={"status": manifest.status})
+    if strategy_of(manifest).status_applied:
+        merged = merged.model_copy(update={"status": strategy_of(manifest).status_of(manifest)})
     return Write("update", merged, applied_fields(manifest))
 
 

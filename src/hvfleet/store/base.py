@@ -33,23 +33,29 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, TypeVar, cast
 
 from hvfleet.model.bounds import MAX_LEASE_SECONDS
-from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
+from hvfleet.model.errors import AlreadyExists, InvalidInput, NotFound
 from hvfleet.model.hypervisor import (
     KINDS,
-    STORED_KINDS,
     Hypervisor,
     OvercommitPolicy,
     Reservation,
     Resource,
 )
+from hvfleet.model.kinds import STRATEGIES, agent_manager, kind_of_model, strategy_of
 from hvfleet.model.lease import Lease, lease_live, released, renewed
 from hvfleet.model.selectors import Selector, parse_selector
+from hvfleet.model.token import AccessToken
+from hvfleet.store.errors import ClaimRefused as ClaimRefused
+from hvfleet.store.errors import OwnershipConflict as OwnershipConflict
+from hvfleet.store.errors import StaleVersion as StaleVersion
 from hvfleet.store.undecodable import Undecodable, overwrite
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+# A kind's model, for the typed reads and writes (`get_as`, `list_as`, `update_as`).
+T = TypeVar("T", Hypervisor, Reservation, Lease, OvercommitPolicy, AccessToken)
 # Renewals of one Lease that may collide (two stores of one agent) before giving up.
 _LEASE_ATTEMPTS = 20
 
@@ -127,52 +133,6 @@ class ListResult:
     undecodable: list[Undecodable] = field(default_factory=list)
 
 
-class StaleVersion(Conflict):
-    """A write named a resourceVersion that is no longer current."""
-
-
-class OwnershipConflict(Conflict):
-    """A spec field is owned by another manager (pass force to take it over).
-    `conflicts` lists every (field path, owning manager), e.g. ("spec.overcommit.cpu",
-    "ops"): the API turns each into a FieldManagerConflict cause."""
-
-    def __init__(self, message: str, conflicts: builtins.list[tuple[str, str]] | None = None) -> None:
-        super().__init__(message)
-        self.conflicts = conflicts or []
-
-    @classmethod
-    def of(cls, kind: str, name: str, conflicts: Sequence[tuple[str, str]]) -> OwnershipConflict:
-        """The conflict of a write to `kind` `name` over these (field, owner)
-        pairs, with the one message every backend gives for it (the remote
-        backend rebuilds it from the API's FieldManagerConflict causes)."""
-        ordered = sorted(conflicts)
-        field, owner = ordered[0]
-        more = f" (and {len(ordered) - 1} more)" if len(ordered) > 1 else ""
-        out = cls(
-            f"{kind} {name}: {field} is owned by manager {owner!r}{more}; "
-            "force the write to take it over",
-            ordered,
-        )
-        out.kind, out.name = kind, name
-        return out
-
-    kind: str = ""  # the object written, when known (an atomic batch has several)
-    name: str = ""
-
-
-class ClaimRefused(Conflict):
-    """A claim refused by a check the store ran itself: the remote backend's
-    server runs its own scheduling check (its POST of a Reservation is a claim),
-    and answers with one (reason, message, resource) per rejection, which
-    `hvfleet.scheduling.claims` turns back into DoesNotFit."""
-
-    def __init__(self, message: str, host: str,
-                 rejections: Sequence[tuple[str, str, str | None]]) -> None:
-        super().__init__(message)
-        self.host = host
-        self.rejections = list(rejections)
-
-
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """Decode many objects without the cyclic GC running over and over.
@@ -193,10 +153,8 @@ def kind_of(kind: str) -> str:
     """Normalise 'hypervisors'/'hypervisor'/'Hypervisor' to the kind name. Access
     tokens are accepted (the backends store them) but not offered in the message."""
     k = kind.strip().lower()
-    for name in STORED_KINDS:
-        singular = name.lower()
-        plural = singular[:-1] + "ies" if singular.endswith("y") else singular + "s"
-        if k in (singular, plural):
+    for name, strategy in STRATEGIES.items():
+        if k in strategy.names():
             return name
     raise InvalidInput(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
 
@@ -205,7 +163,7 @@ def fleet_kind_of(kind: str) -> str:
     """kind_of for what users list, export and apply: the public kinds only, so
     access tokens never appear there (their records are for `hvfleet token`)."""
     name = kind_of(kind)
-    if name not in KINDS:
+    if not STRATEGIES[name].public:
         raise InvalidInput(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
     return name
 
@@ -239,10 +197,11 @@ def check_overwrite(stored: Undecodable, new: Resource) -> None:
 def changed_parts(old: Resource, new: Resource) -> tuple[bool, bool]:
     """(whether `new` changes the status of `old`, whether it changes anything
     else): which of the main resource and its /status subresource a write is."""
-    if isinstance(new, Lease) or isinstance(old, Lease):
+    kind = strategy_of(new)
+    if not kind.has_status:
         return False, new != old
-    status_changed = new.status != old.status
-    return status_changed, new.model_copy(update={"status": old.status}) != old
+    status_changed = kind.status_of(new) != kind.status_of(old)
+    return status_changed, new.model_copy(update={"status": kind.status_of(old)}) != old
 
 
 def as_selector(selector: Selector | str | None) -> Selector:
@@ -282,7 +241,6 @@ class Store(ABC):
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
         """Delete; with a resourceVersion, only if it is still current."""
 
-    @abstractmethod
     def watch(
         self,
         kind: str | None = None,
@@ -300,6 +258,17 @@ class Store(ABC):
         whose object does not decode is skipped (logged and counted) and handed
         to `on_undecodable`, where the backend can tell (SQLite, etcd; not the
         remote store, whose server skips it)."""
+        if name is not None and not kind:
+            raise InvalidInput("watch: a name needs a kind")
+        return self._watch(kind_of(kind) if kind else None, since, name, stop, timeout,
+                           on_undecodable)
+
+    @abstractmethod
+    def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
+               timeout: float | None,
+               on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+        """`watch` of one kind (its name as objects carry it) or, with None, of
+        every public kind; a name only with a kind."""
 
     @abstractmethod
     def revision(self) -> int:
@@ -412,10 +381,9 @@ class Store(ABC):
         from hvfleet.store.ownership import prepare_create
 
         try:
-            host = self.get("Hypervisor", reservation.spec.hypervisor)
+            host = self.get_as(Hypervisor, reservation.spec.hypervisor)
         except NotFound:
             raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found") from None
-        assert isinstance(host, Hypervisor)
         try:
             self.get("Reservation", reservation.metadata.name)
         except NotFound:
@@ -438,8 +406,6 @@ class Store(ABC):
         write; the Hypervisor's status is not touched. The Lease this store
         wrote last is renewed by CAS without reading it first; if anything else
         wrote it since (another process of the same agent), it is read again."""
-        from hvfleet.store.ownership import agent_manager
-
         if not 1 <= ttl <= MAX_LEASE_SECONDS:
             raise InvalidInput(f"{ttl} must be from 1 to {MAX_LEASE_SECONDS} seconds",
                                field="leaseDurationSeconds")
@@ -451,9 +417,7 @@ class Store(ABC):
         for attempt in range(_LEASE_ATTEMPTS):
             if must_read:
                 try:
-                    got = self.get("Lease", name)
-                    assert isinstance(got, Lease)
-                    current = got
+                    current = self.get_as(Lease, name)
                 except NotFound:
                     current = None
             new = renewed(current, name, holder, ttl, datetime.now(UTC))
@@ -480,20 +444,14 @@ class Store(ABC):
     def release(self, name: str) -> None:
         """The agent of `name` stops cleanly: its Lease is released, so it is not
         live from now on (rather than one lease duration later)."""
-        from hvfleet.store.ownership import agent_manager
-
         self._held_leases().pop(name, None)
 
-        def let_go(obj: Resource) -> Resource:
-            assert isinstance(obj, Lease)
-            return released(obj)
-
         with suppress(NotFound):
-            self.update_with_retry("Lease", name, let_go, agent_manager(name))
+            self.update_as(Lease, name, released, agent_manager(name))
 
     def agent_leases(self) -> dict[str, Lease]:
         """Every hypervisor agent's Lease, by hypervisor name."""
-        return {o.metadata.name: o for o in self.list("Lease").items if isinstance(o, Lease)}
+        return {o.metadata.name: o for o in self.list_as(Lease)}
 
     def agent_liveness(self, now: datetime | None = None) -> dict[str, bool]:
         """For each hypervisor whose agent has held a Lease: whether it is live
@@ -509,19 +467,38 @@ class Store(ABC):
 
     # -- typed conveniences ---------------------------------------------------------
 
+    # A backend decodes every object with the model of its stored kind
+    # (`KindStrategy.model`), so what `get` and `list` return for a kind is of
+    # that kind's model: these say so to the type checker, once.
+
+    def get_as(self, model: type[T], name: str) -> T:
+        """`get` of the kind whose model is `model`."""
+        return cast(T, self.get(kind_of_model(model), name))
+
+    def list_as(self, model: type[T], selector: Selector | str | None = None) -> builtins.list[T]:
+        """`list(...).items` of the kind whose model is `model`."""
+        return cast(builtins.list[T], self.list(kind_of_model(model), selector).items)
+
+    def update_as(self, model: type[T], name: str, mutate: Callable[[T], T], manager: str, *,
+                  force: bool = False, as_apply: bool = False) -> T:
+        """`update_with_retry` of the kind whose model is `model`."""
+        def typed(obj: Resource) -> Resource:
+            return mutate(cast(T, obj))
+
+        return cast(T, self.update_with_retry(kind_of_model(model), name, typed, manager,
+                                              force=force, as_apply=as_apply))
+
     def get_hypervisor(self, name: str) -> Hypervisor:
-        obj = self.get("Hypervisor", name)
-        assert isinstance(obj, Hypervisor)
-        return obj
+        return self.get_as(Hypervisor, name)
 
     def list_hypervisors(self, selector: Selector | str | None = None) -> builtins.list[Hypervisor]:
-        return [o for o in self.list("Hypervisor", selector).items if isinstance(o, Hypervisor)]
+        return self.list_as(Hypervisor, selector)
 
     def list_reservations(self, selector: Selector | str | None = None) -> builtins.list[Reservation]:
-        return [o for o in self.list("Reservation", selector).items if isinstance(o, Reservation)]
+        return self.list_as(Reservation, selector)
 
     def list_overcommit_policies(self) -> builtins.list[OvercommitPolicy]:
-        return [o for o in self.list("OvercommitPolicy").items if isinstance(o, OvercommitPolicy)]
+        return self.list_as(OvercommitPolicy)
 
     def update_with_retry(
         self,
@@ -569,11 +546,4 @@ class Store(ABC):
         force: bool = False,
         as_apply: bool = False,
     ) -> Hypervisor:
-        def typed(obj: Resource) -> Resource:
-            assert isinstance(obj, Hypervisor)
-            return mutate(obj)
-
-        out = self.update_with_retry("Hypervisor", name, typed, manager, force=force,
-                                     as_apply=as_apply)
-        assert isinstance(out, Hypervisor)
-        return out
+        return self.update_as(Hypervisor, name, mutate, manager, force=force, as_apply=as_apply)

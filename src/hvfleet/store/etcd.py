@@ -30,6 +30,7 @@ from typing import Any
 
 from hvfleet.model.errors import AlreadyExists, Conflict, Gone, InvalidInput, NotFound, Unavailable
 from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.kinds import STRATEGIES, strategy_of
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
@@ -209,10 +210,12 @@ class EtcdStore(Store):
         Reservation write: every write that touches a host's reservations bumps
         that host's set key, so a concurrent claim on that host fails its compare."""
         ops: builtins.list[dict[str, Any]] = []
-        old_host = old.spec.hypervisor if isinstance(old, Reservation) else None
-        new_host = new.spec.hypervisor if isinstance(new, Reservation) else None
         either = new if new is not None else old
-        name = either.metadata.name if either is not None else ""
+        if either is None:
+            return ops
+        kind = strategy_of(either)
+        old_host, new_host = kind.indexed_host(old), kind.indexed_host(new)
+        name = either.metadata.name
         for host in sorted({h for h in (old_host, new_host) if h is not None}):
             ops.append(op_put(self._reservation_set_key(host), name.encode()))
         if old_host is not None and old_host != new_host:
@@ -225,13 +228,14 @@ class EtcdStore(Store):
                                      old: Resource | None) -> builtins.list[dict[str, Any]]:
         """The reservation index keys of a Reservation deleted although it does
         not decode, from its host as far as the stored JSON still names it."""
-        if kind != "Reservation" or old is not None:
+        strategy = STRATEGIES[kind]
+        if not strategy.claimed or old is not None:
             return []
         try:
-            host = json.loads(value)["spec"]["hypervisor"]
-        except (ValueError, KeyError, TypeError):
+            host = strategy.host_in(json.loads(value))
+        except ValueError:
             return []
-        if not isinstance(host, str) or not host:
+        if host is None:
             return []
         return [op_put(self._reservation_set_key(host), name.encode()),
                 op_delete(self._reservation_index_prefix(host) + name)]
@@ -573,26 +577,17 @@ class EtcdStore(Store):
 
     # -- watch ---------------------------------------------------------------------------
 
-    def watch(
-        self,
-        kind: str | None = None,
-        since: int = 0,
-        *,
-        name: str | None = None,
-        stop: threading.Event | None = None,
-        timeout: float | None = None,
-        on_undecodable: Callable[[Undecodable], None] | None = None,
-    ) -> Iterator[WatchEvent]:
+    def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
+               timeout: float | None,
+               on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
         """Events with revision > since, resuming on another endpoint (from the
         last revision delivered) when a stream breaks (see `etcd_watch`)."""
-        if name is not None and not kind:
-            raise InvalidInput("watch: a name needs a kind")
         if name is not None:
             # One key is the range [key, key + NUL): etcd then watches just that key.
-            start = self._key(kind_of(kind or ""), name)
+            start = self._key(kind or "", name)
             end = start + "\0"
         else:
-            start = self._kind_prefix(kind_of(kind) if kind else None)
+            start = self._kind_prefix(kind)
             end = prefix_end(start)
         events = watch_range(
             self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout,

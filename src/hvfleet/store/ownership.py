@@ -47,24 +47,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from hvfleet.model.capacity import growth_past_claim
 from hvfleet.model.errors import Forbidden, InvalidInput
-from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec, Reservation, Resource
-from hvfleet.model.lease import Lease
+from hvfleet.model.hypervisor import Resource
+from hvfleet.model.kinds import AGENT_PREFIX as AGENT_PREFIX
+from hvfleet.model.kinds import agent_manager as agent_manager
+from hvfleet.model.kinds import strategy_of
 from hvfleet.model.meta import ManagedFieldsEntry
 from hvfleet.store import lifecycle
 from hvfleet.store.base import FieldPath, OwnershipConflict, StaleVersion
 
 Path = FieldPath
 Operation = Literal["Apply", "Update"]
-AGENT_PREFIX = "agent/"
 STATUS: Path = ("status",)
 # The metadata maps whose keys are owned one by one.
 _META_MAPS = ("labels", "annotations")
-
-
-def agent_manager(hypervisor_name: str) -> str:
-    return f"{AGENT_PREFIX}{hypervisor_name}"
 
 
 def check_manager(manager: str) -> str:
@@ -206,16 +202,6 @@ def owners(obj: Resource) -> dict[Path, str]:
     return {p: ", ".join(sorted(ms)) for p, ms in found.items()}
 
 
-def _status_of(obj: Resource) -> object:
-    """The object's status (a Lease has none, as in Kubernetes)."""
-    return None if isinstance(obj, Lease) else obj.status
-
-
-def _status_writer(obj: Resource) -> str | None:
-    """The only manager allowed to write this object's status (None: anyone)."""
-    return agent_manager(obj.metadata.name) if isinstance(obj, Hypervisor) else None
-
-
 def _record(
     entries: dict[tuple[str, str, str], _Entry],
     manager: str,
@@ -249,39 +235,8 @@ def _record(
     return _encode(entries.values())
 
 
-def _check_lease_writer(obj: Resource, manager: str) -> None:
-    """A Lease is written only by the agent it names, holding it as itself."""
-    if not isinstance(obj, Lease):
-        return
-    agent = agent_manager(obj.metadata.name)
-    if manager != agent:
-        raise Forbidden(
-            f"Lease {obj.metadata.name}: written only by {agent!r}, not by {manager!r}"
-        )
-    if obj.spec.holder_identity not in ("", agent):
-        raise InvalidInput(
-            f"Lease {obj.metadata.name}: spec.holderIdentity: must be {agent!r} "
-            f"(or empty once released), not {obj.spec.holder_identity!r}"
-        )
-
-
-def _check_reservation_growth(old: Resource, new: Resource, now: datetime) -> None:
-    """Only a claim re-checks free capacity in the atomic write (`Store.claim`):
-    an update must not make a reservation hold more than was claimed."""
-    if not (isinstance(old, Reservation) and isinstance(new, Reservation)):
-        return
-    grown = growth_past_claim(old, new, now)
-    if grown is not None:
-        field, what = grown
-        raise InvalidInput(
-            f"Reservation {new.metadata.name}: {what} would hold more than its claim "
-            "checked; release it and claim anew",
-            field=field,
-        )
-
-
 def _check_status_writer(obj: Resource, manager: str) -> None:
-    writer = _status_writer(obj)
+    writer = strategy_of(obj).status_owner(obj)
     if writer is not None and manager != writer:
         raise Forbidden(
             f"{obj.kind} {obj.metadata.name}: status is written only by {writer!r}, "
@@ -296,18 +251,13 @@ def prepare_create(
     with `applied`, created by a server-side apply of those fields."""
     check_manager(manager)
     obj = lifecycle.on_create(obj)
-    _check_lease_writer(obj, manager)
-    writer = _status_writer(obj)
-    if (
-        manager.startswith(AGENT_PREFIX)
-        and isinstance(obj, Hypervisor)
-        and obj.spec != HypervisorSpec()
-    ):
-        raise Forbidden(f"{obj.kind} {obj.metadata.name}: agents do not write spec ({manager!r})")
+    kind = strategy_of(obj)
+    kind.validate_create(obj, manager)
+    writer = kind.status_owner(obj)
     status_written = writer is None or manager == writer
-    if not status_written and isinstance(obj, Hypervisor):
+    if not status_written:
         # As in Kubernetes with a status subresource: status in a create is ignored.
-        obj = obj.model_copy(update={"status": type(obj.status)()})
+        obj = obj.model_copy(update={"status": type(kind.status_of(obj))()})
     present = owned_fields(obj)
     meta = obj.metadata.model_copy(
         update={
@@ -325,10 +275,10 @@ def prepare_create(
 
 
 def _without_lease_fields(obj: Resource) -> Resource:
-    """A Lease records no managedFields: it has one possible writer (its agent),
-    so per-field ownership would say nothing, and would be 45% of the bytes of
-    every renewal."""
-    if isinstance(obj, Lease) and obj.metadata.managed_fields:
+    """A Lease records no managedFields (`KindStrategy.records_fields`): it has
+    one possible writer (its agent), so per-field ownership would say nothing,
+    and would be 45% of the bytes of every renewal."""
+    if not strategy_of(obj).records_fields and obj.metadata.managed_fields:
         meta = obj.metadata.model_copy(update={"managed_fields": []})
         return obj.model_copy(update={"metadata": meta})
     return obj
@@ -362,21 +312,21 @@ def prepare_update(
             f"is stale (current is {old.metadata.resource_version}); re-read and retry"
         )
     new = lifecycle.on_update(old, new)
-    _check_lease_writer(new, manager)
-    _check_reservation_growth(old, new, now)
-    status_changed = _status_of(new) != _status_of(old)
+    kind = strategy_of(new)
+    kind.validate_update(old, new, manager, now)
+    status_changed = kind.status_of(new) != kind.status_of(old)
     if status_changed:
         _check_status_writer(new, manager)
     old_leaves, new_leaves = _spec_leaves(old), _spec_leaves(new)
     spec_changed = any(old_leaves.get(p) != new_leaves.get(p)
                        for p in set(old_leaves) | set(new_leaves))
-    if spec_changed and manager.startswith(AGENT_PREFIX) and not isinstance(new, Lease):
+    if spec_changed and manager.startswith(AGENT_PREFIX) and not kind.agent_writes_spec:
         raise Forbidden(f"{new.kind} {new.metadata.name}: agents do not write spec ({manager!r})")
     before, after = owned_fields(old, old_leaves), owned_fields(new, new_leaves)
     missing = object()
     changed = {p for p in set(before) | set(after)
                if before.get(p, missing) != after.get(p, missing)}
-    writer = _status_writer(new)
+    writer = kind.status_owner(new)
     status_written = status_changed and writer is not None
     if not changed and applied is None:
         # The hot path of an agent's status write: no owned field changes, so

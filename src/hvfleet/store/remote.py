@@ -64,6 +64,7 @@ from hvfleet.model.errors import (
     UnsupportedMediaType,
 )
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Reservation, Resource
+from hvfleet.model.kinds import STRATEGIES, strategy_of
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
@@ -107,10 +108,7 @@ _WATCH_SERVER_TIMEOUT_S = 1800  # a watch call's length; the client reconnects a
 
 def plural_of(kind: str) -> str:
     """The API's plural of a kind (as its CRD names it: policy → policies)."""
-    if kind == "AccessToken":
-        return "accesstokens"
-    singular = kind.lower()
-    return singular[:-1] + "ies" if singular.endswith("y") else singular + "s"
+    return STRATEGIES[kind].plural
 
 
 # Where each kind is served: the fleet kinds under their plurals, access tokens
@@ -240,7 +238,7 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
         plural = str(details.get("kind") or "")
         revision, _, why = str(unreadable.get("message", "")).partition(": ")
         return Undecodable(
-            next((k for k in STORED_KINDS if plural_of(k) == plural), plural),
+            next((k for k, s in STRATEGIES.items() if s.plural == plural), plural),
             str(details.get("name") or ""), int(revision) if revision.isdigit() else 0, why,
         )
     if reason == "NotFound" or (not reason and code == 404):
@@ -253,7 +251,7 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
             conflicts = [(str(c.get("field", "")).lstrip("."), _owner(str(c.get("message", ""))))
                          for c in owned]
             plural = str(details.get("kind") or "")
-            kind = next((k for k in KINDS if plural_of(k) == plural), None)
+            kind = next((k for k, s in STRATEGIES.items() if s.public and s.plural == plural), None)
             if kind is None:  # not about one object (a batch): the server's words
                 return OwnershipConflict(message, conflicts)
             return OwnershipConflict.of(kind, str(details.get("name") or ""), conflicts)
@@ -514,7 +512,7 @@ class RemoteStore(Store):
 
     def create(self, obj: Resource, manager: str) -> Resource:
         """POST; a Reservation's create is a claim on the server (its check)."""
-        host = obj.spec.hypervisor if isinstance(obj, Reservation) else None
+        host = strategy_of(obj).indexed_host(obj)
         payload = self._call("POST", self._path(obj.kind), obj.to_dict(), manager=manager,
                              claim_host=host)
         return self._decode(obj.kind, payload)
@@ -533,11 +531,11 @@ class RemoteStore(Store):
         if base is None:
             # Over an object that does not decode: the writer's own part (an
             # agent writes status, anyone else the rest), which overwrites it.
-            status_changed = manager.startswith(AGENT_PREFIX) and obj.kind in KINDS
+            status_changed = manager.startswith(AGENT_PREFIX) and strategy_of(obj).has_status
             rest_changed = not status_changed
         else:
             status_changed, rest_changed = changed_parts(base, obj)
-        if obj.kind not in KINDS:  # an access token: one object, no /status
+        if not strategy_of(obj).public:  # an access token: one object, no /status
             status_changed, rest_changed = False, True
         if status_changed and rest_changed:
             out = self.write_all([Write("update", obj)], manager, force=force)
@@ -620,22 +618,13 @@ class RemoteStore(Store):
 
     # -- watch --------------------------------------------------------------------------
 
-    def watch(
-        self,
-        kind: str | None = None,
-        since: int = 0,
-        *,
-        name: str | None = None,
-        stop: threading.Event | None = None,
-        timeout: float | None = None,
-        on_undecodable: Callable[[Undecodable], None] | None = None,
-    ) -> Iterator[WatchEvent]:
-        if name is not None and not kind:
-            raise InvalidInput("watch: a name needs a kind")
-        kinds = [kind_of(kind)] if kind else builtins.list(KINDS)
-        return self._watch(kinds, since, name, stop, timeout)
+    def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
+               timeout: float | None,
+               on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+        kinds = [kind] if kind else builtins.list(KINDS)
+        return self._follow(kinds, since, name, stop, timeout)
 
-    def _watch(self, kinds: builtins.list[str], since: int, name: str | None,
+    def _follow(self, kinds: builtins.list[str], since: int, name: str | None,
                stop: threading.Event | None, timeout: float | None) -> Iterator[WatchEvent]:
         events: _Feed = queue.Queue()
         ended = threading.Event()

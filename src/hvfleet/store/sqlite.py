@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 from hvfleet.model.errors import (
     AlreadyExists,
     Gone,
-    InvalidInput,
     NotFound,
     Unavailable,
 )
 from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.kinds import strategy_of
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
     ClaimCheck,
@@ -100,10 +100,6 @@ MIGRATIONS: list[str] = [
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
-
-
-def _host_of(obj: Resource) -> str | None:
-    return obj.spec.hypervisor if isinstance(obj, Reservation) else None
 
 
 def _create_owner_only(path: str) -> None:
@@ -229,7 +225,8 @@ class SqliteStore(Store):
         db.execute(
             "INSERT OR REPLACE INTO objects (kind, name, rv, labels, host, body) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            (obj.kind, obj.metadata.name, rev, json.dumps(obj.metadata.labels), _host_of(obj), body),
+            (obj.kind, obj.metadata.name, rev, json.dumps(obj.metadata.labels),
+             strategy_of(obj).indexed_host(obj), body),
         )
         db.execute(
             "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, ?, ?)",
@@ -362,19 +359,10 @@ class SqliteStore(Store):
             lambda db: db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0]
         ))
 
-    def watch(
-        self,
-        kind: str | None = None,
-        since: int = 0,
-        *,
-        name: str | None = None,
-        stop: threading.Event | None = None,
-        timeout: float | None = None,
-        on_undecodable: Callable[[Undecodable], None] | None = None,
-    ) -> Iterator[WatchEvent]:
-        if name is not None and not kind:
-            raise InvalidInput("watch: a name needs a kind")
-        kinds = [kind_of(kind)] if kind else list(KINDS)
+    def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
+               timeout: float | None,
+               on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+        kinds = [kind] if kind else list(KINDS)
         placeholders = ",".join("?" * len(kinds))
         by_name = "" if name is None else "AND e.name = ? "
         names = () if name is None else (name,)

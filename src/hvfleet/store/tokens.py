@@ -37,19 +37,18 @@ ROLE_LABEL = "hvfleet.io/role"
 
 
 def list_tokens(store: Store) -> list[AccessToken]:
-    return [t for t in store.list(KIND).items if isinstance(t, AccessToken)]
+    return store.list_as(AccessToken)
 
 
 def find_token(store: Store, token_id: str) -> AccessToken | None:
     try:
-        obj = store.get(KIND, token_id)
+        return store.get_as(AccessToken, token_id)
     except NotFound:
         return None
     except Undecodable as exc:
         # A record that cannot be read proves nothing: as an unknown token (401).
         skipped(exc, "token lookup")
         return None
-    return obj if isinstance(obj, AccessToken) else None
 
 
 def issue_token(
@@ -133,13 +132,10 @@ def revoke_token(store: Store, token: str, manager: str) -> AccessToken:
     token, so this takes the field over from whoever issued it."""
     token_id = token_id_of(token)
 
-    def mutate(obj: object) -> AccessToken:
-        assert isinstance(obj, AccessToken)
+    def mutate(obj: AccessToken) -> AccessToken:
         return obj.model_copy(update={"spec": obj.spec.model_copy(update={"revoked": True})})
 
     try:
-        out = store.update_with_retry(KIND, token_id, mutate, manager, force=True)
+        return store.update_as(AccessToken, token_id, mutate, manager, force=True)
     except NotFound:
         raise NotFound(f"token {token_id!r} not found") from None
-    assert isinstance(out, AccessToken)
-    return out

@@ -30,43 +30,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hvfleet.model.bounds import EARLIEST, LATEST
-from hvfleet.model.errors import HvfleetError
 from hvfleet.model.hypervisor import Resource
+from hvfleet.store.errors import Undecodable as Undecodable  # its home; importable from here
 
 log = logging.getLogger("hvfleet.store")
 
 _lock = threading.Lock()
 _skipped: Counter[str] = Counter()
-
-
-class Undecodable(HvfleetError):
-    """A stored object that does not decode with this hvfleet's model. It can be
-    deleted, or replaced by a write naming its resourceVersion."""
-
-    def __init__(self, kind: str, name: str, revision: int, reason: str,
-                 metadata: dict[str, Any] | None = None) -> None:
-        super().__init__(
-            f"{kind} {name}: the stored object (resourceVersion {revision}) cannot be read: "
-            f"{reason}; delete it, or replace it with a write of resourceVersion {revision}"
-        )
-        self.kind = kind
-        self.name = name
-        self.revision = revision
-        self.reason = reason
-        # What could still be read of metadata (uid, labels, ...), as stored.
-        self.metadata = metadata or {}
-
-    @property
-    def uid(self) -> str | None:
-        uid = self.metadata.get("uid")
-        return uid if isinstance(uid, str) else None
-
-    @property
-    def labels(self) -> dict[str, str]:
-        labels = self.metadata.get("labels")
-        if not isinstance(labels, dict):
-            return {}
-        return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def reason_of(exc: Exception) -> str:

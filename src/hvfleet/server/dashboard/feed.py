@@ -1,5 +1,5 @@
 """The dashboard's JSON feed: one row per host and the fleet's totals, built only
-from the core's own answers (`hvfleet.model.views.host_capacity`, readiness,
+from the core's own answers (`hvfleet.views.host_capacity`, readiness,
 `hvfleet.model.capacity` for what reservations hold, raw capacity and ratios).
 Nothing here computes a capacity: the figures are the core's strings, exactly as
 `hvfleet capacity -o json` prints them, and the only arithmetic is the bars'
@@ -17,8 +17,15 @@ from hvfleet.model import capacity as cap
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation, ResourceList
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import readiness
-from hvfleet.model.resources import CPU, MEMORY, ResourceName
-from hvfleet.model.views import HostCapacity, free_level, host_capacity, human
+from hvfleet.model.resources import ResourceName
+from hvfleet.views.capacity import (
+    FleetTotals,
+    HostCapacity,
+    free_level,
+    host_capacity,
+    resource_order,
+)
+from hvfleet.views.text import human
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ def host_row(h: Hypervisor, reservations: Iterable[Reservation], now: datetime,
     doc = hc.to_dict()
     strs_eff, strs_alloc, strs_free = doc["effective"], doc["allocation"], doc["free"]
     resources: dict[str, Any] = {}
-    for r in sorted(set(hc.effective) | set(hc.allocation), key=_order):
+    for r in sorted(set(hc.effective) | set(hc.allocation), key=resource_order):
         eff, alloc, free = hc.effective.get(r), hc.allocation.get(r), hc.free.get(r)
         resources[str(r)] = {
             "effective": strs_eff.get(str(r)),
@@ -100,82 +107,32 @@ def with_readiness(row: HostRow, h: Hypervisor, now: datetime, lease_live: bool 
     return replace(row, capacity=replace(row.capacity, readiness=judged), doc=doc)
 
 
-def _order(r: ResourceName) -> tuple[bool, str]:
-    return (r not in (CPU, MEMORY), str(r))
+def totals_document(sums: FleetTotals) -> dict[str, Any]:
+    """The dashboard's totals: the figures of `sums` (hvfleet.views.FleetTotals),
+    with their text and bar geometry, and the states' counts."""
+    resources = {}
+    for r in sums.resources():
+        eff, alloc, fr = sums.effective.get(r), sums.allocation.get(r), sums.free.get(r)
+        held = sums.held.get(r, Quantity(0))
+        resources[str(r)] = {
+            "effective": str(eff) if eff is not None else None,
+            "allocation": str(alloc) if alloc is not None else "0",
+            "held": str(held) if r in sums.held else "0",
+            "free": str(fr) if fr is not None else None,
+            "text": {"effective": human(r, eff), "allocation": human(r, alloc or Quantity(0)),
+                     "held": human(r, held), "free": human(r, fr)},
+            "bar": _bar(eff, None, alloc, held, fr),
+            "level": free_level(fr, eff),
+        }
+    return {"hosts": sums.hosts, "states": dict(sorted(sums.states.items())), "resources": resources}
 
 
-def resource_names(rows: Iterable[HostRow]) -> list[str]:
-    found = {r for x in rows for r in x.capacity.effective} | {CPU, MEMORY}
-    return [str(r) for r in sorted(found, key=_order)]
-
-
-class Sums:
-    """Running sums of the core's per-host figures (cap.add and cap.subtract,
-    exact), so the fleet's and each label value's totals follow one host's
-    change without adding up every host again."""
-
-    def __init__(self) -> None:
-        self.effective: ResourceList = {}
-        self.allocation: ResourceList = {}
-        self.free: ResourceList = {}
-        self.held: ResourceList = {}
-        self.states: dict[str, int] = {}
-        self.hosts = 0
-
-    def add(self, x: HostRow) -> None:
-        self.effective = cap.add([self.effective, x.capacity.effective])
-        self.allocation = cap.add([self.allocation, x.capacity.allocation])
-        self.free = cap.add([self.free, x.capacity.free])
-        self.held = cap.add([self.held, x.held])
-        state = _state(x)
-        self.states[state] = self.states.get(state, 0) + 1
-        self.hosts += 1
-
-    def remove(self, x: HostRow) -> None:
-        self.effective = _minus(self.effective, x.capacity.effective)
-        self.allocation = _minus(self.allocation, x.capacity.allocation)
-        self.free = _minus(self.free, x.capacity.free)
-        self.held = _minus(self.held, x.held)
-        state = _state(x)
-        self.states[state] -= 1
-        if not self.states[state]:
-            del self.states[state]
-        self.hosts -= 1
-
-    def document(self) -> dict[str, Any]:
-        resources = {}
-        for r in sorted(set(self.effective) | set(self.allocation), key=_order):
-            eff, alloc, fr = self.effective.get(r), self.allocation.get(r), self.free.get(r)
-            held = self.held.get(r, Quantity(0))
-            resources[str(r)] = {
-                "effective": str(eff) if eff is not None else None,
-                "allocation": str(alloc) if alloc is not None else "0",
-                "held": str(held) if r in self.held else "0",
-                "free": str(fr) if fr is not None else None,
-                "text": {"effective": human(r, eff), "allocation": human(r, alloc or Quantity(0)),
-                         "held": human(r, held), "free": human(r, fr)},
-                "bar": _bar(eff, None, alloc, held, fr),
-                "level": free_level(fr, eff),
-            }
-        return {"hosts": self.hosts, "states": dict(sorted(self.states.items())), "resources": resources}
-
-
-def _state(x: HostRow) -> str:
-    return x.capacity.readiness.state if x.capacity.readiness else "Unknown"
-
-
-def _minus(a: ResourceList, b: ResourceList) -> ResourceList:
-    """a − b over the resources of `a` (a sum keeps a resource listed, at 0,
-    after the last host having it left)."""
-    return {r: q for r, q in cap.subtract(a, b).items() if r in a}
-
-
-def totals(rows: Iterable[HostRow]) -> dict[str, Any]:
-    """The sums of the core's per-host figures (cap.add), and the states' counts."""
-    sums = Sums()
+def totals_of(rows: Iterable[HostRow]) -> FleetTotals:
+    """The totals of `rows`, added up (hvfleet.views.FleetTotals)."""
+    sums = FleetTotals()
     for x in rows:
-        sums.add(x)
-    return sums.document()
+        sums.add(x.capacity, x.held)
+    return sums
 
 
 def sort_rows(rows: list[HostRow], key: str) -> list[HostRow]:

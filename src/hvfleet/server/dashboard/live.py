@@ -23,9 +23,16 @@ from typing import Any
 from hvfleet.model.errors import HvfleetError
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.selectors import Selector
-from hvfleet.server.dashboard.feed import HostRow, Sums, host_row, totals, with_readiness
+from hvfleet.server.dashboard.feed import (
+    HostRow,
+    host_row,
+    totals_document,
+    totals_of,
+    with_readiness,
+)
 from hvfleet.store.base import Store, WatchEvent
 from hvfleet.store.ownership import owners
+from hvfleet.views.capacity import FleetTotals
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,7 @@ class FleetState:
         self._sorted: list[HostRow] | None = None
         self._totals: dict[tuple[int, str], dict[str, Any]] = {}
         # Running totals of every host (key None) and of each label value (key, value).
-        self._sums: dict[tuple[str, str] | None, Sums] = {}
+        self._sums: dict[tuple[str, str] | None, FleetTotals] = {}
         self.recent: dict[str, deque[Change]] = {}
         self.history: dict[str, deque[dict[str, Any]]] = {}
         self.fleet_history: deque[dict[str, Any]] = deque(maxlen=self.limits.fleet_samples)
@@ -188,11 +195,11 @@ class FleetState:
             for key in [None, *x.labels.items()]:
                 sums = self._sums.get(key)
                 if sums is None:
-                    sums = self._sums[key] = Sums()
+                    sums = self._sums[key] = FleetTotals()
                 if adding:
-                    sums.add(x)
+                    sums.add(x.capacity, x.held)
                 else:
-                    sums.remove(x)
+                    sums.remove(x.capacity, x.held)
                     if not sums.hosts:
                         del self._sums[key]
 
@@ -301,10 +308,10 @@ class FleetState:
             got = self._totals.get(key)
             if got is None and not selector.requirements:
                 sums = self._sums.get(label)
-                got = sums.document() if sums is not None else totals([])
+                got = totals_document(sums if sums is not None else FleetTotals())
                 self._totals[key] = got
         if got is None:
-            got = totals(rows)
+            got = totals_document(totals_of(rows))
             with self.lock:
                 self._totals[key] = got
         return got

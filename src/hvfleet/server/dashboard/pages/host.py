@@ -17,8 +17,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from hvfleet import views
 from hvfleet.model import capacity as cap
-from hvfleet.model import views
 from hvfleet.model.errors import Conflict, Forbidden, HvfleetError, InvalidInput, NotFound
 from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.server.context import ApiContext

@@ -14,10 +14,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from hvfleet import views
 from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.model.selectors import parse_selector
 from hvfleet.server import bodies
-from hvfleet.server.dashboard.feed import HostRow, resource_names, totals
+from hvfleet.server.dashboard.feed import HostRow, totals_document, totals_of
 from hvfleet.server.dashboard.live import FleetState
 from hvfleet.server.dashboard.pages.common import (
     Visible,
@@ -57,16 +58,18 @@ def overview_document(state: FleetState, view: View, visible: Visible = None,
         if len(by_value) > 50:  # a label with a value per host (e.g. a serial) is no grouping
             continue
         groups[k] = {v: _group_totals(state, view.selector_text, k, v, members) if visible is None
-                     else totals(members) for v, members in sorted(by_value.items())}
+                     else totals_document(totals_of(members))
+                     for v, members in sorted(by_value.items())}
     doc: dict[str, Any] = {
         "version": state.version,
         "selector": str(selector),
         "view": view.params(),
         "sort": view.sort, "order": "desc" if view.descending else "asc",
-        "resources": resource_names(rows),
+        "resources": _resource_names(rows),
         "count": len(ordered), "matching": len(rows),
         "page": page_no, "pages": pages, "perPage": view.per_page,
-        "total": state.totals_for(selector, rows) if visible is None else totals(rows),
+        "total": (state.totals_for(selector, rows) if visible is None
+                  else totals_document(totals_of(rows))),
         "groups": groups,
     }
     if since is None:
@@ -76,6 +79,10 @@ def overview_document(state: FleetState, view: View, visible: Visible = None,
         doc.update(delta=True, order=[x.name for x in shown],
                    hosts=[x.doc for x in shown if x.name in changed])
     return doc
+
+
+def _resource_names(rows: list[HostRow]) -> list[str]:
+    return [str(r) for r in views.resource_names(x.capacity for x in rows)]
 
 
 def _group_totals(state: FleetState, selector_text: str, key: str, value: str,
@@ -119,7 +126,7 @@ def heat_document(state: FleetState, view: View, visible: Visible = None,
             at += len(by[k])
     else:
         starts = [["", 0, len(rows)]] if rows else []
-    rs = resource_names(rows)
+    rs = _resource_names(rows)
     names = [x.name for x in rows]
     groups = [f"{v}\t{start}\t{count}" for v, start, count in starts]
     digest = format(zlib.crc32("\n".join([view.group, *groups, "", *rs, "", *names]).encode()), "08x")

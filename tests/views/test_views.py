@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hvfleet.model import Condition, Hypervisor, Quantity, Reservation, ResourceName, views
+from hvfleet import views
+from hvfleet.model import Condition, Hypervisor, Quantity, Reservation, ResourceName
+from hvfleet.model.spec_sync import spec_sync
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -47,7 +49,7 @@ def test_fleet_capacity_document_and_rows() -> None:
         "spec": {"hypervisor": "b", "consumer": "c", "resources": {"memory": "40Gi"}},
         "status": {"phase": "Active"},
     })
-    doc = views.fleet_capacity([a, b], [res], {"b": True}, NOW)
+    doc = views.fleet_summary([a, b], [res], {"b": True}, NOW).to_dict()
     assert doc["hosts"][0]["ready"] is True and doc["hosts"][0]["readiness"]["state"] == "Ready"
     assert doc["hosts"][0]["free"] == {"cpu": "-2", "memory": "44Gi"}
     assert doc["hosts"][1]["free"] == {"VGPU": "2", "cpu": "6", "memory": "4Gi"}
@@ -82,19 +84,42 @@ def test_free_level_and_human() -> None:
 
 def test_spec_sync_says_when_status_effective_capacity_lags() -> None:
     h = hv("a", overcommit={"cpu": 1})
-    assert views.spec_sync(h).state == "Unknown"
+    assert spec_sync(h).state == "Unknown"
     meta = h.metadata.model_copy(update={"generation": 3})
     lagging = h.model_copy(update={
         "metadata": meta,
         "status": h.status.model_copy(update={
             "observed_generation": 2, "effective_capacity": {ResourceName("cpu"): Quantity(64)}}),
     })
-    got = views.spec_sync(lagging)
+    got = spec_sync(lagging)
     assert (got.state, got.pending, got.generation, got.observed_generation) == ("False", True, 3, 2)
     assert got.message.startswith("spec generation 3 not yet observed by the agent (it saw 2)")
     assert "cpu=64" in got.message
     assert views.hypervisor_row(lagging, NOW)[6] == "False"
-    assert views.fleet_capacity([lagging], [], {}, NOW)["hosts"][0]["synced"] == got.to_dict()
+    assert views.fleet_summary([lagging], [], {}, NOW).to_dict()["hosts"][0]["synced"] == got.to_dict()
     status = lagging.status.model_copy(update={"observed_generation": 3})
     observed = lagging.model_copy(update={"status": status})
-    assert views.spec_sync(observed).state == "True"
+    assert spec_sync(observed).state == "True"
+
+
+def test_every_public_kind_has_one_table_and_says_an_empty_list_as_before() -> None:
+    from hvfleet.model.kinds import public_kinds
+
+    assert sorted(views.TABLES) == sorted(public_kinds())
+    assert [views.TABLES[k].empty() for k in ("Hypervisor", "Reservation", "Lease",
+                                              "OvercommitPolicy")] == [
+        "No hypervisors found.", "No reservations found.", "No leases found.",
+        "No overcommit policies found."]
+
+
+def test_table_inputs_read_what_the_kinds_rows_need_from_a_store(tmp_path: Any) -> None:
+    from hvfleet.store.sqlite import SqliteStore
+
+    with SqliteStore(str(tmp_path / "t.db")) as store:
+        store.create(Hypervisor.model_validate({"metadata": {"name": "a"}}), "ops")
+        store.keepalive("a", 60)
+        hv = views.table_inputs("Hypervisor", store)
+        assert (dict(hv.liveness), dict(hv.hosts)) == ({"a": True}, {})
+        res = views.table_inputs("Reservation", store)
+        assert (dict(res.liveness), list(res.hosts)) == ({}, ["a"])
+        assert views.table_inputs("Lease", store) == views.TableInputs()

@@ -1,0 +1,541 @@
+"""Placement's operations on providers, inventories, traits, aggregates,
+resource classes and usages, over the store (hvfleet.placement.records).
+
+Thin handlers (hvfleet.server.placement) parse and validate the request, call
+one function here and render its answer per microversion. Every write names
+the generation it read: the record's compare-and-swap in the store refuses a
+stale one with Placement's 409 (placement.concurrent_update).
+
+A hypervisor's inventories are computed from its status and spec, never
+stored: a client's PUT of an inventory of a hypervisor provider is accepted
+only when it equals what hvfleet computes (a no-op, generation unchanged),
+and refused with a 409 otherwise (see docs/placement.md)."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
+from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.placement import (
+    PlacementInventory,
+    PlacementName,
+    PlacementNameSpec,
+    ResourceProvider,
+    ResourceProviderSpec,
+)
+from hvfleet.placement import records
+from hvfleet.placement.errors import (
+    CONCURRENT_UPDATE,
+    DUPLICATE_NAME,
+    INVENTORY_INUSE,
+    PROVIDER_CANNOT_DELETE_PARENT,
+    PROVIDER_IN_USE,
+    PlacementBadRequest,
+    PlacementConflict,
+    PlacementNotFound,
+)
+from hvfleet.placement.graph import Inventory
+from hvfleet.placement.query import MemberOf, Traits
+from hvfleet.placement.records import Fleet, ProviderView, name_key, now_text, read_fleet
+from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
+from hvfleet.store.base import Store, Write
+
+MANAGER = "hvfleet-placement"
+INVENTORY_DEFAULTS: dict[str, Any] = {"reserved": 0, "min_unit": 1, "max_unit": 2147483647,
+                                      "step_size": 1, "allocation_ratio": 1.0}
+
+
+def _save(store: Store, writes: Sequence[Write], what: str) -> None:
+    try:
+        store.write_all(list(writes), MANAGER)
+    except (Conflict, AlreadyExists, NotFound) as exc:
+        raise PlacementConflict(f"{what}: {exc}", code=CONCURRENT_UPDATE) from None
+
+
+def _record_for(fleet: Fleet, p: ProviderView) -> tuple[ResourceProvider, bool]:
+    """The record to write for provider `p` (a hypervisor's is created on first
+    write) and whether it exists yet."""
+    if p.record is not None:
+        return p.record, True
+    assert p.hypervisor is not None
+    now = now_text()
+    return ResourceProvider(
+        metadata=ObjectMeta(name=p.uuid),
+        spec=ResourceProviderSpec(provider_name=p.name, root_uuid=p.uuid, hypervisor=p.hypervisor.name,
+                                  created_at=now, updated_at=now),
+    ), False
+
+
+def write_provider(store: Store, fleet: Fleet, p: ProviderView, *, bump: bool = True,
+                   **changes: Any) -> Write:
+    """The write of `p`'s record with `changes`, its generation moved on unless
+    not `bump` (Placement leaves it on a rename and where allocations only
+    went away). The write is compare-and-swap on the record either way."""
+    rec, exists = _record_for(fleet, p)
+    generation = p.generation + 1 if bump else p.generation
+    spec = rec.spec.model_copy(update={**changes, "generation": generation,
+                                       "updated_at": now_text()})
+    new = rec.model_copy(update={"spec": spec})
+    return Write("update" if exists else "create", new)
+
+
+def check_generation(p: ProviderView, generation: int, message: str) -> None:
+    if generation != p.generation:
+        raise PlacementConflict(message, code=CONCURRENT_UPDATE)
+
+
+# -- providers --------------------------------------------------------------------------
+
+
+def _valid_uuid(value: str) -> str:
+    return str(uuidlib.UUID(value))
+
+
+def create_provider(store: Store, name: str, uuid: str | None, parent: str | None) -> ProviderView:
+    fleet = read_fleet(store)
+    uid = _valid_uuid(uuid) if uuid else str(uuidlib.uuid4())
+    dup = []
+    if uid in fleet.providers:
+        dup.append(f"uuid: {uid}")
+    if name in fleet.by_name():
+        dup.append(f"name: {name}")
+    if dup:
+        raise PlacementConflict(f"Conflicting resource provider {', '.join(dup)} already exists.",
+                                code=DUPLICATE_NAME)
+    root = uid
+    if parent is not None:
+        parent = _valid_uuid(parent)
+        if parent == uid:
+            raise PlacementBadRequest(
+                f'Unable to create resource provider "{name}", {uid}: Object action create failed '
+                "because: parent provider UUID cannot be same as UUID. Please set parent provider "
+                "UUID to None if there is no parent.")
+        if parent not in fleet.providers:
+            raise PlacementBadRequest(
+                f'Unable to create resource provider "{name}", {uid}: Object action create failed '
+                "because: parent provider UUID does not exist.")
+        root = fleet.providers[parent].root_uuid
+    now = now_text()
+    rec = ResourceProvider(metadata=ObjectMeta(name=uid), spec=ResourceProviderSpec(
+        provider_name=name, parent_uuid=parent, root_uuid=root, created_at=now, updated_at=now))
+    try:
+        store.create(rec, MANAGER)
+    except AlreadyExists:
+        raise PlacementConflict(f"Conflicting resource provider uuid: {uid} already exists.",
+                                code=DUPLICATE_NAME) from None
+    return records.record_view(rec)
+
+
+def update_provider(
+    store: Store, uuid: str, data: Mapping[str, Any], allow_reparenting: bool
+) -> ProviderView:
+    fleet = read_fleet(store)
+    p = fleet.provider(uuid)
+    name = data.get("name", p.name)
+    if name != p.name and name in fleet.by_name():
+        raise PlacementConflict(f"Conflicting resource provider {name} already exists.", code=DUPLICATE_NAME)
+    changes: dict[str, Any] = {"provider_name": name}
+    if p.hypervisor is not None and name != p.name:
+        raise PlacementBadRequest(
+            f"Unable to save resource provider {uuid}: the name of a hypervisor provider is its "
+            "Hypervisor's name (rename the Hypervisor in hvfleet)")
+    if "parent_provider_uuid" in data:
+        parent = data["parent_provider_uuid"]
+        parent = _valid_uuid(parent) if parent else None
+        if parent != p.parent_uuid:
+            if p.hypervisor is not None:
+                raise PlacementBadRequest(f"Unable to save resource provider {uuid}: a hypervisor "
+                                          "provider is a root provider")
+            if parent is not None and parent not in fleet.providers:
+                raise PlacementBadRequest(f"Unable to save resource provider {uuid}: Object action "
+                                          "update failed because: parent provider UUID does not exist.")
+            if not allow_reparenting:
+                what = "un-parenting" if parent is None else "re-parenting"
+                if p.parent_uuid is not None:
+                    raise PlacementBadRequest(
+                        f"Unable to save resource provider {uuid}: Object action update failed "
+                        f"because: {what} a provider is not currently allowed.")
+            if parent is not None and (parent == uuid or parent in records.descendants(fleet, uuid)):
+                raise PlacementBadRequest(
+                    f"Unable to save resource provider {uuid}: Object action update failed "
+                    "because: creating loop in the provider tree is not allowed.")
+            root = fleet.providers[parent].root_uuid if parent else uuid
+            changes["parent_uuid"] = parent
+            changes["root_uuid"] = root
+            writes = [write_provider(store, fleet, p, bump=False, **changes)]
+            for d in records.descendants(fleet, uuid):
+                dp = fleet.providers[d]
+                if dp.record is not None:
+                    writes.append(Write("update", dp.record.model_copy(update={
+                        "spec": dp.record.spec.model_copy(update={"root_uuid": root})})))
+            _save(store, writes, f"resource provider {uuid}")
+            return read_fleet(store).provider(uuid)
+    if name == p.name:
+        return p
+    _save(store, [write_provider(store, fleet, p, bump=False, **changes)], f"resource provider {uuid}")
+    return read_fleet(store).provider(uuid)
+
+
+def delete_provider(store: Store, uuid: str) -> None:
+    fleet = read_fleet(store)
+    p = fleet.providers.get(uuid)
+    if p is None:
+        raise PlacementNotFound(f"No resource provider with uuid {uuid} found for delete")
+    if p.hypervisor is not None:
+        raise PlacementConflict(
+            f"Unable to delete resource provider {uuid}: it is Hypervisor {p.hypervisor.name} "
+            "(delete the Hypervisor in hvfleet)", code=PROVIDER_IN_USE)
+    if any(q.parent_uuid == uuid for q in fleet.providers.values()):
+        raise PlacementConflict(
+            f"Unable to delete parent resource provider {uuid}: It has child resource providers.",
+            code=PROVIDER_CANNOT_DELETE_PARENT)
+    if p.allocations:
+        raise PlacementConflict(
+            f"Unable to delete resource provider {uuid}: Resource provider has allocations.",
+            code=PROVIDER_IN_USE)
+    assert p.record is not None
+    try:
+        store.delete("ResourceProvider", uuid, p.record.metadata.resource_version)
+    except NotFound:
+        raise PlacementNotFound(f"No resource provider with uuid {uuid} found for delete") from None
+    except Conflict:
+        raise PlacementConflict(f"Unable to delete resource provider {uuid}: changed meanwhile",
+                                code=CONCURRENT_UPDATE) from None
+
+
+def list_providers(
+    store: Store,
+    *,
+    name: str | None = None,
+    uuid: str | None = None,
+    in_tree: str | None = None,
+    member_of: MemberOf = MemberOf((), frozenset()),
+    resources: Mapping[str, int] | None = None,
+    traits: Traits = Traits((), frozenset()),
+) -> list[ProviderView]:
+    fleet = read_fleet(store)
+    if resources:
+        known = records.resource_classes(store)
+        for rc in resources:
+            if rc not in known:
+                raise PlacementBadRequest(
+                    f"Invalid resource class in resources parameter: No such resource class {rc}.")
+    wanted_traits = set(traits.forbidden) | {t for group in traits.required for t in group}
+    if wanted_traits:
+        known_traits = records.traits(store)
+        missing = sorted(t for t in wanted_traits if t not in known_traits)
+        if missing:
+            raise PlacementBadRequest(
+                f'Invalid trait(s) in "required" parameter: No such trait(s): {", ".join(missing)}.')
+    tree_root = None
+    if in_tree is not None:
+        t = fleet.providers.get(in_tree)
+        if t is None:
+            return []
+        tree_root = t.root_uuid
+    out = []
+    for p in fleet.providers.values():
+        if name is not None and p.name != name:
+            continue
+        if uuid is not None and p.uuid != uuid:
+            continue
+        if tree_root is not None and p.root_uuid != tree_root:
+            continue
+        if any(not group.intersection(p.aggregates) for group in member_of.required):
+            continue
+        if member_of.forbidden.intersection(p.aggregates):
+            continue
+        if any(not (group & p.traits) for group in traits.required) or traits.forbidden & p.traits:
+            continue
+        if resources and not _has_room(p, resources):
+            continue
+        out.append(p)
+    return sorted(out, key=lambda p: p.uuid)
+
+
+def _has_room(p: ProviderView, resources: Mapping[str, int]) -> bool:
+    usages = p.usages
+    for rc, amount in resources.items():
+        inv = p.inventories.get(rc)
+        if inv is None:
+            return False
+        if usages.get(rc, 0) + amount > inv.capacity or amount > inv.max_unit or amount < inv.min_unit:
+            return False
+        if amount % inv.step_size:
+            return False
+    return True
+
+
+# -- inventories ------------------------------------------------------------------------
+
+
+def _check_capacity(p: ProviderView, rc: str, inv: Mapping[str, Any], reserved_can_be_total: bool,
+                    verb: str = "update") -> None:
+    total, reserved = inv["total"], inv["reserved"]
+    bad = reserved > total if reserved_can_be_total else reserved >= total
+    if bad:
+        word = "greater than" if reserved_can_be_total else "greater than or equal to"
+        raise PlacementBadRequest(
+            f"Unable to {verb} inventory for resource provider {p.uuid}: Invalid inventory for "
+            f"'{rc}' on resource provider '{p.uuid}'. The reserved value is {word} total.")
+    if inv["min_unit"] > inv["max_unit"]:
+        raise PlacementBadRequest(
+            f"Unable to {verb} inventory for resource provider {p.uuid}: Invalid inventory for "
+            f"'{rc}' on resource provider '{p.uuid}'. The min_unit value is greater than max_unit.")
+
+
+def _in_use(p: ProviderView, new: Mapping[str, Mapping[str, Any]]) -> None:
+    """Placement refuses removing an inventory that has allocations; it
+    allows shrinking capacity below usage (a warning in its log, not an error)."""
+    usages = p.usages
+    gone = sorted(rc for rc in p.inventories if rc not in new and usages.get(rc, 0) > 0)
+    if gone:
+        raise PlacementConflict(
+            f"update conflict: Inventory for '{', '.join(gone)}' on resource provider "
+            f"'{p.uuid}' in use.", code=INVENTORY_INUSE)
+
+
+def _as_inventory(inv: Mapping[str, Any]) -> PlacementInventory:
+    return PlacementInventory(**{k: v for k, v in inv.items() if k != "resource_provider_generation"})
+
+
+def _known_classes(store: Store, classes: Sequence[str], p: ProviderView) -> None:
+    known = records.resource_classes(store)
+    for rc in classes:
+        if rc not in known:
+            raise PlacementBadRequest(
+                f"Unknown resource class in inventory for resource provider {p.uuid}: "
+                f"No such resource class {rc}.")
+
+
+def _hypervisor_inventory(p: ProviderView, new: Mapping[str, Mapping[str, Any]]) -> None:
+    """THE rule for a hypervisor: its inventories are computed; a PUT that
+    agrees is a no-op, any other is refused."""
+    computed = {rc: _inv_dict(i) for rc, i in p.inventories.items()}
+    given = {rc: {**INVENTORY_DEFAULTS, **{k: v for k, v in i.items() if k != "resource_provider_generation"}}
+             for rc, i in new.items()}
+    for inv in given.values():
+        inv["allocation_ratio"] = float(inv["allocation_ratio"])
+    if given != computed:
+        raise PlacementConflict(
+            f"Unable to update inventory for resource provider {p.uuid}: it is Hypervisor "
+            f"{p.name if p.hypervisor is None else p.hypervisor.name}, whose inventories hvfleet "
+            "computes from its status and spec (set spec.overcommit, spec.reserved or "
+            "spec.extraCapacity in hvfleet instead)", code=CONCURRENT_UPDATE)
+
+
+def _inv_dict(i: Inventory) -> dict[str, Any]:
+    return {"total": i.total, "reserved": i.reserved, "min_unit": i.min_unit, "max_unit": i.max_unit,
+            "step_size": i.step_size, "allocation_ratio": float(i.allocation_ratio)}
+
+
+def set_inventories(store: Store, uuid: str, generation: int,
+                    inventories: Mapping[str, Mapping[str, Any]],
+                    reserved_can_be_total: bool) -> ProviderView:
+    fleet = read_fleet(store)
+    p = fleet.provider(uuid)
+    check_generation(p, generation, "resource provider generation conflict")
+    new = {rc: {**INVENTORY_DEFAULTS, **inv} for rc, inv in inventories.items()}
+    _known_classes(store, list(new), p)
+    for rc, inv in new.items():
+        _check_capacity(p, rc, inv, reserved_can_be_total)
+    if p.hypervisor is not None:
+        _hypervisor_inventory(p, inventories)
+        return p
+    _in_use(p, new)
+    stored = {rc: _as_inventory(i) for rc, i in new.items()}
+    _save(store, [write_provider(store, fleet, p, inventories=stored)],
+          f"resource provider {uuid}")
+    return read_fleet(store).provider(uuid)
+
+
+def set_inventory(store: Store, uuid: str, rc: str, data: Mapping[str, Any],
+                  reserved_can_be_total: bool, create: bool) -> ProviderView:
+    """PUT /inventories/{rc} (`create` False: the class must have an
+    inventory) or POST /inventories (`create`: it must not)."""
+    fleet = read_fleet(store)
+    p = fleet.provider(uuid)
+    if create and rc in p.inventories:
+        raise PlacementConflict(
+            f"Update conflict: Inventory for '{rc}' on resource provider '{uuid}' invalid.")
+    if not create:
+        check_generation(p, data["resource_provider_generation"], "resource provider generation conflict")
+    inv = {**INVENTORY_DEFAULTS, **{k: v for k, v in data.items()
+                                   if k not in ("resource_provider_generation", "resource_class")}}
+    _known_classes(store, [rc], p)
+    _check_capacity(p, rc, inv, reserved_can_be_total, "create" if create else "update")
+    if not create and rc not in p.inventories:
+        raise PlacementBadRequest(
+            f"No inventory record with resource class for resource provider {uuid}: "
+            f"No inventory of class {rc} found.")
+    merged = {k: _inv_dict(i) for k, i in p.inventories.items()}
+    merged[rc] = inv
+    if p.hypervisor is not None:
+        _hypervisor_inventory(p, merged)
+        return p
+    _save(store, [write_provider(store, fleet, p,
+                                 inventories={k: _as_inventory(i) for k, i in merged.items()})],
+          f"resource provider {uuid}")
+    return read_fleet(store).provider(uuid)
+
+
+def delete_inventory(store: Store, uuid: str, rc: str) -> None:
+    fleet = read_fleet(store)
+    p = fleet.provider(uuid)
+    if rc not in p.inventories:
+        raise PlacementNotFound(
+            f"No inventory of class {rc} found for delete: No inventory of class {rc} found for delete")
+    if p.hypervisor is not None:
+        raise PlacementConflict(
+            f"Unable to delete inventory for resource provider {uuid}: it is Hypervisor "
+            f"{p.hypervisor.name}, whose inventories hvfleet computes", code=CONCURRENT_UPDATE)
+    if p.usages.get(rc, 0) > 0:
+        raise PlacementConflict(
+            f"Inventory for '{rc}' on resource provider '{uuid}' in use.", code=INVENTORY_INUSE)
+    rest = {k: _as_inventory(_inv_dict(i)) for k, i in p.inventories.items() if k != rc}
+    _save(store, [write_provider(store, fleet, p, inventories=rest)], f"resource provider {uuid}")
+
+
+def delete_inventories(store: Store, uuid: str) -> None:
+    fleet = read_fleet(store)
+    p = fleet.provider(uuid)
+    if p.hypervisor is not None:
+        raise PlacementConflict(
+            f"Unable to delete inventory for resource provider {uuid}: it is Hypervisor "
+            f"{p.hypervisor.name}, whose inventories hvfleet computes", code=CONCURRENT_UPDATE)
+    _in_use(p, {})
+    _save(store, [write_provider(store, fleet, p, inventories={})], f"resource provider {uuid}")
+
+
+# -- traits -----------------------------------------------------------------------------
+
+
+def set_provider_traits(store: Store, uuid: str, generation: int, names: Sequence[str]) -> ProviderView:
+    fleet = read_fleet(store)
+    p = fleet.provider(uuid)
+    check_generation(p, generation, "Resource provider's generation already changed. "
+                     "Please update the generation and try again.")
+    known = records.traits(store)
+    missing = [t for t in names if t not in known]
+    if missing:
+        raise PlacementBadRequest(f"No such trait {', '.join(missing)}")
+    _save(store, [write_provider(store, fleet, p, traits=sorted(set(names)))], f"resource provider {uuid}")
+    return read_fleet(store).provider(uuid)
+
+
+def create_custom(store: Store, of: str, name: str) -> bool:
+    """Create a custom trait or resource class; False when it already exists."""
+    now = now_text()
+    try:
+        store.create(PlacementName(metadata=ObjectMeta(name=name_key(of, name)),
+                                   spec=PlacementNameSpec(of=of, placement_name=name,
+                                                          created_at=now, updated_at=now)), MANAGER)
+    except AlreadyExists:
+        return False
+    return True
+
+
+def delete_trait(store: Store, name: str) -> None:
+    if name in TRAITS:
+        raise PlacementBadRequest(f"Cannot delete standard trait {name}.")
+    if name not in records.custom_names(store, "trait"):
+        raise PlacementNotFound(f"No such trait(s): {name}.")
+    if any(name in p.traits for p in read_fleet(store).providers.values()):
+        raise PlacementConflict(f"The trait {name} is in use by a resource provider.")
+    try:
+        store.delete("PlacementName", name_key("trait", name))
+    except NotFound:
+        raise PlacementNotFound(f"No such trait(s): {name}.") from None
+
+
+def rename_resource_class(store: Store, name: str, new: str) -> str:
+    """PUT /resource_classes/{name} before 1.7: the custom class's new name."""
+    custom = records.custom_names(store, "resource-class")
+    if name not in custom:
+        raise PlacementNotFound(f"No such resource class {name}.")
+    if new in custom or new in RESOURCE_CLASSES:
+        raise PlacementConflict(f"Resource class already exists: {new}")
+    if any(name in p.inventories for p in read_fleet(store).providers.values()):
+        raise PlacementConflict(f"Resource class {name} is in use in inventory: not renamed")
+    create_custom(store, "resource-class", new)
+    store.delete("PlacementName", name_key("resource-class", name))
+    return new
+
+
+def delete_resource_class(store: Store, name: str) -> None:
+    if name in RESOURCE_CLASSES:
+        raise PlacementBadRequest(
+            f"Error in delete resource class: Cannot delete standard resource class {name}.")
+    if name not in records.custom_names(store, "resource-class"):
+        raise PlacementNotFound(f"No such resource class {name}.")
+    if any(name in p.inventories for p in read_fleet(store).providers.values()):
+        raise PlacementConflict(
+            f"Error in delete resource class: Cannot delete resource class {name}. "
+            "Class is in use in inventory.")
+    store.delete("PlacementName", name_key("resource-class", name))
+
+
+# -- aggregates -------------------------------------------------------------------------
+
+
+def set_aggregates(
+    store: Store, uuid: str, generation: int | None, aggregates: Sequence[str]
+) -> ProviderView:
+    fleet = read_fleet(store)
+    p = fleet.provider(uuid)
+    if generation is not None:
+        check_generation(p, generation, "Resource provider's generation already changed. "
+                         "Please update the generation and try again.")
+    _save(store, [write_provider(store, fleet, p, aggregates=list(dict.fromkeys(aggregates)))],
+          f"resource provider {uuid}")
+    return read_fleet(store).provider(uuid)
+
+
+# -- usages -----------------------------------------------------------------------------
+
+
+def provider_usages(store: Store, uuid: str) -> ProviderView:
+    fleet = read_fleet(store)
+    p = fleet.providers.get(uuid)
+    if p is None:
+        raise PlacementNotFound(
+            f"No resource provider with uuid {uuid} found: No resource provider with uuid {uuid} found")
+    return p
+
+
+def total_usages(store: Store, project_id: str, user_id: str | None,
+                 consumer_type: str | None) -> dict[str, tuple[int, dict[str, int]]]:
+    """consumer_type -> (how many consumers, resource class -> used), for the
+    consumers of a project (and user). hvfleet's own claims (no Placement
+    consumer record) belong to no project, so no query counts them."""
+    fleet = read_fleet(store)
+    cons = records.consumers(store)
+    out: dict[str, dict[str, int]] = {}
+    seen: dict[str, set[str]] = {}
+    for p in fleet.providers.values():
+        for consumer, resources in p.allocations.items():
+            c = cons.get(consumer.lower())
+            if c is None or c.spec.project_id != project_id:
+                continue
+            if user_id is not None and c.spec.user_id != user_id:
+                continue
+            ctype = c.spec.consumer_type or "unknown"
+            if consumer_type not in (None, "all") and ctype != consumer_type:
+                continue
+            mine = out.setdefault(ctype, {})
+            seen.setdefault(ctype, set()).add(consumer)
+            for rc, n in resources.items():
+                mine[rc] = mine.get(rc, 0) + n
+    return {t: (len(seen[t]), res) for t, res in out.items()}
+
+
+def last_modified(items: Sequence[datetime | None], default: datetime) -> datetime:
+    return records.latest(list(items), default)
+
+
+def valid_input(exc: InvalidInput) -> PlacementBadRequest:
+    return PlacementBadRequest(str(exc))

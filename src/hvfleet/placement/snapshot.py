@@ -1,0 +1,171 @@
+"""The provider graph kept current from the store's watch, so
+`GET /allocation_candidates` answers from memory in milliseconds at 10,000
+providers instead of listing the store per request.
+
+`ProviderSnapshot.refresh(store)` applies the events since its revision (as
+the fleet index does, hvfleet.scheduling.index) and recomputes only the
+providers they touch: a Hypervisor or its Reservations → that host's
+provider; a ResourceProvider record → that provider; an OvercommitPolicy →
+every hypervisor (their allocation ratios). `graph()` is one ProviderGraph
+value per store revision, so the candidates index built over it
+(hvfleet.placement.candidates) is built once per change, not per request.
+What a reservation holds is judged when its host last changed: one that
+expires meanwhile still counts until the next event of that host (the
+snapshot never offers space a claim would refuse; claims re-check anyway)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+from hvfleet.model.errors import Gone
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.placement import PlacementName, ResourceProvider
+from hvfleet.placement.graph import Provider, ProviderGraph
+from hvfleet.placement.records import hypervisor_view, record_view
+from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
+from hvfleet.scheduling.placement import provider_uuid
+from hvfleet.store.base import Store, WatchEvent
+
+
+class ProviderSnapshot:
+    # What the snapshot follows: the public kinds, then each Placement record kind.
+    STREAMS: tuple[str | None, ...] = (None, "ResourceProvider", "PlacementName")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.revision = 0
+        self._hosts: dict[str, Hypervisor] = {}
+        self._reservations: dict[str, dict[str, Reservation]] = {}  # host -> name -> reservation
+        self._policies: dict[str, OvercommitPolicy] = {}
+        self._records: dict[str, ResourceProvider] = {}
+        self._names: dict[str, PlacementName] = {}
+        self._providers: dict[str, Provider] = {}
+        self._host_uuid: dict[str, str] = {}
+        self._dirty_hosts: set[str] = set()
+        self._dirty_records: set[str] = set()
+        self._graph: ProviderGraph | None = None
+
+    @classmethod
+    def from_store(cls, store: Store) -> ProviderSnapshot:
+        snap = cls()
+        snap.load_from(store)
+        return snap
+
+    def load_from(self, store: Store) -> None:
+        revision = store.revision()
+        self._reset()
+        for h in store.list_hypervisors():
+            self._hosts[h.name] = h
+        for r in store.list_reservations():
+            self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
+        for p in store.list_overcommit_policies():
+            self._policies[p.name] = p
+        for obj in store.list("ResourceProvider").items:
+            if isinstance(obj, ResourceProvider):
+                self._records[obj.name] = obj
+        for obj in store.list("PlacementName").items:
+            if isinstance(obj, PlacementName):
+                self._names[obj.name] = obj
+        self._dirty_hosts = set(self._hosts)
+        self._dirty_records = set(self._records)
+        self.revision = revision
+
+    def apply(self, event: WatchEvent) -> None:
+        obj = event.object
+        gone = event.type == "DELETED"
+        if isinstance(obj, Hypervisor):
+            if gone:
+                self._hosts.pop(obj.name, None)
+            else:
+                self._hosts[obj.name] = obj
+            self._dirty_hosts.add(obj.name)
+        elif isinstance(obj, Reservation):
+            mine = self._reservations.setdefault(obj.spec.hypervisor, {})
+            if gone:
+                mine.pop(obj.name, None)
+            else:
+                mine[obj.name] = obj
+            self._dirty_hosts.add(obj.spec.hypervisor)
+        elif isinstance(obj, OvercommitPolicy):
+            if gone:
+                self._policies.pop(obj.name, None)
+            else:
+                self._policies[obj.name] = obj
+            self._dirty_hosts |= set(self._hosts)
+        elif isinstance(obj, ResourceProvider):
+            if gone:
+                self._records.pop(obj.name, None)
+            else:
+                self._records[obj.name] = obj
+            if obj.spec.hypervisor is not None:
+                self._dirty_hosts.add(obj.spec.hypervisor)
+            else:
+                self._dirty_records.add(obj.name)
+        elif isinstance(obj, PlacementName):
+            if gone:
+                self._names.pop(obj.name, None)
+            else:
+                self._names[obj.name] = obj
+        else:
+            return
+        self._graph = None
+
+    def refresh(self, store: Store, settle: float = 0.05) -> None:
+        """Catch up with the store (every event up to its current revision).
+        An all-kinds watch carries the fleet's public kinds only, so the
+        Placement records are followed by watches of their own."""
+        with self._lock:
+            target = store.revision()
+            if target <= self.revision:
+                return
+            try:
+                for kind in self.STREAMS:
+                    for event in store.watch(kind, since=self.revision, timeout=settle):
+                        self.apply(event)
+                        if event.revision >= target and event.last_of_revision:
+                            break
+            except Gone:
+                self.load_from(store)
+            self.revision = max(self.revision, target)
+
+    def graph(self) -> ProviderGraph:
+        with self._lock:
+            if self._graph is not None and not self._dirty_hosts and not self._dirty_records:
+                return self._graph
+            now = datetime.now(UTC)
+            policies = list(self._policies.values())
+            for name in self._dirty_hosts:
+                old = self._host_uuid.pop(name, None)
+                if old is not None:
+                    self._providers.pop(old, None)
+                h = self._hosts.get(name)
+                if h is None:
+                    continue
+                uid = provider_uuid(h)
+                view = hypervisor_view(h, list(self._reservations.get(name, {}).values()), policies,
+                                       self._records.get(uid), now)
+                self._providers[uid] = view.to_graph()
+                self._host_uuid[name] = uid
+            for uid in self._dirty_records:
+                rec = self._records.get(uid)
+                if rec is None:
+                    self._providers.pop(uid, None)
+                else:
+                    self._providers[uid] = record_view(rec).to_graph()
+            self._dirty_hosts.clear()
+            self._dirty_records.clear()
+            self._graph = ProviderGraph(dict(self._providers))
+            return self._graph
+
+    def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(resource classes, traits) Placement knows: standard and custom."""
+        with self._lock:
+            custom = list(self._names.values())
+        classes = frozenset(RESOURCE_CLASSES) | {n.spec.placement_name for n in custom
+                                                 if n.spec.of == "resource-class"}
+        traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
+        return frozenset(classes), frozenset(traits)

@@ -1,0 +1,121 @@
+"""The OpenStack Placement API served by `hvfleet serve` under /placement
+(docs/placement.md): routes from Placement's URL map to thin handlers
+(hvfleet.server.placement.handlers) over the core (hvfleet.placement)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+
+from hvfleet.placement.errors import PlacementNotFound
+from hvfleet.server.placement import handlers as h
+from hvfleet.server.placement.edge import MethodNotAllowed, endpoint
+
+ALL_METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One method of one path: its policy rule, handler, whether it takes a
+    JSON body (or from which versions), and the microversions it exists in
+    (outside them Placement answers 404, or `masked` 405)."""
+
+    rule: str
+    handler: Callable[..., Any]
+    body: bool | Callable[[tuple[int, int]], bool] = False
+    since: tuple[int, int] = (1, 0)
+    until: tuple[int, int] | None = None
+    masked: str = "404"
+
+
+ROUTES: dict[str, dict[str, Op]] = {
+    "/": {"GET": Op("open", h.root)},
+    "/resource_providers": {
+        "GET": Op("read", h.list_providers),
+        "POST": Op("providers", h.create_provider, True)},
+    "/resource_providers/{uuid}": {
+        "GET": Op("read", h.get_provider),
+        "PUT": Op("providers", h.update_provider, True),
+        "DELETE": Op("providers", h.delete_provider)},
+    "/resource_providers/{uuid}/inventories": {
+        "GET": Op("read", h.get_inventories),
+        "POST": Op("inventories", h.post_inventory, True),
+        "PUT": Op("inventories", h.put_inventories, True),
+        "DELETE": Op("inventories", h.delete_inventories, since=(1, 5), masked="405")},
+    "/resource_providers/{uuid}/inventories/{rc}": {
+        "GET": Op("read", h.get_inventory),
+        "PUT": Op("inventories", h.put_inventory, True),
+        "DELETE": Op("inventories", h.delete_inventory)},
+    "/resource_providers/{uuid}/usages": {"GET": Op("read", h.provider_usages)},
+    "/resource_providers/{uuid}/aggregates": {
+        "GET": Op("read", h.get_aggregates, since=(1, 1)),
+        "PUT": Op("aggregates", h.put_aggregates, True, since=(1, 1))},
+    "/resource_providers/{uuid}/allocations": {"GET": Op("read", h.provider_allocations)},
+    "/resource_providers/{uuid}/traits": {
+        "GET": Op("read", h.get_provider_traits, since=(1, 6)),
+        "PUT": Op("traits", h.put_provider_traits, True, since=(1, 6)),
+        "DELETE": Op("traits", h.delete_provider_traits, since=(1, 6))},
+    "/resource_classes": {
+        "GET": Op("names", h.list_resource_classes, since=(1, 2)),
+        "POST": Op("resource_classes", h.create_resource_class, True, since=(1, 2))},
+    "/resource_classes/{name}": {
+        "GET": Op("names", h.get_resource_class, since=(1, 2)),
+        # Before 1.7 a PUT renames a custom class (a body); since, it creates one (none).
+        "PUT": Op("resource_classes", h.put_resource_class, lambda v: v < (1, 7), since=(1, 2)),
+        "DELETE": Op("resource_classes", h.delete_resource_class, since=(1, 2))},
+    "/traits": {"GET": Op("names", h.list_traits, since=(1, 6))},
+    "/traits/{name}": {
+        "GET": Op("names", h.get_trait, since=(1, 6)),
+        "PUT": Op("trait_names", h.put_trait, since=(1, 6)),
+        "DELETE": Op("trait_names", h.delete_trait, since=(1, 6))},
+    "/allocations": {"POST": Op("allocations", h.post_allocations, True, since=(1, 13))},
+    "/allocations/{consumer}": {
+        "GET": Op("read", h.get_allocations),
+        "PUT": Op("allocations", h.put_allocations, True),
+        "DELETE": Op("allocations", h.delete_allocations)},
+    "/usages": {"GET": Op("read", h.usages, since=(1, 9))},
+    "/reshaper": {"POST": Op("reshaper", h.reshape, True, since=(1, 30))},
+    "/allocation_candidates": {"GET": Op("candidates", h.allocation_candidates, since=(1, 10))},
+}
+
+
+def _dispatch(methods: dict[str, Callable[[Request], Awaitable[Response]]]) -> Callable[
+        [Request], Awaitable[Response]]:
+    allowed = sorted(methods)
+
+    async def run(request: Request) -> Response:
+        fn = methods.get(request.method)
+        if fn is None:
+            return await endpoint("authenticated", _refuse(MethodNotAllowed(request.method, allowed)),
+                                  sends_json=False)(request)
+        return await fn(request)
+
+    return run
+
+
+def _refuse(exc: Exception) -> Callable[[Any, Any], None]:
+    def refuse(call: Any, _: Any) -> None:
+        raise exc
+    return refuse
+
+
+async def _not_found(request: Request) -> Response:
+    """Any other path under /placement: Placement's 404 (after authentication, as Placement)."""
+    return await endpoint("authenticated", _refuse(PlacementNotFound("The resource could not be found.")),
+                          sends_json=False)(request)
+
+
+def mount() -> Mount:
+    routes: list[Route] = []
+    for path, methods in ROUTES.items():
+        wrapped = {m: endpoint(op.rule, op.handler, body=op.body, sends_json=m == "GET",
+                               versions=(op.since, op.until), masked=op.masked)
+                   for m, op in methods.items()}
+        routes.append(Route(path, _dispatch(wrapped), methods=ALL_METHODS))
+    routes.append(Route("/{rest:path}", _not_found, methods=ALL_METHODS))
+    return Mount("/placement", routes=routes)

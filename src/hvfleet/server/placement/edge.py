@@ -1,0 +1,252 @@
+"""The HTTP edge of hvfleet's Placement API: one wrapper every handler goes
+through (microversion, authentication by `X-Auth-Token`, authorization by
+role, Placement's error body, `last-modified`/`cache-control` per
+microversion, request ids), and the one table from core error classes to
+HTTP statuses."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid as uuidlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import format_datetime
+from typing import Any
+
+from jinja2 import Environment
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hvfleet.model.errors import Forbidden, Unauthorized
+from hvfleet.placement.errors import (
+    PlacementBadRequest,
+    PlacementConflict,
+    PlacementError,
+    PlacementForbidden,
+    PlacementNotFound,
+)
+from hvfleet.placement.snapshot import ProviderSnapshot
+from hvfleet.server.identity import Identity
+from hvfleet.server.placement import policy
+from hvfleet.server.placement.microversion import (
+    MAX_VERSION,
+    MIN_VERSION,
+    NotAcceptableVersion,
+    negotiate,
+    version_text,
+)
+from hvfleet.store.base import Store
+
+ERROR_CODE_VERSION = (1, 23)
+LAST_MODIFIED_VERSION = (1, 15)
+
+
+class UnsupportedMediaType(PlacementError):
+    pass
+
+
+class NotAcceptable(PlacementError):
+    pass
+
+
+class MethodNotAllowed(PlacementError):
+    def __init__(self, method: str, allowed: list[str]) -> None:
+        super().__init__("The method specified is not allowed for this resource.")
+        self.method = method
+        self.allowed = allowed
+
+
+class Unauthenticated(PlacementError):
+    pass
+
+
+# THE table: core error class -> (status, title, webob's explanation).
+STATUS: list[tuple[type[Exception], int, str, str]] = [
+    (PlacementBadRequest, 400, "Bad Request",
+     "The server could not comply with the request since it is either malformed or otherwise incorrect."),
+    (Unauthenticated, 401, "Unauthorized", "This server could not verify that you are authorized to "
+     "access the document you requested."),
+    (PlacementForbidden, 403, "Forbidden", "Access was denied to this resource."),
+    (PlacementNotFound, 404, "Not Found", "The resource could not be found."),
+    (MethodNotAllowed, 405, "Method Not Allowed", "The method specified is not allowed for this resource."),
+    (NotAcceptableVersion, 406, "Not Acceptable",
+     "The resource could not be generated that was acceptable to your browser (content of type "
+     "application/json."),
+    (NotAcceptable, 406, "Not Acceptable", "The resource could not be generated that was acceptable."),
+    (PlacementConflict, 409, "Conflict",
+     "There was a conflict when trying to complete your request."),
+    (UnsupportedMediaType, 415, "Unsupported Media Type",
+     "The request media type is not supported by this server."),
+]
+
+
+@dataclass
+class Call:
+    """One request as a handler sees it."""
+
+    request: Request
+    version: tuple[int, int]
+    who: Identity
+    store: Store
+    params: dict[str, list[str]]
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    last_modified: datetime | None = None
+
+    def snapshot(self) -> ProviderSnapshot:
+        """The server's provider graph, caught up with the store (one per app)."""
+        state = self.request.app.state
+        snap: ProviderSnapshot | None = getattr(state, "placement_snapshot", None)
+        if snap is None:
+            with _SNAPSHOT_LOCK:
+                snap = getattr(state, "placement_snapshot", None)
+                if snap is None:
+                    snap = ProviderSnapshot.from_store(self.store)
+                    state.placement_snapshot = snap
+        snap.refresh(self.store)
+        return snap
+
+    def at_least(self, major: int, minor: int) -> bool:
+        return self.version >= (major, minor)
+
+    def path(self, name: str) -> str:
+        return str(self.request.path_params[name])
+
+    def one(self, name: str) -> str | None:
+        values = self.params.get(name)
+        return values[0] if values else None
+
+
+Handler = Callable[[Call, Any], Any]
+_SNAPSHOT_LOCK = threading.Lock()
+
+
+_HTML = Environment(autoescape=True).from_string(
+    "<html>\n <head>\n  <title>{{ status }} {{ title }}</title>\n </head>\n <body>\n"
+    "  <h1>{{ status }} {{ title }}</h1>\n  {{ explanation }}<br /><br />\n{{ detail }}\n\n"
+    " </body>\n</html>")
+
+
+def _wants_html(accept: str) -> bool:
+    """webob renders an error as HTML for a client that asks for HTML and not JSON."""
+    return "html" in accept and "json" not in accept
+
+
+def _error_response(exc: PlacementError, version: tuple[int, int] | None, request_id: str,
+                    headers: dict[str, str], accept: str = "") -> Response:
+    status, title, explanation = next((s, t, e) for cls, s, t, e in STATUS if isinstance(exc, cls))
+    if isinstance(exc, MethodNotAllowed):
+        explanation = f"The method {exc.method} is not allowed for this resource."
+    err: dict[str, Any] = {"status": status, "title": title,
+                           "detail": f"{explanation}\n\n {exc.detail}  ", "request_id": request_id}
+    if version is not None and version >= ERROR_CODE_VERSION:
+        err["code"] = exc.code
+    if status == 406 and version is None:
+        err["max_version"] = version_text(MAX_VERSION)
+        err["min_version"] = version_text(MIN_VERSION)
+    out = dict(headers)
+    if isinstance(exc, MethodNotAllowed):
+        out["allow"] = ", ".join(exc.allowed)
+    if _wants_html(accept):
+        page = _HTML.render(status=status, title=title, explanation=explanation, detail=exc.detail)
+        return Response(page, status_code=status, headers=out, media_type="text/html")
+    return Response(json.dumps({"errors": [err]}), status_code=status, headers=out,
+                    media_type="application/json")
+
+
+def http_date(t: datetime) -> str:
+    return format_datetime(t.astimezone(UTC).replace(microsecond=0), usegmt=True)
+
+
+def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
+             body: bool | Callable[[tuple[int, int]], bool] = False,
+             sends_json: bool = True,
+             versions: tuple[tuple[int, int], tuple[int, int] | None] = ((1, 0), None),
+             masked: str = "404") -> Callable[[Request], Awaitable[Response]]:
+    """Wrap `handler(call, body)` for policy `rule` ("open": no token needed,
+    as Placement's version document). With `body` (or `body(version)` true),
+    the request must be application/json and its parsed body is passed; with
+    `sends_json`, the caller must accept JSON. Outside `versions` (since,
+    until) the operation does not exist: 404, or 405 when `masked` says so."""
+
+    async def run(request: Request) -> Response:
+        request_id = f"req-{uuidlib.uuid4()}"
+        headers = {"openstack-request-id": request_id, "x-openstack-request-id": request_id,
+                   "vary": "openstack-api-version"}
+        version: tuple[int, int] | None = None
+        try:
+            version = negotiate(request.headers)
+            headers["openstack-api-version"] = f"placement {version_text(version)}"
+            ctx = request.app.state.ctx
+            who = OPEN if rule == "open" else _identity(ctx, request)
+            clen = request.headers.get("content-length")
+            try:
+                if clen and int(clen) > 0 and not request.headers.get("content-type"):
+                    raise PlacementBadRequest("content-type header required when content-length > 0")
+            except ValueError:
+                raise PlacementBadRequest("content-length header must be an integer") from None
+            since, until = versions
+            if version < since or (until is not None and version > until):
+                if masked == "405":
+                    raise MethodNotAllowed(request.method, [])
+                raise PlacementNotFound("The resource could not be found.")
+            accept = request.headers.get("accept", "")
+            if sends_json and accept and not any(
+                    a.strip().split(";")[0] in ("application/json", "*/*", "application/*")
+                    for a in accept.split(",")):
+                raise NotAcceptable("Only application/json is provided")
+            wants_body = body(version) if callable(body) else body
+            if wants_body:
+                ctype = request.headers.get("content-type")
+                if not ctype or ctype.split(";")[0].strip() != "application/json":
+                    raise UnsupportedMediaType(
+                        f"The media type {ctype.split(';')[0] if ctype else None} is not supported, "
+                        "use application/json")
+            params: dict[str, list[str]] = {}
+            for k, v in request.query_params.multi_items():
+                params.setdefault(k, []).append(v)
+            call = Call(request, version, who, ctx.store, params)
+            await run_in_threadpool(policy.authorize, call, rule)
+            data: Any = None
+            if wants_body:
+                raw = await request.body()
+                try:
+                    data = json.loads(raw)
+                except ValueError as exc:
+                    raise PlacementBadRequest(f"Malformed JSON: {exc}") from None
+            out = await run_in_threadpool(handler, call, data)
+        except PlacementError as exc:
+            return _error_response(exc, version, request_id, headers, request.headers.get("accept", ""))
+        headers.update(call.headers)
+        location = headers.get("location")
+        if location is not None and location.startswith("/"):
+            # Absolute, as webob makes a Location header.
+            headers["location"] = f"{request.url.scheme}://{request.url.netloc}{location}"
+        if call.last_modified is not None and call.at_least(*LAST_MODIFIED_VERSION):
+            headers["last-modified"] = http_date(call.last_modified)
+            headers["cache-control"] = "no-cache"
+        if out is None:
+            return Response(status_code=call.status if call.status != 200 else 204, headers=headers)
+        return Response(json.dumps(out), status_code=call.status, headers=headers,
+                        media_type="application/json")
+
+    return run
+
+
+# Who calls what needs no token (the version document).
+OPEN = Identity(subject="anonymous", role="viewer")
+
+
+def _identity(ctx: Any, request: Request) -> Identity:
+    token = request.headers.get("x-auth-token")
+    authorization = f"Bearer {token}" if token else request.headers.get("authorization")
+    try:
+        who: Identity = ctx.authenticator.authenticate(authorization)
+    except Unauthorized as exc:
+        raise Unauthenticated(str(exc)) from None
+    except Forbidden as exc:
+        raise PlacementForbidden(str(exc)) from None
+    return who

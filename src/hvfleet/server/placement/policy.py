@@ -1,0 +1,76 @@
+"""Placement's policy defaults mapped onto hvfleet roles: THE table of which
+role may follow which Placement rule (docs/security.md renders it).
+
+- admin: everything;
+- scheduler: read, allocation candidates, allocations (what Nova's scheduler
+  and conductor do);
+- operator: read, and providers, inventories, traits, aggregates and custom
+  resource classes and traits (what an operator's tooling does), not
+  allocations;
+- agent: its own provider tree only (the providers whose root is its
+  hypervisor): read them, write their inventories and traits (what Nova's
+  compute service does for its node);
+- viewer: read (every GET Placement offers a reader)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hvfleet.placement.errors import PlacementForbidden
+from hvfleet.placement.records import read_fleet
+from hvfleet.scheduling.placement import provider_uuid
+
+if TYPE_CHECKING:
+    from hvfleet.server.placement.edge import Call
+
+# Rules: "read" (any GET), "names" (GET of resource classes and traits),
+# "candidates", "allocations", "providers", "inventories", "traits",
+# "aggregates", "resource_classes", "trait_names", "reshaper".
+ROLE_RULES: dict[str, frozenset[str]] = {
+    "admin": frozenset({"read", "names", "candidates", "allocations", "providers", "inventories",
+                        "traits", "aggregates", "resource_classes", "trait_names", "reshaper"}),
+    "scheduler": frozenset({"read", "names", "candidates", "allocations"}),
+    "operator": frozenset({"read", "names", "providers", "inventories", "traits", "aggregates",
+                           "resource_classes", "trait_names"}),
+    "viewer": frozenset({"read", "names"}),
+    "agent": frozenset(),
+}
+# What an agent may do on the providers of its own tree.
+AGENT_OWN = frozenset({"read", "inventories", "traits"})
+
+
+def authorize(call: Call, rule: str) -> None:
+    who = call.who
+    if rule in ("open", "authenticated"):
+        return  # no token needed / any valid token (the 404s and 405s of routing)
+    if rule in ROLE_RULES.get(who.role, frozenset()):
+        return
+    if who.role == "agent" and rule in AGENT_OWN and who.hypervisor and "uuid" in call.request.path_params:
+        fleet = read_fleet(call.store)
+        p = fleet.providers.get(call.path("uuid"))
+        mine = [h.hypervisor for h in fleet.providers.values()
+                if h.hypervisor is not None and h.hypervisor.name == who.hypervisor]
+        if p is not None and mine and p.root_uuid == provider_uuid(mine[0]):
+            return
+    raise PlacementForbidden(
+        f"Policy does not allow placement:{rule} to be performed. (role {who.role}"
+        + (f", bound to hypervisor {who.hypervisor}" if who.hypervisor else "") + ")",
+    )
+
+
+def rules_markdown() -> str:
+    roles = ["viewer", "operator", "scheduler", "agent", "admin"]
+    rules = ["read", "names", "candidates", "allocations", "providers", "inventories", "traits",
+             "aggregates", "resource_classes", "trait_names", "reshaper"]
+    lines = ["| Placement rule | " + " | ".join(roles) + " |", "|---" * (len(roles) + 1) + "|"]
+    for rule in rules:
+        cells = []
+        for role in roles:
+            if rule in ROLE_RULES[role]:
+                cells.append("yes")
+            elif role == "agent" and rule in AGENT_OWN:
+                cells.append("own tree")
+            else:
+                cells.append("—")
+        lines.append(f"| `{rule}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

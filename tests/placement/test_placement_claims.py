@@ -1,0 +1,289 @@
+"""hvfleet's Placement API over the fleet's own objects, through a real
+`hvfleet serve` (HTTPS, real tokens): a Hypervisor is a root provider whose
+inventories are the ones `placement export` computes, an allocation on it is a
+claim (a Reservation `hvfleet reservations` lists), an `hvfleet reserve` is a
+Placement allocation, the policy table holds per role, and 8 concurrent
+clients never overbook, on SQLite and on etcd."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from hvfleet.scheduling.placement import export_inventories, provider_uuid
+from hvfleet.server.app import create_app
+from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
+from hvfleet.store import Store, open_store
+from hvfleet.store.tokens import issue_token
+from tests.scheduling.sched_fleet import host, put_host
+from tests.server.running import ServerThread
+from tests.server.tls_files import make_tls_files
+from tests.support.etcd_local import EtcdCluster
+
+LATEST = {"OpenStack-API-Version": "placement 1.39"}
+
+
+@dataclass
+class Placement:
+    url: str
+    store: Store
+    ca: Path
+    tokens: dict[str, str]
+
+    def call(self, method: str, path: str, role: str = "admin", body: Any = None,
+             version: str = "1.39") -> requests.Response:
+        headers = {"X-Auth-Token": self.tokens[role], "OpenStack-API-Version": f"placement {version}",
+                   "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return requests.request(method, f"{self.url}/placement{path}", headers=headers,
+                                data=None if body is None else json.dumps(body), verify=str(self.ca),
+                                timeout=30)
+
+
+def _serve(store: Store, directory: Path) -> Iterator[Placement]:
+    now = datetime.now(UTC)
+    tokens = {}
+    for role, hv in [("admin", None), ("scheduler", None), ("viewer", None), ("operator", None),
+                     ("agent", "hv1")]:
+        _, tokens[role] = issue_token(store, role, manager="test", now=now, ttl=None,  # type: ignore[arg-type]
+                                      name=None if hv else f"t-{role}", hypervisor=hv)
+    app = create_app(store, TokenAuthenticator(store), RoleAuthorizer(), dashboard_pages=False)
+    files = make_tls_files(directory / "tls")
+    with ServerThread(app, files) as server:
+        yield Placement(server.url, store, files.ca, tokens)
+
+
+def _fleet(store: Store) -> None:
+    beat = datetime.now(UTC)
+    for name, cpu in [("hv1", 16), ("hv2", 8)]:
+        h = host(name, {"cpu": cpu, "memory": "64Gi"}, overcommit={"cpu": 2.0}, beat=beat)
+        put_host(store, h)
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[Placement]:
+    d = Path(tempfile.mkdtemp())
+    store = open_store(f"sqlite:///{d}/hvfleet.db")
+    _fleet(store)
+    yield from _serve(store, d)
+    store.close()
+
+
+def _uuid(store: Store, name: str) -> str:
+    return provider_uuid(store.get_hypervisor(name))
+
+
+def test_a_hypervisor_is_a_root_provider_with_the_inventories_placement_export_computes(
+        api: Placement) -> None:
+    hv1 = api.store.get_hypervisor("hv1")
+    rps = api.call("GET", "/resource_providers?name=hv1").json()["resource_providers"]
+    assert [(p["uuid"], p["name"], p["parent_provider_uuid"], p["root_provider_uuid"]) for p in rps] == [
+        (hv1.metadata.uid, "hv1", None, hv1.metadata.uid)]
+    inv = api.call("GET", f"/resource_providers/{hv1.metadata.uid}/inventories").json()["inventories"]
+    assert inv == export_inventories(hv1, api.store.list_overcommit_policies())
+    assert inv["VCPU"]["allocation_ratio"] == 2.0 and inv["VCPU"]["total"] == 16
+
+
+def test_a_put_of_a_hypervisor_inventory_is_a_noop_when_it_agrees_and_refused_otherwise(
+        api: Placement) -> None:
+    uid = _uuid(api.store, "hv2")
+    doc = api.call("GET", f"/resource_providers/{uid}/inventories").json()
+    same = api.call("PUT", f"/resource_providers/{uid}/inventories", body=doc)
+    assert same.status_code == 200 and same.json() == doc
+    doc["inventories"]["VCPU"]["total"] = 64
+    other = api.call("PUT", f"/resource_providers/{uid}/inventories", body=doc)
+    assert other.status_code == 409
+    err = other.json()["errors"][0]
+    assert err["code"] == "placement.concurrent_update" and "Hypervisor hv2" in err["detail"]
+    assert api.call("GET", f"/resource_providers/{uid}/inventories").json()["inventories"]["VCPU"][
+        "total"] == 8
+
+
+def test_an_allocation_on_a_hypervisor_is_a_claim_the_cli_lists(
+        api: Placement, run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HVFLEET_STORE", api.store.url)
+    uid = _uuid(api.store, "hv1")
+    consumer, project = str(uuid.uuid4()), str(uuid.uuid4())
+    body = {"allocations": {uid: {"resources": {"VCPU": 4, "MEMORY_MB": 2048}}},
+            "project_id": project, "user_id": str(uuid.uuid4()),
+            "consumer_generation": None, "consumer_type": "INSTANCE"}
+    assert api.call("PUT", f"/allocations/{consumer}", "scheduler", body).status_code == 204
+    listed = json.loads(run("reservations", "-o", "json").out)
+    mine = [r for r in listed["items"] if r["spec"]["consumer"] == consumer]
+    assert [(r["spec"]["hypervisor"], r["spec"]["resources"]) for r in mine] == [
+        ("hv1", {"cpu": "4", "memory": "2Gi"})]
+    usages = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+    assert usages["VCPU"] == 4 and usages["MEMORY_MB"] == 2048
+    got = api.call("GET", f"/allocations/{consumer}").json()
+    assert got["allocations"][uid]["resources"] == {"VCPU": 4, "MEMORY_MB": 2048}
+    assert got["consumer_generation"] == 1 and got["consumer_type"] == "INSTANCE"
+    assert api.call("GET", f"/usages?project_id={project}").json()["usages"] == {
+        "INSTANCE": {"consumer_count": 1, "VCPU": 4, "MEMORY_MB": 2048}}
+    assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
+    listed = json.loads(run("reservations", "-o", "json").out)
+    assert not [r for r in listed["items"] if r["spec"]["consumer"] == consumer]
+
+
+def test_an_hvfleet_reserve_shows_as_a_placement_allocation(
+        api: Placement, run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HVFLEET_STORE", api.store.url)
+    consumer = str(uuid.uuid4())
+    r = run("reserve", "hv2", "--cpu", "2", "--memory", "1Gi", "--consumer", consumer)
+    assert r.code == 0, r.err
+    uid = _uuid(api.store, "hv2")
+    got = api.call("GET", f"/allocations/{consumer}").json()
+    assert got["allocations"] == {uid: {"resources": {"VCPU": 2, "MEMORY_MB": 1024},
+                                        "generation": got["allocations"][uid]["generation"]}}
+    on_rp = api.call("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
+    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}}
+
+
+def test_an_allocation_past_a_hypervisors_capacity_is_refused(api: Placement) -> None:
+    uid = _uuid(api.store, "hv2")
+    body = {"allocations": {uid: {"resources": {"VCPU": 17}}}, "project_id": "p", "user_id": "u",
+            "consumer_generation": None, "consumer_type": "INSTANCE"}
+    r = api.call("PUT", f"/allocations/{uuid.uuid4()}", "scheduler", body)
+    assert r.status_code == 409 and "Unable to allocate inventory" in r.json()["errors"][0]["detail"]
+
+
+def test_each_role_gets_what_the_policy_table_gives_it(api: Placement) -> None:
+    hv1, hv2 = _uuid(api.store, "hv1"), _uuid(api.store, "hv2")
+    consumer = str(uuid.uuid4())
+    body = {"allocations": {hv1: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
+            "consumer_generation": None, "consumer_type": "INSTANCE"}
+    assert api.call("GET", "/resource_providers", "viewer").status_code == 200
+    refused = api.call("PUT", f"/allocations/{consumer}", "viewer", body)
+    assert refused.status_code == 403 and refused.json()["errors"][0]["title"] == "Forbidden"
+    assert api.call("PUT", f"/allocations/{consumer}", "operator", body).status_code == 403
+    assert api.call("POST", "/resource_providers", "scheduler", {"name": "x"}).status_code == 403
+    # An agent: its own tree's traits, nobody else's, and no fleet-wide list.
+    gen = api.call("GET", f"/resource_providers/{hv1}", "agent").json()["generation"]
+    put = api.call("PUT", f"/resource_providers/{hv1}/traits", "agent",
+                   {"traits": ["HW_CPU_X86_AVX2"], "resource_provider_generation": gen})
+    assert put.status_code == 200 and put.json()["traits"] == ["HW_CPU_X86_AVX2"]
+    assert api.call("GET", f"/resource_providers/{hv2}", "agent").status_code == 403
+    assert api.call("GET", "/resource_providers", "agent").status_code == 403
+    assert api.call("GET", "/resource_providers", "agent").json()["errors"][0]["status"] == 403
+    assert api.call("GET", "/", role="viewer").status_code == 200
+
+
+# -- concurrency ------------------------------------------------------------------------
+
+
+def _race(api: Placement, provider: str, rc: str, capacity: int, clients: int = 8,
+          per_client: int = 6) -> tuple[int, int]:
+    """`clients` threads each PUT `per_client` allocations of 1 `rc` (fresh
+    consumers, retrying Placement's 409 concurrent-update the way Nova does);
+    returns (allocations that succeeded, usage Placement reports)."""
+    won = []
+    lock = threading.Lock()
+
+    def client() -> None:
+        for _ in range(per_client):
+            consumer = str(uuid.uuid4())
+            body = {"allocations": {provider: {"resources": {rc: 1}}}, "project_id": "p",
+                    "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"}
+            for _attempt in range(20):
+                r = api.call("PUT", f"/allocations/{consumer}", "scheduler", body)
+                if r.status_code == 204:
+                    with lock:
+                        won.append(consumer)
+                    break
+                assert r.status_code == 409, r.text
+                if "exceed the capacity" in r.text:
+                    break  # full: not a race to retry
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    usage = api.call("GET", f"/resource_providers/{provider}/usages").json()["usages"][rc]
+    return len(won), usage
+
+
+def _stored_provider(api: Placement, total: int) -> str:
+    uid = str(uuid.uuid4())
+    assert api.call("POST", "/resource_providers", body={"name": uid, "uuid": uid}).status_code == 200
+    r = api.call("PUT", f"/resource_providers/{uid}/inventories",
+                 body={"resource_provider_generation": 0, "inventories": {"DISK_GB": {"total": total}}})
+    assert r.status_code == 200, r.text
+    return uid
+
+
+def test_eight_clients_never_overbook_a_stored_provider_on_sqlite(api: Placement) -> None:
+    uid = _stored_provider(api, 20)
+    won, usage = _race(api, uid, "DISK_GB", 20)
+    assert won == usage == 20
+
+
+def test_eight_clients_never_overbook_a_hypervisor_on_sqlite(api: Placement) -> None:
+    put_host(api.store, host("hv-race", {"cpu": 10, "memory": "8Gi"}, beat=datetime.now(UTC)))
+    uid = _uuid(api.store, "hv-race")
+    won, usage = _race(api, uid, "VCPU", 10)
+    assert won == usage == 10
+    claims = [r for r in api.store.list_reservations() if r.spec.hypervisor == "hv-race"]
+    assert len(claims) == 10
+
+
+@pytest.fixture(scope="module")
+def etcd_api(etcd_session: EtcdCluster) -> Iterator[Placement]:
+    d = Path(tempfile.mkdtemp())
+    store = open_store(f"etcd://{etcd_session.endpoints[0].split('://')[-1]}",
+                       prefix=f"/p-{uuid.uuid4().hex[:12]}")
+    _fleet(store)
+    yield from _serve(store, d)
+    store.close()
+
+
+def test_eight_clients_never_overbook_on_etcd(etcd_api: Placement) -> None:
+    uid = _stored_provider(etcd_api, 12)
+    won, usage = _race(etcd_api, uid, "DISK_GB", 12, per_client=3)
+    assert won == usage == 12
+    hv = _uuid(etcd_api.store, "hv2")
+    won, usage = _race(etcd_api, hv, "VCPU", 16, per_client=3)
+    assert won == usage == 16
+
+
+def test_reshaper_moves_inventory_and_allocations_to_a_child_in_one_write(api: Placement) -> None:
+    root = _stored_provider(api, 100)  # DISK_GB
+    child = str(uuid.uuid4())
+    assert api.call("POST", "/resource_providers", body={
+        "name": child, "uuid": child, "parent_provider_uuid": root}).status_code == 200
+    consumer, project, user = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+    assert api.call("PUT", f"/allocations/{consumer}", body={
+        "allocations": {root: {"resources": {"DISK_GB": 30}}}, "project_id": project, "user_id": user,
+        "consumer_generation": None, "consumer_type": "INSTANCE"}).status_code == 204
+    gens = {u: api.call("GET", f"/resource_providers/{u}").json()["generation"] for u in (root, child)}
+    # Dropping the root's inventory while the allocation stays there is refused, whole.
+    refused = api.call("POST", "/reshaper", body={
+        "inventories": {root: {"resource_provider_generation": gens[root], "inventories": {}}},
+        "allocations": {}})
+    assert refused.status_code == 409 and "in use" in refused.json()["errors"][0]["detail"]
+    assert api.call("GET", f"/resource_providers/{root}/inventories").json()["inventories"]
+    moved = api.call("POST", "/reshaper", body={
+        "inventories": {
+            root: {"resource_provider_generation": gens[root], "inventories": {}},
+            child: {"resource_provider_generation": gens[child],
+                    "inventories": {"DISK_GB": {"total": 100}}}},
+        "allocations": {consumer: {
+            "allocations": {child: {"resources": {"DISK_GB": 30}}}, "project_id": project,
+            "user_id": user, "consumer_generation": 1, "consumer_type": "INSTANCE"}}})
+    assert moved.status_code == 204, moved.text
+    assert api.call("GET", f"/resource_providers/{root}/inventories").json()["inventories"] == {}
+    assert api.call("GET", f"/resource_providers/{child}/usages").json()["usages"] == {"DISK_GB": 30}
+    assert api.call("GET", f"/allocations/{consumer}").json()["allocations"][child]["resources"] == {
+        "DISK_GB": 30}
+    assert api.call("POST", "/reshaper", "scheduler", {"inventories": {}, "allocations": {}}
+                    ).status_code == 403
