@@ -24,6 +24,7 @@ from hvfleet.model import Hypervisor
 from hvfleet.model.token import Role
 from hvfleet.store import open_store
 from hvfleet.store.base import Write
+from hvfleet.store.ownership import agent_manager
 from hvfleet.store.tokens import issue_token
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,31 +49,36 @@ SYNTHETIC_ROLES = ("compute", "compute", "compute", "gpu", "bigmem", "edge")
 
 
 def seed_synthetic(store_url: str, n: int, seed_: int = 1) -> None:
-    """`n` synthetic hosts `hv-00000`…, labelled az=az1..3 and a role, with a
-    status (capacity, allocation, Ready, a heartbeat now) and a spec (ratios,
-    reserve), created in atomic batches of 500 by one setup manager (as an
-    import would; one create per host takes minutes at 10,000)."""
+    """`n` synthetic hosts `hv-00000`…, labelled az=az1..3 and a role: status
+    written as each host's agent (a status in anyone else's create is
+    ignored), then spec (ratios, reserve) by an operator, in atomic batches."""
     rng = random.Random(seed_)
     now = datetime.now(UTC).isoformat()
+    specs = []
     with open_store(store_url) as s:
-        batch: list[Write] = []
         for i in range(n):
             cpus = rng.choice([32, 48, 64, 96, 128])
             mem = rng.choice([128, 256, 384, 512, 1024])
-            batch.append(Write("create", Hypervisor.model_validate({
-                "metadata": {"name": f"hv-{i:05d}", "labels": {
+            name = f"hv-{i:05d}"
+            hv = Hypervisor.model_validate({
+                "metadata": {"name": name, "labels": {
                     "az": f"az{i % 3 + 1}", "role": SYNTHETIC_ROLES[i % len(SYNTHETIC_ROLES)]}},
-                "spec": {"overcommit": {"cpu": rng.choice([1.0, 2.0, 4.0])}, "reserved": {"cpu": 2}},
                 "status": {
                     "capacity": {"cpu": cpus, "memory": f"{mem}Gi"},
                     "allocation": {"cpu": rng.randint(0, cpus * 2), "memory": f"{rng.randint(0, mem - 8)}Gi"},
                     "conditions": [{"type": "Ready", "status": "True", "reason": "Reconciled"}],
                     "lastHeartbeatTime": now,
                 },
-            })))
-            if len(batch) == 500 or i == n - 1:
-                s.write_all(batch, "fleet-import")
-                batch = []
+            })
+            specs.append({"overcommit": {"cpu": rng.choice([1.0, 2.0, 4.0])}, "reserved": {"cpu": 2}})
+            s.create(hv, agent_manager(name))
+        hosts = s.list_hypervisors()
+        for at in range(0, len(hosts), 500):
+            batch = []
+            for h in hosts[at:at + 500]:
+                spec = h.spec.model_validate(specs[int(h.name.removeprefix("hv-"))])
+                batch.append(Write("update", h.model_copy(update={"spec": spec})))
+            s.write_all(batch, "bench-operator")
 
 
 def wait_dashboard_loaded(fleet: Fleet, token: str, timeout: float = 300.0) -> None:

@@ -125,11 +125,12 @@ def test_a_burst_of_status_writes_is_coalesced_and_the_page_stays_responsive(big
     t.start()
     t.join()
     elapsed = time.monotonic() - t0
-    page.wait_for_timeout(1500)
     redraws = int(page.get_attribute("body", "data-redraws") or 0) - start
+    # The burst is shown (on a loaded machine the server may still be catching up).
+    page.wait_for_function(f"Number(document.body.dataset.redraws) > {start}", timeout=60_000)
     longest = page.evaluate("window.__longest")
     assert written[0] >= 200, written
-    assert 1 <= redraws <= elapsed + 3, (redraws, elapsed, written)
+    assert redraws <= elapsed + 3, (redraws, elapsed, written)
     # The page never froze (17 s before). The bound leaves room for a loaded
     # 2-core CI machine, where a 0.2 s task can take a second of wall time.
     assert longest < 2000, (longest, redraws, written)

@@ -189,7 +189,7 @@
     render();
     const url = "/?" + query(view);
     if (push) history.pushState(null, "", url); else history.replaceState(null, "", url);
-    heat = null;  // the heat map follows the view
+    heatGen += 1;  // the heat map follows the view (another view's layout: a whole map comes back)
     heatDirty = true;
     scheduleHeat(0);
   }
@@ -242,7 +242,7 @@
   // 0.16, 0.06: at least 1.5:1 between neighbours), so they differ without colour vision.
   const COLOURS = ["#d7f1d0", "#d4c111", "#e57713", "#d3291e", "#8e0720"];
   function level(u) { return u < 0 ? -1 : u < 500 ? 0 : u < 800 ? 1 : u < 950 ? 2 : u <= 1000 ? 3 : 4; }
-  let heatDirty = true, heatTimer = null, heatAt = 0, heatBusy = false;
+  let heatDirty = true, heatTimer = null, heatAt = 0, heatBusy = false, heatGen = 0;
   const cursor = {};
 
   function scheduleHeat(now) {
@@ -255,13 +255,16 @@
     heatTimer = null;
     if (!heatDirty) return;
     heatDirty = false; heatBusy = true; heatAt = Date.now();
+    const gen = heatGen;
     try {
       const v = Object.assign({}, view); delete v.page; delete v.perPage;
       const extra = heat ? {since: String(heat.version), layout: heat.layout} : {};
       const r = await fetch("/dashboard/heat.json?" + query(v, extra), {credentials: "same-origin"});
       if (!r.ok) return;
       const got = await r.json();
-      if (got.delta && heat) {
+      if (gen !== heatGen) { heatDirty = true; return; }  // the view changed meanwhile
+      if (got.delta && !heat) { heatDirty = true; return; }
+      if (got.delta) {
         for (const [i, ...tile] of got.changed) { heat.tiles[i] = tile; drawTile(i); }
         heat.version = got.version;
       } else {
@@ -368,6 +371,7 @@
       if (i >= 0) { cursor[c.id] = i; readCell(i, j); }
     });
     c.addEventListener("focus", () => {
+      if (!heat) return;
       const [, start] = heat.groups[g];
       const i = cursor[c.id] !== undefined ? cursor[c.id] : start;
       cursor[c.id] = i;

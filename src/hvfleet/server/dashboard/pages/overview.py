@@ -112,7 +112,7 @@ def heat_document(state: FleetState, view: View, visible: Visible = None,
     """Every host the view selects, as compact arrays: `names`, `tiles` (one
     `_heat_entry` per host) and `groups` ([label value, first index, count],
     hosts grouped by the view's `group` label, in the view's order within a
-    group). `layout` is a digest of the names and resources in order; when the
+    group). `layout` is a digest of the grouping, resources and names in order; when the
     caller's (with `since`) is still current, only the tiles changed after
     `since` are sent, as [index, *tile]."""
     rows = view.rows(only(state.select(view.selector), visible))
@@ -130,7 +130,8 @@ def heat_document(state: FleetState, view: View, visible: Visible = None,
         starts = [["", 0, len(rows)]] if rows else []
     rs = _resource_names(rows)
     names = [x.name for x in rows]
-    digest = format(zlib.crc32("\n".join([*rs, "", *names]).encode()), "08x")
+    groups = [f"{v}\t{start}\t{count}" for v, start, count in starts]
+    digest = format(zlib.crc32("\n".join([view.group, *groups, "", *rs, "", *names]).encode()), "08x")
     doc: dict[str, Any] = {"version": state.version, "layout": digest}
     if since is not None and layout == digest:
         changed = state.changed_since(since)
