@@ -77,6 +77,11 @@ def doc(kind: str, name: str) -> dict[str, Any]:
                 "spec": {"projectId": "p", "userId": "u", "generation": 1, "providers": ["u"]}}
     if kind == "PlacementName":
         return {**gv, "metadata": meta, "spec": {"of": "trait", "placementName": "CUSTOM_X"}}
+    # The dashboard's history (hvfleet.model.dashboard).
+    if kind == "HistorySeries":
+        return {**gv, "metadata": meta,
+                "spec": {"series": "fleet", "tier": "10s",
+                         "points": [{"t": 1767225600, "v": {"cpu": ["1", "0", "32"]}}]}}
     raise AssertionError(kind)
 
 

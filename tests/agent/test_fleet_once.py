@@ -219,7 +219,7 @@ def test_python_m_hvfleet_agent_is_the_same_command(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("lab-01: cpu 2/2, memory 1280Mi/4Gi")
+    assert out.stdout.startswith("lab-01: cpu 2/2, memory 1.2Gi/4Gi")  # binary units, readable (issue 19)
 
 
 def test_once_exits_1_with_one_line_when_libvirt_is_unreachable(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from real_placement import RealPlacement
-from sched_fleet import host, now, put_host
+from sched_fleet import host, now, put_host, reservation
 
 from hvfleet.model import Quantity, ResourceName
 from hvfleet.model.errors import InvalidInput
@@ -283,7 +283,10 @@ def test_a_claim_placement_cannot_express_fails_the_sync(
 ) -> None:
     c = _fresh(placement)
     _providers(c, store, "hv-a")
-    assert run("reserve", "hv-a", "--cpu", "1", "--consumer", "vm-not-a-uuid").code == 0
+    # `hvfleet reserve` now refuses such a consumer (exit 2); one written
+    # before that rule, or through another client, is still in the store.
+    assert run("reserve", "hv-a", "--cpu", "1", "--consumer", "vm-not-a-uuid").code == 2
+    store.create(reservation("old-claim", "hv-a", {"cpu": 1}, consumer="vm-not-a-uuid"), "operator")
     r = run("placement", "sync", "--url", placement.url, "--push-claims")
     assert r.code == 1
     assert "consumer 'vm-not-a-uuid' is not a UUID" in r.err

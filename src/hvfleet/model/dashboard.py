@@ -17,7 +17,7 @@ exported, not served by the API, not in an all-kinds watch.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -32,11 +32,15 @@ TIER_PATTERN = r"^[0-9]{1,6}[smhd]$"
 MAX_POINTS = 100_000
 
 
+# One resource's [allocated, held, effective], each a quantity's text.
+Figures = Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=3, max_length=3)]
+
+
 class HistoryPoint(Model):
     # Seconds since the epoch, at the start of the tier's bucket.
     t: int = Field(ge=0, le=2**40)
     # Per resource: [allocated, held by reservations, effective capacity].
-    v: dict[str, list[str]] = Field(default_factory=dict, max_length=MAX_RESOURCES)
+    v: dict[str, Figures] = Field(default_factory=dict, max_length=MAX_RESOURCES)
 
     @field_validator("v")
     @classmethod
