@@ -41,6 +41,13 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         yield f
 
 
+@pytest.fixture(autouse=True)
+def _patient(page: Any) -> None:
+    """At 10k hosts the first overview after a login took 20-30+ s in the full
+    suite (an open item of issue 19): actions wait up to 120 s here."""
+    page.set_default_timeout(120_000)
+
+
 def _names(page: Any) -> list[str]:
     return list(page.locator(ROWS).evaluate_all("rows => rows.map(r => r.dataset.host)"))
 
