@@ -23,7 +23,7 @@ from pydantic import Field, field_validator
 
 from hvfleet.model.bounds import MAX_NAME, MAX_RESOURCES
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.meta import API_VERSION, Model, ObjectMeta
+from hvfleet.model.meta import Model, ObjectMeta, StoredObject
 from hvfleet.model.quantity import Quantity
 
 # A tier's name is its resolution: "10s", "1m", "10m".
@@ -67,13 +67,8 @@ class HistorySeriesStatus(Model):
     pass
 
 
-class HistorySeries(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class HistorySeries(StoredObject):
     kind: Literal["HistorySeries"] = "HistorySeries"
     metadata: ObjectMeta
     spec: HistorySeriesSpec
     status: HistorySeriesStatus = Field(default_factory=HistorySeriesStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name

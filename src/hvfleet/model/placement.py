@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from hvfleet.model.bounds import MAX_LIST, MAX_RESOURCES
-from hvfleet.model.meta import API_VERSION, Model, ObjectMeta
+from hvfleet.model.meta import Model, ObjectMeta, StoredObject
 
 MAX_INT = 2147483647
 # Consumers with allocations on one stored provider (a sharing storage pool
@@ -61,16 +61,11 @@ class NoStatus(Model):
     pass
 
 
-class ResourceProvider(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class ResourceProvider(StoredObject):
     kind: Literal["ResourceProvider"] = "ResourceProvider"
     metadata: ObjectMeta
     spec: ResourceProviderSpec = Field(default_factory=ResourceProviderSpec)
     status: NoStatus = Field(default_factory=NoStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 class PlacementConsumerSpec(Model):
@@ -85,16 +80,11 @@ class PlacementConsumerSpec(Model):
     updated_at: str = ""
 
 
-class PlacementConsumer(Model):
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
+class PlacementConsumer(StoredObject):
     kind: Literal["PlacementConsumer"] = "PlacementConsumer"
     metadata: ObjectMeta
     spec: PlacementConsumerSpec = Field(default_factory=PlacementConsumerSpec)
     status: NoStatus = Field(default_factory=NoStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 class PlacementNameSpec(Model):
@@ -105,18 +95,13 @@ class PlacementNameSpec(Model):
     updated_at: str = ""
 
 
-class PlacementName(Model):
+class PlacementName(StoredObject):
     """A custom trait or resource class a client created."""
 
-    api_version: Literal["hvfleet.io/v1"] = API_VERSION
     kind: Literal["PlacementName"] = "PlacementName"
     metadata: ObjectMeta
     spec: PlacementNameSpec
     status: NoStatus = Field(default_factory=NoStatus)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 PLACEMENT_KINDS: dict[str, type[ResourceProvider | PlacementConsumer | PlacementName]] = {
