@@ -142,7 +142,8 @@ def test_a_batch_is_authorized_write_by_write_and_written_whole(server: Server, 
     assert r.status_code == 200, r.text
     items = r.json()["items"]
     assert [i["metadata"]["name"] for i in items] == ["hv1", "hv3"]
-    assert all(int(i["metadata"]["resourceVersion"]) > before[0] for i in items)
+    newest = max(int(o["metadata"]["resourceVersion"]) for o in before)
+    assert all(int(i["metadata"]["resourceVersion"]) > newest for i in items)
     assert store.get_hypervisor("hv1").spec.overcommit == {"cpu": 3.0}
     # A status change in a batch is a /status write: only the host's agent.
     status = store.get_hypervisor("hv2").to_dict()
