@@ -5,6 +5,8 @@ running totals equal adding every host up again after any sequence of changes
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -84,3 +86,97 @@ def test_a_changed_row_is_noted_for_the_history_once(tmp_path: Path) -> None:
         store.delete("Hypervisor", "hv")
         _follow(state, store, since)
         assert state.take_touched() == {"hv"}  # gone: its history goes too
+
+
+def test_a_readiness_change_alone_is_not_noted_for_the_history(tmp_path: Path) -> None:
+    """A host whose heartbeat ages (Ready -> Stale) changes its row but not its
+    figures: the history has nothing to write (at 10k hosts, every host going
+    stale at once wrote 10,000 host series per tier)."""
+    from datetime import UTC, datetime, timedelta
+
+    with open_store(f"sqlite:///{tmp_path}/h.db") as store:
+        beat = datetime.now(UTC) - timedelta(hours=1)
+        h = _host("hv", 8, 1, "a")
+        aged = h.status.model_copy(update={"last_heartbeat_time": beat})
+        store.create(h.model_copy(update={"status": aged}), agent_manager("hv"))
+        state = FleetState(store)
+        state.load()
+        state.take_touched()
+        row = state.rows["hv"]
+        assert row.capacity.readiness is not None and row.capacity.readiness.state == "Stale"
+        # As if it was Ready at the last pass: judged again now, it is Stale; its figures stand.
+        ready = replace(row.capacity.readiness, state="Ready", ready=True)
+        state.rows["hv"] = replace(row, capacity=replace(row.capacity, readiness=ready),
+                                   doc={**row.doc, "ready": True, "readiness": ready.to_dict()})
+        version = state.version
+        state._refreshed = 0.0
+        assert state.fresh() == {"hv"}
+        assert state.version > version  # the page redraws it ...
+        assert state.take_touched() == set()  # ... and the history writes nothing
+        # A second later its message says the heartbeat is a second older: not a change.
+        version, said = state.version, state.rows["hv"].doc["readiness"]["message"]
+        time.sleep(1.1)
+        state._refreshed = 0.0
+        assert state.fresh() == set() and state.version == version
+        assert state.rows["hv"].doc["readiness"]["message"] != said  # the next page sees its age
+
+
+def test_loading_the_fleet_again_notes_only_what_changed(tmp_path: Path) -> None:
+    """A reload (a watch that lost events) recomputes every row but tells the
+    pages and the history only about the hosts whose row differs."""
+    with open_store(f"sqlite:///{tmp_path}/h.db") as store:
+        for i in range(3):
+            store.create(_host(f"hv{i}", 8, i, "a"), agent_manager(f"hv{i}"))
+        state = FleetState(store)
+        state.load()
+        state.take_touched()
+        version = state.version
+        h = store.get_hypervisor("hv1")
+        store.update(h.model_copy(update={"status": _host("hv1", 8, 5, "a").status}), agent_manager("hv1"))
+        state.load()
+        assert state.changed_since(version) == {"hv1"}
+        assert state.take_touched() == {"hv1"}
+
+
+def test_the_follower_loads_the_fleet_once_when_the_store_moves_during_the_first_load(tmp_path: Path) -> None:
+    """Writes between the first load's list and the start of following (a token
+    issued, a history point) are replayed from the watch fan-out, not answered
+    by loading the fleet again (at 10k hosts, one reload per kind held the CPU
+    for tens of seconds after start-up)."""
+    import asyncio
+
+    from hvfleet.server.dashboard.live import Follower
+    from hvfleet.server.watch import WatchHub, WatchLimits
+
+    with open_store(f"sqlite:///{tmp_path}/h.db") as store:
+        store.create(_host("hv0", 8, 1, "a"), agent_manager("hv0"))
+        loads: list[int] = []
+
+        class CountingLoads(FleetState):
+            def load(self) -> int:
+                revision = super().load()
+                loads.append(revision)
+                if len(loads) == 1:  # the store moves on before the follower subscribes
+                    store.create(_host("hv1", 8, 2, "b"), agent_manager("hv1"))
+                return revision
+
+        state = CountingLoads(store)
+        hub = WatchHub(store, WatchLimits())
+
+        async def follow() -> None:
+            follower = Follower(state, hub)
+            await follower.start()
+            try:
+                for _ in range(200):
+                    if "hv1" in state.rows:
+                        break
+                    await asyncio.sleep(0.05)
+            finally:
+                await follower.stop()
+
+        try:
+            asyncio.run(follow())
+        finally:
+            hub.close()
+        assert "hv1" in state.rows  # the write after the list came from the watch ...
+        assert len(loads) == 1, loads  # ... and the fleet was listed once

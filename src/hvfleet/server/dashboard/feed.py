@@ -96,6 +96,30 @@ def host_row(h: Hypervisor, reservations: Iterable[Reservation], now: datetime,
     return HostRow(h.name, dict(h.metadata.labels), hc, held, doc, h.metadata.resource_version)
 
 
+def same_figures(a: HostRow | None, b: HostRow | None) -> bool:
+    """Whether two rows of a host show the same figures (allocated, held by
+    reservations, effective capacity): what its history records. Readiness
+    and the other fields of the row are not figures."""
+    if a is None or b is None:
+        return a is b
+    return (a.capacity.allocation == b.capacity.allocation and a.capacity.effective == b.capacity.effective
+            and a.held == b.held)
+
+
+def shown_alike(a: HostRow, b: HostRow) -> bool:
+    """Whether two rows of a host show the same, but for the readiness
+    message: a stale host's says how old its heartbeat is, which moves with
+    the clock alone and is no change to send to every page (the state, its
+    reason and every figure are)."""
+    if a is b or a.doc == b.doc:
+        return True
+    ra, rb = a.doc.get("readiness"), b.doc.get("readiness")
+    if not isinstance(ra, dict) or not isinstance(rb, dict):
+        return False
+    return ({**ra, "message": ""} == {**rb, "message": ""}
+            and {**a.doc, "readiness": None} == {**b.doc, "readiness": None})
+
+
 def with_readiness(row: HostRow, h: Hypervisor, now: datetime, lease_live: bool | None) -> HostRow:
     """`row` with the host's readiness judged again at `now` (the core's
     `readiness`); its figures stand while the host and its reservations have not

@@ -4,8 +4,9 @@ every host's overview row (feed.host_row) recomputed when that host or one of
 its reservations changes, and again for all hosts at most every
 `refresh_seconds` (readiness and reservation expiry move with the clock, agent
 liveness with its Lease). It also keeps, in bounded memory, each host's recent
-changes, notes which hosts' rows changed for the history (history.py keeps
-that in the store), and tells the page's event streams (SSE) which hosts changed.
+changes, notes which hosts' figures changed for the history (history.py keeps
+that in the store: a change of readiness alone is not history), and tells the
+page's event streams (SSE) which hosts changed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from hvfleet.model.selectors import Selector
 from hvfleet.server.dashboard.feed import (
     HostRow,
     host_row,
+    same_figures,
+    shown_alike,
     totals_document,
     totals_of,
     with_readiness,
@@ -99,7 +102,8 @@ class FleetState:
         # Running totals of every host (key None) and of each label value (key, value).
         self._sums: dict[tuple[str, str] | None, FleetTotals] = {}
         self.recent: dict[str, deque[Change]] = {}
-        # Hosts whose row changed (or that went) since the history last took them.
+        # Hosts whose figures (allocated, held, effective) changed, or that went,
+        # since the history last took them.
         self.touched: set[str] = set()
         self._listeners: set[asyncio.Queue[set[str]]] = set()
         self.loaded = threading.Event()  # set once the first load is done
@@ -108,17 +112,19 @@ class FleetState:
     # -- loading and refreshing ----------------------------------------------------------------
 
     def load(self) -> int:
-        """Everything from the store; returns the revision to watch from."""
+        """Everything from the store; returns the revision to watch from. Every
+        row is computed again (the policies may have changed), but only the
+        hosts whose row differs from before count as changed: a reload tells
+        the pages and the history about what moved, not about every host."""
         hv = self.store.list("Hypervisor")
         rs = self.store.list("Reservation")
         ps = self.store.list("OvercommitPolicy")
         with self.lock:
             self.policies = {o.metadata.name: o for o in ps.items if isinstance(o, OvercommitPolicy)}
-            self.rows = {}  # everything is computed again (the policies may have changed)
             self.hosts = {o.metadata.name: o for o in hv.items if isinstance(o, Hypervisor)}
             self.reservations = {o.metadata.name: o for o in rs.items if isinstance(o, Reservation)}
             self.revision = min(hv.revision, rs.revision, ps.revision)
-            self._recompute_all()
+            self._recompute_all(force=True)
         self.loaded.set()
         return self.revision
 
@@ -147,8 +153,11 @@ class FleetState:
                 rows[n] = with_readiness(old, h, now, live)  # only the clock moved
             else:
                 rows[n] = host_row(h, by_host.get(n, []), now, live, policies)
-        changed = {n for n, x in rows.items() if n not in self.rows or self.rows[n].doc != x.doc}
-        changed |= set(self.rows) - set(rows)
+        # A row whose readiness message alone moved (a stale heartbeat's age) is
+        # kept up to date for the next page that asks, but is not a change.
+        changed = {n for n, x in rows.items() if n not in self.rows or not shown_alike(self.rows[n], x)}
+        gone = set(self.rows) - set(rows)
+        changed |= gone
         if not self.rows or len(changed) > len(rows) // 2:
             self._sums = {}
             for x in rows.values():
@@ -156,8 +165,9 @@ class FleetState:
         else:
             for n in changed:
                 self._account(self.rows.get(n), rows.get(n))
+        self.touched |= gone | {n for n in changed - gone if not same_figures(self.rows.get(n), rows[n])}
         self.rows = rows
-        self.touched |= changed
+        self._sorted = None
         self._refreshed = time.monotonic()
         if changed:
             self._changed(changed)
@@ -167,13 +177,16 @@ class FleetState:
         now = datetime.now(UTC)
         for n in names:
             h = self.hosts.get(n)
-            self.touched.add(n)
             if h is None:
+                self.touched.add(n)
                 self._account(self.rows.pop(n, None), None)
                 continue
             mine = [r for r in self.reservations.values() if r.spec.hypervisor == n]
             row = host_row(h, mine, now, self._liveness.get(n), self.policy_list())
-            self._account(self.rows.get(n), row)
+            old = self.rows.get(n)
+            if not same_figures(old, row):
+                self.touched.add(n)
+            self._account(old, row)
             self.rows[n] = row
         self._changed(names)
 
@@ -203,7 +216,8 @@ class FleetState:
                 self.changed_at.pop(n, None)
 
     def take_touched(self) -> set[str]:
-        """The hosts whose row changed since the last call (for the history)."""
+        """The hosts whose figures changed (or that went) since the last call
+        (for the history)."""
         with self.lock:
             out, self.touched = self.touched, set()
         return out
@@ -350,13 +364,18 @@ class Follower:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        kinds = ("Hypervisor", "Reservation", "OvercommitPolicy")
+        # The fan-outs start before the list: what is written between the list
+        # and the subscriptions (a token issued, a history point) is in their
+        # kept events and replayed, not answered by listing the fleet again.
+        for kind in kinds:
+            self.hub.fanout(kind)
         while True:
             try:
                 since = await loop.run_in_executor(None, self.state.load)
                 break
             except HvfleetError:
                 await asyncio.sleep(1.0)  # the store is unavailable: try again
-        kinds = ("Hypervisor", "Reservation", "OvercommitPolicy")
         followers = [asyncio.create_task(self._follow(kind, since)) for kind in kinds]
         self.tasks += [*followers, asyncio.create_task(self._tick())]
 
