@@ -232,9 +232,13 @@ def free_capacity(
     reservations: Iterable[Reservation] = (),
     now: datetime | None = None,
     policies: Sequence[OvercommitPolicy] = (),
+    effective: ResourceList | None = None,
 ) -> ResourceList:
     """effective − allocation − space held by reservations on this host
-    (`held_resources`). Negative means overcommitted beyond what spec allows."""
+    (`held_resources`). Negative means overcommitted beyond what spec allows.
+    `effective` is `hypervisor_effective_capacity(h, policies)` where the
+    caller has it already."""
     held = add(held_resources(r, h, now) for r in reservations if r.spec.hypervisor == h.name)
-    effective = hypervisor_effective_capacity(h, policies)
+    if effective is None:
+        effective = hypervisor_effective_capacity(h, policies)
     return subtract(subtract(effective, h.status.allocation), held)

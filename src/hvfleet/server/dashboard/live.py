@@ -159,9 +159,7 @@ class FleetState:
         gone = set(self.rows) - set(rows)
         changed |= gone
         if not self.rows or len(changed) > len(rows) // 2:
-            self._sums = {}
-            for x in rows.values():
-                self._account(None, x)
+            self._sums = self._summed(rows.values())
         else:
             for n in changed:
                 self._account(self.rows.get(n), rows.get(n))
@@ -189,6 +187,22 @@ class FleetState:
             self._account(old, row)
             self.rows[n] = row
         self._changed(names)
+
+    @staticmethod
+    def _summed(rows: Iterable[HostRow]) -> dict[tuple[str, str] | None, FleetTotals]:
+        """The running sums of `rows` from scratch: every host (key None) and
+        each label value, as `_account` keeps them."""
+        members: dict[tuple[str, str] | None, list[HostRow]] = {None: []}
+        for x in rows:
+            members[None].append(x)
+            for label in x.labels.items():
+                members.setdefault(label, []).append(x)
+        sums: dict[tuple[str, str] | None, FleetTotals] = {}
+        for key, xs in members.items():
+            if xs:
+                sums[key] = FleetTotals()
+                sums[key].add_all((x.capacity, x.held) for x in xs)
+        return sums
 
     def _account(self, old: HostRow | None, new: HostRow | None) -> None:
         for x, adding in ((old, False), (new, True)):
