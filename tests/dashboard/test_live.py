@@ -17,6 +17,8 @@ from hvfleet.model.errors import NotFound
 from hvfleet.model.selectors import parse_selector
 from hvfleet.server.dashboard.feed import totals_document, totals_of
 from hvfleet.server.dashboard.live import FleetState
+from hvfleet.server.dashboard.pages.overview import overview_document
+from hvfleet.server.dashboard.view import View
 from hvfleet.store import open_store
 from hvfleet.store.base import Store
 from hvfleet.store.ownership import agent_manager
@@ -71,6 +73,9 @@ def test_running_totals_equal_a_fresh_sum_after_any_changes(
             if members:
                 got = state.totals_for(parse_selector(""), members, ("az", az))
                 assert got == totals_document(totals_of(members))
+        # The overview of the whole fleet from the running sums (label values, their
+        # totals, resources) is the one added up from every host.
+        assert overview_document(state, View()) == overview_document(state, View(), frozenset(state.rows))
     db.unlink(missing_ok=True)
 
 

@@ -149,7 +149,9 @@ def test_a_burst_of_status_writes_is_coalesced_and_the_page_stays_responsive(big
 
 def test_fit_at_10k_summarises_reasons_and_lists_a_limited_number_of_rows(big: Fleet, page: Any) -> None:
     login(page, big, big.tokens["ops"], "/fit")
-    page.goto(big.url + "/fit?go=1&cpu=100000")
+    # The server's first fit builds its fleet index (scheduling.FleetIndex.from_store):
+    # about 10 s of CPU at 10,000 hosts, once per process.
+    page.goto(big.url + "/fit?go=1&cpu=100000", timeout=2 * ACTION_S * 1000)
     page.wait_for_selector("#fit-reasons")
     counts = [int(t.split(" × ")[0].replace(",", ""))
               for t in page.locator("#fit-reasons li").all_inner_texts()]

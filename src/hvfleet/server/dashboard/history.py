@@ -310,17 +310,11 @@ class HistoryKeeper:
 
 def group_figures(state: Any) -> dict[str, Figures]:
     """The fleet's and every label value's figures from a live.FleetState."""
-    rows = state.sorted_rows()
-    out = {FLEET: totals_figures(state.totals_for(Selector(), rows))}
-    values: dict[str, dict[str, list[HostRow]]] = {}
-    for x in rows:
-        for k, v in x.labels.items():
-            values.setdefault(k, {}).setdefault(v, []).append(x)
-    for k, by_value in values.items():
-        if len(by_value) > MAX_LABEL_VALUES:
-            continue
-        for v, members in by_value.items():
-            out[label_series(k, v)] = totals_figures(state.totals_for(Selector(), members, (k, v)))
+    out = {FLEET: totals_figures(state.totals_for(Selector(), state.sorted_rows()))}
+    # From the state's running sums: sampled every second, so no pass over every host.
+    for k, values in state.label_values(MAX_LABEL_VALUES).items():
+        for v in values:
+            out[label_series(k, v)] = totals_figures(state.totals_for(Selector(), [], (k, v)))
     return out
 
 

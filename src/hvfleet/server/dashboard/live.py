@@ -23,6 +23,7 @@ from typing import Any
 
 from hvfleet.model.errors import HvfleetError
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.server.dashboard.feed import (
     HostRow,
@@ -35,7 +36,7 @@ from hvfleet.server.dashboard.feed import (
 )
 from hvfleet.store.base import Store, WatchEvent
 from hvfleet.store.ownership import owners
-from hvfleet.views.capacity import FleetTotals
+from hvfleet.views.capacity import FleetTotals, resource_order
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ class FleetState:
         self._totals: dict[tuple[int, str], dict[str, Any]] = {}
         # Running totals of every host (key None) and of each label value (key, value).
         self._sums: dict[tuple[str, str] | None, FleetTotals] = {}
+        # How many hosts have effective capacity of each resource (the overview's columns).
+        self._resource_hosts: dict[ResourceName, int] = {}
         self.recent: dict[str, deque[Change]] = {}
         # Hosts whose figures (allocated, held, effective) changed, or that went,
         # since the history last took them.
@@ -138,21 +141,16 @@ class FleetState:
         return [self.policies[n] for n in sorted(self.policies)]
 
     def _recompute_all(self, force: bool = False) -> set[str]:
-        """Every row again; the hosts whose row changed (the version moves only then).
-        Without `force`, an unchanged host without reservations only has its
-        readiness judged again."""
+        """Every row again (call with the lock held); the hosts whose row
+        changed (the version moves only then). Without `force`, an unchanged
+        host without reservations only has its readiness judged again."""
         now = datetime.now(UTC)
-        policies = self.policy_list()
         self._liveness = self.store.agent_liveness(now)
-        by_host = self._by_host()
-        rows = {}
-        for n, h in self.hosts.items():
-            old, live = self.rows.get(n), self._liveness.get(n)
-            if not force and old is not None and n not in by_host and \
-                    old.version == h.metadata.resource_version:
-                rows[n] = with_readiness(old, h, now, live)  # only the clock moved
-            else:
-                rows[n] = host_row(h, by_host.get(n, []), now, live, policies)
+        rows = _judged(now, self.hosts, self.rows, self._by_host(), self.policy_list(), self._liveness, force)
+        return self._install(rows)
+
+    def _install(self, rows: dict[str, HostRow]) -> set[str]:
+        """`rows` as every host's row (lock held); the hosts whose row changed."""
         # A row whose readiness message alone moved (a stale heartbeat's age) is
         # kept up to date for the next page that asks, but is not a change.
         changed = {n for n, x in rows.items() if n not in self.rows or not shown_alike(self.rows[n], x)}
@@ -160,6 +158,9 @@ class FleetState:
         changed |= gone
         if not self.rows or len(changed) > len(rows) // 2:
             self._sums = self._summed(rows.values())
+            self._resource_hosts = {}
+            for x in rows.values():
+                self._count_resources(x, 1)
         else:
             for n in changed:
                 self._account(self.rows.get(n), rows.get(n))
@@ -204,10 +205,19 @@ class FleetState:
                 sums[key].add_all((x.capacity, x.held) for x in xs)
         return sums
 
+    def _count_resources(self, x: HostRow, step: int) -> None:
+        for r in x.capacity.effective:
+            n = self._resource_hosts.get(r, 0) + step
+            if n:
+                self._resource_hosts[r] = n
+            else:
+                del self._resource_hosts[r]
+
     def _account(self, old: HostRow | None, new: HostRow | None) -> None:
         for x, adding in ((old, False), (new, True)):
             if x is None:
                 continue
+            self._count_resources(x, 1 if adding else -1)
             for key in [None, *x.labels.items()]:
                 sums = self._sums.get(key)
                 if sums is None:
@@ -237,12 +247,30 @@ class FleetState:
         return out
 
     def fresh(self) -> set[str]:
-        """Recompute every row if the last full pass is older than refresh_seconds;
-        the hosts whose row changed."""
-        with self.lock:
-            if time.monotonic() - self._refreshed > self.refresh_seconds:
-                return self._recompute_all()
+        """Judge every row again if the last full pass is older than
+        refresh_seconds; the hosts whose row changed. The rows are judged
+        outside the lock (10,000 of them take a while, and every page and feed
+        reads under it); a host that an event changed meanwhile keeps the row
+        the event gave it."""
+        if time.monotonic() - self._refreshed <= self.refresh_seconds:
             return set()
+        now = datetime.now(UTC)
+        liveness = self.store.agent_liveness(now)
+        with self.lock:
+            hosts, before, by_host, policies = dict(self.hosts), dict(self.rows), self._by_host(), \
+                self.policy_list()
+        rows = _judged(now, hosts, before, by_host, policies, liveness, False)
+        with self.lock:
+            for n, h in self.hosts.items():
+                if hosts.get(n) is not h or self.rows.get(n) is not before.get(n):
+                    if n in self.rows:
+                        rows[n] = self.rows[n]  # an event was applied meanwhile: its row is newer
+                    else:
+                        rows.pop(n, None)
+            for n in set(rows) - set(self.hosts):
+                del rows[n]  # gone meanwhile
+            self._liveness = liveness
+            return self._install(rows)
 
     # -- applying watch events ---------------------------------------------------------------------
 
@@ -304,6 +332,23 @@ class FleetState:
                 self._sorted = [self.rows[n] for n in sorted(self.rows)]
             return self._sorted
 
+    def label_values(self, limit: int) -> dict[str, list[str]]:
+        """Every label key that has at most `limit` values among all hosts, with
+        its values, sorted: from the running sums, without a pass over the hosts."""
+        with self.lock:
+            labels = [k for k in self._sums if k is not None]
+        by: dict[str, list[str]] = {}
+        for key, value in labels:
+            by.setdefault(key, []).append(value)
+        return {k: sorted(vs) for k, vs in sorted(by.items()) if len(vs) <= limit}
+
+    def resource_names(self) -> list[ResourceName]:
+        """`views.resource_names` of every host (cpu and memory always, then every
+        resource some host has effective capacity of), without a pass over the hosts."""
+        with self.lock:
+            found = list(self._resource_hosts)
+        return sorted({*found, CPU, MEMORY}, key=resource_order)
+
     def select(self, selector: Selector) -> list[HostRow]:
         rows = self.sorted_rows()
         if not selector.requirements:
@@ -361,6 +406,21 @@ class FleetState:
                 names = set()
             with contextlib.suppress(asyncio.QueueFull):
                 q.put_nowait(set(names))
+
+
+def _judged(now: datetime, hosts: dict[str, Hypervisor], rows: dict[str, HostRow],
+            by_host: dict[str, list[Reservation]], policies: list[OvercommitPolicy],
+            liveness: dict[str, bool], force: bool) -> dict[str, HostRow]:
+    """Every host's row at `now`: computed again where it or its reservations
+    may have moved (or with `force`), else only its readiness judged again."""
+    out = {}
+    for n, h in hosts.items():
+        old, live = rows.get(n), liveness.get(n)
+        if not force and old is not None and n not in by_host and old.version == h.metadata.resource_version:
+            out[n] = with_readiness(old, h, now, live)  # only the clock moved
+        else:
+            out[n] = host_row(h, by_host.get(n, []), now, live, policies)
+    return out
 
 
 @dataclass
