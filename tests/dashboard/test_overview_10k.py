@@ -82,6 +82,62 @@ def test_find_one_host_among_10k_and_jump_to_the_last_page(big: Fleet, page: Any
     assert _names(page)[0] == "hv-09900"
 
 
+def _allocate(fleet: Fleet, name: str, cpu: int) -> None:
+    with open_store(fleet.store_url) as store:
+        h = store.get_hypervisor(name)
+        status = h.status.model_copy(update={"allocation": {**h.status.allocation, "cpu": Quantity(cpu)}})
+        store.update(h.model_copy(update={"status": status}), agent_manager(name))
+
+
+def test_at_10k_a_live_change_is_in_place_and_a_label_value_links_into_its_view(
+        big: Fleet, page: Any) -> None:
+    login(page, big, big.tokens["viewer"])
+    page.wait_for_selector("#live-status:has-text('on')")
+    page.evaluate("""() => { document.querySelector("tr[data-host='hv-00050']").__kept = 1; }""")
+    # Text typed into the search but not submitted is neither read nor lost.
+    page.focus("#q")
+    page.keyboard.type("hv-0999")
+    url = page.url
+    _allocate(big, "hv-00003", 777)
+    cell = "tr[data-host='hv-00003'] .res[data-resource='cpu']"
+    page.wait_for_function(f"document.querySelector(\"{cell}\").dataset.allocation === '777'")
+    assert page.url == url
+    assert page.evaluate("document.activeElement.id") == "q"
+    assert page.input_value("#q") == "hv-0999"
+    assert page.locator(ROWS).count() == 100
+    assert page.evaluate("document.querySelector(\"tr[data-host='hv-00050']\").__kept") == 1
+    # A label value's totals link into the fleet narrowed to it.
+    page.click("tr[data-group='az=az2'] th a")
+    page.wait_for_function("location.search.includes('selector=az%3Daz2')")
+    page.wait_for_selector("body[data-ready='1']")
+    assert _names(page)[:3] == ["hv-00001", "hv-00004", "hv-00007"]
+    assert "Page 1 of 34" in page.inner_text("#pager")  # 3,333 hosts
+
+
+def test_a_phone_sees_the_overview_of_10k_without_sideways_scrolling(big: Fleet, browser: Any) -> None:
+    ctx = browser.new_context(ignore_https_errors=True, viewport={"width": 390, "height": 844},
+                              is_mobile=True, has_touch=True)
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(ACTION_S * 1000)
+        login(page, big, big.tokens["viewer"])
+        page.wait_for_selector("#heat canvas")  # the heat map of every host is drawn
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, width
+    finally:
+        ctx.close()
+
+
+def test_axe_finds_no_violation_on_the_overview_of_10k(big: Fleet, page: Any, axe_js: str) -> None:
+    # 25 rows: every kind of element of the page at a quarter of axe's time (~20 s for 100 rows).
+    login(page, big, big.tokens["viewer"], "/?perPage=25")
+    page.wait_for_selector("#heat canvas")
+    page.add_script_tag(content=axe_js)
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    assert [f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']][:3]}"
+            for v in result["violations"]] == []
+
+
 def test_heat_map_of_10k_is_gzipped_and_a_change_is_a_small_delta(big: Fleet) -> None:
     s = _session(big)
     r = s.get(big.url + "/dashboard/heat.json", stream=True, timeout=ACTION_S)

@@ -102,10 +102,11 @@ def _compute_row(
     except InvalidInput:
         units, valid = {}, False  # not a candidate; `--why` says which annotation
     fresh = fresh_until(h, staleness)
+    effective = hypervisor_effective_capacity(h, policies)
     return _Row(
-        free={r: q.value for r, q in free_capacity(h, held, now, policies).items()},
+        free={r: q.value for r, q in free_capacity(h, held, now, policies, effective).items()},
         max_unit={r: q.value for r, q in max_unit(h).items()},
-        effective={r: q.value for r, q in hypervisor_effective_capacity(h, policies).items()},
+        effective={r: q.value for r, q in effective.items()},
         min_unit={r: c.min_unit.value for r, c in units.items() if c.min_unit is not None},
         step={r: c.step_size.value for r, c in units.items() if c.step_size is not None},
         # lease_live=True: everything but the heartbeat and the lease, which the
