@@ -4,14 +4,14 @@ Kubernetes-shaped API (resources, actions, batch, tokens, reviews,
 discovery, /metrics).
 
 Handlers raise; they never build an error answer. `install(app)` registers
-the guard's answer once, as the app's exception handlers: an error class
-becomes a meta/v1 Status through the server's one table
+the guard once, as the app's middleware (and its handlers of the router's 404
+and 405): an error class becomes a meta/v1 Status through the server's one table
 (`hvfleet.server.errors.http_status_of`, via `status.from_error`), with the
 request's resource and name in its details and kubectl-shaped messages. What a
 request is about comes from its path (`{plural}`, `{name}`), or from the
 handler when it knows better (`about`: a create names its object in the body,
-an action its verb). An exception no table knows is answered 500
-InternalError (uvicorn logs it with its traceback). The Placement API
+an action its verb). An exception no table knows is logged and answered
+500 InternalError; the connection stays open. The Placement API
 (`/placement`) answers in its own format through its own wrapper
 (`placement.edge.endpoint`), and the dashboard's pages answer a refusal with
 an HTML page (`dashboard.pages.common.error_page`).
@@ -26,6 +26,7 @@ an HTML page (`dashboard.pages.common.error_page`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -33,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hvfleet.model.errors import Forbidden, HvfleetError
 from hvfleet.model.hypervisor import Resource
@@ -43,6 +45,7 @@ from hvfleet.server.identity import Action, Identity
 from hvfleet.server.impersonation import acting_identity
 from hvfleet.server.status import ApiError, Target, from_error
 
+log = logging.getLogger("hvfleet.server")
 T = TypeVar("T")
 
 
@@ -68,11 +71,11 @@ def code_of(exc: Exception) -> tuple[int, str]:
     return body["code"], body["reason"]
 
 
-async def answer(request: Request, exc: Exception) -> Response:
-    """The Status for an error a handler raised. (One no table knows reaches
-    here from Starlette's outermost middleware, which raises it on after this
-    answer is sent, for uvicorn to log with its traceback.)"""
+def answer(request: Request, exc: Exception) -> JSONResponse:
+    """The Status for an error a handler raised, about what the request is about."""
     target: Target = getattr(request.state, "about", None) or target_of(request)
+    if not isinstance(exc, (HvfleetError, ApiError)):
+        log.error("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
     return _status(exc, target)
 
 
@@ -91,15 +94,39 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
                             f"the server does not allow this method ({request.method}) here"), Target())
 
 
+class Guard:
+    """The middleware: any exception a route raises before its answer has
+    started is answered with its Status. (Raised later, in a streamed answer
+    such as a watch, it can only end the stream: it goes on to the server.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:
+                raise
+            await answer(Request(scope), exc)(scope, receive, send)
+
+
 def install(app: Starlette) -> None:
-    """Register the guard's answer on `app`, once for every route: the core's
-    error classes and `ApiError` (in each route, before anything is sent),
-    the router's 404 and 405, and anything else (500)."""
-    app.add_exception_handler(HvfleetError, answer)
-    app.add_exception_handler(ApiError, answer)
+    """Put the guard on `app`, once for every route, and answer the router's
+    own 404 and 405 as Statuses too."""
+    app.add_middleware(Guard)
     app.add_exception_handler(404, _not_found)
     app.add_exception_handler(405, _not_allowed)
-    app.add_exception_handler(Exception, answer)
 
 
 # -- authentication, authorization, audit -----------------------------------------------------

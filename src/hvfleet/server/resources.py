@@ -1,8 +1,10 @@
 """The resource handlers: collections, objects and their /status subresource.
 
 Each handler parses the request, authenticates, builds an `Action`, asks the
-authorizer, makes one store call and renders the answer. Writes always name
-`Identity.manager` as the field manager (a client's `fieldManager` is ignored);
+authorizer, makes one store call and renders the answer; an error is raised,
+and the server's guard (hvfleet.server.guard) answers it with a Status.
+Writes always name `Identity.manager` as the field manager (a client's
+`fieldManager` is ignored);
 creating a Reservation is a claim (`hvfleet.scheduling.claims.claim_reservation`,
 the same atomic check as `hvfleet reserve`); server-side apply merges with
 the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`) and
