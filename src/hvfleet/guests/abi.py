@@ -31,6 +31,7 @@ from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.datasets import DEFAULT_DATA, DataSources, changed_versions
 from hvfleet.guests.decision import Decision
 from hvfleet.guests.disks import decide_disks
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.firmware import TPM, Firmware
 from hvfleet.guests.generate import plan_guest
 from hvfleet.guests.hyperv import HyperV
@@ -392,7 +393,7 @@ def regenerate(
     xml = render_domain(plan, hosts)
     final = _problems(xml, group) - baseline
     if final:  # kept settings that only fail together
-        raise InvalidInput("regenerate: the kept settings together do not run on every host: "
+        raise NotEverywhere("regenerate: the kept settings together do not run on every host: "
                            + "; ".join(f"{h}: {p}" for h, p in sorted(final)[:4]))
     if changed and not allow_abi_change:
         raise Conflict(

@@ -7,7 +7,7 @@ looked up along its MRO, so a subclass answers as its nearest listed ancestor
 
 from __future__ import annotations
 
-from hvfleet.guests.check import NotEverywhere
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.model.errors import (
     AlreadyExists,
     BadRequest,

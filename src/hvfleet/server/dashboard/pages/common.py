@@ -175,7 +175,7 @@ def error_page(who: Identity | None, request: Request, exc: Exception) -> HTMLRe
     return page(request, "error.html", who, status, title=title, heading=title, message=str(exc))
 
 
-def field_of(exc: InvalidInput, fields: dict[str, str]) -> str:
+def field_of(exc: HvfleetError, fields: dict[str, str]) -> str:
     """The form field a core error is about, from the field it names (never its
     text); `_form` when it names none of this form's."""
     where = exc.field or ""

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hvfleet.discovery.xmlsafe import parse_xml
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.model.errors import Forbidden, HvfleetError, InvalidInput
 from hvfleet.ops.guests import GuestQuery, generate, group_of
 from hvfleet.ops.guests import check as check_guest
@@ -98,7 +99,7 @@ async def guests_page(request: Request) -> Response:
                         "Content-Disposition": f'attachment; filename="{quote(body.name)}.xml"'})
                 link = "/guests?" + urlencode({**q, "download": "1"})
                 generated = {"name": body.name, "xml": doc["xml"], "explain": doc["explain"]}
-            except InvalidInput as exc:
+            except (InvalidInput, NotEverywhere) as exc:  # shown at the form, as bad input is
                 errors[field_of(exc, _GUEST_FIELDS)] = str(exc)
             except Forbidden as exc:
                 return error_page(who, request, exc)
