@@ -14,7 +14,15 @@ from starlette.responses import Response
 from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.ops.fit import FitQuery
 from hvfleet.server import actions
-from hvfleet.server.dashboard.pages.common import ctx_of, error_page, field_of, page, selector_error, who_is
+from hvfleet.server.dashboard.pages.common import (
+    ctx_of,
+    error_page,
+    field_of,
+    page,
+    selector_error,
+    signed_in,
+)
+from hvfleet.server.identity import Identity
 
 _FIT_FIELDS = {k: k for k in ("cpu", "memory", "resources", "count", "weigher")}
 
@@ -99,10 +107,8 @@ def _show(q: dict[str, str], errors: dict[str, str]) -> int:
     return int(text)
 
 
-async def fit_page(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def fit_page(request: Request, who: Identity) -> Response:
     ctx = ctx_of(request)
     q = dict(request.query_params)
     errors: dict[str, str] = {}
