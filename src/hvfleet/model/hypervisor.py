@@ -41,9 +41,9 @@ from hvfleet.model.meta import (
     Model,
     ObjectMeta,
     StoredObject,
-    label_map_error,
     label_value_error,
     qualified_name_error,
+    valid_labels,
     validate_name,
 )
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
@@ -273,11 +273,7 @@ class LabelSelector(Model):
     @field_validator("match_labels")
     @classmethod
     def _match_labels(cls, v: dict[str, str]) -> dict[str, str]:
-        error = label_map_error(v)
-        if error is not None:
-            which, key, why = error
-            raise ValueError(f"key {why}" if which == "key" else f"{key}: {why}")
-        return v
+        return valid_labels(v, "key {why}", "{key}: {why}")
 
     def to_selector(self) -> Selector:
         reqs = [Requirement(k, "=", (v,)) for k, v in sorted(self.match_labels.items())]

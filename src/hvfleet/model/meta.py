@@ -51,17 +51,18 @@ def label_value_error(value: str) -> str | None:
     return None
 
 
-def label_map_error(labels: dict[str, str]) -> tuple[str, str, str] | None:
-    """The first entry of `labels` the Kubernetes label grammar refuses, as
-    (`"key"` or `"value"`, the key, why), or None; each caller words its message."""
+def valid_labels(labels: dict[str, str], bad_key: str, bad_value: str) -> dict[str, str]:
+    """`labels` as they are, or a ValueError about the first entry the
+    Kubernetes label grammar refuses, each caller wording its message: `bad_key`
+    and `bad_value` are templates of `{key}` and `{why}`."""
     for key, value in labels.items():
         why = qualified_name_error(key)
         if why is not None:
-            return "key", key, why
+            raise ValueError(bad_key.format(key=key, why=why))
         why = label_value_error(value)
         if why is not None:
-            return "value", key, why
-    return None
+            raise ValueError(bad_value.format(key=key, why=why))
+    return labels
 
 
 class Model(BaseModel):
@@ -215,11 +216,7 @@ class ObjectMeta(Model):
     @field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        error = label_map_error(v)
-        if error is not None:
-            which, key, why = error
-            raise ValueError(f"label key {why}" if which == "key" else f"label {key}: value {why}")
-        return v
+        return valid_labels(v, "label key {why}", "label {key}: value {why}")
 
     @field_validator("annotations")
     @classmethod

@@ -11,24 +11,24 @@ from __future__ import annotations
 
 from hvfleet.model import errors
 
-# class → (HTTP status, Status reason), looked up along a class's MRO, so a
+# class → (HTTP status, Status reason), by code, looked up along a class's MRO, so a
 # subclass answers as its nearest listed ancestor (`TooLarge` as itself before
 # `InvalidInput`).
 STATUS_OF: dict[type[errors.HvfleetError], tuple[int, str]] = {
-    errors.InvalidInput: (422, "Invalid"),
     errors.BadRequest: (400, "BadRequest"),
-    errors.TooLarge: (413, "RequestEntityTooLarge"),
-    errors.UnsupportedMediaType: (415, "UnsupportedMediaType"),
+    errors.Unauthorized: (401, "Unauthorized"),
+    errors.Forbidden: (403, "Forbidden"),
     errors.NotFound: (404, "NotFound"),
     errors.AlreadyExists: (409, "AlreadyExists"),
     errors.Conflict: (409, "Conflict"),
-    errors.Forbidden: (403, "Forbidden"),
-    errors.Unauthorized: (401, "Unauthorized"),
     # Kubernetes says "Expired" for a watch or continue token past compaction.
     errors.Gone: (410, "Expired"),
+    errors.TooLarge: (413, "RequestEntityTooLarge"),
+    errors.UnsupportedMediaType: (415, "UnsupportedMediaType"),
+    errors.InvalidInput: (422, "Invalid"),
     errors.TooManyRequests: (429, "TooManyRequests"),
-    errors.Unavailable: (503, "ServiceUnavailable"),
     errors.HvfleetError: (500, "InternalError"),
+    errors.Unavailable: (503, "ServiceUnavailable"),
 }
 
 # A Status reason (as kube-apiserver and hvfleet serve name them) → the error
