@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hvfleet.placement.graph import ProviderGraph
+from hvfleet.placement.query import split_member_of
 
 Microversion = tuple[int, int]
 
@@ -272,16 +273,7 @@ def _parse_member_of(
                 "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' "
                 f"keyword using the valid microversion. Got: {value}"
             )
-        req: set[str] = set()
-        forb: set[str] = set()
-        if value.startswith("!in:"):
-            forb = set(value[4:].split(","))
-        elif value.startswith("!"):
-            forb = {value[1:]}
-        elif value.startswith("in:"):
-            req = set(value[3:].split(","))
-        else:
-            req = {value}
+        req, forb = split_member_of(value)
         for agg in sorted(req | forb):
             if not _uuid_like(agg):
                 raise PlacementBadRequest(

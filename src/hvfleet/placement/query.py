@@ -97,21 +97,24 @@ class MemberOf:
     forbidden: frozenset[str]
 
 
+def split_member_of(value: str) -> tuple[set[str], set[str]]:
+    """One `member_of` value (`in:A,B`, `!in:A,B`, `!A` or `A`) as the
+    aggregates it requires (any of) and those it forbids, not yet checked."""
+    if value.startswith("!in:"):
+        return set(), set(value[4:].split(","))
+    if value.startswith("!"):
+        return set(), {value[1:]}
+    if value.startswith("in:"):
+        return set(value[3:].split(",")), set()
+    return {value}, set()
+
+
 def _one_member_of(value: str) -> tuple[set[str], set[str]]:
     if "," in value and not (value.startswith("in:") or value.startswith("!in:")):
         raise PlacementBadRequest(
             "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' keyword "
             f"using the valid microversion. Got: {value}")
-    required: set[str] = set()
-    forbidden: set[str] = set()
-    if value.startswith("!in:"):
-        forbidden = set(value[4:].split(","))
-    elif value.startswith("!"):
-        forbidden = {value[1:]}
-    elif value.startswith("in:"):
-        required = set(value[3:].split(","))
-    else:
-        required = {value}
+    required, forbidden = split_member_of(value)
     for agg in required | forbidden:
         if not is_uuid_like(agg):
             raise PlacementBadRequest(
