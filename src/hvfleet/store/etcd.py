@@ -48,6 +48,7 @@ from hvfleet.store.encoding import decode, encode, with_version
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
     KeyValue,
+    TxnResult,
     cmp_absent,
     cmp_mod,
     landed,
@@ -311,22 +312,28 @@ class EtcdStore(Store):
                 return ListResult(items=items, revision=revision, undecodable=bad)
             key = kvs[-1].key + "\0"
 
-    def create(self, obj: Resource, manager: str) -> Resource:
-        key = self._key(obj.kind, obj.metadata.name)
-        stored = prepare_create(obj, manager, _now())
+    def _put(self, key: str, compare: dict[str, Any], old: Resource | None, stored: Resource,
+             what: str) -> tuple[TxnResult, Resource | None]:
+        """Write `stored` at `key` if `compare` holds, the reservation index
+        moved on from `old`: the answer, and the stored object with its version
+        once it is written (now, or by an earlier attempt whose answer was lost);
+        None when the compare failed (the answer's range holds the key's value)."""
         value = encode(stored)
         result = self.transport.txn(
-            [cmp_absent(key)],
-            [op_put(key, value), *self._reservation_ops(None, stored)],
-            [op_get(key)],
-            what=f"create {obj.kind} {obj.metadata.name}",
+            [compare], [op_put(key, value), *self._reservation_ops(old, stored)], [op_get(key)], what=what,
         )
         if result.succeeded:
             self._remember(key, result.revision, value)
-            return with_version(stored, result.revision)
+            return result, with_version(stored, result.revision)
         applied = landed(result, [value])
-        if applied is not None:
-            return with_version(stored, applied)
+        return result, (with_version(stored, applied) if applied is not None else None)
+
+    def create(self, obj: Resource, manager: str) -> Resource:
+        key = self._key(obj.kind, obj.metadata.name)
+        stored = prepare_create(obj, manager, _now())
+        _, written = self._put(key, cmp_absent(key), None, stored, f"create {obj.kind} {obj.metadata.name}")
+        if written is not None:
+            return written
         raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
 
     def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
@@ -350,22 +357,12 @@ class EtcdStore(Store):
         except Undecodable as exc:
             check_overwrite(exc, obj)
             old, stored = None, overwrite(exc, obj, manager, _now())
-        value = encode(stored)
-        result = self.transport.txn(
-            [cmp_mod(key, old_revision)],
-            [op_put(key, value), *self._reservation_ops(old, stored)],
-            [op_get(key)],
-            what=f"update {kind} {name}",
-        )
-        if result.succeeded:
-            self._remember(key, result.revision, value)
-            return with_version(stored, result.revision)
+        result, written = self._put(key, cmp_mod(key, old_revision), old, stored, f"update {kind} {name}")
+        if written is not None:
+            return written
         current = result.first()
         if current is None:
             raise NotFound(f"{kind} {name!r} not found")
-        applied = landed(result, [value])
-        if applied is not None:
-            return with_version(stored, applied)
         self._remember(key, current.mod_revision, current.value)
         raise StaleVersion(
             f"{kind} {name}: resourceVersion {obj.metadata.resource_version} is stale "
