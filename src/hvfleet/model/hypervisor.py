@@ -43,6 +43,7 @@ from hvfleet.model.meta import (
     StoredObject,
     label_value_error,
     qualified_name_error,
+    valid_each,
     valid_labels,
     validate_name,
 )
@@ -243,11 +244,7 @@ class LabelSelectorRequirement(Model):
     @field_validator("values")
     @classmethod
     def _label_values(cls, v: list[str]) -> list[str]:
-        for value in v:
-            why = label_value_error(value)
-            if why is not None:
-                raise ValueError(why)
-        return v
+        return valid_each(v, label_value_error)
 
     @model_validator(mode="after")
     def _values(self) -> LabelSelectorRequirement:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -49,6 +50,20 @@ def label_value_error(value: str) -> str | None:
         return (f"{value[:80]!r} is not a valid label value (at most 63 letters, digits, '-', "
                 "'_' or '.', starting and ending with a letter or digit)")
     return None
+
+
+V = TypeVar("V", bound=Sequence[str] | None)
+
+
+def valid_each(values: V, error_of: Callable[[str], str | None],
+               message: Callable[[str, str], str] = lambda _value, why: why) -> V:
+    """`values` as they are, or a ValueError about the first one `error_of`
+    refuses, worded by `message(value, why)`."""
+    for value in () if values is None else values:
+        why = error_of(value)
+        if why is not None:
+            raise ValueError(message(value, why))
+    return values
 
 
 def valid_labels(labels: dict[str, str], bad_key: str, bad_value: str) -> dict[str, str]:
@@ -194,11 +209,7 @@ class ObjectMeta(Model):
     @field_validator("finalizers")
     @classmethod
     def _finalizers(cls, v: list[str] | None) -> list[str] | None:
-        for f in v or []:
-            why = qualified_name_error(f)
-            if why is not None:
-                raise ValueError(f"finalizer {f[:64]!r}: {why}")
-        return v
+        return valid_each(v, qualified_name_error, lambda f, why: f"finalizer {f[:64]!r}: {why}")
 
     @field_validator("owner_references")
     @classmethod
