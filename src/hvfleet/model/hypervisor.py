@@ -39,7 +39,6 @@ from hvfleet.model.lease import Lease
 from hvfleet.model.meta import (
     Condition,
     Model,
-    ObjectMeta,
     StoredObject,
     label_value_error,
     qualified_name_error,
@@ -173,7 +172,6 @@ class HypervisorStatus(Model):
 
 class Hypervisor(StoredObject):
     kind: Literal["Hypervisor"] = "Hypervisor"
-    metadata: ObjectMeta
     spec: HypervisorSpec = Field(default_factory=HypervisorSpec)
     status: HypervisorStatus = Field(default_factory=HypervisorStatus)
 
@@ -221,7 +219,6 @@ class ReservationStatus(Model):
 
 class Reservation(StoredObject):
     kind: Literal["Reservation"] = "Reservation"
-    metadata: ObjectMeta
     spec: ReservationSpec
     status: ReservationStatus = Field(default_factory=ReservationStatus)
 
@@ -303,7 +300,6 @@ class OvercommitPolicyStatus(Model):
 
 class OvercommitPolicy(StoredObject):
     kind: Literal["OvercommitPolicy"] = "OvercommitPolicy"
-    metadata: ObjectMeta
     spec: OvercommitPolicySpec
     status: OvercommitPolicyStatus = Field(default_factory=OvercommitPolicyStatus)
 

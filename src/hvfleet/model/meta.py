@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -278,14 +278,19 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
 
 
+class NoStatus(Model):
+    """The status of a kind that keeps everything in its spec."""
+
+
 class StoredObject(Model):
-    """What every stored kind starts with: its apiVersion (the first field on
-    the wire), and `name`. Each kind declares `kind`, `metadata`, `spec` and
-    `status` itself, in that order, which is their order on the wire."""
+    """What every stored kind starts with, in its order on the wire: its
+    apiVersion, its kind and its metadata (and `name`). Each kind narrows
+    `kind` to its own name (the field keeps its place) and declares `spec` and
+    `status` after them."""
 
     api_version: Literal["hvfleet.io/v1"] = API_VERSION
-    if TYPE_CHECKING:  # a field of each kind, declared there (after `kind`)
-        metadata: ObjectMeta
+    kind: str
+    metadata: ObjectMeta
 
     @property
     def name(self) -> str:

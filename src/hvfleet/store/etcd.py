@@ -19,6 +19,7 @@ is the contract's Lease objects, stored like every other object.
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import random
 import threading
@@ -41,7 +42,6 @@ from hvfleet.store.base import (
     Write,
     as_selector,
     check_batch,
-    check_overwrite,
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
@@ -60,8 +60,8 @@ from hvfleet.store.etcd_transport import (
     prefix_end,
 )
 from hvfleet.store.etcd_watch import watch_range
-from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
-from hvfleet.store.undecodable import Undecodable, overwrite, skipped
+from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
+from hvfleet.store.undecodable import Undecodable, skipped
 
 __all__ = ["DEFAULT_PREFIX", "EtcdStore", "parse_etcd_url"]
 
@@ -348,15 +348,10 @@ class EtcdStore(Store):
             if not kvs:
                 raise NotFound(f"{kind} {name!r} not found")
             old_revision, old_value = kvs[0].mod_revision, kvs[0].value
-        old: Resource | None
-        try:
-            old = decode(kind, old_value, old_revision, name)
-            stored = prepare_update(old, obj, manager, force=force, now=_now())
-            if unchanged(old, stored):
-                return old
-        except Undecodable as exc:
-            check_overwrite(exc, obj)
-            old, stored = None, overwrite(exc, obj, manager, _now())
+        old, stored = prepare_update_over(functools.partial(decode, kind, old_value, old_revision, name),
+                                          obj, manager, force=force, now=_now())
+        if old is not None and unchanged(old, stored):
+            return old
         result, written = self._put(key, cmp_mod(key, old_revision), old, stored, f"update {kind} {name}")
         if written is not None:
             return written
@@ -400,13 +395,8 @@ class EtcdStore(Store):
             else:
                 if kv is None:
                     raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-                try:
-                    old = decode(obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
-                    new = prepare_update(old, obj, manager, force=force, now=now,
-                                         applied=w.applied)
-                except Undecodable as exc:
-                    check_overwrite(exc, obj)
-                    old, new = None, overwrite(exc, obj, manager, now)
+                read = functools.partial(decode, obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
+                old, new = prepare_update_over(read, obj, manager, force=force, now=now, applied=w.applied)
                 compares.append(cmp_mod(key, kv.mod_revision))
                 if old is not None and unchanged(old, new):
                     # Nothing to write; still compared, so the batch lands on the

@@ -113,7 +113,6 @@ async def fit_page(request: Request, who: Identity) -> Response:
     q = dict(request.query_params)
     errors: dict[str, str] = {}
     result: dict[str, Any] = {"result": None}
-    status = 200
     if any(q.get(k) for k in ("cpu", "memory", "resources")) or "go" in q:
         body, errors = _fit_body(q)
         show = _show(q, errors)
@@ -129,7 +128,5 @@ async def fit_page(request: Request, who: Identity) -> Response:
                 errors[field_of(exc, _FIT_FIELDS)] = str(exc)
             except Forbidden as exc:
                 return error_page(who, request, exc)
-        if errors:
-            status = 422
-    return page(request, "fit.html", who, status, title="Fit", current="fit", q=q, errors=errors,
-                shows=[(str(n), f"{n:,}") for n in SHOW], **result)
+    return page(request, "fit.html", who, 422 if errors else 200, title="Fit", current="fit", q=q,
+                errors=errors, shows=[(str(n), f"{n:,}") for n in SHOW], **result)

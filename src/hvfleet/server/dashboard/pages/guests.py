@@ -76,7 +76,6 @@ async def guests_page(request: Request, who: Identity) -> Response:
     errors: dict[str, str] = {}
     generated: dict[str, str] | None = None
     link = ""
-    status = 200
     if "go" in q:
         body, errors = _guest_body(q)
         if body is not None:
@@ -100,9 +99,8 @@ async def guests_page(request: Request, who: Identity) -> Response:
                 errors[field_of(exc, _GUEST_FIELDS)] = str(exc)
             except Forbidden as exc:
                 return error_page(who, request, exc)
-        if errors:
-            status = 422
-    return _guests_page(request, who, status, q=q, errors=errors, generated=generated, link=link)
+    return _guests_page(request, who, 422 if errors else 200, q=q, errors=errors, generated=generated,
+                        link=link)
 
 
 @signed_in
