@@ -1,5 +1,5 @@
 """Every operation's request is read from its plain form the same way
-(hvfleet.ops.query.Query): an absent (None) entry takes its default, a bad
+(hvfleet.ops.parsing.Query): an absent (None) entry takes its default, a bad
 one is InvalidInput naming its field, and fit and claim ask for space alike."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hvfleet.model.errors import InvalidInput
 from hvfleet.ops.claims import ClaimQuery
 from hvfleet.ops.fit import FitQuery
 from hvfleet.ops.guests import CpuBaselineQuery, GuestQuery
+from hvfleet.ops.parsing import Query
 from hvfleet.ops.placement import PlacementQuery
-from hvfleet.ops.query import Query
 from hvfleet.ops.tokens import TokenQuery
 
 

@@ -21,8 +21,8 @@ from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector, parse_selector
 from hvfleet.model.spec_sync import SpecSync
+from hvfleet.ops.parsing import Query
 from hvfleet.ops.quantities import exact, readable
-from hvfleet.ops.query import Query
 from hvfleet.scheduling.errors import NoHostFits
 from hvfleet.scheduling.fit import Rejection
 from hvfleet.scheduling.request import Request

@@ -30,7 +30,7 @@ from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, p
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 from hvfleet.model.selectors import parse_selector
-from hvfleet.ops.query import Query
+from hvfleet.ops.parsing import Query
 from hvfleet.store.base import Store
 
 

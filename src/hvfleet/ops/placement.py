@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from hvfleet.model.selectors import parse_selector
-from hvfleet.ops.query import Query
+from hvfleet.ops.parsing import Query
 from hvfleet.store.base import Store
 
 

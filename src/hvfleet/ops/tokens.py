@@ -11,7 +11,7 @@ from typing import Any
 
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.token import AccessToken, Role
-from hvfleet.ops.query import Query
+from hvfleet.ops.parsing import Query
 from hvfleet.store.base import Store
 from hvfleet.store.tokens import issue_token
 

@@ -1,7 +1,9 @@
-"""What every operation's request shares: its plain form (the API's body, the
-CLI's options and a dashboard form mapped to the same dict) read into the
-typed request in one way, pydantic's errors turned into InvalidInput naming
-the field."""
+"""What parsing every operation's request shares: its plain form (the API's
+body, the CLI's options and a dashboard form mapped to the same dict) read
+into the typed request in one way (`Query`), a pydantic error as the one
+InvalidInput an edge shows (`invalid`). Its own module, so an operation that
+needs only this (guests, tokens) does not import `fit` and, through it, the
+fleet's objects and the scheduler."""
 
 from __future__ import annotations
 
