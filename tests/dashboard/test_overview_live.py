@@ -196,8 +196,13 @@ def test_search_by_name_prefix_first_then_substring_and_the_url_keeps_it(fleet: 
 
 
 def test_filter_by_state_and_synced_and_sort_by_state(fleet: Fleet, page: Any, stale_host: str) -> None:
-    feed = _feed(fleet)
-    stale = [h["name"] for h in feed["hosts"] if h["readiness"]["state"] == "Stale"]
+    deadline = time.monotonic() + 10
+    while True:  # the host just written reaches the dashboard through its watch
+        feed = _feed(fleet)
+        stale = [h["name"] for h in feed["hosts"] if h["readiness"]["state"] == "Stale"]
+        if stale_host in stale or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert stale_host in stale
     login(page, fleet, fleet.tokens["viewer"])
     page.wait_for_selector("body[data-ready='1']")
