@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hvfleet.model.errors import Unavailable
 from hvfleet.model.readiness import READINESS_STATES
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard.live import FleetState
@@ -67,6 +68,10 @@ async def metrics(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     who = await authenticate(ctx, request)
     ctx.authorize(who, Action("list", "hypervisors"))
+    # Before the fleet's first load the gauges would say there are no hosts.
+    state: FleetState = request.app.state.dashboard
+    if not state.loaded.is_set() and not await run_in_threadpool(state.loaded.wait, 30.0):
+        raise Unavailable("the dashboard is still loading the fleet: try again shortly")
     registry: CollectorRegistry = request.app.state.dashboard_metrics
     body = await run_in_threadpool(generate_latest, registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
