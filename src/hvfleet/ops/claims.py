@@ -21,7 +21,8 @@ from hvfleet.model.hypervisor import Reservation
 from hvfleet.model.meta import Model
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.selectors import parse_selector
-from hvfleet.ops.fit import FitQuery, Weigher, invalid
+from hvfleet.ops.fit import FitQuery, Weigher
+from hvfleet.ops.parsing import invalid
 from hvfleet.scheduling.claims import release as release_claim
 from hvfleet.scheduling.claims import reserve, reserve_auto
 from hvfleet.scheduling.request import Request

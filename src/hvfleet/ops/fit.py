@@ -22,6 +22,7 @@ from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector, parse_selector
 from hvfleet.model.spec_sync import SpecSync
+from hvfleet.ops.parsing import invalid
 from hvfleet.ops.quantities import exact, readable
 from hvfleet.scheduling.errors import NoHostFits
 from hvfleet.scheduling.fit import Rejection
@@ -72,13 +73,6 @@ class FitQuery(Model):
 
     def selector(self) -> Selector:
         return parse_selector(self.label_selector)
-
-
-def invalid(exc: ValidationError) -> InvalidInput:
-    """A pydantic error of a plain request as InvalidInput naming its first field."""
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or None
-    return InvalidInput(str(first["msg"]).removeprefix("Value error, "), field=where)
 
 
 def resource_pairs(items: Iterable[str], where: str = "resources") -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lxml import etree
 from pydantic import Field, ValidationError
@@ -31,8 +31,10 @@ from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 from hvfleet.model.meta import Model
 from hvfleet.model.selectors import parse_selector
-from hvfleet.ops.fit import invalid
-from hvfleet.store.base import Store
+from hvfleet.ops.parsing import invalid
+
+if TYPE_CHECKING:
+    from hvfleet.store.base import Store
 
 
 def fresh_data(every: float = 1.0) -> None:

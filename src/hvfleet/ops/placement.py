@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from hvfleet.model.meta import Model
 from hvfleet.model.selectors import parse_selector
-from hvfleet.ops.fit import invalid
+from hvfleet.ops.parsing import invalid
 from hvfleet.store.base import Store
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.meta import Model
 from hvfleet.model.token import AccessToken, Role
-from hvfleet.ops.fit import invalid
+from hvfleet.ops.parsing import invalid
 from hvfleet.store.base import Store
 from hvfleet.store.tokens import issue_token
 
