@@ -43,7 +43,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-WORSE = 1.10  # a ratio beyond this, in the bad direction, is "worse"
+WORSE = 1.10  # a median ratio beyond this, in the bad direction, every round agreeing, is "WORSE"
 
 
 @dataclass(frozen=True)
@@ -366,10 +366,15 @@ def verdict(s: Series) -> str:
     rs = s.ratios()
     if not rs or s.control:
         return "control" if s.control else ""
-    r = statistics.median(rs)
-    worse = r > WORSE if s.lower_is_better else r < 1 / WORSE
-    better = r < 1 / WORSE if s.lower_is_better else r > WORSE
-    return "WORSE" if worse else "better" if better else "same"
+    # In "lower is better" terms: a figure is worse when its median ratio is
+    # beyond WORSE and every round agrees on the direction; else it is noise.
+    r, lo, hi = (statistics.median(rs), min(rs), max(rs)) if s.lower_is_better else (
+        1 / statistics.median(rs), 1 / max(rs), 1 / min(rs))
+    if r > WORSE:
+        return "WORSE" if lo > 1 else "noisy"
+    if r < 1 / WORSE:
+        return "better" if hi < 1 else "noisy"
+    return "same"
 
 
 def show(results: dict[str, Series], order: list[str], title: str, console: Console) -> None:
