@@ -183,12 +183,14 @@ print(json.dumps(built))
 
 
 @pytest.mark.parametrize("args", [["--help"], ["get", "hypervisors"]], ids=_id)
-def test_the_global_options_are_built_once_per_process(store: str, args: list[str]) -> None:
+def test_the_global_options_are_not_built_per_command(store: str, args: list[str]) -> None:
     # Every command carries a copy of the global options; building them from
-    # their signatures once per command made `hvfleet --help` 1.4× the CPU.
+    # their signature once per command made `hvfleet --help` 1.4× the CPU.
     out = subprocess.run([sys.executable, "-c", _OPTION_BUILDS, *args], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "HVFLEET_STORE": store})
     assert out.returncode == 0, out.stderr
     built = json.loads(out.stdout.strip().splitlines()[-1])
     assert built, "the probe saw no command built"
-    assert built.get("_store", 0) <= 1 and built.get("_connection", 0) <= 1, built
+    # A few (the app's or the listing's own callback, the one copy source), not
+    # one per command: 44 for `--help` and 28 for `get` when they were.
+    assert 0 < built.get("_global_options", 0) <= 4, built
