@@ -216,6 +216,10 @@ class Store(ABC):
     # Whether `delete` itself keeps an object with finalizers (marking it), as
     # the remote store's server does; else hvfleet.store.lifecycle does it.
     finalizes_on_delete: bool = False
+    # Whether a watch from a revision not after `revision()` yields every event
+    # up to it on its first read (SQLite reads its event table), so a reader
+    # catching up needs no time for events to arrive (`watch(timeout=0)`).
+    events_at_hand: bool = False
 
     @abstractmethod
     def get(self, kind: str, name: str) -> Resource:

@@ -118,6 +118,8 @@ def _create_owner_only(path: str) -> None:
 
 
 class SqliteStore(Store):
+    events_at_hand = True
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.url = f"sqlite:///{path}"

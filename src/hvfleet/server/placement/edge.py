@@ -120,6 +120,14 @@ class Call:
         return values[0] if values else None
 
 
+@dataclass(frozen=True)
+class EncodedJSON:
+    """A handler's answer already encoded (made in the handler's thread,
+    from pieces the core keeps: the allocation candidates' body)."""
+
+    text: str
+
+
 Handler = Callable[[Call, Any], Any]
 _SNAPSHOT_LOCK = threading.Lock()
 
@@ -230,8 +238,8 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
             headers["cache-control"] = "no-cache"
         if out is None:
             return Response(status_code=call.status if call.status != 200 else 204, headers=headers)
-        return Response(json.dumps(out), status_code=call.status, headers=headers,
-                        media_type="application/json")
+        text = out.text if isinstance(out, EncodedJSON) else json.dumps(out)
+        return Response(text, status_code=call.status, headers=headers, media_type="application/json")
 
     return run
 

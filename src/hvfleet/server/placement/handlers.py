@@ -12,7 +12,7 @@ from hvfleet.placement import candidates, query, records, schemas, service
 from hvfleet.placement.errors import PlacementBadRequest, PlacementNotFound
 from hvfleet.placement.records import ProviderView, read_fleet
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
-from hvfleet.server.placement.edge import Call
+from hvfleet.server.placement.edge import Call, EncodedJSON
 from hvfleet.server.placement.microversion import MAX_VERSION, MIN_VERSION, version_text
 
 PREFIX = "/placement"
@@ -474,7 +474,7 @@ def allocation_candidates(call: Call, _: Any) -> Any:
     except candidates.PlacementBadRequest as exc:
         raise PlacementBadRequest(exc.detail, code=exc.code) from None
     call.last_modified = _now()
-    return candidates.render_candidates(answer, call.version)
+    return EncodedJSON(candidates.render_candidates_json(answer, call.version))
 
 
 __all__ = ["TRAITS"]
