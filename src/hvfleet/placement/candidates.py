@@ -29,6 +29,7 @@ import weakref
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import numpy as np
@@ -536,7 +537,7 @@ def render_candidates_json(answer: CandidatesAnswer, microversion: Microversion)
     every request of an answer shares are encoded once. At 10,000 providers
     the summaries are most of the body."""
     mv = microversion
-    dumps = json.dumps
+    dumps, quote = json.dumps, encode_basestring_ascii  # quote(s) is dumps(s), without its setup
     encoded: dict[int, str] = {}  # by id(): the answer holds every one while we run
 
     def resources(res: Mapping[str, int]) -> str:
@@ -550,10 +551,11 @@ def render_candidates_json(answer: CandidatesAnswer, microversion: Microversion)
         if mv < (1, 12):
             requests.append(dumps(_request_before_1_12(ar)))
             continue
-        allocs = ", ".join(f'{dumps(u)}: {{"resources": {resources(res)}}}'
-                           for u, res in ar.allocations.items())
+        allocs = ", ".join([f'{quote(u)}: {{"resources": {resources(res)}}}'
+                            for u, res in ar.allocations.items()])
         if mv >= (1, 34):
-            maps = ", ".join(f"{dumps(s)}: {dumps(list(us))}" for s, us in ar.mappings.items())
+            maps = ", ".join([f"{quote(s)}: [{', '.join([quote(u) for u in us])}]"
+                              for s, us in ar.mappings.items()])
             requests.append(f'{{"allocations": {{{allocs}}}, "mappings": {{{maps}}}}}')
         else:
             requests.append(f'{{"allocations": {{{allocs}}}}}')
@@ -567,10 +569,10 @@ def render_candidates_json(answer: CandidatesAnswer, microversion: Microversion)
         seen.add(ps.uuid)
         text = ps.encoded.get(flags) if all_classes else None
         if text is None:
-            text = dumps(_summary_entry(ps, mv, answer.requested_classes))
+            text = f"{quote(ps.uuid)}: {dumps(_summary_entry(ps, mv, answer.requested_classes))}"
             if all_classes:
                 ps.encoded[flags] = text
-        summaries.append(f"{dumps(ps.uuid)}: {text}")
+        summaries.append(text)
     return (f'{{"allocation_requests": [{", ".join(requests)}], '
             f'"provider_summaries": {{{", ".join(summaries)}}}}}')
 
@@ -1159,7 +1161,7 @@ def find_candidates(
     if not areqs:
         return empty
     if isinstance(areqs[0], int):
-        return _single_answer(ix, query, [rp for rp in areqs if isinstance(rp, int)])
+        return _single_answer(ix, query, areqs)
     full = [a for a in areqs if isinstance(a, _Areq)]
     roots = {ix.root[rp] for a in full for rp, _, _ in a.requests}
     shown = [p for r in sorted(roots) for p in ix.trees[r]]
