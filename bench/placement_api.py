@@ -156,7 +156,8 @@ def claims(ep: Endpoint, clients: int, n: int, capacity: int) -> tuple[float, fl
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
-    _, usage = ep.call(conn, "GET", f"/resource_providers/{rp}/usages")
+    # A new connection: the first one sat idle past the server's keep-alive.
+    _, usage = ep.call(ep.connection(), "GET", f"/resource_providers/{rp}/usages")
     return len(won) / elapsed, statistics.median(won), len(won), usage["usages"].get("DISK_GB", 0)
 
 

@@ -109,6 +109,13 @@ class Call:
         snap.refresh(self.store)
         return snap
 
+    @property
+    def mount(self) -> str:
+        """Where the Placement API is mounted on this listener: `/placement`
+        on the main one, `` at the root of its own (--placement-listen); links
+        and `location` start with it, as Placement builds them from SCRIPT_NAME."""
+        return str(self.request.scope.get("root_path", ""))
+
     def at_least(self, major: int, minor: int) -> bool:
         return self.version >= (major, minor)
 

@@ -15,8 +15,6 @@ from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.server.placement.edge import Call, EncodedJSON
 from hvfleet.server.placement.microversion import MAX_VERSION, MIN_VERSION, version_text
 
-PREFIX = "/placement"
-
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -38,7 +36,7 @@ def root(call: Call, _: Any) -> dict[str, Any]:
 
 
 def _links(call: Call, p: ProviderView) -> list[dict[str, str]]:
-    base = f"{PREFIX}/resource_providers/{p.uuid}"
+    base = f"{call.mount}/resource_providers/{p.uuid}"
     links = [{"rel": "self", "href": base}, {"rel": "inventories", "href": f"{base}/inventories"},
              {"rel": "usages", "href": f"{base}/usages"}]
     if call.at_least(1, 1):
@@ -67,7 +65,7 @@ def create_provider(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.POST_RP_1_14 if call.at_least(1, 14) else schemas.POST_RP)
     p = service.create_provider(call.store, data["name"], data.get("uuid"),
                                 data.get("parent_provider_uuid"))
-    call.headers["location"] = f"{PREFIX}/resource_providers/{p.uuid}"
+    call.headers["location"] = f"{call.mount}/resource_providers/{p.uuid}"
     if call.at_least(1, 20):
         call.last_modified = _stamp(p)
         return provider_doc(call, p)
@@ -157,7 +155,7 @@ def post_inventory(call: Call, data: Any) -> Any:
     rc = data["resource_class"]
     p = service.set_inventory(call.store, call.path("uuid"), rc, data, call.at_least(1, 26), create=True)
     call.status = 201
-    call.headers["location"] = f"{PREFIX}/resource_providers/{p.uuid}/inventories/{rc}"
+    call.headers["location"] = f"{call.mount}/resource_providers/{p.uuid}/inventories/{rc}"
     call.last_modified = _stamp(p)
     return {"resource_provider_generation": p.generation, **_inv(p.inventories[rc])}
 
@@ -216,7 +214,7 @@ def list_resource_classes(call: Call, _: Any) -> Any:
     classes = records.resource_classes(call.store)
     call.last_modified = _now()
     return {"resource_classes": [{"name": n, "links": [
-        {"rel": "self", "href": f"{PREFIX}/resource_classes/{n}"}]} for n in classes]}
+        {"rel": "self", "href": f"{call.mount}/resource_classes/{n}"}]} for n in classes]}
 
 
 def get_resource_class(call: Call, _: Any) -> Any:
@@ -225,7 +223,7 @@ def get_resource_class(call: Call, _: Any) -> Any:
     if name not in classes:
         raise PlacementNotFound(f"No such resource class {name}.")
     call.last_modified = _now()
-    return {"name": name, "links": [{"rel": "self", "href": f"{PREFIX}/resource_classes/{name}"}]}
+    return {"name": name, "links": [{"rel": "self", "href": f"{call.mount}/resource_classes/{name}"}]}
 
 
 def create_resource_class(call: Call, data: Any) -> Any:
@@ -236,7 +234,7 @@ def create_resource_class(call: Call, data: Any) -> Any:
 
         raise PlacementConflict(f"Conflicting resource class already exists: {name}")
     call.status = 201
-    call.headers["location"] = f"{PREFIX}/resource_classes/{name}"
+    call.headers["location"] = f"{call.mount}/resource_classes/{name}"
     return None
 
 
@@ -246,14 +244,14 @@ def put_resource_class(call: Call, data: Any) -> Any:
         schemas.validate({"name": name}, schemas.POST_RC)
         created = service.create_custom(call.store, "resource-class", name)
         call.status = 201 if created else 204
-        call.headers["location"] = f"{PREFIX}/resource_classes/{name}"
+        call.headers["location"] = f"{call.mount}/resource_classes/{name}"
         return None
     schemas.validate(data, schemas.POST_RC)
     if name in RESOURCE_CLASSES:
         raise PlacementBadRequest(f"Cannot update standard resource class {name}")
     new = service.rename_resource_class(call.store, name, data["name"])
     call.last_modified = _now()
-    return {"name": new, "links": [{"rel": "self", "href": f"{PREFIX}/resource_classes/{new}"}]}
+    return {"name": new, "links": [{"rel": "self", "href": f"{call.mount}/resource_classes/{new}"}]}
 
 
 def delete_resource_class(call: Call, _: Any) -> None:
@@ -308,7 +306,7 @@ def put_trait(call: Call, _: Any) -> Any:
             'the prefix "CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_"')
     created = service.create_custom(call.store, "trait", name)
     call.status = 201 if created else 204
-    call.headers["location"] = f"{PREFIX}/traits/{name}"
+    call.headers["location"] = f"{call.mount}/traits/{name}"
     call.last_modified = _now()
     return None
 
