@@ -386,3 +386,23 @@ def test_a_mixed_allocation_refused_by_its_claim_check_leaves_everything_as_it_w
     assert api.store.get("ResourceProvider", sp) == record
     assert api.call("GET", f"/allocations/{consumer}").json()["allocations"] == {
         hv: {"resources": {"VCPU": 2}, "generation": 0}}
+
+
+def test_nova_computes_registration_of_its_node_names_the_hypervisor_provider_to_use(api: Placement) -> None:
+    """nova-compute POSTs {name: its hypervisor hostname, uuid: its compute
+    node uuid}; the node already is the Hypervisor's provider, so the 409
+    names that provider's uuid (docs/placement.md: give nova-compute that
+    uuid as its compute node uuid, then its first GET finds the provider)."""
+    hv1 = _uuid(api.store, "hv1")
+    mine = str(uuid.uuid4())
+    r = api.call("POST", "/resource_providers", body={"name": "hv1", "uuid": mine})
+    assert r.status_code == 409
+    error = r.json()["errors"][0]
+    assert error["code"] == "placement.duplicate_name"
+    assert f"Conflicting resource provider name: hv1 already exists. It is hvfleet's Hypervisor hv1, " \
+           f"resource provider {hv1}" in error["detail"]
+    assert api.call("GET", f"/resource_providers/{mine}").status_code == 404  # nothing made
+    # The compute service's own token (an agent of hv1) creates no provider, and finds its node:
+    assert api.call("POST", "/resource_providers", "agent", {"name": "hv1", "uuid": mine}).status_code == 403
+    found = api.call("GET", f"/resource_providers/{hv1}", "agent")
+    assert found.status_code == 200 and found.json()["name"] == "hv1"
