@@ -217,21 +217,24 @@ def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> tuple[floa
     return statistics.median(times), len(doc["allocation_requests"])
 
 
-def after_claims(ep: Endpoint, queries: int, size: int) -> float:
+def after_claims(ep: Endpoint, queries: int, size: int) -> tuple[float, float]:
     """p50 of the candidates query, each right after a claim of 1 VCPU (a new
-    consumer) on one of the `size` providers."""
+    consumer) on one of the `size` providers; and p50 of those claims (one
+    client: the cost of a PUT /allocations at this fleet size)."""
     conn = ep.connection()
-    times = []
+    times, puts = [], []
     for k in range(queries):
         rp = str(uuid.UUID(int=(k * 7919) % size + 1))
         body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
                 "consumer_generation": None, "consumer_type": "INSTANCE"}
+        t = time.perf_counter()
         status, doc = ep.call(conn, "PUT", f"/allocations/{uuid.uuid4()}", body)
+        puts.append(time.perf_counter() - t)
         assert status == 204, doc
         status, doc, took = ep.timed_get(conn, CANDIDATES)
         times.append(took)
         assert status == 200, doc
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(puts)
 
 
 def in_process(store: Store, queries: int) -> dict[str, float]:
@@ -304,7 +307,8 @@ def main() -> None:
     ap.add_argument("--claims", type=int, default=400)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--queries", type=int, default=20)
-    ap.add_argument("--stores", default="sqlite,etcd", help="where the claims are measured")
+    ap.add_argument("--stores", default="sqlite,etcd",
+                    help="where the claims are measured ('' for none)")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     real = RealPlacement().start()
@@ -351,8 +355,9 @@ def candidates_rounds(args: argparse.Namespace, real: RealPlacement, theirs: End
             print(f"  ratio     {warm['placement'] / warm['hvfleet']:.1f}x")
             claimed: dict[str, float] = {}
             for ep in (ours, theirs):
-                claimed[ep.name] = after_claims(ep, max(5, args.queries // 2), size)
-                print(f"  {ep.name:9} right after a claim p50 {ms(claimed[ep.name])}")
+                claimed[ep.name], put = after_claims(ep, max(5, args.queries // 2), size)
+                print(f"  {ep.name:9} right after a claim p50 {ms(claimed[ep.name])}  "
+                      f"(the claim itself, one client: p50 {ms(put)})")
             print(f"  ratio     {claimed['placement'] / claimed['hvfleet']:.1f}x")
             for ep in (ours, theirs):
                 p50, _ = candidates(ep, args.queries, NOTHING_FITS)
