@@ -131,15 +131,37 @@ def _reservations_of(store: Store, host: str, consumer: str) -> list[Reservation
     return [r for r in store.list_reservations() if r.spec.hypervisor == host and r.spec.consumer == consumer]
 
 
+def _touched(store: Store, requests: list[ConsumerRequest], hosts: Mapping[str, str]) -> Fleet:
+    """The providers a write of `requests` touches: those it allocates on, and
+    those its consumers hold allocations on now (their records say which;
+    claims made by `hvfleet reserve` are found among the reservations)."""
+    reservations = store.list_reservations()
+    uuid_of = {name: u for u, name in hosts.items()}
+    consumers = {r.consumer for r in requests}
+    uuids: list[str] = []
+    for req in requests:
+        uuids += req.allocations
+        rec = records.consumer(store, req.consumer)
+        if rec is not None:
+            uuids += rec.spec.providers
+            uuids += [uuid_of[h] for h in rec.spec.hypervisors if h in uuid_of]
+    uuids += [uuid_of[r.spec.hypervisor] for r in reservations
+              if r.spec.consumer in consumers and r.spec.hypervisor in uuid_of]
+    return records.read_providers(store, uuids, hosts, reservations)
+
+
 def set_allocations(store: Store, requests: list[ConsumerRequest],
                     inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]] | None = None,
-                    ) -> None:
+                    hosts: Mapping[str, str] | None = None) -> None:
     """Replace the allocations of every consumer in `requests` (POST /allocations
     is several; PUT /allocations/{consumer} one), all checked against one read.
     With `inventories` (POST /reshaper: provider uuid -> (generation, its new
     inventories)), those providers' inventories are replaced in the same write
-    and the allocations are checked against them."""
-    fleet = read_fleet(store)
+    and the allocations are checked against them. With `hosts` (provider
+    uuid -> hypervisor name, the server's snapshot), only the providers the
+    request and its consumers' current allocations touch are read, not the
+    whole fleet (`records.read_providers`)."""
+    fleet = read_fleet(store) if hosts is None or inventories else _touched(store, requests, hosts)
     known = records.resource_classes(store)
     reshaped = _reshape(store, fleet, inventories or {})
     now = now_text()

@@ -51,6 +51,7 @@ class ProviderSnapshot:
         self._dirty_records: set[str] = set()
         self._graph: ProviderGraph | None = None
         self._last: ProviderGraph | None = None  # the graph handed out last
+        self._uuids: dict[str, str] | None = None  # provider uuid -> hypervisor name
 
     @classmethod
     def from_store(cls, store: Store) -> ProviderSnapshot:
@@ -81,6 +82,8 @@ class ProviderSnapshot:
         obj = event.object
         gone = event.type == "DELETED"
         if isinstance(obj, Hypervisor):
+            if gone or obj.name not in self._hosts:
+                self._uuids = None
             if gone:
                 self._hosts.pop(obj.name, None)
             else:
@@ -189,6 +192,14 @@ class ProviderSnapshot:
                     basis = GraphBasis(last, frozenset(changed))
             self._graph = self._last = ProviderGraph(dict(self._providers), basis)
             return self._graph
+
+    def hypervisor_uuids(self) -> dict[str, str]:
+        """Provider uuid -> hypervisor name, as of the last refresh (made again
+        only when a hypervisor came or went: a host's uid never changes)."""
+        with self._lock:
+            if self._uuids is None:
+                self._uuids = {provider_uuid(h): name for name, h in self._hosts.items()}
+            return self._uuids
 
     def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
         """(resource classes, traits) Placement knows: standard and custom."""

@@ -411,8 +411,10 @@ def put_allocations(call: Call, data: Any) -> Any:
               else schemas.ALLOCATION_1_12 if call.at_least(1, 12) else schemas.ALLOCATION_1_8
               if call.at_least(1, 8) else schemas.ALLOCATION_1_0)
     schemas.validate(data, schema)
-    alloc.set_allocations(call.store, [_request_of(call, consumer, data)])
-    alloc.drop_empty_consumer(call.store, consumer)
+    req = _request_of(call, consumer, data)
+    alloc.set_allocations(call.store, [req], hosts=call.snapshot().hypervisor_uuids())
+    if not req.allocations:
+        alloc.drop_empty_consumer(call.store, consumer)
     call.status = 204
     return None
 
@@ -423,9 +425,10 @@ def post_allocations(call: Call, data: Any) -> Any:
               else schemas.POST_ALLOCATIONS_1_13)
     schemas.validate(data, schema)
     reqs = [_request_of(call, c, body) for c, body in data.items()]
-    alloc.set_allocations(call.store, reqs)
+    alloc.set_allocations(call.store, reqs, hosts=call.snapshot().hypervisor_uuids())
     for r in reqs:
-        alloc.drop_empty_consumer(call.store, r.consumer)
+        if not r.allocations:
+            alloc.drop_empty_consumer(call.store, r.consumer)
     call.status = 204
     return None
 
