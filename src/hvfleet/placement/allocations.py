@@ -134,20 +134,24 @@ def _reservations_of(store: Store, host: str, consumer: str) -> list[Reservation
 def _touched(store: Store, requests: list[ConsumerRequest], hosts: Mapping[str, str]) -> Fleet:
     """The providers a write of `requests` touches: those it allocates on, and
     those its consumers hold allocations on now (their records say which;
-    claims made by `hvfleet reserve` are found among the reservations)."""
+    claims made by `hvfleet reserve` are found among the reservations). When
+    one it allocates on is not found so (a hypervisor the snapshot has not
+    seen yet, or none at all), the whole fleet is read, which decides."""
     reservations = store.list_reservations()
-    uuid_of = {name: u for u, name in hosts.items()}
     consumers = {r.consumer for r in requests}
     uuids: list[str] = []
+    names: list[str] = []
     for req in requests:
         uuids += req.allocations
         rec = records.consumer(store, req.consumer)
         if rec is not None:
             uuids += rec.spec.providers
-            uuids += [uuid_of[h] for h in rec.spec.hypervisors if h in uuid_of]
-    uuids += [uuid_of[r.spec.hypervisor] for r in reservations
-              if r.spec.consumer in consumers and r.spec.hypervisor in uuid_of]
-    return records.read_providers(store, uuids, hosts, reservations)
+            names += rec.spec.hypervisors
+    names += [r.spec.hypervisor for r in reservations if r.spec.consumer in consumers]
+    fleet = records.read_providers(store, uuids, hosts, reservations, dict.fromkeys(names))
+    if any(u not in fleet.providers for req in requests for u in req.allocations):
+        return read_fleet(store)
+    return fleet
 
 
 def set_allocations(store: Store, requests: list[ConsumerRequest],

@@ -96,8 +96,11 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     last_modified: datetime | None = None
 
-    def snapshot(self) -> ProviderSnapshot:
-        """The server's provider graph, caught up with the store (one per app)."""
+    def snapshot(self, catch_up: bool = True) -> ProviderSnapshot:
+        """The server's provider graph (one per app), caught up with the store
+        unless not `catch_up` (a writer that only needs which uuid is which
+        hypervisor: a host's uid never changes, and what the snapshot does not
+        know yet the writer reads from the store)."""
         state = self.request.app.state
         snap: ProviderSnapshot | None = getattr(state, "placement_snapshot", None)
         if snap is None:
@@ -106,7 +109,8 @@ class Call:
                 if snap is None:
                     snap = ProviderSnapshot.from_store(self.store)
                     state.placement_snapshot = snap
-        snap.refresh(self.store)
+        if catch_up:
+            snap.refresh(self.store)
         return snap
 
     @property

@@ -412,7 +412,7 @@ def put_allocations(call: Call, data: Any) -> Any:
               if call.at_least(1, 8) else schemas.ALLOCATION_1_0)
     schemas.validate(data, schema)
     req = _request_of(call, consumer, data)
-    alloc.set_allocations(call.store, [req], hosts=call.snapshot().hypervisor_uuids())
+    alloc.set_allocations(call.store, [req], hosts=call.snapshot(catch_up=False).hypervisor_uuids())
     if not req.allocations:
         alloc.drop_empty_consumer(call.store, consumer)
     call.status = 204
@@ -425,7 +425,7 @@ def post_allocations(call: Call, data: Any) -> Any:
               else schemas.POST_ALLOCATIONS_1_13)
     schemas.validate(data, schema)
     reqs = [_request_of(call, c, body) for c, body in data.items()]
-    alloc.set_allocations(call.store, reqs, hosts=call.snapshot().hypervisor_uuids())
+    alloc.set_allocations(call.store, reqs, hosts=call.snapshot(catch_up=False).hypervisor_uuids())
     for r in reqs:
         if not r.allocations:
             alloc.drop_empty_consumer(call.store, r.consumer)
