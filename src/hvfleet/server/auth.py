@@ -342,7 +342,10 @@ class TokenAuthenticator:
                 since = self.store.revision()
                 with self._lock:
                     self._following = True
-                for event in self.store.watch(TOKEN_KIND, since=since, stop=self._stop):
+                # A record that no longer decodes is dropped too: the cache must
+                # not keep answering with what it was before.
+                for event in self.store.watch(TOKEN_KIND, since=since, stop=self._stop,
+                                              on_undecodable=lambda exc: self.forget([exc.name])):
                     self.forget([event.object.metadata.name])
             except Exception as exc:  # the store's own errors; the cache falls back to max_age
                 log.warning("token watch failed, tokens are read again every %gs: %s",
