@@ -45,6 +45,7 @@ from hvfleet.model.meta import API_GROUP, API_VERSION
 from hvfleet.model.selectors import Selector, parse_selector
 from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
+from hvfleet.server.auth import authenticate_request
 from hvfleet.server.context import CONTINUE_MISMATCH, ApiContext
 from hvfleet.server.discovery import BY_KIND, RESOURCES, ResourceInfo
 from hvfleet.server.identity import Action, Identity, Verb
@@ -100,8 +101,7 @@ async def authenticate(ctx: ApiContext, request: Request, write: Action | None =
     hvfleet.server.impersonation). A write refused here (401, or 403 for an
     impersonation) is audited too, with no identity."""
     try:
-        who = await run_in_threadpool(ctx.authenticator.authenticate,
-                                      request.headers.get("authorization"))
+        who = await authenticate_request(ctx.authenticator, request.headers.get("authorization"))
         return acting_identity(who, request)
     except Exception as exc:
         if write is not None and ctx.audit is not None:
