@@ -70,6 +70,9 @@ DEFAULT_PREFIX = "/hvfleet"
 LIST_PAGE = 500
 # Objects whose last-seen value is kept to save a read before an update.
 SEEN_CACHE = 16384
+# Watch events decoded lately: several watches of one process (the API's fan-out
+# of a kind, the garbage collector's all-kinds watch) each receive every write.
+WATCH_DECODED_KEPT = 4096
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
@@ -118,6 +121,11 @@ class EtcdStore(Store):
         # shorter window for a concurrent writer.
         self._seen: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self._seen_lock = threading.Lock()
+        # (key, mod_revision) -> the object its watch event carried, decoded once
+        # for every watch of this store (a value at a revision never changes).
+        # Only watch events: they are shared read-only by their consumers already.
+        self._watched: OrderedDict[tuple[str, int], Resource] = OrderedDict()
+        self._watched_lock = threading.Lock()
 
     @property
     def endpoints(self) -> builtins.list[str]:
@@ -204,6 +212,21 @@ class EtcdStore(Store):
     def _decode_kv(self, kv: KeyValue) -> Resource:
         kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
         return decode(kind, kv.value, kv.mod_revision, name)
+
+    def _decode_watched(self, kv: KeyValue) -> Resource:
+        """A watch event's object, decoded once however many watches of this
+        store see it (the pydantic decode is most of what following costs)."""
+        at = (kv.key, kv.mod_revision)
+        with self._watched_lock:
+            hit = self._watched.get(at)
+        if hit is not None:
+            return hit
+        obj = self._decode_kv(kv)  # Undecodable is raised again to every watch
+        with self._watched_lock:
+            self._watched[at] = obj
+            while len(self._watched) > WATCH_DECODED_KEPT:
+                self._watched.popitem(last=False)
+        return obj
 
     def _reservation_ops(self, old: Resource | None, new: Resource | None) -> builtins.list[dict[str, Any]]:
         """Keep the per-host reservation index and set keys in step with a
@@ -590,7 +613,7 @@ class EtcdStore(Store):
             start = self._kind_prefix(kind)
             end = prefix_end(start)
         events = watch_range(
-            self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout,
+            self.transport, start, end, since, self._decode_watched, stop=stop, timeout=timeout,
             on_undecodable=on_undecodable,
         )
         if kind is not None:
