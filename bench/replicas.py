@@ -152,6 +152,8 @@ def profilers(replicas: Replicas) -> list[subprocess.Popen[bytes]]:
     if out is None:
         return []
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        sys.exit("--profile needs py-spy: pip install -e '.[bench]'")
     procs = []
     for i, s in enumerate(replicas.servers):
         path = Path(out) / f"{PROFILE['label']}-r{i}.txt"
