@@ -44,7 +44,7 @@ from hvfleet.store.base import (
     check_overwrite,
     kind_of,
 )
-from hvfleet.store.encoding import decode, encode, with_version
+from hvfleet.store.encoding import decode, encode, encode_and_read, with_version
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
     KeyValue,
@@ -222,11 +222,17 @@ class EtcdStore(Store):
         if hit is not None:
             return hit
         obj = self._decode_kv(kv)  # Undecodable is raised again to every watch
+        self._watched_as(kv.key, kv.mod_revision, obj)
+        return obj
+
+    def _watched_as(self, key: str, revision: int, obj: Resource) -> None:
+        """What the watches of this store will decode at (key, revision); a
+        write puts the object its encoding check read back, so a replica's
+        watches never decode its own writes."""
         with self._watched_lock:
-            self._watched[at] = obj
+            self._watched[(key, revision)] = obj
             while len(self._watched) > WATCH_DECODED_KEPT:
                 self._watched.popitem(last=False)
-        return obj
 
     def _reservation_ops(self, old: Resource | None, new: Resource | None) -> builtins.list[dict[str, Any]]:
         """Keep the per-host reservation index and set keys in step with a
@@ -337,7 +343,7 @@ class EtcdStore(Store):
     def create(self, obj: Resource, manager: str) -> Resource:
         key = self._key(obj.kind, obj.metadata.name)
         stored = prepare_create(obj, manager, _now())
-        value = encode(stored)
+        value, read = encode_and_read(stored)
         result = self.transport.txn(
             [cmp_absent(key)],
             [op_put(key, value), *self._reservation_ops(None, stored)],
@@ -346,6 +352,7 @@ class EtcdStore(Store):
         )
         if result.succeeded:
             self._remember(key, result.revision, value)
+            self._watched_as(key, result.revision, with_version(read, result.revision))
             return with_version(stored, result.revision)
         applied = landed(result, [value])
         if applied is not None:
@@ -373,7 +380,7 @@ class EtcdStore(Store):
         except Undecodable as exc:
             check_overwrite(exc, obj)
             old, stored = None, overwrite(exc, obj, manager, _now())
-        value = encode(stored)
+        value, read = encode_and_read(stored)
         result = self.transport.txn(
             [cmp_mod(key, old_revision)],
             [op_put(key, value), *self._reservation_ops(old, stored)],
@@ -382,6 +389,7 @@ class EtcdStore(Store):
         )
         if result.succeeded:
             self._remember(key, result.revision, value)
+            self._watched_as(key, result.revision, with_version(read, result.revision))
             return with_version(stored, result.revision)
         current = result.first()
         if current is None:
