@@ -22,7 +22,6 @@ import itertools
 import pprint
 import re
 import textwrap
-import uuid as uuidlib
 import weakref
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -32,7 +31,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hvfleet.placement.errors import PlacementBadRequest as PlacementBadRequest  # raised by its parser
 from hvfleet.placement.graph import ProviderGraph
+from hvfleet.placement.query import parse_member_of, uuid_like
 
 Microversion = tuple[int, int]
 
@@ -43,16 +44,6 @@ CODE_DEFAULT = "placement.undefined_code"
 CODE_BAD_VALUE = "placement.query.bad_value"
 CODE_MISSING_VALUE = "placement.query.missing_value"
 CODE_DUPLICATE_KEY = "placement.query.duplicate_key"
-
-
-class PlacementBadRequest(ValueError):
-    """A query Placement answers with 400: `detail` is Placement's message,
-    `code` its error code."""
-
-    def __init__(self, detail: str, code: str = CODE_DEFAULT) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.code = code
 
 
 # ---------------------------------------------------------------------------
@@ -188,17 +179,6 @@ def _validate_schema(params: Mapping[str, Sequence[str]], mv: Microversion) -> N
             )
 
 
-def _uuid_like(value: str) -> bool:
-    """oslo.utils' is_uuid_like: any spelling uuid.UUID accepts that is the
-    same hex digits (braces, urn:uuid:, upper case, no dashes)."""
-    try:
-        canonical = str(uuidlib.UUID(value)).replace("-", "")
-    except (TypeError, ValueError, AttributeError):
-        return False
-    plain = value.replace("urn:", "").replace("uuid:", "").strip("{}").replace("-", "").lower()
-    return canonical == plain
-
-
 def _parse_resources(value: str) -> dict[str, int]:
     form = "Expected resources query string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024."
     if value.strip() == "":
@@ -262,42 +242,8 @@ def _parse_traits(
 def _parse_member_of(
     values: Sequence[str], suffix: str, mv: Microversion
 ) -> tuple[list[frozenset[str]], set[str]]:
-    if mv < (1, 24) and len(values) > 1:
-        raise PlacementBadRequest(f"Multiple member_of{suffix} parameters are not supported")
-    required: list[frozenset[str]] = []
-    forbidden: set[str] = set()
-    for value in values:
-        if "," in value and not (value.startswith("in:") or value.startswith("!in:")):
-            raise PlacementBadRequest(
-                "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' "
-                f"keyword using the valid microversion. Got: {value}"
-            )
-        req: set[str] = set()
-        forb: set[str] = set()
-        if value.startswith("!in:"):
-            forb = set(value[4:].split(","))
-        elif value.startswith("!"):
-            forb = {value[1:]}
-        elif value.startswith("in:"):
-            req = set(value[3:].split(","))
-        else:
-            req = {value}
-        for agg in sorted(req | forb):
-            if not _uuid_like(agg):
-                raise PlacementBadRequest(
-                    "Invalid query string parameters: Expected 'member_of' parameter to "
-                    f"contain valid UUID(s). Got: {agg}"
-                )
-        if req:
-            required.append(frozenset(req))
-        if forb:
-            if mv < (1, 32):
-                raise PlacementBadRequest(
-                    f"Forbidden member_of{suffix} parameters are not supported in the specified "
-                    "microversion"
-                )
-            forbidden |= forb
-    return required, forbidden
+    member_of = parse_member_of(values, mv, suffix)
+    return list(member_of.required), set(member_of.forbidden)
 
 
 @dataclass
@@ -444,7 +390,7 @@ def _set_order(items: Iterable[str]) -> list[str]:
 
 def _parse_in_tree(value: str) -> str:
     out = value.strip()
-    if not _uuid_like(out):
+    if not uuid_like(out):
         raise PlacementBadRequest(
             "Invalid query string parameters: Expected 'in_tree' parameter to be a format of "
             f"uuid. Got: {value}"

@@ -10,7 +10,6 @@ address printed is the one really served.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import sys
@@ -31,6 +30,7 @@ from hvfleet.server.tls import (
     shared_signer,
 )
 from hvfleet.store import Store, open_store
+from hvfleet.store.remote import is_loopback
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
 GRACEFUL_SHUTDOWN_S = 5
@@ -52,15 +52,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     elif ":" in host:
         raise InvalidInput(f"listen: {text!r}: put an IPv6 address in brackets, [{host}]:{port}")
     return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ is the contract's Lease objects, stored like every other object.
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import random
 import threading
@@ -41,13 +42,13 @@ from hvfleet.store.base import (
     Write,
     as_selector,
     check_batch,
-    check_overwrite,
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, encode_and_read, with_version
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
     KeyValue,
+    TxnResult,
     cmp_absent,
     cmp_mod,
     landed,
@@ -59,8 +60,8 @@ from hvfleet.store.etcd_transport import (
     prefix_end,
 )
 from hvfleet.store.etcd_watch import watch_range
-from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
-from hvfleet.store.undecodable import Undecodable, overwrite, skipped
+from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
+from hvfleet.store.undecodable import Undecodable, skipped
 
 __all__ = ["DEFAULT_PREFIX", "EtcdStore", "parse_etcd_url"]
 
@@ -340,23 +341,29 @@ class EtcdStore(Store):
                 return ListResult(items=items, revision=revision, undecodable=bad)
             key = kvs[-1].key + "\0"
 
-    def create(self, obj: Resource, manager: str) -> Resource:
-        key = self._key(obj.kind, obj.metadata.name)
-        stored = prepare_create(obj, manager, _now())
+    def _put(self, key: str, compare: dict[str, Any], old: Resource | None, stored: Resource,
+             what: str) -> tuple[TxnResult, Resource | None]:
+        """Write `stored` at `key` if `compare` holds, the reservation index
+        moved on from `old`: the answer, and the stored object with its version
+        once it is written (now, or by an earlier attempt whose answer was lost);
+        None when the compare failed (the answer's range holds the key's value)."""
         value, read = encode_and_read(stored)
         result = self.transport.txn(
-            [cmp_absent(key)],
-            [op_put(key, value), *self._reservation_ops(None, stored)],
-            [op_get(key)],
-            what=f"create {obj.kind} {obj.metadata.name}",
+            [compare], [op_put(key, value), *self._reservation_ops(old, stored)], [op_get(key)], what=what,
         )
         if result.succeeded:
             self._remember(key, result.revision, value)
             self._watched_as(key, result.revision, with_version(read, result.revision))
-            return with_version(stored, result.revision)
+            return result, with_version(stored, result.revision)
         applied = landed(result, [value])
-        if applied is not None:
-            return with_version(stored, applied)
+        return result, (with_version(stored, applied) if applied is not None else None)
+
+    def create(self, obj: Resource, manager: str) -> Resource:
+        key = self._key(obj.kind, obj.metadata.name)
+        stored = prepare_create(obj, manager, _now())
+        _, written = self._put(key, cmp_absent(key), None, stored, f"create {obj.kind} {obj.metadata.name}")
+        if written is not None:
+            return written
         raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
 
     def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
@@ -371,32 +378,16 @@ class EtcdStore(Store):
             if not kvs:
                 raise NotFound(f"{kind} {name!r} not found")
             old_revision, old_value = kvs[0].mod_revision, kvs[0].value
-        old: Resource | None
-        try:
-            old = decode(kind, old_value, old_revision, name)
-            stored = prepare_update(old, obj, manager, force=force, now=_now())
-            if unchanged(old, stored):
-                return old
-        except Undecodable as exc:
-            check_overwrite(exc, obj)
-            old, stored = None, overwrite(exc, obj, manager, _now())
-        value, read = encode_and_read(stored)
-        result = self.transport.txn(
-            [cmp_mod(key, old_revision)],
-            [op_put(key, value), *self._reservation_ops(old, stored)],
-            [op_get(key)],
-            what=f"update {kind} {name}",
-        )
-        if result.succeeded:
-            self._remember(key, result.revision, value)
-            self._watched_as(key, result.revision, with_version(read, result.revision))
-            return with_version(stored, result.revision)
+        old, stored = prepare_update_over(functools.partial(decode, kind, old_value, old_revision, name),
+                                          obj, manager, force=force, now=_now())
+        if old is not None and unchanged(old, stored):
+            return old
+        result, written = self._put(key, cmp_mod(key, old_revision), old, stored, f"update {kind} {name}")
+        if written is not None:
+            return written
         current = result.first()
         if current is None:
             raise NotFound(f"{kind} {name!r} not found")
-        applied = landed(result, [value])
-        if applied is not None:
-            return with_version(stored, applied)
         self._remember(key, current.mod_revision, current.value)
         raise StaleVersion(
             f"{kind} {name}: resourceVersion {obj.metadata.resource_version} is stale "
@@ -434,13 +425,8 @@ class EtcdStore(Store):
             else:
                 if kv is None:
                     raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-                try:
-                    old = decode(obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
-                    new = prepare_update(old, obj, manager, force=force, now=now,
-                                         applied=w.applied)
-                except Undecodable as exc:
-                    check_overwrite(exc, obj)
-                    old, new = None, overwrite(exc, obj, manager, now)
+                read = functools.partial(decode, obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
+                old, new = prepare_update_over(read, obj, manager, force=force, now=now, applied=w.applied)
                 compares.append(cmp_mod(key, kv.mod_revision))
                 if old is not None and unchanged(old, new):
                     # Nothing to write; still compared, so the batch lands on the

@@ -44,13 +44,12 @@ from hvfleet.store.base import (
     Write,
     as_selector,
     check_batch,
-    check_overwrite,
     gc_paused,
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
-from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
-from hvfleet.store.undecodable import Undecodable, overwrite, skipped
+from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
+from hvfleet.store.undecodable import Undecodable, skipped
 
 T = TypeVar("T")
 
@@ -246,14 +245,13 @@ class SqliteStore(Store):
                         ) -> tuple[Resource | None, Resource]:
         """The stored object and `obj` as stored by an update over it (or over one
         that does not decode, then None: an overwrite naming its version)."""
-        try:
+        def read() -> Resource:
             old = self._load(db, obj.kind, obj.metadata.name)
-        except Undecodable as exc:
-            check_overwrite(exc, obj)
-            return None, overwrite(exc, obj, manager, now)
-        if old is None:
-            raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-        return old, prepare_update(old, obj, manager, force=force, now=now, applied=applied)
+            if old is None:
+                raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+            return old
+
+        return prepare_update_over(read, obj, manager, force=force, now=now, applied=applied)
 
     def _exists(self, db: sqlite3.Connection, kind: str, name: str) -> bool:
         return db.execute(
