@@ -42,9 +42,10 @@ from hvfleet.store.base import (
     Write,
     as_selector,
     check_batch,
+    in_batch,
     kind_of,
 )
-from hvfleet.store.encoding import decode, encode, with_version
+from hvfleet.store.encoding import decode, encode, encode_and_read, with_version
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
     KeyValue,
@@ -71,9 +72,14 @@ DEFAULT_PREFIX = "/hvfleet"
 LIST_PAGE = 500
 # Objects whose last-seen value is kept to save a read before an update.
 SEEN_CACHE = 16384
+# Watch events decoded lately: several watches of one process (the API's fan-out
+# of a kind, the garbage collector's all-kinds watch) each receive every write.
+WATCH_DECODED_KEPT = 4096
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
+# Reads of one host's reservations for a claim inside a batch, before the batch gives up.
+CLAIM_ATTEMPTS_IN_BATCH = 20
 
 
 def _once_per_key(ops: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
@@ -119,6 +125,11 @@ class EtcdStore(Store):
         # shorter window for a concurrent writer.
         self._seen: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self._seen_lock = threading.Lock()
+        # (key, mod_revision) -> the object its watch event carried, decoded once
+        # for every watch of this store (a value at a revision never changes).
+        # Only watch events: they are shared read-only by their consumers already.
+        self._watched: OrderedDict[tuple[str, int], Resource] = OrderedDict()
+        self._watched_lock = threading.Lock()
 
     @property
     def endpoints(self) -> builtins.list[str]:
@@ -205,6 +216,27 @@ class EtcdStore(Store):
     def _decode_kv(self, kv: KeyValue) -> Resource:
         kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
         return decode(kind, kv.value, kv.mod_revision, name)
+
+    def _decode_watched(self, kv: KeyValue) -> Resource:
+        """A watch event's object, decoded once however many watches of this
+        store see it (the pydantic decode is most of what following costs)."""
+        at = (kv.key, kv.mod_revision)
+        with self._watched_lock:
+            hit = self._watched.get(at)
+        if hit is not None:
+            return hit
+        obj = self._decode_kv(kv)  # Undecodable is raised again to every watch
+        self._watched_as(kv.key, kv.mod_revision, obj)
+        return obj
+
+    def _watched_as(self, key: str, revision: int, obj: Resource) -> None:
+        """What the watches of this store will decode at (key, revision); a
+        write puts the object its encoding check read back, so a replica's
+        watches never decode its own writes."""
+        with self._watched_lock:
+            self._watched[(key, revision)] = obj
+            while len(self._watched) > WATCH_DECODED_KEPT:
+                self._watched.popitem(last=False)
 
     def _reservation_ops(self, old: Resource | None, new: Resource | None) -> builtins.list[dict[str, Any]]:
         """Keep the per-host reservation index and set keys in step with a
@@ -318,12 +350,13 @@ class EtcdStore(Store):
         moved on from `old`: the answer, and the stored object with its version
         once it is written (now, or by an earlier attempt whose answer was lost);
         None when the compare failed (the answer's range holds the key's value)."""
-        value = encode(stored)
+        value, read = encode_and_read(stored)
         result = self.transport.txn(
             [compare], [op_put(key, value), *self._reservation_ops(old, stored)], [op_get(key)], what=what,
         )
         if result.succeeded:
             self._remember(key, result.revision, value)
+            self._watched_as(key, result.revision, with_version(read, result.revision))
             return result, with_version(stored, result.revision)
         applied = landed(result, [value])
         return result, (with_version(stored, applied) if applied is not None else None)
@@ -382,16 +415,35 @@ class EtcdStore(Store):
         compares: builtins.list[dict[str, Any]] = []
         ops: builtins.list[dict[str, Any]] = []
         stored: builtins.list[Resource] = []
-        values: builtins.list[bytes] = []
+        values: builtins.list[bytes | None] = []
         kept: set[int] = set()  # writes that change nothing
         for i, (w, key) in enumerate(zip(writes, keys, strict=True)):
             obj, kv = w.object, snap.first(i)
             old: Resource | None = None
+            if w.action == "delete":
+                if kv is None:
+                    raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+                rv = obj.metadata.resource_version
+                if rv is not None and rv != str(kv.mod_revision):
+                    raise StaleVersion(f"{obj.kind} {obj.metadata.name}: resourceVersion {rv} is stale "
+                                       f"(current is {kv.mod_revision})")
+                try:
+                    old = decode(obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
+                except Undecodable:
+                    old = None
+                compares.append(cmp_mod(key, kv.mod_revision))
+                ops += [op_delete(key), *self._reservation_ops(old, None),
+                        *self._undecodable_reservation_ops(obj.kind, obj.metadata.name, kv.value, old)]
+                stored.append(obj)
+                values.append(None)
+                continue
             if w.action == "create":
                 if kv is not None:
                     raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
                 new = prepare_create(obj, manager, now, w.applied)
                 compares.append(cmp_absent(key))
+                if w.check is not None and isinstance(obj, Reservation):
+                    compares += self._batch_claim(obj, w.check, writes, i, what)
             else:
                 if kv is None:
                     raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
@@ -414,11 +466,11 @@ class EtcdStore(Store):
         result = self.transport.txn(compares, _once_per_key(ops), [op_get(k) for k in keys], what=what)
         revision = result.revision if result.succeeded else landed(result, values)
         if revision is not None:
-            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
-                if i not in kept:
-                    self._remember(key, revision, value)
-            return [obj if i in kept else with_version(obj, revision)
-                    for i, obj in enumerate(stored)]
+            for i, (key, written) in enumerate(zip(keys, values, strict=True)):
+                if i not in kept and written is not None:
+                    self._remember(key, revision, written)
+            return [obj if i in kept or w.action == "delete" else with_version(obj, revision)
+                    for i, (obj, w) in enumerate(zip(stored, writes, strict=True))]
         # Changed since the read: name the first object that did.
         for i, w in enumerate(writes):
             before, now_kv = snap.first(i), result.first(i)
@@ -434,6 +486,41 @@ class EtcdStore(Store):
                 f"is stale (current is {now_kv.mod_revision}); re-read and retry"
             )
         raise StaleVersion(f"{what}: the objects changed while they were written; re-read and retry")
+
+    def _batch_claim(self, reservation: Reservation, check: ClaimCheck, writes: Sequence[Write],
+                     at: int, what: str) -> builtins.list[dict[str, Any]]:
+        """The claim check of a batch's Reservation create, as `claim` runs it:
+        the host, its reservation set key and its reservations read at one
+        revision (the batch's earlier writes applied over them), `check` run;
+        returns the compares that make the batch land only on that state."""
+        host_name = reservation.spec.hypervisor
+        host_key = self._key("Hypervisor", host_name)
+        set_key = self._reservation_set_key(host_name)
+        index = self._reservation_index_prefix(host_name)
+        for _ in range(CLAIM_ATTEMPTS_IN_BATCH):
+            snap = self.transport.txn([], [op_get(host_key), op_get(set_key),
+                                           op_get(index, prefix_end(index), keys_only=True)], what=what)
+            host_kvs, set_kvs, index_kvs = snap.ranges
+            if not host_kvs:
+                raise NotFound(f"Hypervisor {host_name!r} not found")
+            host = decode("Hypervisor", host_kvs[0].value, host_kvs[0].mod_revision, host_name)
+            assert isinstance(host, Hypervisor)
+            set_cmp = cmp_mod(set_key, set_kvs[0].mod_revision) if set_kvs else cmp_absent(set_key)
+            others: builtins.list[Reservation] = []
+            if index_kvs:
+                names = [kv.key.removeprefix(index) for kv in index_kvs]
+                got = self.transport.txn(
+                    [set_cmp], [op_get(self._key("Reservation", n)) for n in names], what=what)
+                if not got.succeeded:
+                    continue  # the host's reservations moved under the read: read again
+                for kvs in got.ranges:
+                    for kv in kvs:
+                        r = decode("Reservation", kv.value, kv.mod_revision)
+                        assert isinstance(r, Reservation)
+                        others.append(r)
+            check(host, in_batch(others, host_name, writes, at))
+            return [cmp_mod(host_key, host_kvs[0].mod_revision), set_cmp]
+        raise Conflict(f"{what}: the reservations of {host_name} changed on each read")
 
     def pause_after_conflict(self, attempt: int) -> None:
         """A short jittered pause: with optimistic writes from many processes on
@@ -577,7 +664,7 @@ class EtcdStore(Store):
             start = self._kind_prefix(kind)
             end = prefix_end(start)
         events = watch_range(
-            self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout,
+            self.transport, start, end, since, self._decode_watched, stop=stop, timeout=timeout,
             on_undecodable=on_undecodable,
         )
         if kind is not None:

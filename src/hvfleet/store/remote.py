@@ -547,6 +547,9 @@ class RemoteStore(Store):
         check_batch(writes)
         if not writes:
             return []
+        if any(w.action == "delete" or w.check is not None for w in writes):
+            # The API's batch takes creates and updates; a claim's check runs on the server.
+            raise InvalidInput("store https: a batch of deletes or claims is not sent to a server")
         body = {"writes": [_batch_item(w) for w in writes]}
         doc = json.loads(self._call("POST", BATCH_PATH + ("?force=true" if force else ""), body,
                                     manager=manager))

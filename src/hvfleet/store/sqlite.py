@@ -117,6 +117,8 @@ def _create_owner_only(path: str) -> None:
 
 
 class SqliteStore(Store):
+    events_at_hand = True
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -319,9 +321,15 @@ class SqliteStore(Store):
             now = _now()
             for w in writes:
                 obj = w.object
-                if w.action == "create":
+                if w.action == "delete":
+                    self._delete(db, obj.kind, obj.metadata.name, obj.metadata.resource_version)
+                    out.append(obj)
+                elif w.action == "create":
                     if self._exists(db, obj.kind, obj.metadata.name):
                         raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
+                    if w.check is not None and isinstance(obj, Reservation):
+                        # Inside the transaction: the batch's own deletes and claims count.
+                        self._check_claim(db, obj, w.check)
                     out.append(self._put(db, prepare_create(obj, manager, now, w.applied), "ADDED"))
                 else:
                     old, new = self._prepare_update(db, obj, manager, force, now, w.applied)
@@ -330,27 +338,29 @@ class SqliteStore(Store):
         return out
 
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
-        kind = kind_of(kind)
         with self._write() as db:
-            # The stored body and version only: an object that does not decode
-            # can be deleted too (its DELETED event carries the same body).
-            row = db.execute(
-                "SELECT body, rv FROM objects WHERE kind = ? AND name = ?", (kind, name)
-            ).fetchone()
-            if row is None:
-                raise NotFound(f"{kind} {name!r} not found")
-            body, current = row
-            if resource_version is not None and resource_version != str(current):
-                raise StaleVersion(
-                    f"{kind} {name}: resourceVersion {resource_version} is stale "
-                    f"(current is {current})"
-                )
-            rev = self._bump(db)
-            db.execute("DELETE FROM objects WHERE kind = ? AND name = ?", (kind, name))
-            db.execute(
-                "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, 'DELETED', ?)",
-                (rev, kind, name, body),
+            self._delete(db, kind_of(kind), name, resource_version)
+
+    def _delete(self, db: sqlite3.Connection, kind: str, name: str, resource_version: str | None) -> None:
+        # The stored body and version only: an object that does not decode
+        # can be deleted too (its DELETED event carries the same body).
+        row = db.execute(
+            "SELECT body, rv FROM objects WHERE kind = ? AND name = ?", (kind, name)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"{kind} {name!r} not found")
+        body, current = row
+        if resource_version is not None and resource_version != str(current):
+            raise StaleVersion(
+                f"{kind} {name}: resourceVersion {resource_version} is stale "
+                f"(current is {current})"
             )
+        rev = self._bump(db)
+        db.execute("DELETE FROM objects WHERE kind = ? AND name = ?", (kind, name))
+        db.execute(
+            "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, 'DELETED', ?)",
+            (rev, kind, name, body),
+        )
 
     def revision(self) -> int:
         return int(self._read(
@@ -375,7 +385,7 @@ class SqliteStore(Store):
                 # With each event, the object's previous write (its state just
                 # before): an index seek per event, decoded only if asked for.
                 rows = db.execute(
-                    "SELECT e.rev, e.kind, e.type, e.body, p.rev, p.body FROM events e "
+                    "SELECT e.rev, e.kind, e.name, e.type, e.body, p.rev, p.body FROM events e "
                     "LEFT JOIN events p ON e.type != 'ADDED' AND p.rev = (SELECT max(q.rev) "
                     "FROM events q WHERE q.kind = e.kind AND q.name = e.name AND q.rev < e.rev) "
                     f"WHERE e.rev > ? AND e.kind IN ({placeholders}) {by_name}"
@@ -390,10 +400,10 @@ class SqliteStore(Store):
                     f"watch: revision {last} was compacted (history starts after {compacted}); "
                     "list again and watch from the list's revision"
                 )
-            for rev, k, etype, body, prev_rev, prev_body in rows:
+            for rev, k, obj_name, etype, body, prev_rev, prev_body in rows:
                 last = rev
                 try:
-                    obj = decode(k, body, rev)
+                    obj = decode(k, body, rev, obj_name)  # the name even when the body has none
                 except Undecodable as exc:
                     skipped(exc, "watch")
                     if on_undecodable is not None:
@@ -417,20 +427,25 @@ class SqliteStore(Store):
 
     def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
         with self._write() as db:
-            host = self._load(db, "Hypervisor", reservation.spec.hypervisor)
-            if not isinstance(host, Hypervisor):
-                raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found")
             if self._exists(db, "Reservation", reservation.metadata.name):
                 raise AlreadyExists(f"Reservation {reservation.metadata.name!r} already exists")
-            rows = db.execute(
-                "SELECT body, rv FROM objects WHERE kind = 'Reservation' AND host = ?",
-                (host.metadata.name,),
-            ).fetchall()
-            others = [decode("Reservation", body, rv) for body, rv in rows]
-            check(host, [o for o in others if isinstance(o, Reservation)])
+            self._check_claim(db, reservation, check)
             out = self._put(db, prepare_create(reservation, manager, _now()), "ADDED")
             assert isinstance(out, Reservation)
             return out
+
+    def _check_claim(self, db: sqlite3.Connection, reservation: Reservation, check: ClaimCheck) -> None:
+        """`check` on the reservation's host and its other reservations, as
+        this transaction sees them."""
+        host = self._load(db, "Hypervisor", reservation.spec.hypervisor)
+        if not isinstance(host, Hypervisor):
+            raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found")
+        rows = db.execute(
+            "SELECT body, rv FROM objects WHERE kind = 'Reservation' AND host = ?",
+            (host.metadata.name,),
+        ).fetchall()
+        others = [decode("Reservation", body, rv) for body, rv in rows]
+        check(host, [o for o in others if isinstance(o, Reservation)])
 
     def close(self) -> None:
         with self._lock:
