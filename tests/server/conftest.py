@@ -1,4 +1,6 @@
-"""Fixtures: an API server (real uvicorn, real SQLite store) with a few tokens."""
+"""Fixtures: an API server in process (real uvicorn, real SQLite store) with a
+few static tokens (make_api, api); and the store of the session's real
+`hvfleet serve` (tests/conftest.py `server`) reset to a small fleet (store)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from hvfleet.store import Store, open_store
 from tests.server.running import Client, ServerThread
 from tests.server.static_auth import AllowAll, RecordingAudit, StaticTokens
 from tests.server.tls_files import make_tls_files
+from tests.support.serve import Server, reset_fleet
 
 TOKENS = {
     "ops-token": Identity("ops", "operator", token_id="t-ops"),
@@ -61,3 +64,12 @@ def make_api(tmp_path: Path) -> Iterator[Callable[..., Api]]:
 @pytest.fixture
 def api(make_api: Callable[..., Api]) -> Api:
     return make_api()
+
+
+@pytest.fixture
+def store(server: Server) -> Iterator[Store]:
+    """The `server` fixture's store with hv1 and hv2 (live, with status) and
+    reservation r1 on hv1, as every test here that writes over HTTPS starts."""
+    with open_store(server.store_url) as s:
+        reset_fleet(s)
+        yield s

@@ -33,8 +33,8 @@ from tests.server.running import ServerThread
 from tests.server.static_auth import AllowAll, StaticTokens
 from tests.server.test_api_objects import HV, hypervisor, status_of
 from tests.server.test_api_watch import Watcher
-from tests.server.test_auth_https import HVFLEET, KUBECTL, role_tokens, start_server, stop_server
 from tests.support.etcd_local import EtcdCluster
+from tests.support.serve import HVFLEET, KUBECTL, role_tokens, start_server, stop_server
 
 NODE = Path(__file__).resolve().parents[2] / "examples" / "fleet" / "compute-01.xml"
 
