@@ -11,6 +11,7 @@ import pytest
 
 from hvfleet.cli.main import main
 from hvfleet.model import Hypervisor
+from tests.server import running
 from tests.support import serve
 from tests.support.etcd_local import EtcdCluster
 from tests.support.serve import Server
@@ -90,6 +91,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    running.wait_stopped()  # the in-process servers tests left stopping (make_api)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker
         workeroutput["serve_started"] = serve.started()

@@ -14,7 +14,7 @@ from hvfleet.server.app import create_app
 from hvfleet.server.context import Limits
 from hvfleet.server.identity import Identity
 from hvfleet.store import Store, open_store
-from tests.server.running import Client, ServerThread
+from tests.server.running import Client, ServerThread, stop_in_background
 from tests.server.static_auth import AllowAll, RecordingAudit, StaticTokens
 from tests.server.tls_files import make_tls_files
 from tests.support.serve import Server, reset_fleet
@@ -56,9 +56,12 @@ def make_api(tmp_path: Path) -> Iterator[Callable[..., Api]]:
         return Api(server.url, store, authorizer, server, files.ca if files else None)
 
     yield make
-    for server, store in reversed(started):
-        server.__exit__(None, None, None)
-        store.close()
+
+    def close_stores() -> None:
+        for _, store in started:
+            store.close()
+
+    stop_in_background([server for server, _ in started], close_stores)
 
 
 @pytest.fixture
