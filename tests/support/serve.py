@@ -42,7 +42,7 @@ _started = 0
 
 
 def started() -> int:
-    """How many `hvfleet serve` processes start_server started in this process."""
+    """How many `hvfleet serve` processes launch() started in this process."""
     return _started
 
 
@@ -85,14 +85,13 @@ def role_tokens(store_url: str, ttl: timedelta = timedelta(hours=1)) -> dict[str
     return tokens
 
 
-def start_server(tmp: Path, store_url: str | None = None, tokens: dict[str, str] | None = None) -> Server:
+def launch(tmp: Path, store_url: str, *options: str) -> tuple[subprocess.Popen[str], str, Path]:
+    """Start `hvfleet serve` over `store_url` (data dir and audit log in `tmp`,
+    more `options` as given) and wait until it is ready: (process, URL, CA)."""
     global _started
-    store_url = store_url or f"sqlite:///{tmp}/hvfleet.db"
-    tokens = tokens if tokens is not None else role_tokens(store_url)
-    audit = tmp / "audit.log"
     proc = subprocess.Popen(
-        [HVFLEET, "serve", "--store", store_url,
-         "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "data"), "--audit-log", str(audit)],
+        [HVFLEET, "serve", "--store", store_url, "--listen", "127.0.0.1:0",
+         "--data-dir", str(tmp / "data"), "--audit-log", str(tmp / "audit.log"), *options],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     _started += 1
@@ -104,14 +103,16 @@ def start_server(tmp: Path, store_url: str | None = None, tokens: dict[str, str]
         proc.kill()
         err = proc.stderr.read() if proc.stderr else ""
         raise AssertionError(f"serve did not start: {url_line!r} {ca_line!r} {err}")
-    server = Server(m[1], Path(ca_line.removeprefix("CA certificate: ").strip()), store_url,
-                    tmp / "data", audit, tokens, proc)
+    url, ca = m[1], Path(ca_line.removeprefix("CA certificate: ").strip())
+    session = requests.Session()
+    session.trust_env = False
+    session.verify = str(ca)
     deadline = time.monotonic() + 60
     while True:
         try:
-            if server.session(None).get(server.url + "/readyz", timeout=5).status_code == 200:
-                return server
-        except requests.ConnectionError:
+            if session.get(url + "/readyz", timeout=5).status_code == 200:
+                return proc, url, ca
+        except (requests.ConnectionError, requests.Timeout):
             pass
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.kill()
@@ -119,13 +120,24 @@ def start_server(tmp: Path, store_url: str | None = None, tokens: dict[str, str]
         time.sleep(0.1)
 
 
+def start_server(tmp: Path, store_url: str | None = None, tokens: dict[str, str] | None = None) -> Server:
+    store_url = store_url or f"sqlite:///{tmp}/hvfleet.db"
+    tokens = tokens if tokens is not None else role_tokens(store_url)
+    proc, url, ca = launch(tmp, store_url)
+    return Server(url, ca, store_url, tmp / "data", tmp / "audit.log", tokens, proc)
+
+
 def stop_server(srv: Server) -> None:
-    srv.process.terminate()
+    stop(srv.process)
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
     try:
-        srv.process.wait(timeout=15)
+        process.wait(timeout=15)
     except subprocess.TimeoutExpired:
-        srv.process.kill()
-        srv.process.wait()
+        process.kill()
+        process.wait()
 
 
 def fresh_store(srv: Server) -> None:
