@@ -4,8 +4,8 @@ few static tokens (make_api, api); and the store of the session's real
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,9 +14,11 @@ from hvfleet.server.app import create_app
 from hvfleet.server.context import Limits
 from hvfleet.server.identity import Identity
 from hvfleet.store import Store, open_store
-from tests.server.running import Client, ServerThread, stop_in_background
+from tests.server.clients import Kubectl
+from tests.server.running import Api, ServerThread, stop_in_background
 from tests.server.static_auth import AllowAll, RecordingAudit, StaticTokens
 from tests.server.tls_files import make_tls_files
+from tests.support.kubectl import KUBECTLS
 from tests.support.serve import Server, reset_fleet
 
 TOKENS = {
@@ -26,18 +28,6 @@ TOKENS = {
     "viewer-token": Identity("viewer", "viewer", token_id="t-viewer"),
     "agent-hv1-token": Identity("agent/hv1", "agent", hypervisor="hv1", token_id="t-agent-hv1"),
 }
-
-
-@dataclass
-class Api:
-    url: str
-    store: Store
-    authorizer: AllowAll
-    server: ServerThread
-    ca: Path | None = None
-
-    def client(self, token: str | None = "ops-token") -> Client:
-        return Client(self.url, token, self.ca)
 
 
 @pytest.fixture
@@ -76,3 +66,10 @@ def store(server: Server) -> Iterator[Store]:
     with open_store(server.store_url) as s:
         reset_fleet(s)
         yield s
+
+
+@pytest.fixture(params=sorted(KUBECTLS))
+def kubectl(request: pytest.FixtureRequest, make_api: Callable[..., Api], tmp_path: Path) -> Kubectl:
+    binary = KUBECTLS[request.param]
+    assert os.access(binary, os.X_OK), f"{binary} missing: run scripts/install-system-deps / pip install"
+    return Kubectl(binary, request.param, make_api(tls=True), tmp_path)

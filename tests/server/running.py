@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import requests
 import uvicorn
 import yaml
 
+from hvfleet.store import Store
+from tests.server.static_auth import AllowAll
 from tests.server.tls_files import TlsFiles
 
 
@@ -131,3 +134,15 @@ def write_kubeconfig(path: Path, server: str, token: str, ca: Path | None = None
     }
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+@dataclass
+class Api:
+    url: str
+    store: Store
+    authorizer: AllowAll
+    server: ServerThread
+    ca: Path | None = None
+
+    def client(self, token: str | None = "ops-token") -> Client:
+        return Client(self.url, token, self.ca)

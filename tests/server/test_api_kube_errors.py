@@ -11,7 +11,7 @@ import pytest
 
 from hvfleet.store import sqlite as sqlite_backend
 from tests.server.conftest import Api
-from tests.server.test_api_objects import HV, hypervisor, status_of
+from tests.server.objects import HV, hypervisor, status_of
 
 POLICIES = "/apis/hvfleet.io/v1/overcommitpolicies"
 

@@ -28,7 +28,7 @@ from hvfleet.server.connection import HEADER_TIMEOUT_S
 from hvfleet.server.identity import Identity
 from hvfleet.store import open_store
 from hvfleet.store.tokens import revoke_token
-from tests.model.test_documents import alias_bomb, nested
+from tests.support.documents import alias_bomb, nested
 from tests.support.serve import Server, reset_fleet
 
 GV = "/apis/hvfleet.io/v1"

@@ -29,10 +29,10 @@ from hvfleet.store import Store, open_store
 from hvfleet.store.etcd import EtcdStore
 from hvfleet.store.remote import RemoteStore
 from tests.server.conftest import TOKENS, Api
+from tests.server.objects import HV, hypervisor, status_of
 from tests.server.running import ServerThread
 from tests.server.static_auth import AllowAll, StaticTokens
-from tests.server.test_api_objects import HV, hypervisor, status_of
-from tests.server.test_api_watch import Watcher
+from tests.server.watching import Watcher
 from tests.support.etcd_local import EtcdCluster
 from tests.support.serve import HVFLEET, KUBECTL, role_tokens, start_server, stop_server
 
