@@ -4,28 +4,41 @@ tests/scheduling/real_placement.py runs it), measured in the same run.
 
 hvfleet is the real server: `python -m hvfleet.server` in its own process,
 HTTPS with the CA it makes, token authentication (an admin token in
-`X-Auth-Token`) and the role checks, over SQLite.
+`X-Auth-Token`) and the role checks, over SQLite (and etcd for the claims).
 
-1. Claims: `--clients` threads each PUT /allocations/{new consumer} for 1
-   DISK_GB on one provider, `--claims` in all, each thread on its own
-   keep-alive connection; claims/s and p50. Then a contended round: capacity
-   for half of the attempts; the figure that matters is 0 overbooked (usage
-   equals the claims that succeeded, and never passes the capacity).
+1. Claims, on each of `--stores`: `--clients` threads each PUT
+   /allocations/{new consumer} for 1 DISK_GB on one provider, `--claims` in
+   all, each thread on its own keep-alive connection; claims/s and p50. Then
+   a contended round: capacity for half of the attempts; the figure that
+   matters is 0 overbooked (usage equals the claims that succeeded, and never
+   passes the capacity).
 2. `GET /allocation_candidates?resources=VCPU:1,MEMORY_MB:1024&limit=1000`
    (what Nova's scheduler asks, with its default limit) at each of `--sizes`
    providers (each with VCPU, MEMORY_MB and DISK_GB inventories), p50 of
-   `--queries`. hvfleet's providers are seeded as stored provider records
-   straight into its store (10,000 API calls would measure the seeding);
-   real Placement's through its API.
+   `--queries`, timed at the client from sending the request to the answer's
+   last byte (parsing its JSON, the same for both, is not counted): warm
+   (nothing changed since the last query), and right after
+   a claim on one of the providers (a scheduler's steady state: every answer
+   follows a write). Beside them, the per-request cost of the edge (the same
+   URL asking for more than any provider has: TLS, token, policy, parsing, an
+   empty answer) and, in this process over the same store, where hvfleet's
+   time goes (snapshot load, first index, find, encoding). Both fleets are
+   seeded straight into their databases (hvfleet's as provider records,
+   Placement's as rows in its tables, as bench/placement_candidates.py does):
+   10,000 providers through Placement's API would take an hour on a loaded
+   machine.
 
     .venv/bin/python bench/placement_api.py [--sizes 1000,10000] [--claims 400] [--clients 8]
+        [--stores sqlite,etcd] [--queries 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
+import sqlite3
 import ssl
 import statistics
 import sys
@@ -38,9 +51,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "scheduling"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api import Server, make_token
 from real_placement import RealPlacement
+from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.placement import (
@@ -48,6 +63,8 @@ from hvfleet.model.placement import (
     ResourceProvider,
     ResourceProviderSpec,
 )
+from hvfleet.placement.candidates import find_candidates, parse_candidates_query, render_candidates_json
+from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.store import Store, open_store
 from hvfleet.store.base import Write
 
@@ -66,6 +83,19 @@ class Endpoint:
         if self.context is None:
             return http.client.HTTPConnection(self.host, self.port, timeout=120)
         return http.client.HTTPSConnection(self.host, self.port, timeout=120, context=self.context)
+
+    def timed_get(self, conn: http.client.HTTPConnection, path: str) -> tuple[int, Any, float]:
+        """GET `path`: status, parsed body, and the seconds from sending the
+        request to the last byte of the answer (parsing the JSON, the same
+        for both peers, not counted)."""
+        headers = {"X-Auth-Token": self.token, "OpenStack-API-Version": VERSION,
+                   "Accept": "application/json"}
+        t = time.perf_counter()
+        conn.request("GET", self.prefix + path, headers=headers)
+        r = conn.getresponse()
+        raw = r.read()
+        took = time.perf_counter() - t
+        return r.status, json.loads(raw), took
 
     def call(self, conn: http.client.HTTPConnection, method: str, path: str,
              body: Any = None) -> tuple[int, Any]:
@@ -126,7 +156,8 @@ def claims(ep: Endpoint, clients: int, n: int, capacity: int) -> tuple[float, fl
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
-    _, usage = ep.call(conn, "GET", f"/resource_providers/{rp}/usages")
+    # A new connection: the first one sat idle past the server's keep-alive.
+    _, usage = ep.call(ep.connection(), "GET", f"/resource_providers/{rp}/usages")
     return len(won) / elapsed, statistics.median(won), len(won), usage["usages"].get("DISK_GB", 0)
 
 
@@ -150,32 +181,124 @@ def seed_hvfleet(store: Store, n: int, start: int) -> None:
         store.write_all(batch, "bench")
 
 
-def seed_real(ep: Endpoint, n: int, start: int) -> None:
-    conn = ep.connection()
-    for i in range(start, n):
-        uid = str(uuid.UUID(int=i + 1))
-        status, _ = ep.call(conn, "POST", "/resource_providers", {"name": f"cn{i:05d}", "uuid": uid})
-        assert status == 200, status
-        status, doc = ep.call(conn, "PUT", f"/resource_providers/{uid}/inventories",
-                              {"resource_provider_generation": 0, "inventories": INVENTORY})
-        assert status == 200, doc
+def seed_real(real: RealPlacement, n: int, start: int) -> None:
+    """Rows straight into real Placement's tables (its resource class ids:
+    VCPU 0, MEMORY_MB 1, DISK_GB 2), while it runs: it reads them per request."""
+    class_ids = {"VCPU": 0, "MEMORY_MB": 1, "DISK_GB": 2}
+    db = sqlite3.connect(real.workdir / "placement.db", timeout=60)
+    with db:
+        first = db.execute("SELECT coalesce(max(id), 0) FROM resource_providers").fetchone()[0] + 1
+        for k, i in enumerate(range(start, n)):
+            rid = first + k
+            uid = str(uuid.UUID(int=i + 1))
+            db.execute("INSERT INTO resource_providers (id, uuid, name, generation, root_provider_id) "
+                       "VALUES (?, ?, ?, 1, ?)", (rid, uid, f"cn{i:05d}", rid))
+            for rc, inv in INVENTORY.items():
+                db.execute(
+                    "INSERT INTO inventories (resource_provider_id, resource_class_id, total, reserved, "
+                    "min_unit, max_unit, step_size, allocation_ratio) VALUES (?, ?, ?, 0, 1, ?, 1, ?)",
+                    (rid, class_ids[rc], inv["total"], inv.get("max_unit", inv["total"]),
+                     inv.get("allocation_ratio", 1.0)))
+    db.close()
 
 
-def candidates(ep: Endpoint, queries: int) -> tuple[float, int]:
+CANDIDATES = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:1024&limit=1000"
+NOTHING_FITS = "/allocation_candidates?resources=VCPU:100000"
+
+
+def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> tuple[float, int]:
     conn = ep.connection()
-    path = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:1024&limit=1000"
     status, doc = ep.call(conn, "GET", path)  # the first builds hvfleet's index: not measured
     assert status == 200, doc
     times = []
     for _ in range(queries):
-        t = time.perf_counter()
-        status, doc = ep.call(conn, "GET", path)
-        times.append(time.perf_counter() - t)
+        status, doc, took = ep.timed_get(conn, path)
+        times.append(took)
     return statistics.median(times), len(doc["allocation_requests"])
+
+
+def after_claims(ep: Endpoint, queries: int, size: int) -> tuple[float, float]:
+    """p50 of the candidates query, each right after a claim of 1 VCPU (a new
+    consumer) on one of the `size` providers; and p50 of those claims (one
+    client: the cost of a PUT /allocations at this fleet size)."""
+    conn = ep.connection()
+    times, puts = [], []
+    for k in range(queries):
+        rp = str(uuid.UUID(int=(k * 7919) % size + 1))
+        body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
+                "consumer_generation": None, "consumer_type": "INSTANCE"}
+        t = time.perf_counter()
+        status, doc = ep.call(conn, "PUT", f"/allocations/{uuid.uuid4()}", body)
+        puts.append(time.perf_counter() - t)
+        assert status == 204, doc
+        status, doc, took = ep.timed_get(conn, CANDIDATES)
+        times.append(took)
+        assert status == 200, doc
+    return statistics.median(times), statistics.median(puts)
+
+
+def in_process(store: Store, queries: int) -> dict[str, float]:
+    """hvfleet's own steps over the same store, in this process: the
+    snapshot's first load and graph, the first index, then per query
+    find_candidates and the body's text (p50)."""
+    params = {"resources": ["VCPU:1,MEMORY_MB:1024"], "limit": ["1000"]}
+    out: dict[str, float] = {}
+    t = time.perf_counter()
+    snap = ProviderSnapshot.from_store(store)
+    out["snapshot load"] = time.perf_counter() - t
+    t = time.perf_counter()
+    graph = snap.graph()
+    out["first graph"] = time.perf_counter() - t
+    q = parse_candidates_query(params, (1, 39))
+    t = time.perf_counter()
+    find_candidates(graph, q)
+    out["first find (index built)"] = time.perf_counter() - t
+    finds, texts = [], []
+    for _ in range(queries):
+        t = time.perf_counter()
+        answer = find_candidates(graph, parse_candidates_query(params, (1, 39)))
+        t1 = time.perf_counter()
+        render_candidates_json(answer, (1, 39))
+        t2 = time.perf_counter()
+        finds.append(t1 - t)
+        texts.append(t2 - t1)
+    out["parse + find p50"] = statistics.median(finds)
+    out["encode p50"] = statistics.median(texts)
+    return out
 
 
 def ms(x: float) -> str:
     return f"{x * 1000:.1f} ms"
+
+
+def open_bench_store(kind: str, work: Path, stack: contextlib.ExitStack) -> Store:
+    if kind == "sqlite":
+        return open_store(f"sqlite:///{work}/hvfleet.db")
+    cluster = stack.enter_context(EtcdCluster(work / "etcd", size=1))
+    return open_store(cluster.url(prefix="/bench-placement"))
+
+
+def claims_round(kind: str, args: argparse.Namespace, theirs: Endpoint | None) -> None:
+    with contextlib.ExitStack() as stack:
+        work = Path(tempfile.mkdtemp(prefix=f"bench-placement-{kind}-"))
+        store = open_bench_store(kind, work, stack)
+        stack.callback(store.close)
+        token = make_token(store, "admin", name="bench-admin")
+        server = Server(store.url, work / "server")
+        stack.callback(server.stop)
+        assert server.ca is not None
+        ours = Endpoint(f"hvfleet/{kind}", "127.0.0.1", server.port, "/placement", token,
+                        ssl.create_default_context(cafile=str(server.ca)))
+        peers = [ours] if theirs is None else [ours, theirs]
+        print(f"PUT /allocations, {args.clients} clients, {args.claims} claims of 1 DISK_GB on one provider")
+        for ep in peers:
+            rate, p50, won, usage = claims(ep, args.clients, args.claims, 10 * args.claims)
+            print(f"  {ep.name:14} {rate:7.1f} claims/s  p50 {ms(p50)}  succeeded {won}  usage {usage}")
+        print(f"contended: capacity {args.claims // 2} for {args.claims} attempts")
+        for ep in peers:
+            rate, p50, won, usage = claims(ep, args.clients, args.claims, args.claims // 2)
+            over = max(0, usage - args.claims // 2) + abs(usage - won)
+            print(f"  {ep.name:14} {rate:7.1f} claims/s  succeeded {won}  usage {usage}  overbooked {over}")
 
 
 def main() -> None:
@@ -184,51 +307,66 @@ def main() -> None:
     ap.add_argument("--claims", type=int, default=400)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--queries", type=int, default=20)
+    ap.add_argument("--stores", default="sqlite,etcd",
+                    help="where the claims are measured ('' for none)")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    work = Path(tempfile.mkdtemp(prefix="bench-placement-"))
+    real = RealPlacement().start()
+    port = int(real.url.rsplit(":", 1)[1])
+    theirs = Endpoint("placement", "127.0.0.1", port, "", "admin", None)
+    try:
+        for i, kind in enumerate(k for k in args.stores.split(",") if k):
+            claims_round(kind, args, theirs if i == 0 else None)
+        if args.sizes:
+            candidates_rounds(args, real, theirs)
+    finally:
+        real.stop()
+
+
+def candidates_rounds(args: argparse.Namespace, real: RealPlacement, theirs: Endpoint) -> None:
+    work = Path(tempfile.mkdtemp(prefix="bench-placement-candidates-"))
     store = open_store(f"sqlite:///{work}/hvfleet.db")
     token = make_token(store, "admin", name="bench-admin")
     server = Server(store.url, work / "server")
     assert server.ca is not None
     ours = Endpoint("hvfleet", "127.0.0.1", server.port, "/placement", token,
                     ssl.create_default_context(cafile=str(server.ca)))
-    real = RealPlacement().start()
-    port = int(real.url.rsplit(":", 1)[1])
-    theirs = Endpoint("placement", "127.0.0.1", port, "", "admin", None)
     try:
-        print(f"PUT /allocations, {args.clients} clients, {args.claims} claims of 1 DISK_GB on one provider")
-        for ep in (ours, theirs):
-            rate, p50, won, usage = claims(ep, args.clients, args.claims, 10 * args.claims)
-            print(f"  {ep.name:9} {rate:7.1f} claims/s  p50 {ms(p50)}  succeeded {won}  usage {usage}")
-        print(f"contended: capacity {args.claims // 2} for {args.claims} attempts")
-        for ep in (ours, theirs):
-            rate, p50, won, usage = claims(ep, args.clients, args.claims, args.claims // 2)
-            over = max(0, usage - args.claims // 2) + abs(usage - won)
-            print(f"  {ep.name:9} {rate:7.1f} claims/s  succeeded {won}  usage {usage}  overbooked {over}")
         have = 0
         for size in [int(s) for s in args.sizes.split(",")]:
             t = time.perf_counter()
             seed_hvfleet(store, size, have)
             seeded_ours = time.perf_counter() - t
             t = time.perf_counter()
-            seed_real(theirs, size, have)
+            seed_real(real, size, have)
             seeded_real = time.perf_counter() - t
             have = size
             print(f"GET /allocation_candidates at {size} providers "
                   f"(seeded in {seeded_ours:.1f} s / {seeded_real:.1f} s)")
-            results: dict[str, float] = {}
+            t = time.perf_counter()
+            ours.call(ours.connection(), "GET", CANDIDATES)
+            print(f"  hvfleet first query after seeding (snapshot catches up, index built): "
+                  f"{ms(time.perf_counter() - t)}")
+            warm: dict[str, float] = {}
             for ep in (ours, theirs):
                 p50, n = candidates(ep, args.queries)
-                results[ep.name] = p50
-                print(f"  {ep.name:9} p50 {ms(p50)}  ({n} allocation requests)")
-            print(f"  ratio     {results['placement'] / results['hvfleet']:.1f}x")
+                warm[ep.name] = p50
+                print(f"  {ep.name:9} warm p50 {ms(p50)}  ({n} allocation requests)")
+            print(f"  ratio     {warm['placement'] / warm['hvfleet']:.1f}x")
+            claimed: dict[str, float] = {}
+            for ep in (ours, theirs):
+                claimed[ep.name], put = after_claims(ep, max(5, args.queries // 2), size)
+                print(f"  {ep.name:9} right after a claim p50 {ms(claimed[ep.name])}  "
+                      f"(the claim itself, one client: p50 {ms(put)})")
+            print(f"  ratio     {claimed['placement'] / claimed['hvfleet']:.1f}x")
+            for ep in (ours, theirs):
+                p50, _ = candidates(ep, args.queries, NOTHING_FITS)
+                print(f"  {ep.name:9} per-request cost (nothing fits, empty answer) p50 {ms(p50)}")
+            for step, took in in_process(store, args.queries).items():
+                print(f"  in process: {step:26} {ms(took)}")
     finally:
         server.stop()
-        real.stop()
         store.close()
-
-
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from hvfleet.store.ownership import agent_manager
 from .conftest import HOSTS
 
 GROUPS = HOSTS / "groups"
+HVFLEET = str(Path(sys.executable).with_name("hvfleet"))
 runner = CliRunner()
 
 
@@ -106,6 +109,27 @@ def test_check_exit_0_on_own_group_and_3_with_reasons_elsewhere(tmp_path: Path) 
     assert "skl-1: NO" in out and "machine type pc-q35-7.2 absent" in out
     assert "rome-1: NO" in out and "CPU features missing:" in out and "CPU vendor Intel" in out
     assert "blind: NO" in out and "firmware EFI unknown" in out
+
+
+def test_generate_exits_3_when_the_group_lacks_what_the_guest_needs(tmp_path: Path) -> None:
+    # intel-a2 offers EFI without secure boot: a secure-boot guest runs on
+    # intel-a1 only. Not bad input (the same request fits intel-same): the
+    # group lacks something, which STYLE's exit 3 says ("not everywhere").
+    for f in (GROUPS / "intel-same").glob("intel-a[12].*"):
+        shutil.copy(f, tmp_path)
+    domcaps = tmp_path / "intel-a2.domcaps.xml"
+    text = domcaps.read_text()
+    secure = '<enum name="secure">\n        <value>yes</value>\n        <value>no</value>'
+    assert secure in text
+    domcaps.write_text(text.replace(secure, '<enum name="secure">\n        <value>no</value>'))
+    ask = ["guest", "generate", "--os", "win11", "--name", "w", "--vcpus", "2", "--memory", "4Gi",
+           "--secure-boot", "--caps-dir"]
+    r = subprocess.run([HVFLEET, *ask, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, (r.returncode, r.stderr)
+    assert r.stdout == "" and r.stderr.count("\n") == 1
+    assert "secure boot" in r.stderr and "intel-a2" in r.stderr and "intel-a1" not in r.stderr
+    assert isinstance(run(*ask, str(tmp_path)).exception, NotEverywhere)
+    assert run(*ask, str(GROUPS / "intel-same")).exit_code == 0
 
 
 def test_hosts_selector_reads_capabilities_from_the_store(tmp_path: Path) -> None:

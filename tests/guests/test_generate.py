@@ -12,6 +12,7 @@ from lxml import etree
 from hvfleet.guests.check import check_domain
 from hvfleet.guests.cpu import expand_cpu
 from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.explain import explain
 from hvfleet.guests.generate import generate, plan_guest
 from hvfleet.guests.hosts import load_caps_dir
@@ -215,7 +216,7 @@ def test_unknown_os_lists_the_closest_ids() -> None:
 def test_efi_on_a_host_without_domcapabilities_is_refused_naming_it(tmp_path: Path) -> None:
     real = HOSTS / "real"
     (tmp_path / "blind.caps.xml").write_text((real / "embed-kvm.caps.xml").read_text())
-    with pytest.raises(InvalidInput, match=r"EFI needed .* blind"):
+    with pytest.raises(NotEverywhere, match=r"EFI needed .* blind"):
         generate(req("win11"), load_caps_dir(str(tmp_path)))
 
 

@@ -13,10 +13,10 @@ from lxml import etree
 
 from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.guests.check import check_domain
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.generate import generate
 from hvfleet.guests.hosts import load_caps_dir
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec
-from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUTopology
 
 from .conftest import HOSTS
@@ -93,7 +93,7 @@ def test_mode_none_refuses_a_host_below_the_floor_naming_host_and_field() -> Non
     name, caps = hosts[0]
     hosts[0] = (name, caps.model_copy(update={"machine_types": [
         m for m in caps.machine_types if m.name != "pc-q35-4.2" and m.canonical != "pc-q35-4.2"]}))
-    with pytest.raises(InvalidInput, match=rf"^machine: mode none .*pc-q35-4\.2.*{name}"):
+    with pytest.raises(NotEverywhere, match=rf"^machine: mode none .*pc-q35-4\.2.*{name}"):
         generate(req("rhel9.1", "none"), HostGroup(tuple(hosts)))
 
 

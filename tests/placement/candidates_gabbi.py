@@ -45,6 +45,7 @@ from hvfleet.placement.candidates import (
     find_candidates,
     parse_candidates_query,
     render_candidates,
+    render_candidates_json,
 )
 from hvfleet.placement.graph import MAX_INT, Inventory, Provider, ProviderGraph
 from tests.placement.inprocess_placement import flat
@@ -280,7 +281,10 @@ class CandidatesOnlyEdge:
                 )
             except PlacementBadRequest as e:
                 return 400, _error(400, "Bad Request", e.detail, e.code)
-            return 200, render_candidates(answer, mv)
+            # The served text, held equal to json.dumps of the documented body.
+            text = render_candidates_json(answer, mv)
+            assert text == json.dumps(render_candidates(answer, mv))
+            return 200, json.loads(text)
         if method == "GET" and path == "/traits":
             return 200, {"traits": sorted(set(os_traits.get_traits()) | STATE.traits)}
         parts = path.strip("/").split("/")

@@ -127,11 +127,14 @@ def _why(trace: str) -> str:
     return lines[-1][:400] if lines else ""
 
 
-def run_file(path: Path, host: str, port: int, token: Tokens, store: Store) -> FileResult:
+def run_file(path: Path, host: str, port: int, token: Tokens, store: Store,
+             prefix: str = "/placement") -> FileResult:
+    """Every step of one file against the Placement API at `prefix` (`` for
+    the root of --placement-listen's listener)."""
     loader = unittest.TestLoader()
     suite = suitemaker.test_suite_from_dict(
         loader, path.stem.replace("-", "_"), suite_dict(path, token), str(path.parent), host, port,
-        fixture_module(store), None, prefix="/placement",
+        fixture_module(store), None, prefix=prefix,
         handlers=[h() for h in handlers.RESPONSE_HANDLERS])
     result = unittest.TestResult()
     suite.run(result)

@@ -14,6 +14,7 @@ with their mappings and the provider summaries must be equal.
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.parse
 from collections import Counter
@@ -30,6 +31,7 @@ from hvfleet.placement.candidates import (
     find_candidates,
     parse_candidates_query,
     render_candidates,
+    render_candidates_json,
 )
 from hvfleet.placement.graph import Inventory
 from tests.placement.inprocess_placement import (
@@ -240,7 +242,10 @@ def mine(fleet_graph: Any, mv: tuple[int, int], params: list[tuple[str, str]]) -
         answer = find_candidates(fleet_graph, q, resource_classes=KNOWN_CLASSES, traits=KNOWN_TRAITS)
     except PlacementBadRequest as e:
         return 400, flat(e.detail)
-    return 200, render_candidates(answer, mv)
+    # The served text, held equal to json.dumps of the documented body.
+    text = render_candidates_json(answer, mv)
+    assert text == json.dumps(render_candidates(answer, mv))
+    return 200, json.loads(text)
 
 
 def theirs(mv: tuple[int, int], params: list[tuple[str, str]]) -> tuple[int, Any]:

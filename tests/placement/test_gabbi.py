@@ -1,12 +1,15 @@
 """Placement 16.0's own API tests (the 31 gabbi files that need only the plain
 API fixture) against one `hvfleet serve` over HTTPS with a real admin token,
-each file on a fresh set of Placement records (tests/placement/gabbi_runner.py).
+each file on a fresh set of Placement records (tests/placement/gabbi_runner.py),
+with the Placement API at the root of its listener (`--placement-listen`:
+the server's ASGI app dispatching by listener, as `hvfleet serve` runs it),
+where the files expect Placement.
 
-518 of the 535 steps pass. PASSING is the count per file, held exactly (a
-regression fails; so does an improvement, until the number is raised). The 17
-misses, in docs/placement.md: 16 compare `links` with Placement mounted at
-`/` (ours are under `/placement`, as Placement's own are when it is mounted
-there), and 1 sends a malformed Content-Length the HTTP client refuses to send."""
+534 of the 535 steps pass. PASSING is the count per file, held exactly (a
+regression fails; so does an improvement, until the number is raised). The
+one miss (docs/placement.md) sends a malformed Content-Length, which the HTTP
+client refuses to send.
+The `/placement` mount's links are tested in test_placement_listener.py."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import pytest
 
 from hvfleet.server.app import create_app
 from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
+from hvfleet.server.placement import ByListener
 from hvfleet.store import Store, open_store
 from tests.placement.gabbi_runner import Tokens, issue_tokens, plain_api_files, run_file
 from tests.server.running import ServerThread
@@ -33,9 +37,9 @@ PASSING = {
     "microversion-bug-1724065.yaml": 1, "microversion.yaml": 8, "non-cors.yaml": 2,
     "resource-class-in-use.yaml": 10, "resource-classes-1-6.yaml": 1,
     "resource-classes-1-7.yaml": 6, "resource-classes-last-modified.yaml": 10,
-    "resource-classes.yaml": 28, "resource-provider-aggregates.yaml": 34,
+    "resource-classes.yaml": 30, "resource-provider-aggregates.yaml": 34,
     "resource-provider-bug-1779818.yaml": 9, "resource-provider-duplication.yaml": 4,
-    "resource-provider-links.yaml": 1, "resource-provider.yaml": 76, "shared-resources.yaml": 16,
+    "resource-provider-links.yaml": 8, "resource-provider.yaml": 83, "shared-resources.yaml": 16,
     "traits.yaml": 53, "unicode.yaml": 5, "usage.yaml": 15,
 }
 
@@ -51,7 +55,9 @@ def served() -> Iterator[Served]:
     store = open_store(f"sqlite:///{d}/hvfleet.db")
     token = issue_tokens(store)
     app = create_app(store, TokenAuthenticator(store), RoleAuthorizer(), dashboard_pages=False)
-    with ServerThread(app, make_tls_files(d / "tls")) as server:
+    listeners = ByListener(app, placement_port=0)
+    with ServerThread(listeners, make_tls_files(d / "tls")) as server:
+        listeners.placement_port = server.port  # this listener is the Placement one
         yield Served(store, server.port, token)
     store.close()
 
@@ -63,6 +69,6 @@ def test_the_plain_api_fixture_files_are_the_31_of_placement_16() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", plain_api_files(), ids=lambda p: p.stem)
 def test_placement_gabbi_file_passes_its_steps(served: Served, path: Path) -> None:
-    result = run_file(path, "127.0.0.1", served.port, served.token, served.store)
+    result = run_file(path, "127.0.0.1", served.port, served.token, served.store, prefix="")
     detail = "\n".join(result.failures)
     assert result.passed == PASSING[path.name], f"{result.passed}/{result.steps} passed\n{detail}"

@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 import requests
 
+from hvfleet.model.hypervisor import Condition, Hypervisor
 from hvfleet.scheduling.placement import export_inventories, provider_uuid
 from hvfleet.server.app import create_app
 from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
 from hvfleet.store import Store, open_store
+from hvfleet.store.ownership import agent_manager
 from hvfleet.store.tokens import issue_token
 from tests.scheduling.sched_fleet import host, put_host
 from tests.server.running import ServerThread
@@ -287,3 +289,120 @@ def test_reshaper_moves_inventory_and_allocations_to_a_child_in_one_write(api: P
         "DISK_GB": 30}
     assert api.call("POST", "/reshaper", "scheduler", {"inventories": {}, "allocations": {}}
                     ).status_code == 403
+
+
+def _mixed_race(api: Placement, hv_name: str, disk: int) -> None:
+    """8 clients allocate 1 VCPU on a hypervisor and 1 DISK_GB on a stored
+    provider with room for `disk`, each in one PUT (most are refused: the disk
+    is full, or its record changed under the write), while a reader checks
+    that every claim it sees has its record's allocation (read after it, so an
+    atomic write shows both): nothing half-done is ever visible, and in the
+    end the claims are exactly the allocations that succeeded."""
+    put_host(api.store, host(hv_name, {"cpu": 64, "memory": "8Gi"}, beat=datetime.now(UTC)))
+    hv = _uuid(api.store, hv_name)
+    sp = _stored_provider(api, disk)
+    won: list[str] = []
+    seen_half: list[str] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            claimed = {r.spec.consumer for r in api.store.list_reservations() if r.spec.hypervisor == hv_name}
+            record = api.store.get("ResourceProvider", sp)
+            allocated = set(record.spec.allocations)  # type: ignore[attr-defined]
+            with lock:
+                seen_half.extend(sorted(claimed - allocated))
+
+    def client() -> None:
+        for _ in range(2):
+            consumer = str(uuid.uuid4())
+            body = {"allocations": {hv: {"resources": {"VCPU": 1}}, sp: {"resources": {"DISK_GB": 1}}},
+                    "project_id": "p", "user_id": "u", "consumer_generation": None,
+                    "consumer_type": "INSTANCE"}
+            for _attempt in range(20):
+                r = api.call("PUT", f"/allocations/{consumer}", "scheduler", body)
+                if r.status_code == 204:
+                    with lock:
+                        won.append(consumer)
+                    break
+                assert r.status_code == 409, r.text
+                if "exceed the capacity" in r.text:
+                    break
+
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    threads = [threading.Thread(target=client) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    watcher.join()
+    assert seen_half == []
+    claims = {r.spec.consumer for r in api.store.list_reservations() if r.spec.hypervisor == hv_name}
+    record = api.store.get("ResourceProvider", sp)
+    assert claims == set(record.spec.allocations) == set(won)  # type: ignore[attr-defined]
+    assert len(won) == disk
+
+
+def test_a_mixed_allocation_is_one_atomic_write_under_concurrency_on_sqlite(api: Placement) -> None:
+    _mixed_race(api, "hv-mix", 5)
+
+
+def test_a_mixed_allocation_is_one_atomic_write_under_concurrency_on_etcd(etcd_api: Placement) -> None:
+    _mixed_race(etcd_api, "hv-mix", 5)
+
+
+def test_a_mixed_allocation_refused_by_its_claim_check_leaves_everything_as_it_was(api: Placement) -> None:
+    """The claim check runs inside the write (a host that stopped being Ready
+    still shows its inventories): its refusal refuses the record's write and
+    keeps the consumer's old claim, which the change would have replaced."""
+    put_host(api.store, host("hv-keep", {"cpu": 8, "memory": "8Gi"}, beat=datetime.now(UTC)))
+    hv, sp = _uuid(api.store, "hv-keep"), _stored_provider(api, 4)
+    consumer = str(uuid.uuid4())
+    body = {"allocations": {hv: {"resources": {"VCPU": 2}}}, "project_id": "p", "user_id": "u",
+            "consumer_generation": None, "consumer_type": "INSTANCE"}
+    assert api.call("PUT", f"/allocations/{consumer}", body=body).status_code == 204
+
+    def claims() -> list[tuple[str, Any]]:
+        return [(r.name, r.spec.resources) for r in api.store.list_reservations()
+                if r.spec.consumer == consumer]
+
+    before, record = claims(), api.store.get("ResourceProvider", sp)
+    assert len(before) == 1
+
+    def not_ready(h: Hypervisor) -> Hypervisor:
+        return h.model_copy(update={"status": h.status.model_copy(update={
+            "conditions": [Condition(type="Ready", status="False")]})})
+
+    api.store.update_hypervisor("hv-keep", not_ready, agent_manager("hv-keep"))
+    body = {"allocations": {hv: {"resources": {"VCPU": 3}}, sp: {"resources": {"DISK_GB": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": 1, "consumer_type": "INSTANCE"}
+    r = api.call("PUT", f"/allocations/{consumer}", body=body)
+    assert r.status_code == 409, r.text
+    assert "Unable to allocate inventory" in r.text
+    assert claims() == before
+    assert api.store.get("ResourceProvider", sp) == record
+    assert api.call("GET", f"/allocations/{consumer}").json()["allocations"] == {
+        hv: {"resources": {"VCPU": 2}, "generation": 0}}
+
+
+def test_nova_computes_registration_of_its_node_names_the_hypervisor_provider_to_use(api: Placement) -> None:
+    """nova-compute POSTs {name: its hypervisor hostname, uuid: its compute
+    node uuid}; the node already is the Hypervisor's provider, so the 409
+    names that provider's uuid (docs/placement.md: give nova-compute that
+    uuid as its compute node uuid, then its first GET finds the provider)."""
+    hv1 = _uuid(api.store, "hv1")
+    mine = str(uuid.uuid4())
+    r = api.call("POST", "/resource_providers", body={"name": "hv1", "uuid": mine})
+    assert r.status_code == 409
+    error = r.json()["errors"][0]
+    assert error["code"] == "placement.duplicate_name"
+    assert f"Conflicting resource provider name: hv1 already exists. It is hvfleet's Hypervisor hv1, " \
+           f"resource provider {hv1}" in error["detail"]
+    assert api.call("GET", f"/resource_providers/{mine}").status_code == 404  # nothing made
+    # The compute service's own token (an agent of hv1) creates no provider, and finds its node:
+    assert api.call("POST", "/resource_providers", "agent", {"name": "hv1", "uuid": mine}).status_code == 403
+    found = api.call("GET", f"/resource_providers/{hv1}", "agent")
+    assert found.status_code == 200 and found.json()["name"] == "hv1"

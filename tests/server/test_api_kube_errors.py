@@ -9,9 +9,12 @@ from collections.abc import Callable
 
 import pytest
 
+from hvfleet.model.hypervisor import Resource
+from hvfleet.server.identity import Action, Identity
 from hvfleet.store import sqlite as sqlite_backend
 from tests.server.conftest import Api
 from tests.server.objects import HV, hypervisor, status_of
+from tests.server.static_auth import AllowAll, RecordingAudit
 
 POLICIES = "/apis/hvfleet.io/v1/overcommitpolicies"
 
@@ -114,3 +117,35 @@ def test_a_ratio_set_without_validation_still_serializes_as_an_integer() -> None
     # model_copy skips validation: the ratio stays the int it was given.
     h = h.model_copy(update={"spec": h.spec.model_copy(update={"overcommit": {"cpu": 4}})})
     assert json.dumps(h.to_dict()["spec"]["overcommit"]) == '{"cpu": 4}'
+
+
+class _BuggyAuthorizer(AllowAll):
+    """An authorizer with a bug: an error class no table knows."""
+
+    def authorize(self, who: Identity, action: Action, current: Resource | None,
+                  new: Resource | None) -> None:
+        super().authorize(who, action, current, new)
+        if action.verb != "get" or action.name != "fine":
+            raise RuntimeError("a bug")
+
+
+def test_an_error_no_table_knows_is_a_500_status_about_the_request(make_api: Callable[..., Api]) -> None:
+    # The guard answers it as it answers the core's errors: a Status naming
+    # what the request was about (its path, or what the handler said), and the
+    # server goes on serving.
+    audit = RecordingAudit()
+    api = make_api(authorizer=_BuggyAuthorizer(), audit=audit)
+    c = api.client()
+    for r, details in ((c.get(f"{HV}/hv1"), {"name": "hv1", "group": "hvfleet.io", "kind": "hypervisors"}),
+                       (c.post("/apis/hvfleet.io/v1/fit", json={"cpu": "1"}),
+                        {"name": "fit", "group": "hvfleet.io"}),
+                       (c.post(HV, json=hypervisor("hv2")),
+                        {"name": "hv2", "group": "hvfleet.io", "kind": "hypervisors"})):
+        assert r.status_code == 500 and r.headers["content-type"] == "application/json", r.text
+        body = r.json()
+        assert (body["kind"], body["reason"], body["message"]) == (
+            "Status", "InternalError", "internal error: RuntimeError")
+        assert body["details"] == details
+    # The refused write has its one audit line, with the code it was answered.
+    assert [(e.action.verb, e.code, e.reason) for e in audit.records] == [("create", 500, "InternalError")]
+    assert c.get(f"{HV}/fine").status_code == 404

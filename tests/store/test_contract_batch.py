@@ -12,6 +12,7 @@ from tests.store.hosts import ready_host
 from hvfleet.model import AlreadyExists, Forbidden, Hypervisor, InvalidInput, NotFound, Reservation
 from hvfleet.model.hypervisor import Resource
 from hvfleet.scheduling.claims import claim_reservation
+from hvfleet.scheduling.errors import DoesNotFit
 from hvfleet.store import Store, open_store
 from hvfleet.store.apply import ClaimRequired, apply_manifests, load_manifests, plan_one
 from hvfleet.store.base import OwnershipConflict, StaleVersion, Write
@@ -213,3 +214,69 @@ def test_a_batch_may_hold_several_reservations_of_one_host(store: Store, make_hy
     out = store.write_all([Write("update", _released(a)), Write("update", _released(b))], "scheduler")
     assert [o.status.phase for o in out if isinstance(o, Reservation)] == ["Released", "Released"]
     assert [r.status.phase for r in store.list_reservations()] == ["Released", "Released"]
+
+
+def _new_cpu(name: str, host: str, cpu: int) -> Reservation:
+    return Reservation.model_validate({
+        "metadata": {"name": name},
+        "spec": {"hypervisor": host, "consumer": name, "resources": {"cpu": cpu}},
+        "status": {"phase": "Active"},
+    })
+
+
+def _batch_with_claims(store: Store) -> bool:
+    """The remote store sends a batch to its server, which takes creates and
+    updates only (a claim's check cannot travel): it refuses the others whole."""
+    return not store.url.startswith("https://")
+
+
+def test_a_batch_deletes_a_claim_and_makes_another_whose_check_sees_the_host_as_the_batch_leaves_it(
+    store: Store, make_hypervisor: MakeHv
+) -> None:
+    ready_host(store, "hv1", 8)
+    old, kept = _claimed_cpu(store, "r1", "hv1", 2), _claimed_cpu(store, "r0", "hv1", 1)
+    seen: list[list[str]] = []
+
+    def check(h: Hypervisor, others: list[Reservation]) -> None:
+        seen.append(sorted(o.name for o in others))
+
+    writes = [Write("delete", old), Write("create", _new_cpu("r2", "hv1", 3), check=check),
+              Write("create", make_hypervisor("hv2"))]
+    if not _batch_with_claims(store):
+        with pytest.raises(InvalidInput):
+            store.write_all(writes, "scheduler")
+        assert sorted(r.name for r in store.list_reservations()) == ["r0", "r1"]
+        return
+    store.write_all(writes, "scheduler")
+    assert seen == [[kept.name]]
+    assert sorted(r.name for r in store.list_reservations()) == ["r0", "r2"]
+    assert store.get("Hypervisor", "hv2").metadata.name == "hv2"
+
+
+@pytest.mark.parametrize("refused", ["check", "stale delete"])
+def test_a_batch_whose_claim_is_refused_or_whose_delete_is_stale_writes_nothing(
+    store: Store, make_hypervisor: MakeHv, refused: str
+) -> None:
+    ready_host(store, "hv1", 8)
+    old = _claimed_cpu(store, "r1", "hv1", 2)
+    hv = store.get("Hypervisor", "hv1")
+    before = (sorted((r.name, r.metadata.resource_version) for r in store.list_reservations()),
+              hv.metadata.resource_version)
+
+    def full(h: Hypervisor, others: list[Reservation]) -> None:
+        raise DoesNotFit(h.name, [])
+
+    delete = old
+    if refused == "stale delete":
+        store.update(_released(old), "scheduler")  # `old`'s resourceVersion is now stale
+        before = (sorted((r.name, r.metadata.resource_version) for r in store.list_reservations()),
+                  hv.metadata.resource_version)
+    writes = [Write("delete", delete),
+              Write("create", _new_cpu("r2", "hv1", 3), check=full if refused == "check" else None),
+              Write("update", _ratio(hv, 2.0))]  # type: ignore[arg-type]
+    expected: type[Exception] = DoesNotFit if refused == "check" else StaleVersion
+    with pytest.raises(expected if _batch_with_claims(store) else InvalidInput):
+        store.write_all(writes, "scheduler")
+    after = (sorted((r.name, r.metadata.resource_version) for r in store.list_reservations()),
+             store.get("Hypervisor", "hv1").metadata.resource_version)
+    assert after == before

@@ -34,6 +34,7 @@ from hvfleet.store import sqlite as sqlite_backend
 from hvfleet.store.base import ClaimRefused, OwnershipConflict, StaleVersion
 from hvfleet.store.kubeconfig import dump_kubeconfig, render_kubeconfig
 from hvfleet.store.remote import RemoteStore, error_from_status, find_credentials
+from hvfleet.store.statuses import STATUS_OF
 
 TOKEN = "hvf_0123456789abcdef_" + "x" * 43
 
@@ -71,6 +72,20 @@ def test_answers_map_to_error_classes_by_reason_and_causes(
     assert type(err) is cls
     # Only a plain Conflict's subclasses are told apart by causes, never by the message.
     assert not isinstance(err, Conflict) or type(err) in (Conflict, StaleVersion)
+
+
+def test_every_class_the_server_answers_with_is_read_back_as_itself() -> None:
+    """The two ends of one table (hvfleet.store.statuses): what `hvfleet serve`
+    answers for a model error class, the remote store raises again, by its
+    reason and, where a proxy dropped the reason, by its code alone."""
+    for cls, (code, reason) in STATUS_OF.items():
+        if cls is HvfleetError:
+            continue
+        assert type(error_from_status(code, _status(code, reason), "GET /x")) is cls, cls
+        bare = error_from_status(code, _status(code, ""), "GET /x")
+        assert type(bare) is (cls if code in (400, 401, 403, 410, 413, 415, 429) else
+                              InvalidInput if code == 422 else
+                              Conflict if code == 409 else NotFound if code == 404 else Unavailable), cls
 
 
 def test_ownership_conflicts_keep_every_field_and_owner_and_the_stores_message() -> None:

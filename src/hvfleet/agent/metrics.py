@@ -24,7 +24,24 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+# The metrics with one series per hypervisor, which `bind` shows at 0 from the
+# start: attribute → (type, name, help).
+_PER_HOST: dict[str, tuple[type[Counter] | type[Gauge], str, str]] = {
+    "reconnects": (Counter, "hvfleet_agent_libvirt_reconnects", "Successful reconnects to libvirt"),
+    "connected": (Gauge, "hvfleet_agent_libvirt_connected", "1 while the agent is connected to libvirt"),
+    "skipped_domains": (Gauge, "hvfleet_agent_skipped_domains",
+                        "Domains left out because they cannot be parsed"),
+    "store_errors": (Counter, "hvfleet_agent_store_errors", "Status writes that failed and will be retried"),
+}
+
+
 class AgentMetrics:
+    # Made from _PER_HOST.
+    reconnects: Counter
+    connected: Gauge
+    skipped_domains: Gauge
+    store_errors: Counter
+
     def __init__(self, hypervisor: str) -> None:
         self.hypervisor = hypervisor
         self.registry = CollectorRegistry()
@@ -47,22 +64,8 @@ class AgentMetrics:
             "Time to read libvirt, rebuild status and write it",
             ["hypervisor"], buckets=_DURATION_BUCKETS, registry=self.registry,
         )
-        self.reconnects = Counter(
-            "hvfleet_agent_libvirt_reconnects", "Successful reconnects to libvirt",
-            ["hypervisor"], registry=self.registry,
-        )
-        self.connected = Gauge(
-            "hvfleet_agent_libvirt_connected", "1 while the agent is connected to libvirt",
-            ["hypervisor"], registry=self.registry,
-        )
-        self.skipped_domains = Gauge(
-            "hvfleet_agent_skipped_domains", "Domains left out because they cannot be parsed",
-            ["hypervisor"], registry=self.registry,
-        )
-        self.store_errors = Counter(
-            "hvfleet_agent_store_errors", "Status writes that failed and will be retried",
-            ["hypervisor"], registry=self.registry,
-        )
+        for attribute, (metric, name, documentation) in _PER_HOST.items():
+            setattr(self, attribute, metric(name, documentation, ["hypervisor"], registry=self.registry))
         self.guest_crashes = Counter(
             "hvfleet_guest_crashes",
             "Guest crashes (libvirt lifecycle CRASHED: pvpanic, Hyper-V crash MSRs), "
@@ -75,8 +78,8 @@ class AgentMetrics:
     def bind(self, hypervisor: str) -> None:
         """Name the hypervisor once it is known; counters show 0 from then on."""
         self.hypervisor = hypervisor
-        for metric in (self.reconnects, self.store_errors, self.connected, self.skipped_domains):
-            metric.labels(hypervisor)
+        for attribute in _PER_HOST:
+            getattr(self, attribute).labels(hypervisor)
 
     def _set(self, gauge: Gauge, values: ResourceList) -> None:
         for r, q in values.items():

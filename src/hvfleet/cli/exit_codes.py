@@ -12,7 +12,7 @@ or libvirt unreachable, an internal failure).
 
 from __future__ import annotations
 
-from hvfleet.guests.check import NotEverywhere
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.model.errors import (
     AlreadyExists,
     Conflict,

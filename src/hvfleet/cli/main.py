@@ -37,30 +37,38 @@ app = typer.Typer(
 )
 
 
-@app.callback()
 def _global_options(
-    store: Annotated[str | None, typer.Option(
+    # Named apart from any command's own parameters (token revoke's TOKEN
+    # argument, a command's own --store): with_connection_options adds them to
+    # every command.
+    global_store: Annotated[str | None, typer.Option(
         "--store", callback=_exporting("HVFLEET_STORE"), show_default=False,
         help="Store URL for every command (default $HVFLEET_STORE); also taken after the "
         "command's name.")] = None,
-    store_prefix: Annotated[str | None, typer.Option(
+    global_store_prefix: Annotated[str | None, typer.Option(
         "--store-prefix", callback=_exporting("HVFLEET_STORE_PREFIX"), show_default=False,
         help="Key prefix of this fleet in a shared etcd (default $HVFLEET_STORE_PREFIX, else "
         "/hvfleet); ignored by SQLite.")] = None,
-    token: Annotated[str | None, typer.Option(
+    remote_token: Annotated[str | None, typer.Option(
         "--token", callback=_exporting("HVFLEET_TOKEN"), show_default=False,
-        help="Bearer token for an https:// store.")] = None,
-    ca: Annotated[str | None, typer.Option(
+        help="Bearer token for an https:// store (default $HVFLEET_TOKEN, else the "
+        "kubeconfig's for that server).")] = None,
+    remote_ca: Annotated[str | None, typer.Option(
         "--ca", callback=_exporting("HVFLEET_CA"), show_default=False,
-        help="CA certificate (PEM) of an https:// store's server.")] = None,
-    kubeconfig: Annotated[str | None, typer.Option(
+        help="CA certificate (PEM) to verify an https:// store's server with (default "
+        "$HVFLEET_CA, else the kubeconfig's, else the system's).")] = None,
+    remote_kubeconfig: Annotated[str | None, typer.Option(
         "--kubeconfig", callback=_exporting("KUBECONFIG"), show_default=False,
-        help="kubeconfig holding an https:// store's token and CA.")] = None,
+        help="kubeconfig holding an https:// store's token and CA (default $KUBECONFIG, "
+        "else ~/.kube/config).")] = None,
 ) -> None:
     """A live, trustworthy picture of a libvirt/KVM fleet.
 
     The global options may also follow a command's name: each sets the
     environment variable every command reads, wherever it opens its store."""
+
+
+app.callback()(_global_options)
 
 
 # field (as the core names it) → the flag that sets it. A dotted field
@@ -119,42 +127,9 @@ def _exporting(env: str) -> Callable[[str | None], str | None]:
     return lambda value: _export(env, value)
 
 
-_connection = typer.Typer(add_completion=False)
-
-
-@_connection.command()
-def _connection_options(
-    # Named apart from any command's own parameters (token revoke's TOKEN argument).
-    remote_token: Annotated[str | None, typer.Option(
-        "--token", callback=_exporting("HVFLEET_TOKEN"), show_default=False,
-        help="Bearer token for an https:// store (default $HVFLEET_TOKEN, else the "
-        "kubeconfig's for that server).")] = None,
-    remote_ca: Annotated[str | None, typer.Option(
-        "--ca", callback=_exporting("HVFLEET_CA"), show_default=False,
-        help="CA certificate (PEM) to verify an https:// store's server with (default "
-        "$HVFLEET_CA, else the kubeconfig's, else the system's).")] = None,
-    remote_kubeconfig: Annotated[str | None, typer.Option(
-        "--kubeconfig", callback=_exporting("KUBECONFIG"), show_default=False,
-        help="kubeconfig holding an https:// store's token and CA (default $KUBECONFIG, "
-        "else ~/.kube/config).")] = None,
-) -> None:
-    """Only a holder of the connection options' definitions."""
-
-
-_store = typer.Typer(add_completion=False)
-
-
-@_store.command()
-def _store_options(
-    global_store: Annotated[str | None, typer.Option(
-        "--store", callback=_exporting("HVFLEET_STORE"), show_default=False,
-        help="Store URL (a global option: this command opens no store).")] = None,
-    global_store_prefix: Annotated[str | None, typer.Option(
-        "--store-prefix", callback=_exporting("HVFLEET_STORE_PREFIX"), show_default=False,
-        help="Key prefix of this fleet in a shared etcd (default $HVFLEET_STORE_PREFIX, else "
-        "/hvfleet); ignored by SQLite.")] = None,
-) -> None:
-    """Only a holder of the store options' definitions."""
+# The global options as a command's (with_connection_options adds them to each).
+_global = typer.Typer(add_completion=False)
+_global.command()(_global_options)
 
 
 def _usage_of(argument: typer.core.TyperArgument, _ctx: object) -> list[str]:
@@ -185,8 +160,7 @@ def with_connection_options(command: Any) -> Any:
         return command
     opens_store = "store" in {p.name for p in command.params}
     flags = {flag for p in command.params for flag in getattr(p, "opts", ())}
-    extra = [*typer.main.get_command(_store).params, *typer.main.get_command(_connection).params]
-    for param in extra:
+    for param in typer.main.get_command(_global).params:
         if not flags & set(getattr(param, "opts", ())):  # a command's own --token etc. win
             param = copy.copy(param)
             param.expose_value = False  # the command's function does not take it

@@ -3,6 +3,7 @@ apply, export, delete, crd."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -241,39 +242,12 @@ def _print_effective(h: Hypervisor, policies: Sequence[OvercommitPolicy], change
                   f"(generation {h.metadata.generation}); effective capacity: {text}")
 
 
-@overcommit_app.command("set")
-def overcommit_set(
-    targets: TargetsArg,
-    selector: SelectorOpt = None,
-    manager: ManagerOpt = DEFAULT_MANAGER,
-    force: ForceOpt = False,
-    store: StoreOpt = None,
-) -> None:
-    """Set overcommit ratios (finite, > 0; below 1 keeps part of a resource free)
-    on one host, or with -l on every matching host at once (all or nothing)."""
-    _edit(store, targets, selector, "overcommit", lambda e: parse_ratio(e, "overcommit"),
-          manager, force)
+def _spec_map_commands(sub: typer.Typer, field: SpecMap, parse: Callable[[str], tuple[ResourceName, Any]],
+                       set_help: str, unset_help: str) -> None:
+    """`set` and `unset` of spec map `field` on one host or, with -l, on every
+    matching host at once (all or nothing)."""
 
-
-@overcommit_app.command("unset")
-def overcommit_unset(
-    targets: Annotated[
-        list[str], typer.Argument(metavar="[NAME] RESOURCE...",
-                                  help="NAME then resources to reset; with -l only resources.")
-    ],
-    selector: SelectorOpt = None,
-    manager: ManagerOpt = DEFAULT_MANAGER,
-    force: ForceOpt = False,
-    store: StoreOpt = None,
-) -> None:
-    """Remove ratios (back to a matching OvercommitPolicy's, else 1.0)."""
-    _edit(store, targets, selector, "overcommit", None, manager, force)
-
-
-def _quantity_commands(sub: typer.Typer, field: SpecMap) -> None:
-    label = SPEC_FIELD[field]
-
-    @sub.command("set")
+    @sub.command("set", help=set_help)
     def set_(
         targets: TargetsArg,
         selector: SelectorOpt = None,
@@ -281,15 +255,12 @@ def _quantity_commands(sub: typer.Typer, field: SpecMap) -> None:
         force: ForceOpt = False,
         store: StoreOpt = None,
     ) -> None:
-        _edit(store, targets, selector, field, lambda e: parse_quantity_assignment(e, label),
-              manager, force)
+        _edit(store, targets, selector, field, parse, manager, force)
 
-    set_.__doc__ = f"Set {label} quantities on one host, or with -l on every matching host."
-
-    @sub.command("unset")
+    @sub.command("unset", help=unset_help)
     def unset(
         targets: Annotated[list[str], typer.Argument(
-            metavar="[NAME] RESOURCE...", help="NAME then resources; with -l only resources.")],
+            metavar="[NAME] RESOURCE...", help="NAME then resources to reset; with -l only resources.")],
         selector: SelectorOpt = None,
         manager: ManagerOpt = DEFAULT_MANAGER,
         force: ForceOpt = False,
@@ -297,7 +268,19 @@ def _quantity_commands(sub: typer.Typer, field: SpecMap) -> None:
     ) -> None:
         _edit(store, targets, selector, field, None, manager, force)
 
-    unset.__doc__ = f"Remove {label} entries."
+
+_spec_map_commands(
+    overcommit_app, "overcommit", functools.partial(parse_ratio, where="overcommit"),
+    "Set overcommit ratios (finite, > 0; below 1 keeps part of a resource free) on one host, or "
+    "with -l on every matching host at once (all or nothing).",
+    "Remove ratios (back to a matching OvercommitPolicy's, else 1.0).")
+
+
+def _quantity_commands(sub: typer.Typer, field: SpecMap) -> None:
+    label = SPEC_FIELD[field]
+    _spec_map_commands(sub, field, functools.partial(parse_quantity_assignment, where=label),
+                       f"Set {label} quantities on one host, or with -l on every matching host.",
+                       f"Remove {label} entries.")
 
 
 _quantity_commands(reserved_app, "reserved")

@@ -3,6 +3,7 @@
     hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
                   [--data-dir DIR] [--insecure-http] [--audit-log FILE] [--tls-name NAME...]
                   [--history-retention 7d] [--history-tiers 10s:1h,1m:1d,10m:7d]
+                  [--placement-listen HOST:PORT]
     hvfleet serve --store URL --rotate-ca begin|switch|end
 
 The CLI and the server are two edges that never import each other
@@ -72,6 +73,12 @@ def serve(
                                  help="The history's RESOLUTION:WINDOW tiers, finest first "
                                       "(default 10s:1h,1m:1d,10m:7d).")
     ] = None,
+    placement_listen: Annotated[
+        str | None, typer.Option("--placement-listen", metavar="HOST:PORT",
+                                 help="Also serve the Placement API at the root of this address "
+                                      "(Placement's port is 8778), same TLS and tokens; "
+                                      "/placement stays on --listen.")
+    ] = None,
 ) -> None:
     """Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."""
     settings = {
@@ -80,6 +87,7 @@ def serve(
         "insecure_http": insecure_http, "audit_log": audit_log, "rotate_ca": rotate_ca,
         "tls_names": tls_name or None,
         "history_retention": history_retention, "history_tiers": history_tiers,
+        "placement_listen": placement_listen,
     }
     sys.stdout.flush()
     sys.stderr.flush()

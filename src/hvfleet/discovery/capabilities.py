@@ -52,6 +52,18 @@ def _supported(el: etree._Element | None) -> bool | None:
     return el.get("supported") == "yes"
 
 
+def _newer_enum(parent: etree._Element, tag: str, name: str, notes: list[str],
+                older: str) -> list[str] | None:
+    """Enum `name` of element `tag`, which only a newer libvirt lists: its
+    values (none where unsupported); None where the element is missing (unknown,
+    not absent), with a note that says why (`older`)."""
+    element = parent.find(tag)
+    if element is None:
+        notes.append(f"domcapabilities: no <{tag}> element {older}")
+        return None
+    return (_enum(element, name) or []) if _supported(element) else []
+
+
 def parse_cpu_element(cpu: etree._Element, source: str) -> HostCPU:
     """A `<cpu>` (host CPU, host-model mode, or a guest CPU) → HostCPU.
 
@@ -225,28 +237,16 @@ def _parse_domcapabilities(root: etree._Element, caps: HostCapabilities) -> None
             caps.tpm_models = (_enum(tpm, "model") or []) if ok else []
             caps.tpm_backends = (_enum(tpm, "backendModel") or []) if ok else []
             caps.tpm_versions = _enum(tpm, "backendVersion") if ok else []
-        panic = devices.find("panic")
-        if panic is None:
-            caps.notes.append(
-                "domcapabilities: no <panic> element (libvirt older than 9.1); "
-                "panic models unknown"
-            )
-        else:
-            caps.panic_models = (_enum(panic, "model") or []) if _supported(panic) else []
+        caps.panic_models = _newer_enum(devices, "panic", "model", caps.notes,
+                                        "(libvirt older than 9.1); panic models unknown")
 
     features = root.find("features")
     if features is not None:
         caps.vmcoreinfo = _supported(features.find("vmcoreinfo"))
         caps.sev = _supported(features.find("sev"))
         caps.sgx = _supported(features.find("sgx"))
-        hv = features.find("hyperv")
-        if hv is None:
-            caps.notes.append(
-                "domcapabilities: no <hyperv> element (libvirt older than 8.0); "
-                "Hyper-V features unknown, not absent"
-            )
-        else:
-            caps.hyperv_features = (_enum(hv, "features") or []) if _supported(hv) else []
+        caps.hyperv_features = _newer_enum(features, "hyperv", "features", caps.notes,
+                                           "(libvirt older than 8.0); Hyper-V features unknown, not absent")
         if caps.vmcoreinfo is None:
             caps.notes.append("domcapabilities: no <vmcoreinfo> element; support unknown")
 

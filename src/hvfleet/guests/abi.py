@@ -31,6 +31,7 @@ from hvfleet.guests.cpumap import load_cpu_map
 from hvfleet.guests.datasets import DEFAULT_DATA, DataSources, changed_versions
 from hvfleet.guests.decision import Decision
 from hvfleet.guests.disks import decide_disks
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.firmware import TPM, Firmware
 from hvfleet.guests.generate import plan_guest
 from hvfleet.guests.hyperv import HyperV
@@ -212,6 +213,15 @@ def _cpu_value(dom: etree._Element) -> GuestCPU | None:
                     tuple(host.disabled_features), features)
 
 
+# The areas that are one attribute of one element: (area, element, attribute).
+_ONE_ATTRIBUTE = (
+    ("disk bus", "devices/disk/target", "bus"),
+    ("nic", "devices/interface/model", "type"),
+    ("usb", "devices/controller[@type='usb']", "model"),
+    ("video", "devices/video/model", "type"),
+)
+
+
 def _values(dom: etree._Element) -> dict[str, Any]:
     """Typed values of the existing definition's ABI settings, as Plan decisions hold them;
     an area missing here (e.g. a non-custom CPU, no NICs) is not kept."""
@@ -256,18 +266,10 @@ def _values(dom: etree._Element) -> dict[str, Any]:
             attr = next((a for a in tm.attrib if a != "name"), "present")
             timers.append((name, str(attr), tm.get(str(attr), "yes")))
         v["clock"] = Clock(clock.get("offset", "utc"), hvclock, tuple(timers))
-    target = dom.find("devices/disk/target")
-    if target is not None and target.get("bus"):
-        v["disk bus"] = target.get("bus")
-    nic = dom.find("devices/interface/model")
-    if nic is not None and nic.get("type"):
-        v["nic"] = nic.get("type")
-    usb = dom.find("devices/controller[@type='usb']")
-    if usb is not None and usb.get("model"):
-        v["usb"] = usb.get("model")
-    video = dom.find("devices/video/model")
-    if video is not None and video.get("type"):
-        v["video"] = video.get("type")
+    for area, path, attribute in _ONE_ATTRIBUTE:
+        element = dom.find(path)
+        if element is not None and element.get(attribute):
+            v[area] = element.get(attribute)
     balloon = dom.find("devices/memballoon")
     v["memballoon"] = balloon is not None and balloon.get("model") not in (None, "none")
     v["rng"] = dom.find("devices/rng") is not None
@@ -392,7 +394,7 @@ def regenerate(
     xml = render_domain(plan, hosts)
     final = _problems(xml, group) - baseline
     if final:  # kept settings that only fail together
-        raise InvalidInput("regenerate: the kept settings together do not run on every host: "
+        raise NotEverywhere("regenerate: the kept settings together do not run on every host: "
                            + "; ".join(f"{h}: {p}" for h, p in sorted(final)[:4]))
     if changed and not allow_abi_change:
         raise Conflict(

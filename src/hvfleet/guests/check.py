@@ -15,14 +15,12 @@ from lxml import etree
 from hvfleet.discovery.capabilities import parse_cpu_element
 from hvfleet.guests.cpu import expand_cpu, is_unknown_cpu
 from hvfleet.guests.cpumap import load_cpu_map
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.request import HostGroup
-from hvfleet.model.errors import HvfleetError, InvalidInput
+from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCapabilities
 
-
-class NotEverywhere(HvfleetError):
-    """The guest does not run on every host of the group. The CLI exits 3 (as
-    for a request that does not fit): not bad input, the group lacks something."""
+__all__ = ["HostVerdict", "NotEverywhere", "check_domain"]
 
 
 @dataclass

@@ -27,6 +27,7 @@ from lxml import etree
 
 from hvfleet.guests.cpumap import CPUMap, CPUModel, load_cpu_map
 from hvfleet.guests.decision import Decision, hosts_list
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo, HostCapabilities, HostCPU
 
@@ -166,7 +167,7 @@ def _best_model(
         if len(left_out) < 3:
             left_out.append(f"closer model {m.name} left out: {hosts_list(why, 3)}")
     hosts = hosts_list(sorted(qemu_models))
-    raise InvalidInput(
+    raise NotEverywhere(
         f"cpu: no CPU model of libvirt's cpu_map is known and usable on the QEMU of "
         f"every host ({hosts})"
     )
@@ -353,7 +354,7 @@ def software_cpu(
     models, evidence = _usable_everywhere(hosts, cmap)
     models = [m for m in models if "lm" in m.features and (not m.vendor or m.vendor == vendor)]
     if not models:
-        raise InvalidInput("cpu: no 64-bit CPU model is usable on every host of the group")
+        raise NotEverywhere("cpu: no 64-bit CPU model is usable on every host of the group")
     mode = "none" if conservative else "software"
     if conservative:
         preferred = [m for m in models if m.name == "qemu64"]
@@ -439,7 +440,7 @@ def floor_cpu(
     lacking = [n for n, c in hosts if c.cpu_models is not None
                and not any(m.name == model_name and m.usable is not False for m in c.cpu_models)]
     if lacking:
-        raise InvalidInput(
+        raise NotEverywhere(
             f"mode none uses policy {policy_version}'s model {model_name}, which is not "
             f"usable on {hosts_list(lacking)}", field="cpu",
         )

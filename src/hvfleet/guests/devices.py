@@ -11,11 +11,11 @@ offer the one chosen.
 from __future__ import annotations
 
 from hvfleet.guests.decision import Decision, hosts_list
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.osinfo import OSInfo
 from hvfleet.guests.policy import Policy
 from hvfleet.guests.request import GuestRequest, HostGroup
 from hvfleet.guests.scope import Scope
-from hvfleet.model.errors import InvalidInput
 
 
 def os_has(os: OSInfo, device: str, req: GuestRequest, policy: Policy) -> tuple[bool, str]:
@@ -60,7 +60,7 @@ def decide_video(os: OSInfo, group: HostGroup, scope: Scope) -> Decision[str]:
         return Decision("video", virtio, virtio, "virtio-gpu driver in-box",
                         (os.device_evidence("virtio-gpu"),))
     if lacking(fallback):
-        raise InvalidInput("video: the standard VGA model is not offered on every host")
+        raise NotEverywhere("video: the standard VGA model is not offered on every host")
     return Decision("video", fallback, fallback, "no in-box virtio-gpu driver: standard VGA",
                     (os.device_evidence("virtio-gpu"),))
 
@@ -145,7 +145,7 @@ def decide_graphics(group: HostGroup, policy: Policy) -> Decision[str]:
     lacking = [n for n, c in group.hosts if c.graphics_types is not None
                and "vnc" not in c.graphics_types]
     if lacking:
-        raise InvalidInput(f"graphics: VNC is not offered on {hosts_list(lacking)}")
+        raise NotEverywhere(f"graphics: VNC is not offered on {hosts_list(lacking)}")
     return Decision("graphics", policy.vnc_listen, f"vnc on {policy.vnc_listen}",
                     "a console for operators, reachable only from the host (tunnel over SSH)")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hvfleet.guests.decision import Decision, hosts_list
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.osinfo import OSInfo
 from hvfleet.guests.policy import Policy
 from hvfleet.guests.request import GuestRequest, HostGroup
@@ -45,14 +46,14 @@ def decide_firmware(req: GuestRequest, os: OSInfo, group: HostGroup) -> Decision
                         (f"osinfo firmware for {os.short_id}: {os.firmware or 'not listed'}",))
     lacking = [n for n, c in group.hosts if c.firmware.efi is not True]
     if lacking:
-        raise InvalidInput(
+        raise NotEverywhere(
             f"firmware: EFI needed but not offered (or unknown: no domcapabilities) on "
             f"{hosts_list(lacking)}"
         )
     if req.secure_boot:
         no_sb = [n for n, c in group.hosts if c.firmware.secure_boot is not True]
         if no_sb:
-            raise InvalidInput(f"firmware: secure boot asked but not offered on {hosts_list(no_sb)}")
+            raise NotEverywhere(f"firmware: secure boot asked but not offered on {hosts_list(no_sb)}")
     return Decision(
         "firmware", Firmware(True, req.secure_boot),
         "efi" + (" + secure boot (smm on)" if req.secure_boot else ""),
@@ -79,11 +80,11 @@ def decide_tpm(
             )
             continue
         if model not in caps.tpm_models:
-            raise InvalidInput(f"tpm: {model} not offered on {name} (has {caps.tpm_models})")
+            raise NotEverywhere(f"tpm: {model} not offered on {name} (has {caps.tpm_models})")
         if caps.tpm_backends is not None and "emulator" not in caps.tpm_backends:
-            raise InvalidInput(f"tpm: the emulator (swtpm) backend is not offered on {name}")
+            raise NotEverywhere(f"tpm: the emulator (swtpm) backend is not offered on {name}")
         if caps.tpm_versions and "2.0" not in caps.tpm_versions:
-            raise InvalidInput(f"tpm: TPM 2.0 is not offered on {name}")
+            raise NotEverywhere(f"tpm: TPM 2.0 is not offered on {name}")
     evidence.insert(0, f"{model} + emulator 2.0 on every host that lists TPM models")
     return Decision(
         "tpm", TPM(model), f"{model}, emulator 2.0",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from hvfleet.discovery.capabilities import machine_version
 from hvfleet.guests.decision import Decision, hosts_list
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.osinfo import OSInfo
 from hvfleet.guests.request import HostGroup
 from hvfleet.guests.scope import Scope
@@ -68,7 +69,7 @@ def decide_machine(os: OSInfo, group: HostGroup, vcpus: int, scope: Scope) -> De
             key=lambda n: machine_version(n) or (0, 0),
         )
         if not versioned:
-            raise InvalidInput(f"machine: no versioned {prefix}* machine type is on every host")
+            raise NotEverywhere(f"machine: no versioned {prefix}* machine type is on every host")
         chosen = versioned[-1]
         evidence.append(f"{len(versioned)} versioned {prefix}* types on all hosts")
         reason = "the highest versioned machine type every host has, pinned (never the bare alias)"

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hvfleet.guests.decision import hosts_list
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.policy import Policy
-from hvfleet.model.errors import InvalidInput
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Scope:
     def refuse_lacking(self, area: str, value: str, lacking: list[str]) -> None:
         """Mode none chose `value` without asking the hosts: refuse if some lack it."""
         if lacking:
-            raise InvalidInput(
+            raise NotEverywhere(
                 f"{area}: mode none assumes every host offers {value} (policy "
                 f"{self.policy.version} floor: {self.floor}), but {hosts_list(lacking)} "
                 "do not"

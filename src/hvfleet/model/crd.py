@@ -86,6 +86,10 @@ def structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
+# Every kind's last column, as kube-apiserver's default table ends.
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
 def _version(model: type[BaseModel], kind: str, columns: list[dict[str, Any]]) -> dict[str, Any]:
     # A Lease has no status (as coordination.k8s.io's), so no status subresource.
     has_status = "status" in model.model_fields
@@ -97,7 +101,7 @@ def _version(model: type[BaseModel], kind: str, columns: list[dict[str, Any]]) -
         "storage": True,
         "schema": {"openAPIV3Schema": schema},
         "subresources": {"status": {}} if has_status else {},
-        "additionalPrinterColumns": columns,
+        "additionalPrinterColumns": [*columns, _AGE],
     }
 
 
@@ -111,23 +115,19 @@ def crds() -> list[dict[str, Any]]:
         # effectiveCapacity above is the agent's copy; it lags while Generation > Observed.
         {"name": "Generation", "type": "integer", "jsonPath": ".metadata.generation", "priority": 1},
         {"name": "Observed", "type": "integer", "jsonPath": ".status.observedGeneration", "priority": 1},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     res_columns = [
         {"name": "Hypervisor", "type": "string", "jsonPath": ".spec.hypervisor"},
         {"name": "Consumer", "type": "string", "jsonPath": ".spec.consumer"},
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     policy_columns = [
         {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     lease_columns = [
         {"name": "Holder", "type": "string", "jsonPath": ".spec.holderIdentity"},
         {"name": "Renewed", "type": "date", "jsonPath": ".spec.renewTime"},
         {"name": "Duration", "type": "integer", "jsonPath": ".spec.leaseDurationSeconds"},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     out = []
     columns_of = {"Hypervisor": hv_columns, "Reservation": res_columns, "Lease": lease_columns,

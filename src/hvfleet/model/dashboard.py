@@ -23,7 +23,7 @@ from pydantic import Field, field_validator
 
 from hvfleet.model.bounds import MAX_NAME, MAX_RESOURCES
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.meta import Model, ObjectMeta, StoredObject
+from hvfleet.model.meta import Model, NoStatus, StoredObject
 from hvfleet.model.quantity import Quantity
 
 # A tier's name is its resolution: "10s", "1m", "10m".
@@ -63,12 +63,7 @@ class HistorySeriesSpec(Model):
     points: list[HistoryPoint] = Field(default_factory=list, max_length=MAX_POINTS)
 
 
-class HistorySeriesStatus(Model):
-    pass
-
-
 class HistorySeries(StoredObject):
     kind: Literal["HistorySeries"] = "HistorySeries"
-    metadata: ObjectMeta
     spec: HistorySeriesSpec
-    status: HistorySeriesStatus = Field(default_factory=HistorySeriesStatus)
+    status: NoStatus = Field(default_factory=NoStatus)

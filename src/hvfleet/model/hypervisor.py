@@ -39,11 +39,11 @@ from hvfleet.model.lease import Lease
 from hvfleet.model.meta import (
     Condition,
     Model,
-    ObjectMeta,
     StoredObject,
-    label_map_error,
     label_value_error,
     qualified_name_error,
+    valid_each,
+    valid_labels,
     validate_name,
 )
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
@@ -172,7 +172,6 @@ class HypervisorStatus(Model):
 
 class Hypervisor(StoredObject):
     kind: Literal["Hypervisor"] = "Hypervisor"
-    metadata: ObjectMeta
     spec: HypervisorSpec = Field(default_factory=HypervisorSpec)
     status: HypervisorStatus = Field(default_factory=HypervisorStatus)
 
@@ -220,7 +219,6 @@ class ReservationStatus(Model):
 
 class Reservation(StoredObject):
     kind: Literal["Reservation"] = "Reservation"
-    metadata: ObjectMeta
     spec: ReservationSpec
     status: ReservationStatus = Field(default_factory=ReservationStatus)
 
@@ -243,11 +241,7 @@ class LabelSelectorRequirement(Model):
     @field_validator("values")
     @classmethod
     def _label_values(cls, v: list[str]) -> list[str]:
-        for value in v:
-            why = label_value_error(value)
-            if why is not None:
-                raise ValueError(why)
-        return v
+        return valid_each(v, label_value_error)
 
     @model_validator(mode="after")
     def _values(self) -> LabelSelectorRequirement:
@@ -273,11 +267,7 @@ class LabelSelector(Model):
     @field_validator("match_labels")
     @classmethod
     def _match_labels(cls, v: dict[str, str]) -> dict[str, str]:
-        error = label_map_error(v)
-        if error is not None:
-            which, key, why = error
-            raise ValueError(f"key {why}" if which == "key" else f"{key}: {why}")
-        return v
+        return valid_labels(v, "key {why}", "{key}: {why}")
 
     def to_selector(self) -> Selector:
         reqs = [Requirement(k, "=", (v,)) for k, v in sorted(self.match_labels.items())]
@@ -310,7 +300,6 @@ class OvercommitPolicyStatus(Model):
 
 class OvercommitPolicy(StoredObject):
     kind: Literal["OvercommitPolicy"] = "OvercommitPolicy"
-    metadata: ObjectMeta
     spec: OvercommitPolicySpec
     status: OvercommitPolicyStatus = Field(default_factory=OvercommitPolicyStatus)
 

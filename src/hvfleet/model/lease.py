@@ -41,7 +41,6 @@ class LeaseSpec(Model):
 
 class Lease(StoredObject):
     kind: Literal["Lease"] = "Lease"
-    metadata: ObjectMeta
     spec: LeaseSpec = Field(default_factory=LeaseSpec)
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -51,17 +52,32 @@ def label_value_error(value: str) -> str | None:
     return None
 
 
-def label_map_error(labels: dict[str, str]) -> tuple[str, str, str] | None:
-    """The first entry of `labels` the Kubernetes label grammar refuses, as
-    (`"key"` or `"value"`, the key, why), or None; each caller words its message."""
+V = TypeVar("V", bound=Sequence[str] | None)
+
+
+def valid_each(values: V, error_of: Callable[[str], str | None],
+               message: Callable[[str, str], str] = lambda _value, why: why) -> V:
+    """`values` as they are, or a ValueError about the first one `error_of`
+    refuses, worded by `message(value, why)`."""
+    for value in () if values is None else values:
+        why = error_of(value)
+        if why is not None:
+            raise ValueError(message(value, why))
+    return values
+
+
+def valid_labels(labels: dict[str, str], bad_key: str, bad_value: str) -> dict[str, str]:
+    """`labels` as they are, or a ValueError about the first entry the
+    Kubernetes label grammar refuses, each caller wording its message: `bad_key`
+    and `bad_value` are templates of `{key}` and `{why}`."""
     for key, value in labels.items():
         why = qualified_name_error(key)
         if why is not None:
-            return "key", key, why
+            raise ValueError(bad_key.format(key=key, why=why))
         why = label_value_error(value)
         if why is not None:
-            return "value", key, why
-    return None
+            raise ValueError(bad_value.format(key=key, why=why))
+    return labels
 
 
 class Model(BaseModel):
@@ -193,11 +209,7 @@ class ObjectMeta(Model):
     @field_validator("finalizers")
     @classmethod
     def _finalizers(cls, v: list[str] | None) -> list[str] | None:
-        for f in v or []:
-            why = qualified_name_error(f)
-            if why is not None:
-                raise ValueError(f"finalizer {f[:64]!r}: {why}")
-        return v
+        return valid_each(v, qualified_name_error, lambda f, why: f"finalizer {f[:64]!r}: {why}")
 
     @field_validator("owner_references")
     @classmethod
@@ -215,11 +227,7 @@ class ObjectMeta(Model):
     @field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        error = label_map_error(v)
-        if error is not None:
-            which, key, why = error
-            raise ValueError(f"label key {why}" if which == "key" else f"label {key}: value {why}")
-        return v
+        return valid_labels(v, "label key {why}", "label {key}: value {why}")
 
     @field_validator("annotations")
     @classmethod
@@ -270,14 +278,19 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
 
 
+class NoStatus(Model):
+    """The status of a kind that keeps everything in its spec."""
+
+
 class StoredObject(Model):
-    """What every stored kind starts with: its apiVersion (the first field on
-    the wire), and `name`. Each kind declares `kind`, `metadata`, `spec` and
-    `status` itself, in that order, which is their order on the wire."""
+    """What every stored kind starts with, in its order on the wire: its
+    apiVersion, its kind and its metadata (and `name`). Each kind narrows
+    `kind` to its own name (the field keeps its place) and declares `spec` and
+    `status` after them."""
 
     api_version: Literal["hvfleet.io/v1"] = API_VERSION
-    if TYPE_CHECKING:  # a field of each kind, declared there (after `kind`)
-        metadata: ObjectMeta
+    kind: str
+    metadata: ObjectMeta
 
     @property
     def name(self) -> str:

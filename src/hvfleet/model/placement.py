@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from hvfleet.model.bounds import MAX_LIST, MAX_RESOURCES
-from hvfleet.model.meta import Model, ObjectMeta, StoredObject
+from hvfleet.model.meta import Model, NoStatus, StoredObject
 
 MAX_INT = 2147483647
 # Consumers with allocations on one stored provider (a sharing storage pool
@@ -57,13 +57,8 @@ class ResourceProviderSpec(Model):
     updated_at: str = ""
 
 
-class NoStatus(Model):
-    pass
-
-
 class ResourceProvider(StoredObject):
     kind: Literal["ResourceProvider"] = "ResourceProvider"
-    metadata: ObjectMeta
     spec: ResourceProviderSpec = Field(default_factory=ResourceProviderSpec)
     status: NoStatus = Field(default_factory=NoStatus)
 
@@ -82,7 +77,6 @@ class PlacementConsumerSpec(Model):
 
 class PlacementConsumer(StoredObject):
     kind: Literal["PlacementConsumer"] = "PlacementConsumer"
-    metadata: ObjectMeta
     spec: PlacementConsumerSpec = Field(default_factory=PlacementConsumerSpec)
     status: NoStatus = Field(default_factory=NoStatus)
 
@@ -99,7 +93,6 @@ class PlacementName(StoredObject):
     """A custom trait or resource class a client created."""
 
     kind: Literal["PlacementName"] = "PlacementName"
-    metadata: ObjectMeta
     spec: PlacementNameSpec
     status: NoStatus = Field(default_factory=NoStatus)
 

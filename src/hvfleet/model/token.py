@@ -24,7 +24,7 @@ from pydantic import Field, field_validator, model_validator
 
 from hvfleet.model.bounds import Timestamp
 from hvfleet.model.errors import InvalidInput, Unauthorized
-from hvfleet.model.meta import Model, ObjectMeta, StoredObject, validate_name
+from hvfleet.model.meta import Model, NoStatus, StoredObject, validate_name
 
 Role = Literal["viewer", "operator", "scheduler", "agent", "admin"]
 ROLES: tuple[Role, ...] = ("viewer", "operator", "scheduler", "agent", "admin")
@@ -87,15 +87,10 @@ class AccessTokenSpec(Model):
         return self
 
 
-class AccessTokenStatus(Model):
-    pass
-
-
 class AccessToken(StoredObject):
     kind: Literal["AccessToken"] = "AccessToken"
-    metadata: ObjectMeta
     spec: AccessTokenSpec
-    status: AccessTokenStatus = Field(default_factory=AccessTokenStatus)
+    status: NoStatus = Field(default_factory=NoStatus)
 
 
 def hash_secret(secret: str) -> str:

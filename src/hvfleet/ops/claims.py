@@ -2,54 +2,34 @@
 and `POST .../reservations/{name}/release`.
 
 A claim's request is the fit request's form (`cpu`, `memory`, `resources`,
-`count`; parsed by `FitQuery`) plus who it is for and for how long; `claim`
+`count`; parsed by `SpaceQuery`, which `FitQuery` extends) plus who it is for and for how long; `claim`
 takes it on a named host or, with `auto`, on the best one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from pydantic import Field, ValidationError
-
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Reservation
-from hvfleet.model.meta import Model
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.selectors import parse_selector
-from hvfleet.ops.fit import FitQuery, Weigher, invalid
+from hvfleet.ops.fit import SpaceQuery, Weigher
 from hvfleet.scheduling.claims import release as release_claim
 from hvfleet.scheduling.claims import reserve, reserve_auto
-from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store
 
 
-class ClaimQuery(Model):
+class ClaimQuery(SpaceQuery):
     host: str | None = None
     auto: bool = False
-    resources: dict[str, str | int] = Field(default_factory=dict)
-    cpu: str | int | None = None
-    memory: str | int | None = None
-    count: int = 1
     consumer: str = ""
     ttl: str = "10m"
     label_selector: str | None = None
     weigher: Weigher = "binpack"
-
-    @classmethod
-    def from_plain(cls, doc: Mapping[str, Any]) -> ClaimQuery:
-        try:
-            return cls.model_validate({k: v for k, v in doc.items() if v is not None})
-        except ValidationError as exc:
-            raise invalid(exc) from None
-
-    def request(self) -> Request:
-        return FitQuery(resources=self.resources, cpu=self.cpu, memory=self.memory,
-                        count=self.count).request()
 
     def life(self) -> timedelta | None:
         return parse_expiry(self.ttl, field="ttl")

@@ -14,14 +14,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.meta import Model
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector, parse_selector
 from hvfleet.model.spec_sync import SpecSync
+from hvfleet.ops.parsing import Query
 from hvfleet.ops.quantities import exact, readable
 from hvfleet.scheduling.errors import NoHostFits
 from hvfleet.scheduling.fit import Rejection
@@ -35,26 +35,14 @@ Weigher = Literal["binpack", "spread"]
 Form = Literal["exact", "human"]
 
 
-class FitQuery(Model):
-    """A fit request in its plain form (JSON keys in camelCase)."""
+class SpaceQuery(Query):
+    """The space a request asks for, as fit and claim take it: `cpu` and
+    `memory` beside the other `resources`, for `count` instances."""
 
     resources: dict[str, str | int] = Field(default_factory=dict)
     cpu: str | int | None = None
     memory: str | int | None = None
     count: int = 1
-    label_selector: str = ""
-    weigher: Weigher = "binpack"
-    limit: int | None = Field(default=None, ge=1)
-    why: bool = False
-
-    @classmethod
-    def from_plain(cls, doc: Mapping[str, Any]) -> FitQuery:
-        """The query from its plain dict (the CLI's options, a form): errors as
-        InvalidInput naming the field."""
-        try:
-            return cls.model_validate(doc)
-        except ValidationError as exc:
-            raise invalid(exc) from None
 
     def request(self) -> Request:
         """The scheduling request: each amount parsed where its field names it
@@ -70,15 +58,17 @@ class FitQuery(Model):
             out[r] = Quantity.parse(value, where=f"resources.{r}")
         return Request(out, self.count)
 
+
+class FitQuery(SpaceQuery):
+    """A fit request in its plain form (JSON keys in camelCase)."""
+
+    label_selector: str = ""
+    weigher: Weigher = "binpack"
+    limit: int | None = Field(default=None, ge=1)
+    why: bool = False
+
     def selector(self) -> Selector:
         return parse_selector(self.label_selector)
-
-
-def invalid(exc: ValidationError) -> InvalidInput:
-    """A pydantic error of a plain request as InvalidInput naming its first field."""
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or None
-    return InvalidInput(str(first["msg"]).removeprefix("Value error, "), field=where)
 
 
 def resource_pairs(items: Iterable[str], where: str = "resources") -> dict[str, str]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from lxml import etree
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from hvfleet.guests import datacache
 from hvfleet.guests.abi import Regeneration, regenerate, upgrade
@@ -29,9 +29,8 @@ from hvfleet.guests.policy import LATEST
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec, parse_memory
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
-from hvfleet.model.meta import Model
 from hvfleet.model.selectors import parse_selector
-from hvfleet.ops.fit import invalid
+from hvfleet.ops.parsing import Query
 from hvfleet.store.base import Store
 
 
@@ -51,19 +50,9 @@ def group_of(store: Store, selector: str, where: str = "labelSelector") -> HostG
     return group_from_store([(h.metadata.name, h.status.host_capabilities) for h in hvs])
 
 
-M = TypeVar("M", bound=Model)
-
-
-def _parse(model: type[M], doc: Mapping[str, Any]) -> M:
-    try:
-        return model.model_validate(doc)
-    except ValidationError as exc:
-        raise invalid(exc) from None
-
-
 # -- CPU baseline ------------------------------------------------------------------------------
 
-class CpuBaselineQuery(Model):
+class CpuBaselineQuery(Query):
     """Either the hosts in the store matching a selector, or CPU/capabilities XML texts."""
 
     label_selector: str | None = None
@@ -71,11 +60,6 @@ class CpuBaselineQuery(Model):
     expand: bool = False
     # Leave out hosts whose CPU libvirt did not identify (else they are refused).
     skip_unknown: bool = False
-
-    @classmethod
-    def from_plain(cls, doc: Mapping[str, Any]) -> CpuBaselineQuery:
-        return _parse(cls, doc)
-
 
 @dataclass(frozen=True)
 class CpuSource:
@@ -130,7 +114,7 @@ def cpu_baseline(source: CpuSource, expand: bool = False, skip_unknown: bool = F
 
 # -- generate ----------------------------------------------------------------------------------
 
-class GuestQuery(Model):
+class GuestQuery(Query):
     os: str
     name: str
     vcpus: int
@@ -145,11 +129,6 @@ class GuestQuery(Model):
     drivers: list[str] = Field(default_factory=list)
     label_selector: str = ""
     explain: bool = False
-
-    @classmethod
-    def from_plain(cls, doc: Mapping[str, Any]) -> GuestQuery:
-        """Absent (None) entries take their defaults."""
-        return _parse(cls, {k: v for k, v in doc.items() if v is not None})
 
     def request(self) -> GuestRequest:
         return GuestRequest(
@@ -210,7 +189,7 @@ def upgrade_guest(domain: etree._Element, group: HostGroup, policy: str,
 
 # -- check -------------------------------------------------------------------------------------
 
-class GuestCheckQuery(Model):
+class GuestCheckQuery(Query):
     domain: str
     label_selector: str = ""
 

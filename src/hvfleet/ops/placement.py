@@ -5,26 +5,15 @@ and `POST .../placement`, one request form and one document.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
-from hvfleet.model.meta import Model
 from hvfleet.model.selectors import parse_selector
-from hvfleet.ops.fit import invalid
+from hvfleet.ops.parsing import Query
 from hvfleet.store.base import Store
 
 
-class PlacementQuery(Model):
+class PlacementQuery(Query):
     label_selector: str = ""
-
-    @classmethod
-    def from_plain(cls, doc: Mapping[str, Any]) -> PlacementQuery:
-        try:
-            return cls.model_validate({k: v for k, v in doc.items() if v is not None})
-        except ValidationError as exc:
-            raise invalid(exc) from None
 
 
 def export(store: Store, query: PlacementQuery) -> dict[str, Any]:

@@ -5,33 +5,22 @@ it) and one answer: the stored record and the bearer token, shown once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from hvfleet.model.durations import parse_expiry
-from hvfleet.model.meta import Model
 from hvfleet.model.token import AccessToken, Role
-from hvfleet.ops.fit import invalid
+from hvfleet.ops.parsing import Query
 from hvfleet.store.base import Store
 from hvfleet.store.tokens import issue_token
 
 
-class TokenQuery(Model):
+class TokenQuery(Query):
     role: Role
     hypervisor: str | None = None
     name: str | None = None
     ttl: str = "30d"
-
-    @classmethod
-    def from_plain(cls, doc: Mapping[str, Any]) -> TokenQuery:
-        try:
-            return cls.model_validate({k: v for k, v in doc.items() if v is not None})
-        except ValidationError as exc:
-            raise invalid(exc) from None
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ user and type), are written in one `Store.write_all`, compare-and-swap on each
 record, so two writers racing for the same space cannot both win (Placement's
 generation check, done by the store).
 
-A request that touches hypervisors and stored providers claims on the
-hypervisors first and writes the records after; if the records' write is
-refused, the claims just made are deleted again (docs/placement.md: the one
-place where a reader may briefly see part of a request)."""
+A request is one atomic write, whatever it touches: the consumer's old
+claims on hypervisors deleted, its new ones made with the claim check inside
+the write (Write.check), the provider records and the consumer record
+compare-and-swapped, all in one `Store.write_all`; a refusal of any part
+writes nothing, so no reader ever sees part of a request."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ from hvfleet.placement.errors import (
 from hvfleet.placement.graph import Inventory
 from hvfleet.placement.records import Fleet, ProviderView, now_text, read_fleet
 from hvfleet.placement.service import INVENTORY_DEFAULTS, MANAGER, check_generation, write_provider
-from hvfleet.scheduling.claims import claim_reservation, reservation_labels
-from hvfleet.scheduling.errors import DoesNotFit
+from hvfleet.scheduling.claims import claim_write, reservation_labels
+from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit
 from hvfleet.scheduling.placement import resource_for_class
 from hvfleet.store.base import Store, Write
 
@@ -73,8 +74,11 @@ class ConsumerAllocations:
     record: PlacementConsumer | None
 
 
-def alloc_name(host: str, consumer: str) -> str:
-    digest = hashlib.sha256(f"{host}\0{consumer}".encode()).hexdigest()[:24]
+def alloc_name(host: str, consumer: str, generation: int) -> str:
+    """A claim's name: one per consumer generation, so a changed allocation's
+    new claim and the old one it replaces can be in one atomic write, and two
+    writers of one generation of a consumer collide by name."""
+    digest = hashlib.sha256(f"{host}\0{consumer}\0{generation}".encode()).hexdigest()[:24]
     return f"alloc-{digest}"
 
 
@@ -110,13 +114,14 @@ def _check_amounts(p: ProviderView, consumer: str, working: Mapping[str, Mapping
                 f"provider '{p.uuid}'. The requested amount would exceed the capacity.")
 
 
-def _reservation(host: str, consumer: str, resources: Mapping[str, int]) -> Reservation:
+def _reservation(host: str, consumer: str, resources: Mapping[str, int], generation: int) -> Reservation:
     amounts: dict[ResourceName, Quantity] = {}
     for rc, n in resources.items():
         r = resource_for_class(rc)
         amounts[r] = r.quantity(r.from_placement_units(n))
     return Reservation(
-        metadata=ObjectMeta(name=alloc_name(host, consumer), labels=reservation_labels(host, "hvfleet")),
+        metadata=ObjectMeta(name=alloc_name(host, consumer, generation),
+                            labels=reservation_labels(host, "hvfleet")),
         spec=ReservationSpec(hypervisor=host, resources=amounts, consumer=consumer),
         status=ReservationStatus(phase="Active"),
     )
@@ -126,15 +131,41 @@ def _reservations_of(store: Store, host: str, consumer: str) -> list[Reservation
     return [r for r in store.list_reservations() if r.spec.hypervisor == host and r.spec.consumer == consumer]
 
 
+def _touched(store: Store, requests: list[ConsumerRequest], hosts: Mapping[str, str]) -> Fleet:
+    """The providers a write of `requests` touches: those it allocates on, and
+    those its consumers hold allocations on now (their records say which;
+    claims made by `hvfleet reserve` are found among the reservations). When
+    one it allocates on is not found so (a hypervisor the snapshot has not
+    seen yet, or none at all), the whole fleet is read, which decides."""
+    reservations = store.list_reservations()
+    consumers = {r.consumer for r in requests}
+    uuids: list[str] = []
+    names: list[str] = []
+    for req in requests:
+        uuids += req.allocations
+        rec = records.consumer(store, req.consumer)
+        if rec is not None:
+            uuids += rec.spec.providers
+            names += rec.spec.hypervisors
+    names += [r.spec.hypervisor for r in reservations if r.spec.consumer in consumers]
+    fleet = records.read_providers(store, uuids, hosts, reservations, dict.fromkeys(names))
+    if any(u not in fleet.providers for req in requests for u in req.allocations):
+        return read_fleet(store)
+    return fleet
+
+
 def set_allocations(store: Store, requests: list[ConsumerRequest],
                     inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]] | None = None,
-                    ) -> None:
+                    hosts: Mapping[str, str] | None = None) -> None:
     """Replace the allocations of every consumer in `requests` (POST /allocations
     is several; PUT /allocations/{consumer} one), all checked against one read.
     With `inventories` (POST /reshaper: provider uuid -> (generation, its new
     inventories)), those providers' inventories are replaced in the same write
-    and the allocations are checked against them."""
-    fleet = read_fleet(store)
+    and the allocations are checked against them. With `hosts` (provider
+    uuid -> hypervisor name, the server's snapshot), only the providers the
+    request and its consumers' current allocations touch are read, not the
+    whole fleet (`records.read_providers`)."""
+    fleet = read_fleet(store) if hosts is None or inventories else _touched(store, requests, hosts)
     known = records.resource_classes(store)
     reshaped = _reshape(store, fleet, inventories or {})
     now = now_text()
@@ -143,7 +174,7 @@ def set_allocations(store: Store, requests: list[ConsumerRequest],
     working: dict[str, dict[str, dict[str, int]]] = {}
     grown: set[str] = set()  # providers a consumer of this request allocates on
     consumer_writes: list[Write] = []
-    hv_claims: list[tuple[str, str, dict[str, int]]] = []  # (host, consumer, resources)
+    hv_claims: list[tuple[str, str, dict[str, int], int]] = []  # (host, consumer, resources, generation)
     hv_drops: list[tuple[str, str]] = []
     for req in requests:
         consumer = req.consumer
@@ -167,6 +198,7 @@ def set_allocations(store: Store, requests: list[ConsumerRequest],
                         f"Unable to allocate inventory for consumer {consumer}: No such resource "
                         f"class {rc}.")
         before = records.allocations_of(fleet, consumer)
+        generation = (rec.spec.generation + 1) if rec else 1
         for rp in sorted(set(before) | set(req.allocations)):
             p = fleet.providers[rp]
             new = req.allocations.get(rp, {})
@@ -180,12 +212,12 @@ def set_allocations(store: Store, requests: list[ConsumerRequest],
             if p.hypervisor is not None and new != before.get(rp, {}):
                 hv_drops.append((p.hypervisor.name, consumer))
                 if new:
-                    hv_claims.append((p.hypervisor.name, consumer, new))
+                    hv_claims.append((p.hypervisor.name, consumer, new, generation))
         spec = PlacementConsumerSpec(
             project_id=req.project_id or INCOMPLETE, user_id=req.user_id or INCOMPLETE,
             consumer_type=req.consumer_type if req.consumer_type is not None else
             (rec.spec.consumer_type if rec else None),
-            generation=(rec.spec.generation + 1) if rec else 1,
+            generation=generation,
             providers=sorted(u for u in req.allocations if fleet.providers[u].hypervisor is None),
             hypervisors=sorted(h.name for u in req.allocations
                                if (h := fleet.providers[u].hypervisor) is not None),
@@ -218,13 +250,18 @@ def set_allocations(store: Store, requests: list[ConsumerRequest],
             # Placement moves a provider's generation on only where allocations were written.
             writes[rp] = write_provider(store, fleet, fleet.providers[rp], bump=rp in grown,
                                         allocations=allocs)
-    made = _claim_hypervisors(store, hv_drops, hv_claims)
+    deletes: dict[str, Write] = {}
+    for host, consumer in hv_drops:
+        for r in _reservations_of(store, host, consumer):
+            deletes[r.name] = Write("delete", r)
+    claims = [claim_write(store, _reservation(host, consumer, resources, generation))
+              for host, consumer, resources, generation in hv_claims]
     try:
-        store.write_all([*writes.values(), *consumer_writes], MANAGER)
+        # Deletes first: a claim's check then sees the consumer's old claim gone.
+        store.write_all([*deletes.values(), *claims, *writes.values(), *consumer_writes], MANAGER)
+    except (DoesNotFit, ConsumerAlreadyHolds, InvalidInput) as exc:
+        raise PlacementConflict(f"Unable to allocate inventory: {exc}") from None
     except (Conflict, AlreadyExists, NotFound) as exc:
-        for r in made:
-            with contextlib.suppress(Conflict, NotFound):
-                store.delete("Reservation", r.name, r.metadata.resource_version)
         raise PlacementConflict(
             f"Inventory and/or allocations changed while attempting to allocate: {exc}",
             code=CONCURRENT_UPDATE) from None
@@ -259,28 +296,6 @@ def _reshape(store: Store, fleet: Fleet,
         fleet.providers[rp] = replace(p, inventories={rc: Inventory(**inv) for rc, inv in full.items()})
         out[rp] = full
     return out
-
-
-def _claim_hypervisors(store: Store, drops: list[tuple[str, str]],
-                       claims: list[tuple[str, str, dict[str, int]]]) -> list[Reservation]:
-    """Drop the consumer's old claims on these hosts and claim the new ones,
-    each through the store's atomic claim; on a refusal, undo what this call
-    made (the old claims are not restored: a consumer whose new allocation
-    does not fit had asked to give up the old one)."""
-    for host, consumer in drops:
-        for r in _reservations_of(store, host, consumer):
-            with contextlib.suppress(NotFound):
-                store.delete("Reservation", r.name, r.metadata.resource_version)
-    made: list[Reservation] = []
-    for host, consumer, resources in claims:
-        try:
-            made.append(claim_reservation(store, _reservation(host, consumer, resources), MANAGER))
-        except (DoesNotFit, Conflict, AlreadyExists, InvalidInput) as exc:
-            for r in made:
-                with contextlib.suppress(Conflict, NotFound):
-                    store.delete("Reservation", r.name, r.metadata.resource_version)
-            raise PlacementConflict(f"Unable to allocate inventory: {exc}") from None
-    return made
 
 
 def delete_allocations(store: Store, consumer: str) -> None:

@@ -18,21 +18,25 @@ providers by trait and by aggregate) and the index kept with the graph.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import json
 import pprint
 import re
 import textwrap
-import uuid as uuidlib
 import weakref
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from hvfleet.placement.graph import ProviderGraph
+from hvfleet.placement.errors import PlacementBadRequest as PlacementBadRequest  # raised by its parser
+from hvfleet.placement.graph import Inventory, Provider, ProviderGraph
+from hvfleet.placement.query import parse_member_of, uuid_like
 
 Microversion = tuple[int, int]
 
@@ -43,16 +47,6 @@ CODE_DEFAULT = "placement.undefined_code"
 CODE_BAD_VALUE = "placement.query.bad_value"
 CODE_MISSING_VALUE = "placement.query.missing_value"
 CODE_DUPLICATE_KEY = "placement.query.duplicate_key"
-
-
-class PlacementBadRequest(ValueError):
-    """A query Placement answers with 400: `detail` is Placement's message,
-    `code` its error code."""
-
-    def __init__(self, detail: str, code: str = CODE_DEFAULT) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.code = code
 
 
 # ---------------------------------------------------------------------------
@@ -188,17 +182,6 @@ def _validate_schema(params: Mapping[str, Sequence[str]], mv: Microversion) -> N
             )
 
 
-def _uuid_like(value: str) -> bool:
-    """oslo.utils' is_uuid_like: any spelling uuid.UUID accepts that is the
-    same hex digits (braces, urn:uuid:, upper case, no dashes)."""
-    try:
-        canonical = str(uuidlib.UUID(value)).replace("-", "")
-    except (TypeError, ValueError, AttributeError):
-        return False
-    plain = value.replace("urn:", "").replace("uuid:", "").strip("{}").replace("-", "").lower()
-    return canonical == plain
-
-
 def _parse_resources(value: str) -> dict[str, int]:
     form = "Expected resources query string parameter in form: ?resources=VCPU:2,MEMORY_MB:1024."
     if value.strip() == "":
@@ -262,42 +245,8 @@ def _parse_traits(
 def _parse_member_of(
     values: Sequence[str], suffix: str, mv: Microversion
 ) -> tuple[list[frozenset[str]], set[str]]:
-    if mv < (1, 24) and len(values) > 1:
-        raise PlacementBadRequest(f"Multiple member_of{suffix} parameters are not supported")
-    required: list[frozenset[str]] = []
-    forbidden: set[str] = set()
-    for value in values:
-        if "," in value and not (value.startswith("in:") or value.startswith("!in:")):
-            raise PlacementBadRequest(
-                "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' "
-                f"keyword using the valid microversion. Got: {value}"
-            )
-        req: set[str] = set()
-        forb: set[str] = set()
-        if value.startswith("!in:"):
-            forb = set(value[4:].split(","))
-        elif value.startswith("!"):
-            forb = {value[1:]}
-        elif value.startswith("in:"):
-            req = set(value[3:].split(","))
-        else:
-            req = {value}
-        for agg in sorted(req | forb):
-            if not _uuid_like(agg):
-                raise PlacementBadRequest(
-                    "Invalid query string parameters: Expected 'member_of' parameter to "
-                    f"contain valid UUID(s). Got: {agg}"
-                )
-        if req:
-            required.append(frozenset(req))
-        if forb:
-            if mv < (1, 32):
-                raise PlacementBadRequest(
-                    f"Forbidden member_of{suffix} parameters are not supported in the specified "
-                    "microversion"
-                )
-            forbidden |= forb
-    return required, forbidden
+    member_of = parse_member_of(values, mv, suffix)
+    return list(member_of.required), set(member_of.forbidden)
 
 
 @dataclass
@@ -444,7 +393,7 @@ def _set_order(items: Iterable[str]) -> list[str]:
 
 def _parse_in_tree(value: str) -> str:
     out = value.strip()
-    if not _uuid_like(out):
+    if not uuid_like(out):
         raise PlacementBadRequest(
             "Invalid query string parameters: Expected 'in_tree' parameter to be a format of "
             f"uuid. Got: {value}"
@@ -497,6 +446,7 @@ class ProviderSummary:
     rendered: dict[tuple[bool, bool, bool], dict[str, object]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    encoded: dict[tuple[bool, bool, bool], str] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,36 +468,96 @@ def render_candidates(answer: CandidatesAnswer, microversion: Microversion) -> d
             if mv >= (1, 34):
                 doc["mappings"] = {s: list(us) for s, us in ar.mappings.items()}
         else:
-            doc = {
-                "allocations": [
-                    {"resource_provider": {"uuid": u}, "resources": dict(res)}
-                    for u, res in ar.allocations.items()
-                ]
-            }
+            doc = _request_before_1_12(ar)
         requests.append(doc)
     summaries: dict[str, object] = {}
-    all_classes = mv >= (1, 27)
-    flags = (all_classes, mv >= (1, 17), mv >= (1, 29))
     for ps in answer.provider_summaries:
-        if all_classes and (done := ps.rendered.get(flags)) is not None:
-            summaries[ps.uuid] = done
-            continue
-        entry: dict[str, object] = {
-            "resources": {
-                rc: {"capacity": cap, "used": used}
-                for rc, (cap, used) in ps.resources.items()
-                if all_classes or rc in answer.requested_classes
-            }
-        }
-        if mv >= (1, 17):
-            entry["traits"] = list(ps.traits)
-        if mv >= (1, 29):
-            entry["parent_provider_uuid"] = ps.parent_uuid
-            entry["root_provider_uuid"] = ps.root_uuid
-        if all_classes:
-            ps.rendered[flags] = entry
-        summaries[ps.uuid] = entry
+        summaries[ps.uuid] = _summary_entry(ps, mv, answer.requested_classes)
     return {"allocation_requests": requests, "provider_summaries": summaries}
+
+
+def render_candidates_json(answer: CandidatesAnswer, microversion: Microversion) -> str:
+    """`json.dumps(render_candidates(answer, microversion))`, the same text,
+    put together from pieces: a provider summary's text is made once per
+    graph (it does not depend on the query from 1.27), and the resources
+    every request of an answer shares are encoded once. At 10,000 providers
+    the summaries are most of the body."""
+    mv = microversion
+    dumps, quote = json.dumps, encode_basestring_ascii  # quote(s) is dumps(s), without its setup
+    encoded: dict[int, str] = {}  # by id(): the answer holds every one while we run
+
+    def resources(res: Mapping[str, int]) -> str:
+        text = encoded.get(id(res))
+        if text is None:
+            text = encoded[id(res)] = dumps(dict(res))
+        return text
+
+    requests: list[str] = []
+    for ar in answer.allocation_requests:
+        if mv < (1, 12):
+            requests.append(dumps(_request_before_1_12(ar)))
+            continue
+        allocs = ", ".join([f'{quote(u)}: {{"resources": {resources(res)}}}'
+                            for u, res in ar.allocations.items()])
+        if mv >= (1, 34):
+            maps = ", ".join([f"{quote(s)}: [{', '.join([quote(u) for u in us])}]"
+                              for s, us in ar.mappings.items()])
+            requests.append(f'{{"allocations": {{{allocs}}}, "mappings": {{{maps}}}}}')
+        else:
+            requests.append(f'{{"allocations": {{{allocs}}}}}')
+    summaries: list[str] = []
+    seen: set[str] = set()
+    all_classes = mv >= (1, 27)
+    flags = _summary_flags(mv)
+    for ps in answer.provider_summaries:
+        if ps.uuid in seen:
+            continue
+        seen.add(ps.uuid)
+        text = ps.encoded.get(flags) if all_classes else None
+        if text is None:
+            text = f"{quote(ps.uuid)}: {dumps(_summary_entry(ps, mv, answer.requested_classes))}"
+            if all_classes:
+                ps.encoded[flags] = text
+        summaries.append(text)
+    return (f'{{"allocation_requests": [{", ".join(requests)}], '
+            f'"provider_summaries": {{{", ".join(summaries)}}}}}')
+
+
+def _request_before_1_12(ar: AllocationRequest) -> dict[str, object]:
+    return {
+        "allocations": [
+            {"resource_provider": {"uuid": u}, "resources": dict(res)} for u, res in ar.allocations.items()
+        ]
+    }
+
+
+def _summary_flags(mv: Microversion) -> tuple[bool, bool, bool]:
+    """What a summary shows at `mv`: every class (1.27), traits (1.17), its tree (1.29)."""
+    return (mv >= (1, 27), mv >= (1, 17), mv >= (1, 29))
+
+
+def _summary_entry(ps: ProviderSummary, mv: Microversion, requested: frozenset[str]) -> dict[str, object]:
+    """A provider summary's document at `mv`: made once per summary and
+    version form from 1.27 (then it does not depend on the request)."""
+    flags = _summary_flags(mv)
+    all_classes = flags[0]
+    if all_classes and (done := ps.rendered.get(flags)) is not None:
+        return done
+    entry: dict[str, object] = {
+        "resources": {
+            rc: {"capacity": cap, "used": used}
+            for rc, (cap, used) in ps.resources.items()
+            if all_classes or rc in requested
+        }
+    }
+    if flags[1]:
+        entry["traits"] = list(ps.traits)
+    if flags[2]:
+        entry["parent_provider_uuid"] = ps.parent_uuid
+        entry["root_provider_uuid"] = ps.root_uuid
+    if all_classes:
+        ps.rendered[flags] = entry
+    return entry
 
 
 # ---------------------------------------------------------------------------
@@ -573,8 +583,15 @@ class _ClassColumns:
 
 
 class _Index:
+    """A graph's providers by position (the graph's order), with numpy
+    columns per resource class and sets by trait and aggregate. Built whole
+    for a graph, or derived from the index of the graph it was derived from
+    (`derive`): a claim or a status write changes a few providers' numbers,
+    and only those rows are rewritten, in copies, so an index stays a value."""
+
     def __init__(self, graph: ProviderGraph) -> None:
         providers = list(graph.providers.values())
+        self.providers = providers
         self.uuids = [p.uuid for p in providers]
         self.pos = {u: i for i, u in enumerate(self.uuids)}
         self.root = [self.pos[p.root_uuid] for p in providers]
@@ -600,20 +617,20 @@ class _Index:
         self.sharing = frozenset(self.by_trait.get(SHARES_VIA_AGGREGATE, ()))
         rows: dict[str, list[tuple[int, int, float, int, int, int, int, int]]] = defaultdict(list)
         self.summary_resources: list[dict[str, tuple[int, int]]] = []
-        self.max_unit: dict[tuple[int, str], int] = {}
+        self.max_units: list[dict[str, int]] = []
         for i, p in enumerate(providers):
             res: dict[str, tuple[int, int]] = {}
             for rc, inv in p.inventories.items():
-                limit = (inv.total - inv.reserved) * inv.allocation_ratio
-                used = p.usages.get(rc, 0)
+                limit, used = _limit(inv), p.usages.get(rc, 0)
                 rows[rc].append(
                     (i, self.root[i], limit, int(limit), used, inv.min_unit, inv.max_unit, inv.step_size)
                 )
                 res[rc] = (int(limit), used)
-                self.max_unit[(i, rc)] = inv.max_unit
             self.summary_resources.append(res)
+            self.max_units.append({rc: inv.max_unit for rc, inv in p.inventories.items()})
         self.summaries: dict[int, ProviderSummary] = {}  # made on first use
         self.columns: dict[str, _ClassColumns] = {}
+        self.rows: dict[str, dict[int, int]] = {}  # class -> provider -> its row in the columns
         for rc, rs in rows.items():
             cols = list(zip(*rs, strict=True))
             self.columns[rc] = _ClassColumns(
@@ -626,6 +643,82 @@ class _Index:
                 max_unit=np.array(cols[6], dtype=np.int64),
                 step_size=np.array(cols[7], dtype=np.int64),
             )
+            self.rows[rc] = {int(p): row for row, p in enumerate(cols[0])}
+
+    def derive(self, graph: ProviderGraph, changed: Collection[str]) -> _Index | None:
+        """The index of `graph`, which equals this index's graph but for the
+        providers in `changed`; None when a change is one of structure (a
+        provider added or removed, moved in its tree, or given or losing a
+        resource class: then the whole index is built again)."""
+        if len(graph.providers) != len(self.uuids) or list(graph.providers) != self.uuids:
+            return None
+        edits: list[tuple[int, Provider]] = []
+        for u in changed:
+            i = self.pos.get(u)
+            p = graph.providers.get(u)
+            if i is None or p is None:
+                return None
+            was = self.providers[i]
+            if (p.parent_uuid, p.root_uuid) != (was.parent_uuid, was.root_uuid) or (
+                p.inventories.keys() != was.inventories.keys()
+            ):
+                return None
+            edits.append((i, p))
+        ix = copy.copy(self)
+        ix.providers = list(self.providers)
+        ix.summary_resources = list(self.summary_resources)
+        ix.max_units = list(self.max_units)
+        ix.summaries = dict(self.summaries)
+        ix.columns = dict(self.columns)
+        fresh: dict[str, _ClassColumns] = {}  # columns copied for this index
+        copied: set[str] = set()
+        for i, p in edits:
+            was = self.providers[i]
+            ix.providers[i] = p
+            ix.summaries.pop(i, None)
+            if p.traits != was.traits:
+                ix._move(i, was.traits, p.traits, "traits", "by_trait", copied)
+            if p.aggregates != was.aggregates:
+                ix._move(i, was.aggregates, p.aggregates, "aggregates", "by_agg", copied)
+            res: dict[str, tuple[int, int]] = {}
+            for rc, inv in p.inventories.items():
+                limit, used = _limit(inv), p.usages.get(rc, 0)
+                res[rc] = (int(limit), used)
+                c = fresh.get(rc)
+                if c is None:
+                    old = self.columns[rc]
+                    c = fresh[rc] = ix.columns[rc] = _ClassColumns(
+                        old.provider, old.root, old.limit.copy(), old.capacity.copy(), old.used.copy(),
+                        old.min_unit.copy(), old.max_unit.copy(), old.step_size.copy())
+                row = self.rows[rc][i]
+                c.limit[row], c.capacity[row], c.used[row] = limit, int(limit), used
+                c.min_unit[row], c.max_unit[row], c.step_size[row] = (
+                    inv.min_unit, inv.max_unit, inv.step_size)
+            ix.summary_resources[i] = res
+            ix.max_units[i] = {rc: inv.max_unit for rc, inv in p.inventories.items()}
+        ix.sharing = frozenset(ix.by_trait.get(SHARES_VIA_AGGREGATE, ()))
+        return ix
+
+    def _move(self, i: int, was: frozenset[str], now: frozenset[str], per_provider: str,
+              by_name: str, copied: set[str]) -> None:
+        """Provider `i`'s traits (or aggregates) changed from `was` to `now`:
+        the list and the sets of the names that changed, in copies (the list
+        and the dict copied once per derived index, in `copied`)."""
+        if per_provider not in copied:
+            copied.add(per_provider)
+            setattr(self, per_provider, list(getattr(self, per_provider)))
+            setattr(self, by_name, dict(getattr(self, by_name)))
+        listed: list[frozenset[str]] = getattr(self, per_provider)
+        index: dict[str, set[int]] = getattr(self, by_name)
+        listed[i] = now
+        for name in was - now:
+            members = index[name] - {i}
+            if members:
+                index[name] = members
+            else:
+                del index[name]
+        for name in now - was:
+            index[name] = index.get(name, set()) | {i}
 
     def with_capacity(self, rc: str, amount: int, tree_root: int | None) -> set[int]:
         """Providers where `amount` of `rc` fits: Placement's one capacity
@@ -680,14 +773,31 @@ class _Index:
 _INDEXES: dict[int, tuple[weakref.ref[ProviderGraph], _Index]] = {}
 
 
+def _held(graph: ProviderGraph) -> _Index | None:
+    held = _INDEXES.get(id(graph))
+    return held[1] if held is not None and held[0]() is graph else None
+
+
 def _index(graph: ProviderGraph) -> _Index:
+    ix = _held(graph)
+    if ix is not None:
+        return ix
+    basis = graph.basis
+    if basis is not None and basis.previous is not None:
+        before = _held(basis.previous)
+        if before is not None:
+            ix = before.derive(graph, basis.changed)
+        basis.previous = None  # used (or of no use): let it go
+    if ix is None:
+        ix = _Index(graph)
     key = id(graph)
-    held = _INDEXES.get(key)
-    if held is not None and held[0]() is graph:
-        return held[1]
-    ix = _Index(graph)
     _INDEXES[key] = (weakref.ref(graph, lambda _: _INDEXES.pop(key, None)), ix)
     return ix
+
+
+def _limit(inv: Inventory) -> float:
+    """What may be allocated, as Placement's SQL compares it."""
+    return (inv.total - inv.reserved) * inv.allocation_ratio
 
 
 # ---------------------------------------------------------------------------
@@ -964,7 +1074,7 @@ def _merge(ix: _Index, query: CandidatesQuery, candidates: dict[str, list[_Areq]
                     amounts[(rp, rc)] = amounts.get((rp, rc), 0) + amount
             if any(
                 ix.summary_resources[rp][rc][1] + amount > ix.summary_resources[rp][rc][0]
-                or amount > ix.max_unit[(rp, rc)]
+                or amount > ix.max_units[rp][rc]
                 for (rp, rc), amount in amounts.items()
             ):
                 continue
@@ -997,7 +1107,7 @@ def find_candidates(
     if not areqs:
         return empty
     if isinstance(areqs[0], int):
-        return _single_answer(ix, query, [rp for rp in areqs if isinstance(rp, int)])
+        return _single_answer(ix, query, areqs)
     full = [a for a in areqs if isinstance(a, _Areq)]
     roots = {ix.root[rp] for a in full for rp, _, _ in a.requests}
     shown = [p for r in sorted(roots) for p in ix.trees[r]]
@@ -1027,18 +1137,29 @@ def _single_answer(ix: _Index, query: CandidatesQuery, rps: list[int]) -> Candid
     above, without the merge's objects)."""
     group = query.groups[0]
     resources = dict(group.resources)
-    if not query.nested_aware and ix.has_trees:
-        shown = sorted({rp for rp in rps if resources})
+    trees = ix.has_trees
+    if not resources:
+        shown: list[int] = []
+    elif not query.nested_aware and trees:
+        shown = sorted(set(rps))
+    elif query.limit and query.limit < len(rps):
+        # Only the trees of the kept candidates are shown: found from those.
+        shown = []
     else:
-        shown = [p for r in sorted({ix.root[rp] for rp in rps if resources}) for p in ix.trees[r]]
+        shown = [p for r in sorted({ix.root[rp] for rp in rps}) for p in ix.trees[r]]
     if query.limit and query.limit < len(rps):
         rps = rps[: query.limit]
-        roots = {ix.root[rp] for rp in rps if resources}
-        shown = [p for p in shown if ix.root[p] in roots]
+        roots = {ix.root[rp] for rp in rps} if resources else set()
+        if shown or not resources or (not query.nested_aware and trees):
+            shown = [p for p in shown if ix.root[p] in roots]
+        else:
+            shown = [p for r in sorted(roots) for p in ix.trees[r]]
     uuids, suffix = ix.uuids, group.suffix
+    # One mapping shared by every request of the answer: they ask the same.
+    shared: Mapping[str, int] = resources
     return CandidatesAnswer(
         tuple(
-            AllocationRequest({uuids[rp]: dict(resources)} if resources else {}, {suffix: (uuids[rp],)})
+            AllocationRequest({uuids[rp]: shared} if resources else {}, {suffix: (uuids[rp],)})
             for rp in rps
         ),
         tuple(_summary(ix, p) for p in shown),
@@ -1068,8 +1189,10 @@ def _search(
         # answered without building a merge for it.
         gs = _GroupSearch(ix, query.groups[0], sharing, classes, traits)
         matches = _single_matches(ix, gs)
-        if not any(rp in ix.sharing for rp in matches):
-            return [rp for rp in matches if anchors is None or ix.root[rp] in anchors]
+        if ix.sharing.isdisjoint(matches):
+            if anchors is None:
+                return matches
+            return [rp for rp in matches if ix.root[rp] in anchors]
         return _merge(ix, query, {gs.group.suffix: _single_provider(ix, gs, anchors)})
     candidates: dict[str, list[_Areq]] = {}
     for group in query.groups:

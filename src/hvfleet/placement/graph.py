@@ -6,7 +6,7 @@ index, read by `placement.candidates` to answer `GET /allocation_candidates`."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 # Placement's database integer bound: the default max_unit and the largest
@@ -43,12 +43,27 @@ class Provider:
     aggregates: frozenset[str] = frozenset()  # aggregate uuids
 
 
+class GraphBasis:
+    """What a graph was derived from: `previous`, a graph of the same
+    providers in the same order, equal to this one but for the providers in
+    `changed` (uuids). The candidates index of `previous` is then patched for
+    those providers instead of being built again (hvfleet.placement.candidates);
+    `previous` is let go once that is done, so graphs never chain."""
+
+    __slots__ = ("changed", "previous")
+
+    def __init__(self, previous: ProviderGraph | None, changed: frozenset[str]) -> None:
+        self.previous = previous
+        self.changed = changed
+
+
 @dataclass(frozen=True)
 class ProviderGraph:
     """Derived lookups (children, trees, aggregates) are computed once per
     graph, on first use."""
 
     providers: Mapping[str, Provider]  # by uuid
+    basis: GraphBasis | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def children(self) -> Mapping[str, tuple[str, ...]]:

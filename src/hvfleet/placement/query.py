@@ -5,11 +5,11 @@ repeats, 1.32 forbidden), with Placement 16.0's messages (placement/util.py)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hvfleet.placement.errors import PlacementBadRequest
-from hvfleet.placement.schemas import is_uuid_like
 
 
 def parse_resources(qs: str) -> dict[str, int]:
@@ -97,23 +97,38 @@ class MemberOf:
     forbidden: frozenset[str]
 
 
+def uuid_like(value: str) -> bool:
+    """oslo.utils' is_uuid_like, as Placement checks an aggregate or a tree:
+    any spelling uuid.UUID accepts that is the same hex digits (braces,
+    urn:uuid:, upper case, no dashes)."""
+    try:
+        canonical = str(uuid.UUID(value)).replace("-", "")
+    except (TypeError, ValueError, AttributeError):
+        return False
+    plain = value.replace("urn:", "").replace("uuid:", "").strip("{}").replace("-", "").lower()
+    return canonical == plain
+
+
+def split_member_of(value: str) -> tuple[set[str], set[str]]:
+    """One `member_of` value (`in:A,B`, `!in:A,B`, `!A` or `A`) as the
+    aggregates it requires (any of) and those it forbids, not yet checked."""
+    if value.startswith("!in:"):
+        return set(), set(value[4:].split(","))
+    if value.startswith("!"):
+        return set(), {value[1:]}
+    if value.startswith("in:"):
+        return set(value[3:].split(",")), set()
+    return {value}, set()
+
+
 def _one_member_of(value: str) -> tuple[set[str], set[str]]:
     if "," in value and not (value.startswith("in:") or value.startswith("!in:")):
         raise PlacementBadRequest(
             "Multiple values for 'member_of' must be prefixed with the 'in:' or '!in:' keyword "
             f"using the valid microversion. Got: {value}")
-    required: set[str] = set()
-    forbidden: set[str] = set()
-    if value.startswith("!in:"):
-        forbidden = set(value[4:].split(","))
-    elif value.startswith("!"):
-        forbidden = {value[1:]}
-    elif value.startswith("in:"):
-        required = set(value[3:].split(","))
-    else:
-        required = {value}
-    for agg in required | forbidden:
-        if not is_uuid_like(agg):
+    required, forbidden = split_member_of(value)
+    for agg in sorted(required | forbidden):
+        if not uuid_like(agg):
             raise PlacementBadRequest(
                 "Invalid query string parameters: Expected 'member_of' parameter to contain valid "
                 f"UUID(s). Got: {agg}")

@@ -12,7 +12,7 @@ time, never written."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -180,6 +180,56 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
     for rec in records:
         if rec.spec.hypervisor is None:
             providers[rec.name] = record_view(rec)
+    return Fleet(providers, hv_records, now)
+
+
+def read_providers(store: Store, uuids: Iterable[str], hosts: Mapping[str, str],
+                   reservations: list[Reservation], names: Iterable[str] = (),
+                   now: datetime | None = None) -> Fleet:
+    """Only the providers `uuids` (those that exist) and the hypervisors
+    `names`, each read as `read_fleet` reads it: a stored record by its uuid,
+    a hypervisor by its name (for a uuid, its name in `hosts`: provider uuid
+    -> host name, from the server's provider snapshot; a host that no longer
+    has that uid is not it), with its share of `reservations` (the store's).
+    For a write touching a few providers of a large fleet: what it does not
+    read it does not write, and what it writes is compare-and-swap or a claim
+    checked inside the write, so a stale `hosts` cannot overbook."""
+    now = now or datetime.now(UTC)
+    policies: list[OvercommitPolicy] | None = None
+    providers: dict[str, ProviderView] = {}
+    hv_records: dict[str, ResourceProvider] = {}
+    named: dict[str, str] = {}
+    for host_name in names:
+        try:
+            named[provider_uuid(store.get_hypervisor(host_name))] = host_name
+        except NotFound:
+            continue
+    for u in dict.fromkeys([*uuids, *named]):
+        try:
+            got = store.get("ResourceProvider", u)
+        except NotFound:
+            got = None
+        except Exception:  # not a name the store takes: no record
+            got = None
+        rec = got if isinstance(got, ResourceProvider) else None
+        if rec is not None and rec.spec.hypervisor is None:
+            providers[u] = record_view(rec)
+            continue
+        name = rec.spec.hypervisor if rec is not None else named.get(u) or hosts.get(u)
+        if name is None:
+            continue
+        try:
+            h = store.get_hypervisor(name)
+        except NotFound:
+            continue
+        if provider_uuid(h) != u:
+            continue
+        if policies is None:
+            policies = store.list_overcommit_policies()
+        if rec is not None:
+            hv_records[u] = rec
+        mine = [r for r in reservations if r.spec.hypervisor == name]
+        providers[u] = hypervisor_view(h, mine, policies, rec, now)
     return Fleet(providers, hv_records, now)
 
 

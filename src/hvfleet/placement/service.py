@@ -104,8 +104,15 @@ def create_provider(store: Store, name: str, uuid: str | None, parent: str | Non
     if name in fleet.by_name():
         dup.append(f"name: {name}")
     if dup:
-        raise PlacementConflict(f"Conflicting resource provider {', '.join(dup)} already exists.",
-                                code=DUPLICATE_NAME)
+        detail = f"Conflicting resource provider {', '.join(dup)} already exists."
+        same_name = fleet.by_name().get(name)
+        if same_name is not None and same_name.hypervisor is not None and same_name.uuid != uid:
+            # nova-compute registering its node under its own uuid: say which
+            # provider the node already is (docs/placement.md, nova-compute).
+            detail += (f" It is hvfleet's Hypervisor {same_name.hypervisor.name}, resource provider "
+                       f"{same_name.uuid}, whose inventories hvfleet computes: give the compute "
+                       f"service that uuid as its compute node uuid.")
+        raise PlacementConflict(detail, code=DUPLICATE_NAME)
     root = uid
     if parent is not None:
         parent = _valid_uuid(parent)

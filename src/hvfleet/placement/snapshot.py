@@ -6,9 +6,11 @@ providers instead of listing the store per request.
 the fleet index does, hvfleet.scheduling.index) and recomputes only the
 providers they touch: a Hypervisor or its Reservations → that host's
 provider; a ResourceProvider record → that provider; an OvercommitPolicy →
-every hypervisor (their allocation ratios). `graph()` is one ProviderGraph
-value per store revision, so the candidates index built over it
-(hvfleet.placement.candidates) is built once per change, not per request.
+every hypervisor (their allocation ratios); a provider whose value did not
+change is no change. `graph()` is one ProviderGraph value per change, and
+each names the graph before it and the providers that changed (GraphBasis),
+so the candidates index (hvfleet.placement.candidates) is patched for those
+providers, in a copy, instead of being built again for 10,000.
 What a reservation holds is judged when its host last changed: one that
 expires meanwhile still counts until the next event of that host (the
 snapshot never offers space a claim would refuse; claims re-check anyway)."""
@@ -21,7 +23,7 @@ from datetime import UTC, datetime
 from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.placement import PlacementName, ResourceProvider
-from hvfleet.placement.graph import Provider, ProviderGraph
+from hvfleet.placement.graph import GraphBasis, Provider, ProviderGraph
 from hvfleet.placement.records import hypervisor_view, record_view
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.scheduling.placement import provider_uuid
@@ -48,6 +50,8 @@ class ProviderSnapshot:
         self._dirty_hosts: set[str] = set()
         self._dirty_records: set[str] = set()
         self._graph: ProviderGraph | None = None
+        self._last: ProviderGraph | None = None  # the graph handed out last
+        self._uuids: dict[str, str] | None = None  # provider uuid -> hypervisor name
 
     @classmethod
     def from_store(cls, store: Store) -> ProviderSnapshot:
@@ -78,6 +82,8 @@ class ProviderSnapshot:
         obj = event.object
         gone = event.type == "DELETED"
         if isinstance(obj, Hypervisor):
+            if gone or obj.name not in self._hosts:
+                self._uuids = None
             if gone:
                 self._hosts.pop(obj.name, None)
             else:
@@ -122,6 +128,8 @@ class ProviderSnapshot:
             target = store.revision()
             if target <= self.revision:
                 return
+            if store.events_at_hand:
+                settle = 0.0  # nothing to wait for: a stream without events is done at once
             try:
                 for kind in self.STREAMS:
                     for event in store.watch(kind, since=self.revision, timeout=settle):
@@ -138,28 +146,60 @@ class ProviderSnapshot:
                 return self._graph
             now = datetime.now(UTC)
             policies = list(self._policies.values())
+            changed: set[str] = set()
+
+            def put(uid: str, provider: Provider) -> None:
+                # In place, so the order of the others stays and an unchanged
+                # provider is no change at all.
+                if self._providers.get(uid) != provider:
+                    self._providers[uid] = provider
+                    changed.add(uid)
+
             for name in self._dirty_hosts:
-                old = self._host_uuid.pop(name, None)
-                if old is not None:
-                    self._providers.pop(old, None)
                 h = self._hosts.get(name)
-                if h is None:
+                uid = provider_uuid(h) if h is not None else None
+                old = self._host_uuid.get(name)
+                if old is not None and old != uid:
+                    del self._host_uuid[name]
+                    if self._providers.pop(old, None) is not None:
+                        changed.add(old)
+                if h is None or uid is None:
                     continue
-                uid = provider_uuid(h)
                 view = hypervisor_view(h, list(self._reservations.get(name, {}).values()), policies,
                                        self._records.get(uid), now)
-                self._providers[uid] = view.to_graph()
+                put(uid, view.to_graph())
                 self._host_uuid[name] = uid
             for uid in self._dirty_records:
                 rec = self._records.get(uid)
                 if rec is None:
-                    self._providers.pop(uid, None)
+                    if self._providers.pop(uid, None) is not None:
+                        changed.add(uid)
                 else:
-                    self._providers[uid] = record_view(rec).to_graph()
+                    put(uid, record_view(rec).to_graph())
             self._dirty_hosts.clear()
             self._dirty_records.clear()
-            self._graph = ProviderGraph(dict(self._providers))
+            last = self._last
+            if last is not None and not changed:
+                self._graph = last
+                return last
+            basis: GraphBasis | None = None
+            if last is not None:
+                held = last.basis
+                if held is not None and held.previous is not None:
+                    # `last` was never indexed: derive from what it was derived from.
+                    basis = GraphBasis(held.previous, held.changed | changed)
+                else:
+                    basis = GraphBasis(last, frozenset(changed))
+            self._graph = self._last = ProviderGraph(dict(self._providers), basis)
             return self._graph
+
+    def hypervisor_uuids(self) -> dict[str, str]:
+        """Provider uuid -> hypervisor name, as of the last refresh (made again
+        only when a hypervisor came or went: a host's uid never changes)."""
+        with self._lock:
+            if self._uuids is None:
+                self._uuids = {provider_uuid(h): name for name, h in self._hosts.items()}
+            return self._uuids
 
     def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
         """(resource classes, traits) Placement knows: standard and custom."""

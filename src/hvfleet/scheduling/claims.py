@@ -39,7 +39,7 @@ from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
 from hvfleet.scheduling.fit import Reason, Rejection, check_claim
 from hvfleet.scheduling.request import Request
-from hvfleet.store.base import ClaimCheck, ClaimRefused, Store
+from hvfleet.store.base import ClaimCheck, ClaimRefused, Store, Write
 
 if TYPE_CHECKING:
     # numpy comes with the index: only `reserve_auto` needs it, not claiming on a host.
@@ -160,6 +160,15 @@ def claim_reservation(
     atomic check as `reserve`, with the same labels and an Active phase. With
     `dry_run`, the same checks on the current state, and nothing written (the
     API's dryRun: would it fit?)."""
+    write = claim_write(store, reservation, staleness=staleness)
+    assert isinstance(write.object, Reservation) and write.check is not None
+    return _claim(store, write.object, manager, write.check, dry_run=dry_run)
+
+
+def claim_write(store: Store, reservation: Reservation, *,
+                staleness: timedelta = DEFAULT_STALENESS) -> Write:
+    """The claim `claim_reservation` makes, as one write of an atomic batch
+    (`Store.write_all`, with other objects): the same labels, phase and check."""
     labels = {**reservation_labels(reservation.spec.hypervisor, reservation.spec.source),
               **reservation.metadata.labels}
     reservation = reservation.model_copy(update={
@@ -169,9 +178,8 @@ def claim_reservation(
     request = Request(dict(reservation.spec.resources))
     policies = store.list_overcommit_policies()
     lease = agent_lease(store, reservation.spec.hypervisor)
-    return _claim(store, reservation, manager,
-                  claim_check(reservation.spec.consumer, request, staleness, policies, lease),
-                  dry_run=dry_run)
+    return Write("create", reservation,
+                 check=claim_check(reservation.spec.consumer, request, staleness, policies, lease))
 
 
 def agent_lease(store: Store, host: str) -> Lease | None:

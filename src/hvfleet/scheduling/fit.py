@@ -137,6 +137,11 @@ def _divides(step: Fraction, amount: Fraction) -> bool:
     return (amount / step).denominator == 1
 
 
+def _shown(r: ResourceName, amount: Quantity) -> str:
+    """An amount of `r` as a person reads it (memory in binary units)."""
+    return human(r, r.quantity(amount))
+
+
 def resource_rejections(
     h: Hypervisor,
     reservations: Iterable[Reservation],
@@ -154,43 +159,20 @@ def resource_rejections(
         need = request.total(r)
         have = free.get(r, Quantity(0, one.format))
         if need > have:
-            out.append(
-                Rejection(
-                    "insufficient",
-                    f"{r}: needs {human(r, r.quantity(need))}, {human(r, r.quantity(have))} free "
-                    f"(short by {human(r, r.quantity(need - have))})",
-                    r,
-                    need,
-                    have,
-                )
-            )
+            out.append(Rejection("insufficient", f"{r}: needs {_shown(r, need)}, {_shown(r, have)} free "
+                                 f"(short by {_shown(r, need - have)})", r, need, have))
         biggest = largest.get(r, Quantity(0, one.format))
         if one > biggest:
-            out.append(
-                Rejection(
-                    "max-unit",
-                    f"{r}: one instance needs {human(r, r.quantity(one))}, more than the host's "
-                    f"{human(r, r.quantity(biggest))} after its reserve",
-                    r,
-                    one,
-                    biggest,
-                )
-            )
+            out.append(Rejection("max-unit", f"{r}: one instance needs {_shown(r, one)}, more than the "
+                                 f"host's {_shown(r, biggest)} after its reserve", r, one, biggest))
         c = units.get(r)
         if c is not None and c.min_unit is not None and one < c.min_unit:
             out.append(
                 Rejection("min-unit", f"{r}: {one} is below min_unit {c.min_unit}", r, one, c.min_unit)
             )
         if c is not None and c.step_size is not None and not _divides(c.step_size.value, one.value):
-            out.append(
-                Rejection(
-                    "step-size",
-                    f"{r}: {one} is not a multiple of step_size {c.step_size}",
-                    r,
-                    one,
-                    c.step_size,
-                )
-            )
+            out.append(Rejection("step-size", f"{r}: {one} is not a multiple of step_size {c.step_size}",
+                                 r, one, c.step_size))
     return out
 
 

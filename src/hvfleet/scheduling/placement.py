@@ -52,7 +52,7 @@ from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
 from hvfleet.scheduling.fit import reservations_by_host, unit_constraints
 from hvfleet.scheduling.placement_client import PlacementClient
-from hvfleet.scheduling.placement_push import PushIdentity, push
+from hvfleet.scheduling.placement_push import Changes, PushIdentity, push
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store
 
@@ -175,11 +175,7 @@ def placement_resources(request: Request) -> dict[str, int]:
 
 
 @dataclass
-class SyncReport:
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    unchanged: int = 0
+class SyncReport(Changes):
     unknown_providers: list[str] = field(default_factory=list)
     # What was pushed to Placement (see placement_push): None when not asked.
     resource_classes: dict[str, Any] | None = None
@@ -188,13 +184,7 @@ class SyncReport:
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "created": self.created,
-            "updated": self.updated,
-            "deleted": self.deleted,
-            "unchanged": self.unchanged,
-            "unknownProviders": self.unknown_providers,
-        }
+        out: dict[str, Any] = {**super().to_dict(), "unknownProviders": self.unknown_providers}
         if self.resource_classes is not None:
             out["resourceClasses"] = self.resource_classes
         if self.inventories is not None:

@@ -28,6 +28,7 @@ it over) is never touched. The pure planning (`planned_inventories`,
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -167,6 +168,40 @@ def planned_inventories(
 
 
 @dataclass
+class Changes:
+    """What a sync or a push did to a set of named things (providers,
+    consumers), in the order its report shows them."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"created": self.created, "updated": self.updated, "deleted": self.deleted,
+                "unchanged": self.unchanged}
+
+
+def _generation_checked(report: InventoryPush | ClaimPush, what: str, attempt: int, attempts: int,
+                        write: Callable[[], object]) -> bool | None:
+    """One write of `what` (`provider hv1`) that names the generation it read:
+    True once written; False when the generation moved (counted as a retry; re-read
+    and try again); None when it failed (noted in the report, with the last of the
+    `attempts` that found the generation moved)."""
+    try:
+        write()
+    except GenerationConflict:
+        report.retries += 1
+        if attempt == attempts - 1:
+            report.errors.append(f"{what}: generation changed on each of {attempts} attempts")
+        return False
+    except PlacementError as exc:
+        report.errors.append(f"{what}: {exc}")
+        return None
+    return True
+
+
+@dataclass
 class InventoryPush:
     updated: list[str] = field(default_factory=list)
     unchanged: int = 0
@@ -209,17 +244,11 @@ def push_inventories(
             if plan is None:
                 report.unchanged += 1
                 break
-            try:
-                client.put_inventories(tree.root, generation, plan)
-            except GenerationConflict:
-                report.retries += 1
-                if attempt == attempts - 1:
-                    report.errors.append(
-                        f"provider {host}: generation changed on each of {attempts} attempts"
-                    )
+            write = functools.partial(client.put_inventories, tree.root, generation, plan)
+            written = _generation_checked(report, f"provider {host}", attempt, attempts, write)
+            if written is False:
                 continue
-            except PlacementError as exc:
-                report.errors.append(f"provider {host}: {exc}")
+            if written is None:
                 break
             report.classes[tree.root] = set(plan)
             report.updated.append(host)
@@ -314,24 +343,13 @@ def plan_claims(
 
 
 @dataclass
-class ClaimPush:
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    unchanged: int = 0
+class ClaimPush(Changes):
     retries: int = 0
     foreign: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "created": self.created,
-            "updated": self.updated,
-            "deleted": self.deleted,
-            "unchanged": self.unchanged,
-            "retries": self.retries,
-            "foreign": self.foreign,
-        }
+        return {**super().to_dict(), "retries": self.retries, "foreign": self.foreign}
 
 
 def desired_claims(
@@ -432,17 +450,11 @@ def push_claims(
                 # None creates the consumer; Placement refuses it for one that exists.
                 "consumer_generation": state.generation if state.allocations else None,
             }
-            try:
-                client.put_allocations(consumer, body)
-            except GenerationConflict:
-                report.retries += 1
-                if attempt == attempts - 1:
-                    report.errors.append(
-                        f"consumer {consumer}: generation changed on each of {attempts} attempts"
-                    )
+            write = functools.partial(client.put_allocations, consumer, body)
+            written = _generation_checked(report, f"consumer {consumer}", attempt, attempts, write)
+            if written is False:
                 continue
-            except PlacementError as exc:
-                report.errors.append(f"consumer {consumer}: {exc}")
+            if written is None:
                 break
             states.remember(consumer, ConsumerState(allocations, identity.project_id, identity.user_id))
             if not allocations:

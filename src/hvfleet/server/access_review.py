@@ -23,8 +23,8 @@ from hvfleet.server import bodies
 from hvfleet.server.auth import table_resources
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import AUTHORIZATION_GROUP
+from hvfleet.server.guard import about, authenticate
 from hvfleet.server.identity import Action, Identity, Verb
-from hvfleet.server.resources import authenticate, error_response
 from hvfleet.server.status import Target
 
 GROUP = AUTHORIZATION_GROUP
@@ -220,39 +220,35 @@ async def _review(request: Request, kind: str) -> tuple[ApiContext, Identity, di
 
 
 async def self_subject_access_review(request: Request) -> Response:
-    try:
-        ctx, who, spec = await _review(request, "SelfSubjectAccessReview")
-        attributes = spec.get("resourceAttributes")
-        non_resource = spec.get("nonResourceAttributes")
-        if isinstance(attributes, dict):
-            allowed, reason = decide(ctx, who, attributes)
-        elif isinstance(non_resource, dict):
-            path = str(non_resource.get("path") or "")
-            allowed = non_resource.get("verb") == "get" and any(
-                path == u or (u.endswith("/*") and path.startswith(u[:-1])) for u in NON_RESOURCE_URLS)
-            reason = "" if allowed else "only GET of discovery, OpenAPI, version and health paths"
-        else:
-            raise BadRequest("spec: one of resourceAttributes or nonResourceAttributes is required")
-        status: dict[str, Any] = {"allowed": allowed}
-        if reason:
-            status["reason"] = reason
-        return JSONResponse({"kind": "SelfSubjectAccessReview", "apiVersion": GV,
-                             "metadata": {"creationTimestamp": None}, "spec": spec,
-                             "status": status}, status_code=201)
-    except Exception as exc:
-        return error_response(exc, Target(ACCESS_REVIEWS))
+    about(request, Target(ACCESS_REVIEWS))
+    ctx, who, spec = await _review(request, "SelfSubjectAccessReview")
+    attributes = spec.get("resourceAttributes")
+    non_resource = spec.get("nonResourceAttributes")
+    if isinstance(attributes, dict):
+        allowed, reason = decide(ctx, who, attributes)
+    elif isinstance(non_resource, dict):
+        path = str(non_resource.get("path") or "")
+        allowed = non_resource.get("verb") == "get" and any(
+            path == u or (u.endswith("/*") and path.startswith(u[:-1])) for u in NON_RESOURCE_URLS)
+        reason = "" if allowed else "only GET of discovery, OpenAPI, version and health paths"
+    else:
+        raise BadRequest("spec: one of resourceAttributes or nonResourceAttributes is required")
+    status: dict[str, Any] = {"allowed": allowed}
+    if reason:
+        status["reason"] = reason
+    return JSONResponse({"kind": "SelfSubjectAccessReview", "apiVersion": GV,
+                         "metadata": {"creationTimestamp": None}, "spec": spec,
+                         "status": status}, status_code=201)
 
 
 async def self_subject_rules_review(request: Request) -> Response:
-    try:
-        ctx, who, spec = await _review(request, "SelfSubjectRulesReview")
-        status = {
-            "resourceRules": rules(ctx, who),
-            "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": list(NON_RESOURCE_URLS)}],
-            "incomplete": False,
-        }
-        return JSONResponse({"kind": "SelfSubjectRulesReview", "apiVersion": GV,
-                             "metadata": {"creationTimestamp": None}, "spec": spec,
-                             "status": status}, status_code=201)
-    except Exception as exc:
-        return error_response(exc, Target(RULES_REVIEWS))
+    about(request, Target(RULES_REVIEWS))
+    ctx, who, spec = await _review(request, "SelfSubjectRulesReview")
+    status = {
+        "resourceRules": rules(ctx, who),
+        "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": list(NON_RESOURCE_URLS)}],
+        "incomplete": False,
+    }
+    return JSONResponse({"kind": "SelfSubjectRulesReview", "apiVersion": GV,
+                         "metadata": {"creationTimestamp": None}, "spec": spec,
+                         "status": status}, status_code=201)

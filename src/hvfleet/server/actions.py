@@ -41,8 +41,9 @@ from hvfleet.ops.placement import PlacementQuery, export
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import RESOURCES
+from hvfleet.server.guard import about, audited, authenticate
 from hvfleet.server.identity import Action, Identity
-from hvfleet.server.resources import audited, authenticate, error_response, render
+from hvfleet.server.resources import render
 from hvfleet.server.status import Target, invalid_object, unknown_fields
 
 # -- bodies ------------------------------------------------------------------------------------
@@ -70,17 +71,16 @@ def _verb(what: str, body_model: type[Model], run: Callable[[ApiContext, Identit
           kind: str | None) -> Callable[[Request], Awaitable[Response]]:
     """The handler of an action: its body decoded strictly, the caller
     authenticated, `run` in the thread pool (it authorizes), the answer as a
-    `kind` document (None: `run`'s document as it is), any error a Status."""
+    `kind` document (None: `run`'s document as it is); the guard answers any
+    error with a Status about `what`."""
 
     async def handler(request: Request) -> Response:
         ctx: ApiContext = request.app.state.ctx
-        try:
-            who = await authenticate(ctx, request)
-            body = await _body(request, ctx, body_model, what)
-            doc = await run_in_threadpool(run, ctx, who, body)
-            return JSONResponse(doc) if kind is None else _ok(kind, doc)
-        except Exception as exc:
-            return error_response(exc, Target(name=what))
+        about(request, Target(name=what))
+        who = await authenticate(ctx, request)
+        body = await _body(request, ctx, body_model, what)
+        doc = await run_in_threadpool(run, ctx, who, body)
+        return JSONResponse(doc) if kind is None else _ok(kind, doc)
 
     return handler
 
@@ -115,14 +115,12 @@ def _release(ctx: ApiContext, who: Identity, name: str) -> Any:
 async def release_reservation(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     name = request.path_params["name"]
-    try:
-        bodies.no_dry_run(request, "release")
-        who = await authenticate(ctx, request, Action("create", "release", name=name))
-        await bodies.read_body(request, ctx.limits.max_body)
-        out = await run_in_threadpool(_release, ctx, who, name)
-        return render(request, ctx, RESOURCES["reservations"], out)
-    except Exception as exc:
-        return error_response(exc, Target("reservations", name, "Reservation"))
+    about(request, Target("reservations", name, "Reservation"))
+    bodies.no_dry_run(request, "release")
+    who = await authenticate(ctx, request, Action("create", "release", name=name))
+    await bodies.read_body(request, ctx.limits.max_body)
+    out = await run_in_threadpool(_release, ctx, who, name)
+    return render(request, ctx, RESOURCES["reservations"], out)
 
 
 # -- placement ---------------------------------------------------------------------------------

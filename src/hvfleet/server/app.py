@@ -20,15 +20,16 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from hvfleet.guests import datasets
-from hvfleet.server import access_review, actions, dashboard, discovery, impersonation, openapi
+from hvfleet.server import access_review, actions, dashboard, discovery, guard, impersonation, openapi
 from hvfleet.server import placement as placement_api
 from hvfleet.server.batch import batch
 from hvfleet.server.context import ApiContext, AuditLog, Limits
 from hvfleet.server.dashboard.history import HistorySettings
+from hvfleet.server.guard import authenticate
 from hvfleet.server.identity import Authenticator, Authorizer
 from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
-from hvfleet.server.resources import authenticate, collection, error_response, item
-from hvfleet.server.status import ApiError, Target
+from hvfleet.server.resources import collection, item
+from hvfleet.server.status import ApiError
 from hvfleet.server.token_api import token_routes
 from hvfleet.store.base import Store
 from hvfleet.store.lifecycle import GarbageCollector
@@ -38,12 +39,9 @@ GV = "/apis/hvfleet.io/v1"
 
 def _document(build: Callable[[], dict[str, Any]], public: bool = False) -> Callable[..., Any]:
     async def endpoint(request: Request) -> Response:
-        try:
-            if not public:
-                await authenticate(request.app.state.ctx, request)
-            return JSONResponse(build())
-        except Exception as exc:
-            return error_response(exc, Target())
+        if not public:
+            await authenticate(request.app.state.ctx, request)
+        return JSONResponse(build())
 
     return endpoint
 
@@ -52,31 +50,16 @@ async def _openapi_v2(request: Request) -> Response:
     accept = request.headers.get("accept", "")
     if PROTOBUF_MEDIA in accept:
         # What kubectl 1.2x asks for to validate manifests and to explain fields.
-        try:
-            await authenticate(request.app.state.ctx, request)
-        except Exception as exc:
-            return error_response(exc, Target())
+        await authenticate(request.app.state.ctx, request)
         return Response(openapi_v2_protobuf(), media_type=PROTOBUF_CONTENT_TYPE)
     if accept and "json" not in accept and "*/*" not in accept:
-        return error_response(ApiError(406, "NotAcceptable",
-                                       "/openapi/v2 is served as JSON or protobuf"), Target())
+        raise ApiError(406, "NotAcceptable", "/openapi/v2 is served as JSON or protobuf")
     response: Response = await _document(openapi.openapi_v2)(request)
     return response
 
 
 async def _healthy(request: Request) -> Response:
     return PlainTextResponse("ok")
-
-
-async def _not_found(request: Request, exc: Exception) -> Response:
-    return error_response(ApiError(404, "NotFound", "the server could not find the requested resource"),
-                          Target())
-
-
-async def _not_allowed(request: Request, exc: Exception) -> Response:
-    return error_response(ApiError(405, "MethodNotAllowed",
-                                   f"the server does not allow this method ({request.method}) here"),
-                          Target())
 
 
 def routes(dashboard_pages: bool = True) -> list[Any]:
@@ -148,8 +131,8 @@ def create_app(
             await run_in_threadpool(collector.close)
             ctx.close()
 
-    app = Starlette(routes=routes(dashboard_pages), lifespan=lifespan,
-                    exception_handlers={404: _not_found, 405: _not_allowed})
+    app = Starlette(routes=routes(dashboard_pages), lifespan=lifespan)
+    guard.install(app)  # handlers raise; the guard answers (server/guard.py)
     app.state.ctx = ctx
     app.state.history_settings = history  # the dashboard's history tiers and retention
     return app

@@ -35,9 +35,10 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
-from typing import Any
+from typing import Any, ParamSpec
 
 from hvfleet.model.meta import API_GROUP
 from hvfleet.server.identity import Action, Identity
@@ -46,6 +47,7 @@ AUDIT_LOGGER = "hvfleet.audit"
 _REASON_MAX = 1024
 
 log = logging.getLogger(AUDIT_LOGGER)
+P = ParamSpec("P")
 
 
 def audit_event(
@@ -86,21 +88,21 @@ def audit_event(
     return event
 
 
-def audit_write(
-    who: Identity | None,
-    action: Action,
-    rv_before: str | None,
-    rv_after: str | None,
-    code: int,
-    reason: str,
-    *,
-    now: datetime | None = None,
-) -> None:
-    """Log one write (see the module docstring)."""
-    if not log.isEnabledFor(logging.INFO):
-        return
-    event = audit_event(who, action, rv_before, rv_after, code, reason, now=now)
-    log.info(_dumps(event), extra={"audit": event})
+def _logged(event_of: Callable[P, dict[str, Any]]) -> Callable[P, None]:
+    """A function that logs the event `event_of` makes of its arguments, and
+    makes none while the audit logger is off."""
+
+    def write(*args: P.args, **kwargs: P.kwargs) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        event = event_of(*args, **kwargs)
+        log.info(_dumps(event), extra={"audit": event})
+
+    return write
+
+
+# Log one write (see the module docstring): audit_event's record of it.
+audit_write = _logged(audit_event)
 
 
 def _dumps(event: dict[str, Any]) -> str:

@@ -29,8 +29,8 @@ from hvfleet.model.meta import API_VERSION
 from hvfleet.server import bodies
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import BY_KIND
+from hvfleet.server.guard import about, authenticate, code_of, precheck
 from hvfleet.server.identity import Action, Identity
-from hvfleet.server.resources import authenticate, code_of, error_response
 from hvfleet.server.status import ApiError, Target
 from hvfleet.store.base import Write
 from hvfleet.store.ownership import from_fields_v1
@@ -108,14 +108,8 @@ def write_batch(ctx: ApiContext, who: Identity, writes: list[Write], force: bool
                 current = None  # write_all overwrites it at the version named
         actions = _actions(w, current, force)
         for action in actions:
-            try:
-                ctx.authorize(who, action, current, w.object)
-            except Exception as exc:
-                if ctx.audit is not None:
-                    code, reason = code_of(exc)
-                    before = current.metadata.resource_version if current is not None else None
-                    ctx.audit.record(who, action, before=before, after=None, code=code, reason=reason)
-                raise
+            precheck(ctx, who, action, current.metadata.resource_version if current is not None else None,
+                     current, w.object)
         checked.append((w, current, actions))
     try:
         out = ctx.store.write_all(writes, who.manager, force=force)
@@ -137,18 +131,16 @@ def write_batch(ctx: ApiContext, who: Identity, writes: list[Write], force: bool
 
 async def batch(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
-    try:
-        bodies.no_dry_run(request, "a batch")
-        media = bodies.media_type(request)
-        if media not in ("application/json", "*/*"):
-            raise UnsupportedMediaType(f"batch: the body must be application/json, not {media!r}")
-        validation = bodies.field_validation(request.query_params.get("fieldValidation"))
-        force = request.query_params.get("force", "").lower() in ("true", "1")
-        who = await authenticate(ctx, request, Action("create", "batch"))
-        raw = await bodies.read_body(request, ctx.limits.max_body)
-        writes = _decode(await bodies.parse_document(raw, "application/json"), validation)
-        out = await run_in_threadpool(write_batch, ctx, who, writes, force)
-        return JSONResponse({"apiVersion": API_VERSION, "kind": "BatchResult",
-                             "items": [o.to_dict() for o in out]})
-    except Exception as exc:
-        return error_response(exc, Target(name="batch"))
+    about(request, Target(name="batch"))
+    bodies.no_dry_run(request, "a batch")
+    media = bodies.media_type(request)
+    if media not in ("application/json", "*/*"):
+        raise UnsupportedMediaType(f"batch: the body must be application/json, not {media!r}")
+    validation = bodies.field_validation(request.query_params.get("fieldValidation"))
+    force = request.query_params.get("force", "").lower() in ("true", "1")
+    who = await authenticate(ctx, request, Action("create", "batch"))
+    raw = await bodies.read_body(request, ctx.limits.max_body)
+    writes = _decode(await bodies.parse_document(raw, "application/json"), validation)
+    out = await run_in_threadpool(write_batch, ctx, who, writes, force)
+    return JSONResponse({"apiVersion": API_VERSION, "kind": "BatchResult",
+                         "items": [o.to_dict() for o in out]})

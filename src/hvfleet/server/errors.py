@@ -7,44 +7,20 @@ looked up along its MRO, so a subclass answers as its nearest listed ancestor
 
 from __future__ import annotations
 
-from hvfleet.guests.check import NotEverywhere
-from hvfleet.model.errors import (
-    AlreadyExists,
-    BadRequest,
-    Conflict,
-    Forbidden,
-    Gone,
-    HvfleetError,
-    InvalidInput,
-    NotFound,
-    TooLarge,
-    TooManyRequests,
-    Unauthorized,
-    Unavailable,
-    UnsupportedMediaType,
-)
+from hvfleet.guests.errors import NotEverywhere
+from hvfleet.model.errors import HvfleetError
 from hvfleet.scheduling.errors import DoesNotFit, NoHostFits
+from hvfleet.store.statuses import STATUS_OF
 
-# class → (HTTP status, Status reason). A claim that does not fit is refused as
-# a Conflict, as Placement answers an allocation that exceeds capacity.
+# class → (HTTP status, Status reason): the model's classes as the remote store
+# reads them back (hvfleet.store.statuses), and the refusals of the layers
+# above. A claim that does not fit is refused as a Conflict, as Placement
+# answers an allocation that exceeds capacity.
 HTTP_STATUS: dict[type[HvfleetError], tuple[int, str]] = {
-    InvalidInput: (422, "Invalid"),
-    BadRequest: (400, "BadRequest"),
-    TooLarge: (413, "RequestEntityTooLarge"),
-    UnsupportedMediaType: (415, "UnsupportedMediaType"),
-    NotFound: (404, "NotFound"),
-    AlreadyExists: (409, "AlreadyExists"),
-    Conflict: (409, "Conflict"),
+    **STATUS_OF,
     DoesNotFit: (409, "Conflict"),
     NoHostFits: (409, "Conflict"),
     NotEverywhere: (409, "Conflict"),
-    Forbidden: (403, "Forbidden"),
-    Unauthorized: (401, "Unauthorized"),
-    # Kubernetes says "Expired" for a watch or continue token past compaction.
-    Gone: (410, "Expired"),
-    TooManyRequests: (429, "TooManyRequests"),
-    Unavailable: (503, "ServiceUnavailable"),
-    HvfleetError: (500, "InternalError"),
 }
 
 

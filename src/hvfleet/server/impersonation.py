@@ -73,11 +73,7 @@ def self_subject_review(who: Identity) -> dict[str, object]:
 
 
 async def whoami(request: Request) -> Response:
-    from hvfleet.server.resources import authenticate, error_response
-    from hvfleet.server.status import Target
+    from hvfleet.server.guard import authenticate  # the guard builds on acting_identity
 
-    try:
-        who = await authenticate(request.app.state.ctx, request)
-    except Exception as exc:
-        return error_response(exc, Target())
+    who = await authenticate(request.app.state.ctx, request)
     return JSONResponse(self_subject_review(who), status_code=201)

@@ -1,8 +1,10 @@
 """The resource handlers: collections, objects and their /status subresource.
 
 Each handler parses the request, authenticates, builds an `Action`, asks the
-authorizer, makes one store call and renders the answer. Writes always name
-`Identity.manager` as the field manager (a client's `fieldManager` is ignored);
+authorizer, makes one store call and renders the answer; an error is raised,
+and the server's guard (hvfleet.server.guard) answers it with a Status.
+Writes always name `Identity.manager` as the field manager (a client's
+`fieldManager` is ignored);
 creating a Reservation is a claim (`hvfleet.scheduling.claims.claim_reservation`,
 the same atomic check as `hvfleet reserve`); server-side apply merges with
 the store's ownership rules (`hvfleet.store.apply.plan_one`, as `hvfleet apply`) and
@@ -21,10 +23,9 @@ import binascii
 import hashlib
 import hmac
 import json
-import logging
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -32,26 +33,24 @@ from starlette.responses import JSONResponse, Response
 
 from hvfleet.model.errors import (
     BadRequest,
-    Forbidden,
     Gone,
-    HvfleetError,
     InvalidInput,
     NotFound,
     UnsupportedMediaType,
 )
 from hvfleet.model.hypervisor import Reservation, Resource
 from hvfleet.model.kinds import strategy_of
-from hvfleet.model.meta import API_GROUP, API_VERSION
+from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector, parse_selector
 from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
 from hvfleet.server.context import CONTINUE_MISMATCH, ApiContext
 from hvfleet.server.discovery import BY_KIND, RESOURCES, ResourceInfo
+from hvfleet.server.guard import about, audited, authenticate, precheck
 from hvfleet.server.identity import Action, Identity, Verb
-from hvfleet.server.impersonation import acting_identity
 from hvfleet.server.narrowing import get_visible, view_of
 from hvfleet.server.read_options import EXACT, check_not_newer, read_options
-from hvfleet.server.status import ApiError, Target, from_error, status, success
+from hvfleet.server.status import ApiError, Target, status, success
 from hvfleet.server.table import TableInputs, table, wants_table
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store import lifecycle
@@ -60,67 +59,18 @@ from hvfleet.store.base import FieldPath, StaleVersion, Write
 from hvfleet.store.ownership import applied_fields
 from hvfleet.store.undecodable import Undecodable
 
-log = logging.getLogger("hvfleet.server")
 # The field manager of the apply `kubectl apply --server-side` sends after its
 # own, holding only the last-applied-configuration annotation.
 LAST_APPLIED_MANAGER = "kubectl-last-applied"
-T = TypeVar("T")
 
 
 # -- plumbing ---------------------------------------------------------------------------
-
-def target_of(request: Request) -> Target:
-    plural = request.path_params.get("plural", "")
-    info = RESOURCES.get(plural)
-    return Target(plural=plural, name=request.path_params.get("name", ""),
-                  kind=info.kind if info else "")
-
-
-def error_response(exc: Exception, target: Target) -> JSONResponse:
-    if not isinstance(exc, (HvfleetError, ApiError)):
-        log.exception("unexpected error serving %s %s", target.plural, target.name)
-    body = from_error(exc, target)
-    return JSONResponse(body, status_code=body["code"])
-
-
-def code_of(exc: Exception) -> tuple[int, str]:
-    body = from_error(exc, Target())
-    return body["code"], body["reason"]
-
 
 def _info(request: Request) -> ResourceInfo:
     info = RESOURCES.get(request.path_params["plural"])
     if info is None:
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
     return info
-
-
-async def authenticate(ctx: ApiContext, request: Request, write: Action | None = None) -> Identity:
-    """The caller, as its token says or as whom it impersonates (admins only,
-    hvfleet.server.impersonation). A write refused here (401, or 403 for an
-    impersonation) is audited too, with no identity."""
-    try:
-        who = await run_in_threadpool(ctx.authenticator.authenticate,
-                                      request.headers.get("authorization"))
-        return acting_identity(who, request)
-    except Exception as exc:
-        if write is not None and ctx.audit is not None:
-            code, reason = code_of(exc)
-            ctx.audit.record(None, write, before=None, after=None, code=code, reason=reason)
-        raise
-
-
-def precheck(ctx: ApiContext, who: Identity, action: Action) -> None:
-    """Ask before reading what the write is about: a caller who may not write
-    gets 403 without learning whether the object exists. The full check, with
-    the stored and the new object, follows before the write."""
-    try:
-        ctx.authorize(who, action)
-    except Exception as exc:
-        if ctx.audit is not None:
-            code, reason = code_of(exc)
-            ctx.audit.record(who, action, before=None, after=None, code=code, reason=reason)
-        raise
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -189,38 +139,6 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
                      request.query_params.get("includeObject", "PartialObjectMetadata"))
         return JSONResponse(body, status_code=code, headers=headers)
     return Response(obj.to_json(), status_code=code, headers=headers, media_type="application/json")
-
-
-def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
-            write: Callable[[], T], *, check: Callable[[], None] | None = None) -> T:
-    """Authorize (`check`, if given) and run one write, and record it in the
-    audit log whatever its result. When the authorization is separate from the
-    write, a refusal by the store's own rules (only agent/<name> writes that
-    host's status, agents never write spec) is worded as kube-apiserver words
-    a refusal, with the store's reason after it."""
-    rv_before = before.metadata.resource_version if before is not None else None
-    try:
-        if check is not None:
-            check()
-        try:
-            out = write()
-        except Forbidden as exc:
-            if check is None:
-                raise
-            target = f'{action.resource}.{API_GROUP} "{action.name}"' if action.name else action.resource
-            raise Forbidden(f"{target} is forbidden: {exc}") from None
-    except Exception as exc:
-        if ctx.audit is not None:
-            code, reason = code_of(exc)
-            ctx.audit.record(who, action, before=rv_before, after=None, code=code, reason=reason)
-        raise
-    if ctx.audit is not None:
-        # Any object the write returns carries the version it was stored at.
-        meta = getattr(out, "metadata", None)
-        after = meta.resource_version if meta is not None and action.verb != "delete" else None
-        code, reason = (201, "Created") if before is None and action.verb == "create" else (200, "OK")
-        ctx.audit.record(who, action, before=rv_before, after=after, code=code, reason=reason)
-    return out
 
 
 def _retrying(ctx: ApiContext, pinned: bool, attempt: Callable[[], Resource | None]) -> Resource | None:
@@ -326,17 +244,14 @@ def _limit(request: Request) -> int | None:
 
 async def collection(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
-    try:
-        info = _info(request)
-        if request.method == "POST":
-            return await create(request, ctx, info)
-        if request.method == "DELETE":
-            return await delete_collection(request, ctx, info)
-        if _flag(request, "watch"):
-            return await watch(request, ctx, info)
-        return await list_objects(request, ctx, info)
-    except Exception as exc:
-        return error_response(exc, target_of(request))
+    info = _info(request)
+    if request.method == "POST":
+        return await create(request, ctx, info)
+    if request.method == "DELETE":
+        return await delete_collection(request, ctx, info)
+    if _flag(request, "watch"):
+        return await watch(request, ctx, info)
+    return await list_objects(request, ctx, info)
 
 
 async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
@@ -463,12 +378,10 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     doc = await bodies.parse_document(body, media)
     name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
     target = Target(info.plural, str(name), info.kind)
-    try:
-        obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-        out = await run_in_threadpool(create_object, ctx, who, info, obj, dry_run)
-        return render(request, ctx, info, out, 201, warnings)
-    except Exception as exc:
-        return error_response(exc, target)
+    about(request, target)  # the object the body names, in any error's Status
+    obj, warnings = bodies.to_object(doc, info.kind, target, validation)
+    out = await run_in_threadpool(create_object, ctx, who, info, obj, dry_run)
+    return render(request, ctx, info, out, 201, warnings)
 
 
 def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource,
@@ -506,77 +419,74 @@ def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resou
 async def item(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     sub = "status" if request.url.path.endswith("/status") else None
-    try:
-        info = _info(request)
-        name = request.path_params["name"]
-        if sub is not None and not info.has_status:
-            raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
-        if request.method == "GET":
-            # A get's only read option: a version past the newest is 504, as for lists.
-            options = read_options({"resourceVersion": request.query_params.get("resourceVersion", "")},
-                                   watch=False)
-            who = await authenticate(ctx, request)
-            action = Action("get", info.plural, name=name, subresource=sub)
-            narrowed = ctx.authorize_read(who, action)
-            if options.revision is not None:
-                check_not_newer(options, await run_in_threadpool(ctx.store.revision))
-            if narrowed is not None:
-                obj, view = await run_in_threadpool(get_visible, ctx.store, who, action, info.kind,
-                                                    narrowed)
-                return render(request, ctx, info, obj, inputs=view.table_inputs)
-            try:
-                obj = await run_in_threadpool(ctx.store.get, info.kind, name)
-            except Undecodable as exc:
-                if not wants_table(request.headers.get("accept")):
-                    raise
-                # `kubectl get KIND NAME`: the row says Unknown, the Warning why.
-                inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
-                rows_doc = table(info.kind, [], inputs, str(exc.revision),
-                                 request.query_params.get("includeObject", "PartialObjectMetadata"),
-                                 undecodable=[exc])
-                return JSONResponse(rows_doc, headers=warning_header([str(exc)]))
-            return render(request, ctx, info, obj)
-        if request.method == "DELETE":
-            if sub is not None:
-                raise ApiError(405, "MethodNotAllowed", "the status subresource cannot be deleted")
-            return await delete(request, ctx, info, name)
-        dry_run = bodies.dry_run(request)
-        validation = field_validation(request)
-        force = _flag(request, "force")
-        media = bodies.media_type(request)
-        if media == bodies.STRATEGIC_PATCH:
-            raise UnsupportedMediaType(
-                "strategic merge patch is not supported for custom resources; "
-                "use a merge patch (application/merge-patch+json) or server-side apply")
-        if request.method == "PATCH" and media not in bodies.PATCH_TYPES:
-            raise UnsupportedMediaType(f"PATCH: the media type {media!r} is not supported "
-                                       f"(use one of {', '.join(bodies.PATCH_TYPES)})")
-        if request.method == "PUT" and media not in ("application/json", "*/*"):
-            raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
-        # Who is asking comes first: nothing is read or decoded for an anonymous caller.
-        who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
-                                                      force, dry_run))
-        body = await bodies.read_body(request, ctx.limits.max_body)
-        doc: Any = (await bodies.parse_patch_operations(body) if media == bodies.JSON_PATCH
-                    else await bodies.parse_document(body, media))
-        target = Target(info.plural, name, info.kind)
-        if request.method == "PUT":
-            obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-            _same_name(obj, name)
-            out = await run_in_threadpool(replace, ctx, who, info, obj, sub, force, dry_run)
-            return render(request, ctx, info, out, 200, warnings)
-        if media == bodies.APPLY_PATCH:
-            obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-            _same_name(obj, name)
-            out, created = await run_in_threadpool(
-                server_side_apply, ctx, who, info, obj, sub, force, dry_run,
-                request.query_params.get("fieldManager") == LAST_APPLIED_MANAGER)
-            return render(request, ctx, info, out, 201 if created else 200, warnings)
-        out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
-                                                validation, media, dry_run)
+    info = _info(request)
+    name = request.path_params["name"]
+    if sub is not None and not info.has_status:
+        raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
+    if request.method == "GET":
+        # A get's only read option: a version past the newest is 504, as for lists.
+        options = read_options({"resourceVersion": request.query_params.get("resourceVersion", "")},
+                               watch=False)
+        who = await authenticate(ctx, request)
+        action = Action("get", info.plural, name=name, subresource=sub)
+        narrowed = ctx.authorize_read(who, action)
+        if options.revision is not None:
+            check_not_newer(options, await run_in_threadpool(ctx.store.revision))
+        if narrowed is not None:
+            obj, view = await run_in_threadpool(get_visible, ctx.store, who, action, info.kind,
+                                                narrowed)
+            return render(request, ctx, info, obj, inputs=view.table_inputs)
+        try:
+            obj = await run_in_threadpool(ctx.store.get, info.kind, name)
+        except Undecodable as exc:
+            if not wants_table(request.headers.get("accept")):
+                raise
+            # `kubectl get KIND NAME`: the row says Unknown, the Warning why.
+            inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
+            rows_doc = table(info.kind, [], inputs, str(exc.revision),
+                             request.query_params.get("includeObject", "PartialObjectMetadata"),
+                             undecodable=[exc])
+            return JSONResponse(rows_doc, headers=warning_header([str(exc)]))
+        return render(request, ctx, info, obj)
+    if request.method == "DELETE":
+        if sub is not None:
+            raise ApiError(405, "MethodNotAllowed", "the status subresource cannot be deleted")
+        return await delete(request, ctx, info, name)
+    dry_run = bodies.dry_run(request)
+    validation = field_validation(request)
+    force = _flag(request, "force")
+    media = bodies.media_type(request)
+    if media == bodies.STRATEGIC_PATCH:
+        raise UnsupportedMediaType(
+            "strategic merge patch is not supported for custom resources; "
+            "use a merge patch (application/merge-patch+json) or server-side apply")
+    if request.method == "PATCH" and media not in bodies.PATCH_TYPES:
+        raise UnsupportedMediaType(f"PATCH: the media type {media!r} is not supported "
+                                   f"(use one of {', '.join(bodies.PATCH_TYPES)})")
+    if request.method == "PUT" and media not in ("application/json", "*/*"):
+        raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
+    # Who is asking comes first: nothing is read or decoded for an anonymous caller.
+    who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
+                                                  force, dry_run))
+    body = await bodies.read_body(request, ctx.limits.max_body)
+    doc: Any = (await bodies.parse_patch_operations(body) if media == bodies.JSON_PATCH
+                else await bodies.parse_document(body, media))
+    target = Target(info.plural, name, info.kind)
+    if request.method == "PUT":
+        obj, warnings = bodies.to_object(doc, info.kind, target, validation)
+        _same_name(obj, name)
+        out = await run_in_threadpool(replace, ctx, who, info, obj, sub, force, dry_run)
         return render(request, ctx, info, out, 200, warnings)
-    except Exception as exc:
-        return error_response(exc, target_of(request))
+    if media == bodies.APPLY_PATCH:
+        obj, warnings = bodies.to_object(doc, info.kind, target, validation)
+        _same_name(obj, name)
+        out, created = await run_in_threadpool(
+            server_side_apply, ctx, who, info, obj, sub, force, dry_run,
+            request.query_params.get("fieldManager") == LAST_APPLIED_MANAGER)
+        return render(request, ctx, info, out, 201 if created else 200, warnings)
+    out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
+                                            validation, media, dry_run)
+    return render(request, ctx, info, out, 200, warnings)
 
 
 def _same_name(obj: Resource, name: str) -> None:

@@ -1,5 +1,6 @@
-"""Starting `hvfleet serve`: the listen address, TLS, the store, the token
-authenticator and role authorizer, the audit log, and uvicorn.
+"""Starting `hvfleet serve`: the listen address (and, with --placement-listen,
+a second one serving the Placement API at its root), TLS, the store, the
+token authenticator and role authorizer, the audit log, and uvicorn.
 
 The server speaks HTTPS unless told otherwise: with no certificate it makes its
 own CA in the data dir (hvfleet.server.tls). Plain HTTP is served only when
@@ -10,19 +11,20 @@ address printed is the one really served.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from hvfleet.model.errors import InvalidInput, Unavailable
 from hvfleet.server.app import create_app
 from hvfleet.server.audit import JsonAuditLog, configure_audit_log
 from hvfleet.server.auth import DEFAULT_MAX_AGE_S, RoleAuthorizer, TokenAuthenticator
 from hvfleet.server.dashboard.history import DEFAULT_RETENTION, DEFAULT_TIERS, HistorySettings
+from hvfleet.server.placement import ByListener
 from hvfleet.server.tls import (
     ServingFiles,
     ensure_serving_certificate,
@@ -31,6 +33,7 @@ from hvfleet.server.tls import (
     shared_signer,
 )
 from hvfleet.store import Store, open_store
+from hvfleet.store.remote import is_loopback
 
 DEFAULT_LISTEN = "127.0.0.1:8443"
 GRACEFUL_SHUTDOWN_S = 5
@@ -54,15 +57,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass(frozen=True)
 class ServeOptions:
     store: str | None = None
@@ -82,6 +76,9 @@ class ServeOptions:
     # More names the serving certificate must carry (a load balancer's name,
     # the address clients reach this replica at).
     tls_names: tuple[str, ...] = ()
+    # HOST:PORT of a second listener serving the Placement API at its root
+    # (Placement's own endpoint form, port 8778), same TLS identity and tokens.
+    placement_listen: str | None = None
 
 
 def plan_tls(options: ServeOptions, host: str, store: Store | None = None) -> ServingFiles | None:
@@ -104,6 +101,23 @@ def plan_tls(options: ServeOptions, host: str, store: Store | None = None) -> Se
     data_dir = options.data_dir or default_data_dir()
     shared = None if store is None else shared_signer(store, data_dir)
     return ensure_serving_certificate(data_dir, host, extra_names=options.tls_names, shared=shared)
+
+
+def _placement_listen(options: ServeOptions, host: str, port: int) -> tuple[str, int]:
+    """The Placement listener's address: HOST:PORT as --listen takes it, on
+    another port than the main listener, plain HTTP only on loopback."""
+    assert options.placement_listen is not None
+    try:
+        phost, pport = parse_listen(options.placement_listen)
+    except InvalidInput as exc:
+        raise InvalidInput(f"placement-{exc}") from None
+    if pport != 0 and pport == port:
+        raise InvalidInput(f"placement-listen: {options.placement_listen!r} is the port of --listen "
+                           f"({options.listen}); the Placement API needs a port of its own")
+    if options.insecure_http and not is_loopback(phost):
+        raise InvalidInput(f"placement-listen: plain HTTP is served only on a loopback address "
+                           f"(127.0.0.1, ::1, localhost), not {phost}")
+    return phost, pport
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -133,6 +147,11 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
 
     say = announce or (lambda line: print(line, flush=True))
     host, port = parse_listen(options.listen)
+    placement_at: tuple[str, int] | None = None
+    if options.placement_listen is not None:
+        placement_at = _placement_listen(options, host, port)
+        # One TLS identity for both listeners: the certificate names both hosts.
+        options = replace(options, tls_names=(*options.tls_names, placement_at[0]))
     history = HistorySettings.parse(options.history_tiers, options.history_retention)
     store = open_store(options.store)
     if options.rotate_ca is not None:
@@ -142,9 +161,16 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
         finally:
             store.close()
         return
+    placement_sock: socket.socket | None = None
     try:
         tls = plan_tls(options, host, store)
         sock = bind(host, port)
+        if placement_at is not None:
+            try:
+                placement_sock = bind(*placement_at)
+            except BaseException:
+                sock.close()
+                raise
     except BaseException:
         store.close()
         raise
@@ -161,10 +187,18 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
         scheme = "http" if tls is None else "https"
         shown = f"[{host}]" if ":" in host else host
         say(f"hvfleet serve: {scheme}://{shown}:{real_port} over {store.url}")
+        served: Any = app
+        sockets = [sock]
+        if placement_sock is not None and placement_at is not None:
+            placement_port = placement_sock.getsockname()[1]
+            served = ByListener(app, placement_port)
+            sockets.append(placement_sock)
+            phost = f"[{placement_at[0]}]" if ":" in placement_at[0] else placement_at[0]
+            say(f"hvfleet serve: Placement API at {scheme}://{phost}:{placement_port}/")
         if tls is not None and tls.ca is not None:
             say(f"CA certificate: {tls.ca.resolve()}")
         config = uvicorn.Config(
-            app,
+            served,
             ssl_certfile=None if tls is None else str(tls.cert),
             ssl_keyfile=None if tls is None else str(tls.key),
             log_level="warning",
@@ -178,8 +212,10 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
             # The server's own line above is the address; uvicorn's would say :0.
             server_header=False,
         )
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(config).run(sockets=sockets)
     finally:
         sock.close()
+        if placement_sock is not None:
+            placement_sock.close()
         store.close()
         sys.stdout.flush()

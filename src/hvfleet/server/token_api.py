@@ -33,15 +33,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hvfleet.model.errors import BadRequest, Forbidden, NotFound, UnsupportedMediaType
+from hvfleet.model.errors import BadRequest, NotFound, UnsupportedMediaType
 from hvfleet.model.meta import API_VERSION, Model
 from hvfleet.model.token import AccessToken, check_token_update
 from hvfleet.ops.tokens import TokenAnswer, TokenQuery, issue
 from hvfleet.server import bodies
 from hvfleet.server.auth import TokenAuthenticator
 from hvfleet.server.context import ApiContext
+from hvfleet.server.guard import about, audited, authenticate, precheck
 from hvfleet.server.identity import Action, Identity
-from hvfleet.server.resources import audited, authenticate, code_of, error_response
 from hvfleet.server.status import Target, invalid_object, unknown_fields
 from hvfleet.store.tokens import (
     KIND,
@@ -140,36 +140,22 @@ def _issue(ctx: ApiContext, who: Identity, body: TokenQuery) -> dict[str, Any]:
 
 async def collection(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
-    try:
-        if request.method == "POST":
-            bodies.no_dry_run(request, "access tokens")
-            who = await authenticate(ctx, request)
-            doc = await _document(request, ctx)
-            if _is_record(doc):
-                record = _as_record(doc, _target(str((doc.get("metadata") or {}).get("name", ""))))
-                stored = await run_in_threadpool(_store_record, ctx, who, record)
-                return JSONResponse(stored.to_dict(), status_code=201)
-            body = _validated(TokenQuery, doc, _target(), "accesstokens")
-            return JSONResponse(await run_in_threadpool(_issue, ctx, who, body), status_code=201)
+    about(request, _target())
+    if request.method == "POST":
+        bodies.no_dry_run(request, "access tokens")
         who = await authenticate(ctx, request)
-        ctx.authorize(who, Action("list", "tokens"))
-        items = await run_in_threadpool(list_tokens, ctx.store)
-        return JSONResponse({"apiVersion": API_VERSION, "kind": "AccessTokenList", "metadata": {},
-                             "items": [t.to_dict() for t in items]})
-    except Exception as exc:
-        return error_response(exc, _target())
-
-
-def _guarded(ctx: ApiContext, who: Identity, action: Action) -> None:
-    """Authorize a write before looking the token up (so a refusal says nothing
-    of whether it exists); a refusal is audited like every write."""
-    try:
-        ctx.authorize(who, action)
-    except Forbidden as exc:
-        if ctx.audit is not None:
-            code, reason = code_of(exc)
-            ctx.audit.record(who, action, before=None, after=None, code=code, reason=reason)
-        raise
+        doc = await _document(request, ctx)
+        if _is_record(doc):
+            record = _as_record(doc, _target(str((doc.get("metadata") or {}).get("name", ""))))
+            stored = await run_in_threadpool(_store_record, ctx, who, record)
+            return JSONResponse(stored.to_dict(), status_code=201)
+        body = _validated(TokenQuery, doc, _target(), "accesstokens")
+        return JSONResponse(await run_in_threadpool(_issue, ctx, who, body), status_code=201)
+    who = await authenticate(ctx, request)
+    ctx.authorize(who, Action("list", "tokens"))
+    items = await run_in_threadpool(list_tokens, ctx.store)
+    return JSONResponse({"apiVersion": API_VERSION, "kind": "AccessTokenList", "metadata": {},
+                         "items": [t.to_dict() for t in items]})
 
 
 def _revoke(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
@@ -209,32 +195,32 @@ def _delete(ctx: ApiContext, who: Identity, token_id: str) -> AccessToken:
 async def item(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     token_id = request.path_params["name"]
-    try:
-        who = await authenticate(ctx, request)
-        if request.method == "GET":
-            # Authorized before the lookup: a non-admin learns nothing, not even existence.
-            ctx.authorize(who, Action("get", "tokens", name=token_id))
-            record = await run_in_threadpool(_record, ctx, token_id)
-            return JSONResponse(record.to_dict())
-        bodies.no_dry_run(request, "access tokens")
-        if request.method == "PUT":
-            doc = await _document(request, ctx)
-            _guarded(ctx, who, Action("update", "tokens", name=token_id))
-            record = _as_record(doc, _target(token_id))
-            if record.name != token_id:
-                raise BadRequest(f"the name of the object ({record.name}) does not match the name "
-                                 f"on the URL ({token_id})")
-            force = request.query_params.get("force", "").lower() in ("true", "1")
-            out = await run_in_threadpool(_replace, ctx, who, record, force)
-            return JSONResponse(out.to_dict())
-        await bodies.read_body(request, ctx.limits.max_body)
-        if request.method == "DELETE":
-            _guarded(ctx, who, Action("delete", "tokens", name=token_id))
-            return JSONResponse((await run_in_threadpool(_delete, ctx, who, token_id)).to_dict())
-        _guarded(ctx, who, Action("update", "tokens", name=token_id))
-        return JSONResponse((await run_in_threadpool(_revoke, ctx, who, token_id)).to_dict())
-    except Exception as exc:
-        return error_response(exc, _target(token_id))
+    about(request, _target(token_id))
+    who = await authenticate(ctx, request)
+    if request.method == "GET":
+        # Authorized before the lookup: a non-admin learns nothing, not even existence.
+        ctx.authorize(who, Action("get", "tokens", name=token_id))
+        record = await run_in_threadpool(_record, ctx, token_id)
+        return JSONResponse(record.to_dict())
+    bodies.no_dry_run(request, "access tokens")
+    # A write is authorized before the token is looked up (a refusal says
+    # nothing of whether it exists), and a refusal is audited like every write.
+    if request.method == "PUT":
+        doc = await _document(request, ctx)
+        precheck(ctx, who, Action("update", "tokens", name=token_id))
+        record = _as_record(doc, _target(token_id))
+        if record.name != token_id:
+            raise BadRequest(f"the name of the object ({record.name}) does not match the name "
+                             f"on the URL ({token_id})")
+        force = request.query_params.get("force", "").lower() in ("true", "1")
+        out = await run_in_threadpool(_replace, ctx, who, record, force)
+        return JSONResponse(out.to_dict())
+    await bodies.read_body(request, ctx.limits.max_body)
+    if request.method == "DELETE":
+        precheck(ctx, who, Action("delete", "tokens", name=token_id))
+        return JSONResponse((await run_in_threadpool(_delete, ctx, who, token_id)).to_dict())
+    precheck(ctx, who, Action("update", "tokens", name=token_id))
+    return JSONResponse((await run_in_threadpool(_revoke, ctx, who, token_id)).to_dict())
 
 
 def token_routes() -> list[Route]:

@@ -98,7 +98,7 @@ class WatchEvent:
         return self.before()
 
 
-WriteAction = Literal["create", "update"]
+WriteAction = Literal["create", "update", "delete"]
 # A field as managedFields records it: ("spec", "overcommit", "cpu"),
 # ("metadata", "labels", "az"), ("status",).
 FieldPath = tuple[str, ...]
@@ -115,11 +115,19 @@ class Write:
     applied fields become exactly these, and changing a field another manager
     owns is an OwnershipConflict unless forced. Without it the write is an
     Update: it succeeds whoever owned what, and takes what it changes
-    (hvfleet.store.ownership)."""
+    (hvfleet.store.ownership).
+
+    `delete` removes the object named, if its resourceVersion (when the object
+    carries one) is still current. `check` makes the create of a Reservation a
+    claim, as `Store.claim` makes one: `check(its host, the host's other
+    reservations as the batch leaves them)` runs inside the atomic write and
+    its refusal refuses the batch (the deletes of the batch come first, in
+    order, so a claim that replaces another sees it gone)."""
 
     action: WriteAction
     object: Resource
     applied: frozenset[FieldPath] | None = None
+    check: ClaimCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -170,13 +178,35 @@ def fleet_kind_of(kind: str) -> str:
 
 def check_batch(writes: Sequence[Write]) -> None:
     """A batch names each object at most once (the order of two writes of one
-    object inside one atomic step would mean nothing)."""
+    object inside one atomic step would mean nothing); a check only on the
+    create of a Reservation."""
     seen: set[tuple[str, str]] = set()
     for w in writes:
         key = (w.object.kind, w.object.metadata.name)
         if key in seen:
             raise InvalidInput(f"{key[0]} {key[1]}: appears more than once in one atomic write")
         seen.add(key)
+        if w.check is not None and not (w.action == "create" and isinstance(w.object, Reservation)):
+            raise InvalidInput(f"{key[0]} {key[1]}: a claim check goes with the create of a Reservation")
+
+
+def in_batch(reservations: Sequence[Reservation], host: str, writes: Sequence[Write],
+             upto: int) -> list[Reservation]:
+    """`host`'s reservations as the first `upto` writes of a batch leave them
+    (those deleted dropped, those created or updated there taken), for the
+    check of the claim at `upto`."""
+    by_name = {r.metadata.name: r for r in reservations}
+    for w in writes[:upto]:
+        obj = w.object
+        if not isinstance(obj, Reservation):
+            continue
+        if w.action == "delete":
+            by_name.pop(obj.metadata.name, None)
+        elif obj.spec.hypervisor == host:
+            by_name[obj.metadata.name] = obj
+        else:
+            by_name.pop(obj.metadata.name, None)
+    return list(by_name.values())
 
 
 def check_overwrite(stored: Undecodable, new: Resource) -> None:
@@ -216,6 +246,10 @@ class Store(ABC):
     # Whether `delete` itself keeps an object with finalizers (marking it), as
     # the remote store's server does; else hvfleet.store.lifecycle does it.
     finalizes_on_delete: bool = False
+    # Whether a watch from a revision not after `revision()` yields every event
+    # up to it on its first read (SQLite reads its event table), so a reader
+    # catching up needs no time for events to arrive (`watch(timeout=0)`).
+    events_at_hand: bool = False
 
     @abstractmethod
     def get(self, kind: str, name: str) -> Resource:

@@ -19,6 +19,7 @@ is the contract's Lease objects, stored like every other object.
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import random
 import threading
@@ -41,13 +42,14 @@ from hvfleet.store.base import (
     Write,
     as_selector,
     check_batch,
-    check_overwrite,
+    in_batch,
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
     KeyValue,
+    TxnResult,
     cmp_absent,
     cmp_mod,
     landed,
@@ -59,8 +61,8 @@ from hvfleet.store.etcd_transport import (
     prefix_end,
 )
 from hvfleet.store.etcd_watch import watch_range
-from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
-from hvfleet.store.undecodable import Undecodable, overwrite, skipped
+from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
+from hvfleet.store.undecodable import Undecodable, skipped
 
 __all__ = ["DEFAULT_PREFIX", "EtcdStore", "parse_etcd_url"]
 
@@ -73,6 +75,8 @@ SEEN_CACHE = 16384
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
+# Reads of one host's reservations for a claim inside a batch, before the batch gives up.
+CLAIM_ATTEMPTS_IN_BATCH = 20
 
 
 def _once_per_key(ops: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
@@ -311,22 +315,28 @@ class EtcdStore(Store):
                 return ListResult(items=items, revision=revision, undecodable=bad)
             key = kvs[-1].key + "\0"
 
-    def create(self, obj: Resource, manager: str) -> Resource:
-        key = self._key(obj.kind, obj.metadata.name)
-        stored = prepare_create(obj, manager, _now())
+    def _put(self, key: str, compare: dict[str, Any], old: Resource | None, stored: Resource,
+             what: str) -> tuple[TxnResult, Resource | None]:
+        """Write `stored` at `key` if `compare` holds, the reservation index
+        moved on from `old`: the answer, and the stored object with its version
+        once it is written (now, or by an earlier attempt whose answer was lost);
+        None when the compare failed (the answer's range holds the key's value)."""
         value = encode(stored)
         result = self.transport.txn(
-            [cmp_absent(key)],
-            [op_put(key, value), *self._reservation_ops(None, stored)],
-            [op_get(key)],
-            what=f"create {obj.kind} {obj.metadata.name}",
+            [compare], [op_put(key, value), *self._reservation_ops(old, stored)], [op_get(key)], what=what,
         )
         if result.succeeded:
             self._remember(key, result.revision, value)
-            return with_version(stored, result.revision)
+            return result, with_version(stored, result.revision)
         applied = landed(result, [value])
-        if applied is not None:
-            return with_version(stored, applied)
+        return result, (with_version(stored, applied) if applied is not None else None)
+
+    def create(self, obj: Resource, manager: str) -> Resource:
+        key = self._key(obj.kind, obj.metadata.name)
+        stored = prepare_create(obj, manager, _now())
+        _, written = self._put(key, cmp_absent(key), None, stored, f"create {obj.kind} {obj.metadata.name}")
+        if written is not None:
+            return written
         raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
 
     def update(self, obj: Resource, manager: str, *, force: bool = False) -> Resource:
@@ -341,31 +351,16 @@ class EtcdStore(Store):
             if not kvs:
                 raise NotFound(f"{kind} {name!r} not found")
             old_revision, old_value = kvs[0].mod_revision, kvs[0].value
-        old: Resource | None
-        try:
-            old = decode(kind, old_value, old_revision, name)
-            stored = prepare_update(old, obj, manager, force=force, now=_now())
-            if unchanged(old, stored):
-                return old
-        except Undecodable as exc:
-            check_overwrite(exc, obj)
-            old, stored = None, overwrite(exc, obj, manager, _now())
-        value = encode(stored)
-        result = self.transport.txn(
-            [cmp_mod(key, old_revision)],
-            [op_put(key, value), *self._reservation_ops(old, stored)],
-            [op_get(key)],
-            what=f"update {kind} {name}",
-        )
-        if result.succeeded:
-            self._remember(key, result.revision, value)
-            return with_version(stored, result.revision)
+        old, stored = prepare_update_over(functools.partial(decode, kind, old_value, old_revision, name),
+                                          obj, manager, force=force, now=_now())
+        if old is not None and unchanged(old, stored):
+            return old
+        result, written = self._put(key, cmp_mod(key, old_revision), old, stored, f"update {kind} {name}")
+        if written is not None:
+            return written
         current = result.first()
         if current is None:
             raise NotFound(f"{kind} {name!r} not found")
-        applied = landed(result, [value])
-        if applied is not None:
-            return with_version(stored, applied)
         self._remember(key, current.mod_revision, current.value)
         raise StaleVersion(
             f"{kind} {name}: resourceVersion {obj.metadata.resource_version} is stale "
@@ -390,26 +385,40 @@ class EtcdStore(Store):
         compares: builtins.list[dict[str, Any]] = []
         ops: builtins.list[dict[str, Any]] = []
         stored: builtins.list[Resource] = []
-        values: builtins.list[bytes] = []
+        values: builtins.list[bytes | None] = []
         kept: set[int] = set()  # writes that change nothing
         for i, (w, key) in enumerate(zip(writes, keys, strict=True)):
             obj, kv = w.object, snap.first(i)
             old: Resource | None = None
+            if w.action == "delete":
+                if kv is None:
+                    raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+                rv = obj.metadata.resource_version
+                if rv is not None and rv != str(kv.mod_revision):
+                    raise StaleVersion(f"{obj.kind} {obj.metadata.name}: resourceVersion {rv} is stale "
+                                       f"(current is {kv.mod_revision})")
+                try:
+                    old = decode(obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
+                except Undecodable:
+                    old = None
+                compares.append(cmp_mod(key, kv.mod_revision))
+                ops += [op_delete(key), *self._reservation_ops(old, None),
+                        *self._undecodable_reservation_ops(obj.kind, obj.metadata.name, kv.value, old)]
+                stored.append(obj)
+                values.append(None)
+                continue
             if w.action == "create":
                 if kv is not None:
                     raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
                 new = prepare_create(obj, manager, now, w.applied)
                 compares.append(cmp_absent(key))
+                if w.check is not None and isinstance(obj, Reservation):
+                    compares += self._batch_claim(obj, w.check, writes, i, what)
             else:
                 if kv is None:
                     raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-                try:
-                    old = decode(obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
-                    new = prepare_update(old, obj, manager, force=force, now=now,
-                                         applied=w.applied)
-                except Undecodable as exc:
-                    check_overwrite(exc, obj)
-                    old, new = None, overwrite(exc, obj, manager, now)
+                read = functools.partial(decode, obj.kind, kv.value, kv.mod_revision, obj.metadata.name)
+                old, new = prepare_update_over(read, obj, manager, force=force, now=now, applied=w.applied)
                 compares.append(cmp_mod(key, kv.mod_revision))
                 if old is not None and unchanged(old, new):
                     # Nothing to write; still compared, so the batch lands on the
@@ -427,11 +436,11 @@ class EtcdStore(Store):
         result = self.transport.txn(compares, _once_per_key(ops), [op_get(k) for k in keys], what=what)
         revision = result.revision if result.succeeded else landed(result, values)
         if revision is not None:
-            for i, (key, value) in enumerate(zip(keys, values, strict=True)):
-                if i not in kept:
-                    self._remember(key, revision, value)
-            return [obj if i in kept else with_version(obj, revision)
-                    for i, obj in enumerate(stored)]
+            for i, (key, written) in enumerate(zip(keys, values, strict=True)):
+                if i not in kept and written is not None:
+                    self._remember(key, revision, written)
+            return [obj if i in kept or w.action == "delete" else with_version(obj, revision)
+                    for i, (obj, w) in enumerate(zip(stored, writes, strict=True))]
         # Changed since the read: name the first object that did.
         for i, w in enumerate(writes):
             before, now_kv = snap.first(i), result.first(i)
@@ -447,6 +456,41 @@ class EtcdStore(Store):
                 f"is stale (current is {now_kv.mod_revision}); re-read and retry"
             )
         raise StaleVersion(f"{what}: the objects changed while they were written; re-read and retry")
+
+    def _batch_claim(self, reservation: Reservation, check: ClaimCheck, writes: Sequence[Write],
+                     at: int, what: str) -> builtins.list[dict[str, Any]]:
+        """The claim check of a batch's Reservation create, as `claim` runs it:
+        the host, its reservation set key and its reservations read at one
+        revision (the batch's earlier writes applied over them), `check` run;
+        returns the compares that make the batch land only on that state."""
+        host_name = reservation.spec.hypervisor
+        host_key = self._key("Hypervisor", host_name)
+        set_key = self._reservation_set_key(host_name)
+        index = self._reservation_index_prefix(host_name)
+        for _ in range(CLAIM_ATTEMPTS_IN_BATCH):
+            snap = self.transport.txn([], [op_get(host_key), op_get(set_key),
+                                           op_get(index, prefix_end(index), keys_only=True)], what=what)
+            host_kvs, set_kvs, index_kvs = snap.ranges
+            if not host_kvs:
+                raise NotFound(f"Hypervisor {host_name!r} not found")
+            host = decode("Hypervisor", host_kvs[0].value, host_kvs[0].mod_revision, host_name)
+            assert isinstance(host, Hypervisor)
+            set_cmp = cmp_mod(set_key, set_kvs[0].mod_revision) if set_kvs else cmp_absent(set_key)
+            others: builtins.list[Reservation] = []
+            if index_kvs:
+                names = [kv.key.removeprefix(index) for kv in index_kvs]
+                got = self.transport.txn(
+                    [set_cmp], [op_get(self._key("Reservation", n)) for n in names], what=what)
+                if not got.succeeded:
+                    continue  # the host's reservations moved under the read: read again
+                for kvs in got.ranges:
+                    for kv in kvs:
+                        r = decode("Reservation", kv.value, kv.mod_revision)
+                        assert isinstance(r, Reservation)
+                        others.append(r)
+            check(host, in_batch(others, host_name, writes, at))
+            return [cmp_mod(host_key, host_kvs[0].mod_revision), set_cmp]
+        raise Conflict(f"{what}: the reservations of {host_name} changed on each read")
 
     def pause_after_conflict(self, attempt: int) -> None:
         """A short jittered pause: with optimistic writes from many processes on

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -54,7 +54,8 @@ from hvfleet.model.kinds import agent_manager as agent_manager
 from hvfleet.model.kinds import strategy_of
 from hvfleet.model.meta import ManagedFieldsEntry
 from hvfleet.store import lifecycle
-from hvfleet.store.base import FieldPath, OwnershipConflict, StaleVersion
+from hvfleet.store.base import FieldPath, OwnershipConflict, StaleVersion, check_overwrite
+from hvfleet.store.undecodable import Undecodable, overwrite
 
 Path = FieldPath
 Operation = Literal["Apply", "Update"]
@@ -282,6 +283,27 @@ def _without_lease_fields(obj: Resource) -> Resource:
         meta = obj.metadata.model_copy(update={"managed_fields": []})
         return obj.model_copy(update={"metadata": meta})
     return obj
+
+
+def prepare_update_over(
+    read: Callable[[], Resource],
+    new: Resource,
+    manager: str,
+    *,
+    force: bool,
+    now: datetime,
+    applied: frozenset[Path] | None = None,
+) -> tuple[Resource | None, Resource]:
+    """The stored object (`read()`; None when it does not decode) and `new` as
+    an update over it stores it: `prepare_update`, or over an object that does
+    not decode, an overwrite, which must name the version stored (every
+    backend's rule, in one place)."""
+    try:
+        old = read()
+    except Undecodable as exc:
+        check_overwrite(exc, new)
+        return None, overwrite(exc, new, manager, now)
+    return old, prepare_update(old, new, manager, force=force, now=now, applied=applied)
 
 
 def prepare_update(

@@ -49,18 +49,12 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from hvfleet.model.errors import (
     AlreadyExists,
-    BadRequest,
     Conflict,
     Forbidden,
-    Gone,
     HvfleetError,
     InvalidInput,
     NotFound,
-    TooLarge,
-    TooManyRequests,
-    Unauthorized,
     Unavailable,
-    UnsupportedMediaType,
 )
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Reservation, Resource
 from hvfleet.model.kinds import STRATEGIES, strategy_of
@@ -81,6 +75,7 @@ from hvfleet.store.base import (
     kind_of,
 )
 from hvfleet.store.ownership import AGENT_PREFIX
+from hvfleet.store.statuses import ERROR_OF_CODE, ERROR_OF_REASON
 from hvfleet.store.undecodable import Undecodable
 
 GV = "/apis/hvfleet.io/v1"
@@ -222,27 +217,6 @@ def _status_doc(payload: bytes) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-# A Status reason (as kube-apiserver and hvfleet serve name them) → the error a
-# caller of this store gets: the client's side of the server's table
-# (hvfleet.server.errors), read back by name, not by class.
-_ERROR_OF_REASON: dict[str, type[HvfleetError]] = {
-    "RequestEntityTooLarge": TooLarge,
-    "UnsupportedMediaType": UnsupportedMediaType,
-    "BadRequest": BadRequest,
-    "Invalid": InvalidInput,
-    "NotFound": NotFound,
-    "AlreadyExists": AlreadyExists,
-    "Conflict": Conflict,
-    "Forbidden": Forbidden,
-    "Unauthorized": Unauthorized,
-    "Expired": Gone,
-    "Gone": Gone,
-    "TooManyRequests": TooManyRequests,
-    "ServiceUnavailable": Unavailable,
-    "Timeout": Unavailable,
-}
-
-
 def error_from_status(code: int, doc: dict[str, Any], what: str,
                       claim_host: str | None = None) -> HvfleetError:
     """The hvfleet error for a meta/v1 Status answer (`doc`, HTTP `code`), by its
@@ -288,14 +262,10 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
             return InvalidInput(str(fields[0].get("message", message)), field=str(fields[0]["field"]))
         return InvalidInput(message)
     # NotFound, AlreadyExists, Conflict and Invalid were read above, with their details.
-    if reason in _ERROR_OF_REASON:
-        return _ERROR_OF_REASON[reason](message)
-    by_code: dict[int, type[HvfleetError]] = {
-        400: BadRequest, 401: Unauthorized, 403: Forbidden, 410: Gone, 413: TooLarge,
-        415: UnsupportedMediaType, 429: TooManyRequests,
-    }
-    if code in by_code:
-        return by_code[code](message)
+    if reason in ERROR_OF_REASON:
+        return ERROR_OF_REASON[reason](message)
+    if code in ERROR_OF_CODE:
+        return ERROR_OF_CODE[code](message)
     return Unavailable(f"{what}: the server answered {code} {reason or ''}: {message}".replace("  ", " "))
 
 
@@ -361,7 +331,7 @@ class RemoteStore(Store):
             one = urlsplit(server)
             if one.path not in ("", "/") or one.fragment or one.query:
                 raise InvalidInput(f"store: {url!r} must be https://HOST:PORT only")
-            if one.scheme == "http" and not _loopback(one.hostname or ""):
+            if one.scheme == "http" and not is_loopback(one.hostname or ""):
                 raise InvalidInput(f"store: {url!r}: plain http only to a loopback address "
                                    "(use https)")
         servers = [f"{urlsplit(s).scheme}://{urlsplit(s).netloc}" for s in servers]
@@ -577,6 +547,9 @@ class RemoteStore(Store):
         check_batch(writes)
         if not writes:
             return []
+        if any(w.action == "delete" or w.check is not None for w in writes):
+            # The API's batch takes creates and updates; a claim's check runs on the server.
+            raise InvalidInput("store https: a batch of deletes or claims is not sent to a server")
         body = {"writes": [_batch_item(w) for w in writes]}
         doc = json.loads(self._call("POST", BATCH_PATH + ("?force=true" if force else ""), body,
                                     manager=manager))
@@ -807,7 +780,9 @@ class _WatchReader(threading.Thread):
                 conn.sock.shutdown(socket.SHUT_RDWR)
 
 
-def _loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) is this machine: plain http is
+    allowed only there, by this client and by `hvfleet serve`."""
     if host == "localhost":
         return True
     try:

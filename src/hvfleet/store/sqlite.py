@@ -44,13 +44,12 @@ from hvfleet.store.base import (
     Write,
     as_selector,
     check_batch,
-    check_overwrite,
     gc_paused,
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, with_version
-from hvfleet.store.ownership import prepare_create, prepare_update, unchanged
-from hvfleet.store.undecodable import Undecodable, overwrite, skipped
+from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
+from hvfleet.store.undecodable import Undecodable, skipped
 
 T = TypeVar("T")
 
@@ -118,6 +117,8 @@ def _create_owner_only(path: str) -> None:
 
 
 class SqliteStore(Store):
+    events_at_hand = True
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.url = f"sqlite:///{path}"
@@ -246,14 +247,13 @@ class SqliteStore(Store):
                         ) -> tuple[Resource | None, Resource]:
         """The stored object and `obj` as stored by an update over it (or over one
         that does not decode, then None: an overwrite naming its version)."""
-        try:
+        def read() -> Resource:
             old = self._load(db, obj.kind, obj.metadata.name)
-        except Undecodable as exc:
-            check_overwrite(exc, obj)
-            return None, overwrite(exc, obj, manager, now)
-        if old is None:
-            raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
-        return old, prepare_update(old, obj, manager, force=force, now=now, applied=applied)
+            if old is None:
+                raise NotFound(f"{obj.kind} {obj.metadata.name!r} not found")
+            return old
+
+        return prepare_update_over(read, obj, manager, force=force, now=now, applied=applied)
 
     def _exists(self, db: sqlite3.Connection, kind: str, name: str) -> bool:
         return db.execute(
@@ -321,9 +321,15 @@ class SqliteStore(Store):
             now = _now()
             for w in writes:
                 obj = w.object
-                if w.action == "create":
+                if w.action == "delete":
+                    self._delete(db, obj.kind, obj.metadata.name, obj.metadata.resource_version)
+                    out.append(obj)
+                elif w.action == "create":
                     if self._exists(db, obj.kind, obj.metadata.name):
                         raise AlreadyExists(f"{obj.kind} {obj.metadata.name!r} already exists")
+                    if w.check is not None and isinstance(obj, Reservation):
+                        # Inside the transaction: the batch's own deletes and claims count.
+                        self._check_claim(db, obj, w.check)
                     out.append(self._put(db, prepare_create(obj, manager, now, w.applied), "ADDED"))
                 else:
                     old, new = self._prepare_update(db, obj, manager, force, now, w.applied)
@@ -332,27 +338,29 @@ class SqliteStore(Store):
         return out
 
     def delete(self, kind: str, name: str, resource_version: str | None = None) -> None:
-        kind = kind_of(kind)
         with self._write() as db:
-            # The stored body and version only: an object that does not decode
-            # can be deleted too (its DELETED event carries the same body).
-            row = db.execute(
-                "SELECT body, rv FROM objects WHERE kind = ? AND name = ?", (kind, name)
-            ).fetchone()
-            if row is None:
-                raise NotFound(f"{kind} {name!r} not found")
-            body, current = row
-            if resource_version is not None and resource_version != str(current):
-                raise StaleVersion(
-                    f"{kind} {name}: resourceVersion {resource_version} is stale "
-                    f"(current is {current})"
-                )
-            rev = self._bump(db)
-            db.execute("DELETE FROM objects WHERE kind = ? AND name = ?", (kind, name))
-            db.execute(
-                "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, 'DELETED', ?)",
-                (rev, kind, name, body),
+            self._delete(db, kind_of(kind), name, resource_version)
+
+    def _delete(self, db: sqlite3.Connection, kind: str, name: str, resource_version: str | None) -> None:
+        # The stored body and version only: an object that does not decode
+        # can be deleted too (its DELETED event carries the same body).
+        row = db.execute(
+            "SELECT body, rv FROM objects WHERE kind = ? AND name = ?", (kind, name)
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"{kind} {name!r} not found")
+        body, current = row
+        if resource_version is not None and resource_version != str(current):
+            raise StaleVersion(
+                f"{kind} {name}: resourceVersion {resource_version} is stale "
+                f"(current is {current})"
             )
+        rev = self._bump(db)
+        db.execute("DELETE FROM objects WHERE kind = ? AND name = ?", (kind, name))
+        db.execute(
+            "INSERT INTO events (rev, kind, name, type, body) VALUES (?, ?, ?, 'DELETED', ?)",
+            (rev, kind, name, body),
+        )
 
     def revision(self) -> int:
         return int(self._read(
@@ -419,20 +427,25 @@ class SqliteStore(Store):
 
     def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
         with self._write() as db:
-            host = self._load(db, "Hypervisor", reservation.spec.hypervisor)
-            if not isinstance(host, Hypervisor):
-                raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found")
             if self._exists(db, "Reservation", reservation.metadata.name):
                 raise AlreadyExists(f"Reservation {reservation.metadata.name!r} already exists")
-            rows = db.execute(
-                "SELECT body, rv FROM objects WHERE kind = 'Reservation' AND host = ?",
-                (host.metadata.name,),
-            ).fetchall()
-            others = [decode("Reservation", body, rv) for body, rv in rows]
-            check(host, [o for o in others if isinstance(o, Reservation)])
+            self._check_claim(db, reservation, check)
             out = self._put(db, prepare_create(reservation, manager, _now()), "ADDED")
             assert isinstance(out, Reservation)
             return out
+
+    def _check_claim(self, db: sqlite3.Connection, reservation: Reservation, check: ClaimCheck) -> None:
+        """`check` on the reservation's host and its other reservations, as
+        this transaction sees them."""
+        host = self._load(db, "Hypervisor", reservation.spec.hypervisor)
+        if not isinstance(host, Hypervisor):
+            raise NotFound(f"Hypervisor {reservation.spec.hypervisor!r} not found")
+        rows = db.execute(
+            "SELECT body, rv FROM objects WHERE kind = 'Reservation' AND host = ?",
+            (host.metadata.name,),
+        ).fetchall()
+        others = [decode("Reservation", body, rv) for body, rv in rows]
+        check(host, [o for o in others if isinstance(o, Reservation)])
 
     def close(self) -> None:
         with self._lock:

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from hvfleet.model.errors import HvfleetError
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
@@ -56,6 +56,23 @@ class Change:
         return {"at": self.at, "type": self.type, "kind": self.kind, "name": self.name,
                 "resourceVersion": self.resource_version, "manager": self.manager,
                 "fields": self.fields}
+
+
+Followed = TypeVar("Followed", Hypervisor, Reservation, OvercommitPolicy)
+
+
+def _apply_one(objects: dict[str, Followed], event: WatchEvent, obj: Followed) -> None:
+    """`objects` (by name) as the watch event about `obj` leaves them."""
+    if event.type == "DELETED":
+        objects.pop(obj.metadata.name, None)
+    else:
+        objects[obj.metadata.name] = obj
+
+
+def _change(event: WatchEvent, obj: Hypervisor | Reservation, fields: list[str]) -> Change:
+    """The change a watch event made to `obj`, as the host's page lists it."""
+    return Change(datetime.now(UTC).isoformat(timespec="seconds"), event.type, obj.kind, obj.metadata.name,
+                  str(event.revision), _last_writer(obj), fields)
 
 
 def _last_writer(obj: Hypervisor | Reservation) -> str:
@@ -231,29 +248,17 @@ class FleetState:
                     if before is not None and e.type != "DELETED" and \
                             int(before.metadata.resource_version or 0) >= e.revision:
                         continue
-                    if e.type == "DELETED":
-                        self.hosts.pop(name, None)
-                    else:
-                        self.hosts[name] = obj
-                    self._note(name, Change(datetime.now(UTC).isoformat(timespec="seconds"), e.type,
-                                            "Hypervisor", name, str(e.revision), _last_writer(obj),
-                                            _changed_fields(before, obj) if e.type != "DELETED" else []))
+                    _apply_one(self.hosts, e, obj)
+                    fields = _changed_fields(before, obj) if e.type != "DELETED" else []
+                    self._note(name, _change(e, obj, fields))
                     touched.add(name)
                 elif isinstance(obj, Reservation):
                     host = obj.spec.hypervisor
-                    if e.type == "DELETED":
-                        self.reservations.pop(name, None)
-                    else:
-                        self.reservations[name] = obj
-                    self._note(host, Change(datetime.now(UTC).isoformat(timespec="seconds"), e.type,
-                                            "Reservation", name, str(e.revision), _last_writer(obj),
-                                            [f"phase={obj.status.phase}"]))
+                    _apply_one(self.reservations, e, obj)
+                    self._note(host, _change(e, obj, [f"phase={obj.status.phase}"]))
                     touched.add(host)
                 elif isinstance(obj, OvercommitPolicy):
-                    if e.type == "DELETED":
-                        self.policies.pop(name, None)
-                    else:
-                        self.policies[name] = obj
+                    _apply_one(self.policies, e, obj)
                     policy_changed = True
                 self.revision = max(self.revision, e.revision)
             if policy_changed:  # any host's ratios may have moved

@@ -19,9 +19,8 @@ from starlette.responses import Response
 from hvfleet.model.readiness import READINESS_STATES
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard.live import FleetState
+from hvfleet.server.guard import authenticate
 from hvfleet.server.identity import Action
-from hvfleet.server.resources import authenticate, error_response
-from hvfleet.server.status import Target
 from hvfleet.server.store_metrics import StoreCollector
 
 
@@ -66,11 +65,8 @@ def registry_for(state: FleetState) -> CollectorRegistry:
 
 async def metrics(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
-    try:
-        who = await authenticate(ctx, request)
-        ctx.authorize(who, Action("list", "hypervisors"))
-        registry: CollectorRegistry = request.app.state.dashboard_metrics
-        body = await run_in_threadpool(generate_latest, registry)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
-    except Exception as exc:
-        return error_response(exc, Target())
+    who = await authenticate(ctx, request)
+    ctx.authorize(who, Action("list", "hypervisors"))
+    registry: CollectorRegistry = request.app.state.dashboard_metrics
+    body = await run_in_threadpool(generate_latest, registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -22,8 +22,8 @@ from hvfleet.model.spec_edits import HostEdit, SpecEdit
 from hvfleet.ops.claims import ClaimQuery, claim
 from hvfleet.ops.spec import SpecEditRequest, edit_spec, maintenance_edit
 from hvfleet.server.context import ApiContext
+from hvfleet.server.guard import audited, precheck
 from hvfleet.server.identity import Action, Identity
-from hvfleet.server.resources import audited, precheck
 
 T = TypeVar("T")
 

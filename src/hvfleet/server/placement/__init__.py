@@ -1,4 +1,5 @@
-"""The OpenStack Placement API served by `hvfleet serve` under /placement
+"""The OpenStack Placement API served by `hvfleet serve` under /placement,
+and at the root of a listener of its own with `--placement-listen`
 (docs/placement.md): routes from Placement's URL map to thin handlers
 (hvfleet.server.placement.handlers) over the core (hvfleet.placement)."""
 
@@ -8,9 +9,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
+from starlette.types import Receive, Scope, Send
 
 from hvfleet.placement.errors import PlacementNotFound
 from hvfleet.server.placement import handlers as h
@@ -110,7 +113,7 @@ async def _not_found(request: Request) -> Response:
                           sends_json=False)(request)
 
 
-def mount() -> Mount:
+def _routes() -> list[Route]:
     routes: list[Route] = []
     for path, methods in ROUTES.items():
         wrapped = {m: endpoint(op.rule, op.handler, body=op.body, sends_json=m == "GET",
@@ -118,4 +121,35 @@ def mount() -> Mount:
                    for m, op in methods.items()}
         routes.append(Route(path, _dispatch(wrapped), methods=ALL_METHODS))
     routes.append(Route("/{rest:path}", _not_found, methods=ALL_METHODS))
-    return Mount("/placement", routes=routes)
+    return routes
+
+
+def mount() -> Mount:
+    return Mount("/placement", routes=_routes())
+
+
+def root_app(main: Starlette) -> Starlette:
+    """The Placement API at `/`, as Placement's own endpoint is usually
+    reached (port 8778), over `main`'s state: the same store, tokens, policy
+    and provider snapshot."""
+    app = Starlette(routes=_routes())
+    app.state = main.state
+    return app
+
+
+class ByListener:
+    """One ASGI app for the server's listeners: an HTTP request that came in
+    on `placement_port` goes to the Placement API at its root; everything
+    else (the main listener, the lifespan) to `main`."""
+
+    def __init__(self, main: Starlette, placement_port: int) -> None:
+        self.main = main
+        self.placement = root_app(main)
+        self.placement_port = placement_port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        server = scope.get("server")
+        if scope["type"] == "http" and server is not None and server[1] == self.placement_port:
+            await self.placement(scope, receive, send)
+        else:
+            await self.main(scope, receive, send)

@@ -96,8 +96,11 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     last_modified: datetime | None = None
 
-    def snapshot(self) -> ProviderSnapshot:
-        """The server's provider graph, caught up with the store (one per app)."""
+    def snapshot(self, catch_up: bool = True) -> ProviderSnapshot:
+        """The server's provider graph (one per app), caught up with the store
+        unless not `catch_up` (a writer that only needs which uuid is which
+        hypervisor: a host's uid never changes, and what the snapshot does not
+        know yet the writer reads from the store)."""
         state = self.request.app.state
         snap: ProviderSnapshot | None = getattr(state, "placement_snapshot", None)
         if snap is None:
@@ -106,8 +109,16 @@ class Call:
                 if snap is None:
                     snap = ProviderSnapshot.from_store(self.store)
                     state.placement_snapshot = snap
-        snap.refresh(self.store)
+        if catch_up:
+            snap.refresh(self.store)
         return snap
+
+    @property
+    def mount(self) -> str:
+        """Where the Placement API is mounted on this listener: `/placement`
+        on the main one, `` at the root of its own (--placement-listen); links
+        and `location` start with it, as Placement builds them from SCRIPT_NAME."""
+        return str(self.request.scope.get("root_path", ""))
 
     def at_least(self, major: int, minor: int) -> bool:
         return self.version >= (major, minor)
@@ -118,6 +129,14 @@ class Call:
     def one(self, name: str) -> str | None:
         values = self.params.get(name)
         return values[0] if values else None
+
+
+@dataclass(frozen=True)
+class EncodedJSON:
+    """A handler's answer already encoded (made in the handler's thread,
+    from pieces the core keeps: the allocation candidates' body)."""
+
+    text: str
 
 
 Handler = Callable[[Call, Any], Any]
@@ -230,8 +249,8 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
             headers["cache-control"] = "no-cache"
         if out is None:
             return Response(status_code=call.status if call.status != 200 else 204, headers=headers)
-        return Response(json.dumps(out), status_code=call.status, headers=headers,
-                        media_type="application/json")
+        text = out.text if isinstance(out, EncodedJSON) else json.dumps(out)
+        return Response(text, status_code=call.status, headers=headers, media_type="application/json")
 
     return run
 

@@ -12,10 +12,8 @@ from hvfleet.placement import candidates, query, records, schemas, service
 from hvfleet.placement.errors import PlacementBadRequest, PlacementNotFound
 from hvfleet.placement.records import ProviderView, read_fleet
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
-from hvfleet.server.placement.edge import Call
+from hvfleet.server.placement.edge import Call, EncodedJSON
 from hvfleet.server.placement.microversion import MAX_VERSION, MIN_VERSION, version_text
-
-PREFIX = "/placement"
 
 
 def _now() -> datetime:
@@ -38,7 +36,7 @@ def root(call: Call, _: Any) -> dict[str, Any]:
 
 
 def _links(call: Call, p: ProviderView) -> list[dict[str, str]]:
-    base = f"{PREFIX}/resource_providers/{p.uuid}"
+    base = f"{call.mount}/resource_providers/{p.uuid}"
     links = [{"rel": "self", "href": base}, {"rel": "inventories", "href": f"{base}/inventories"},
              {"rel": "usages", "href": f"{base}/usages"}]
     if call.at_least(1, 1):
@@ -67,7 +65,7 @@ def create_provider(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.POST_RP_1_14 if call.at_least(1, 14) else schemas.POST_RP)
     p = service.create_provider(call.store, data["name"], data.get("uuid"),
                                 data.get("parent_provider_uuid"))
-    call.headers["location"] = f"{PREFIX}/resource_providers/{p.uuid}"
+    call.headers["location"] = f"{call.mount}/resource_providers/{p.uuid}"
     if call.at_least(1, 20):
         call.last_modified = _stamp(p)
         return provider_doc(call, p)
@@ -157,7 +155,7 @@ def post_inventory(call: Call, data: Any) -> Any:
     rc = data["resource_class"]
     p = service.set_inventory(call.store, call.path("uuid"), rc, data, call.at_least(1, 26), create=True)
     call.status = 201
-    call.headers["location"] = f"{PREFIX}/resource_providers/{p.uuid}/inventories/{rc}"
+    call.headers["location"] = f"{call.mount}/resource_providers/{p.uuid}/inventories/{rc}"
     call.last_modified = _stamp(p)
     return {"resource_provider_generation": p.generation, **_inv(p.inventories[rc])}
 
@@ -216,7 +214,7 @@ def list_resource_classes(call: Call, _: Any) -> Any:
     classes = records.resource_classes(call.store)
     call.last_modified = _now()
     return {"resource_classes": [{"name": n, "links": [
-        {"rel": "self", "href": f"{PREFIX}/resource_classes/{n}"}]} for n in classes]}
+        {"rel": "self", "href": f"{call.mount}/resource_classes/{n}"}]} for n in classes]}
 
 
 def get_resource_class(call: Call, _: Any) -> Any:
@@ -225,7 +223,7 @@ def get_resource_class(call: Call, _: Any) -> Any:
     if name not in classes:
         raise PlacementNotFound(f"No such resource class {name}.")
     call.last_modified = _now()
-    return {"name": name, "links": [{"rel": "self", "href": f"{PREFIX}/resource_classes/{name}"}]}
+    return {"name": name, "links": [{"rel": "self", "href": f"{call.mount}/resource_classes/{name}"}]}
 
 
 def create_resource_class(call: Call, data: Any) -> Any:
@@ -236,7 +234,7 @@ def create_resource_class(call: Call, data: Any) -> Any:
 
         raise PlacementConflict(f"Conflicting resource class already exists: {name}")
     call.status = 201
-    call.headers["location"] = f"{PREFIX}/resource_classes/{name}"
+    call.headers["location"] = f"{call.mount}/resource_classes/{name}"
     return None
 
 
@@ -246,14 +244,14 @@ def put_resource_class(call: Call, data: Any) -> Any:
         schemas.validate({"name": name}, schemas.POST_RC)
         created = service.create_custom(call.store, "resource-class", name)
         call.status = 201 if created else 204
-        call.headers["location"] = f"{PREFIX}/resource_classes/{name}"
+        call.headers["location"] = f"{call.mount}/resource_classes/{name}"
         return None
     schemas.validate(data, schemas.POST_RC)
     if name in RESOURCE_CLASSES:
         raise PlacementBadRequest(f"Cannot update standard resource class {name}")
     new = service.rename_resource_class(call.store, name, data["name"])
     call.last_modified = _now()
-    return {"name": new, "links": [{"rel": "self", "href": f"{PREFIX}/resource_classes/{new}"}]}
+    return {"name": new, "links": [{"rel": "self", "href": f"{call.mount}/resource_classes/{new}"}]}
 
 
 def delete_resource_class(call: Call, _: Any) -> None:
@@ -308,7 +306,7 @@ def put_trait(call: Call, _: Any) -> Any:
             'the prefix "CUSTOM_" and use following characters: "A"-"Z", "0"-"9" and "_"')
     created = service.create_custom(call.store, "trait", name)
     call.status = 201 if created else 204
-    call.headers["location"] = f"{PREFIX}/traits/{name}"
+    call.headers["location"] = f"{call.mount}/traits/{name}"
     call.last_modified = _now()
     return None
 
@@ -413,8 +411,10 @@ def put_allocations(call: Call, data: Any) -> Any:
               else schemas.ALLOCATION_1_12 if call.at_least(1, 12) else schemas.ALLOCATION_1_8
               if call.at_least(1, 8) else schemas.ALLOCATION_1_0)
     schemas.validate(data, schema)
-    alloc.set_allocations(call.store, [_request_of(call, consumer, data)])
-    alloc.drop_empty_consumer(call.store, consumer)
+    req = _request_of(call, consumer, data)
+    alloc.set_allocations(call.store, [req], hosts=call.snapshot(catch_up=False).hypervisor_uuids())
+    if not req.allocations:
+        alloc.drop_empty_consumer(call.store, consumer)
     call.status = 204
     return None
 
@@ -425,9 +425,10 @@ def post_allocations(call: Call, data: Any) -> Any:
               else schemas.POST_ALLOCATIONS_1_13)
     schemas.validate(data, schema)
     reqs = [_request_of(call, c, body) for c, body in data.items()]
-    alloc.set_allocations(call.store, reqs)
+    alloc.set_allocations(call.store, reqs, hosts=call.snapshot(catch_up=False).hypervisor_uuids())
     for r in reqs:
-        alloc.drop_empty_consumer(call.store, r.consumer)
+        if not r.allocations:
+            alloc.drop_empty_consumer(call.store, r.consumer)
     call.status = 204
     return None
 
@@ -474,7 +475,7 @@ def allocation_candidates(call: Call, _: Any) -> Any:
     except candidates.PlacementBadRequest as exc:
         raise PlacementBadRequest(exc.detail, code=exc.code) from None
     call.last_modified = _now()
-    return candidates.render_candidates(answer, call.version)
+    return EncodedJSON(candidates.render_candidates_json(answer, call.version))
 
 
 __all__ = ["TRAITS"]

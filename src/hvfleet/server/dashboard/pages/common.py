@@ -6,6 +6,8 @@ an error page, a feed's refusal)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -108,6 +110,19 @@ def only(rows: list[HostRow], visible: Visible) -> list[HostRow]:
     return rows if visible is None else [x for x in rows if x.name in visible]
 
 
+async def json_feed(document: Callable[[], dict[str, Any]], field: str | None = None) -> Response:
+    """A feed's JSON answer, never cached: `document()`, run in the thread
+    pool; bad input a 422 naming its field (`field` where it names none), a
+    refusal as `refused` answers it."""
+    try:
+        doc = await run_in_threadpool(document)
+    except InvalidInput as exc:
+        return JSONResponse({"message": str(exc), "field": exc.field or field}, status_code=422)
+    except Forbidden as exc:
+        return refused(exc)
+    return JSONResponse(doc, headers={"Cache-Control": "no-store"})
+
+
 def refused(exc: HvfleetError) -> JSONResponse:
     """A feed's refusal as JSON (its pages' scripts read `message`)."""
     code = http_status_of(exc)[0]
@@ -133,6 +148,24 @@ async def who_is(request: Request) -> Identity | Response:
         if session_token(request) is not None:
             clear_session(response, request, ended=True)
         return response
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def signed_in(handler: Callable[[Request, Identity], Awaitable[Response]]) -> Handler:
+    """The route of a page or feed for a signed-in caller, who `handler` is
+    given; anyone else gets what `who_is` answers (the login form, a feed's
+    401, the page that says the fleet is still loading)."""
+
+    @functools.wraps(handler)
+    async def route(request: Request) -> Response:
+        who = await who_is(request)
+        if isinstance(who, Response):
+            return who
+        return await handler(request, who)
+
+    return route
 
 
 # The most of a form carried back through the login (in the URL) after a session ended.
@@ -175,7 +208,7 @@ def error_page(who: Identity | None, request: Request, exc: Exception) -> HTMLRe
     return page(request, "error.html", who, status, title=title, heading=title, message=str(exc))
 
 
-def field_of(exc: InvalidInput, fields: dict[str, str]) -> str:
+def field_of(exc: HvfleetError, fields: dict[str, str]) -> str:
     """The form field a core error is about, from the field it names (never its
     text); `_form` when it names none of this form's."""
     where = exc.field or ""

@@ -20,9 +20,9 @@ from hvfleet.server.dashboard.pages.common import (
     Visible,
     ctx_of,
     refused,
+    signed_in,
     state_of,
     visible_hosts,
-    who_is,
 )
 from hvfleet.server.dashboard.session import session_token
 from hvfleet.server.identity import Identity
@@ -46,12 +46,10 @@ def may_follow(ctx: ApiContext, who: Identity, host: str | None) -> Visible:
     return visible
 
 
-async def events(request: Request) -> Response:
+@signed_in
+async def events(request: Request, who: Identity) -> Response:
     """Server-sent events: `change` with the hosts whose row changed (an empty
     list: anything may have changed), from the dashboard's follower of the watch."""
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
     ctx, state = ctx_of(request), state_of(request)
     host = request.query_params.get("host")
     try:

@@ -14,7 +14,15 @@ from starlette.responses import Response
 from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.ops.fit import FitQuery
 from hvfleet.server import actions
-from hvfleet.server.dashboard.pages.common import ctx_of, error_page, field_of, page, selector_error, who_is
+from hvfleet.server.dashboard.pages.common import (
+    ctx_of,
+    error_page,
+    field_of,
+    page,
+    selector_error,
+    signed_in,
+)
+from hvfleet.server.identity import Identity
 
 _FIT_FIELDS = {k: k for k in ("cpu", "memory", "resources", "count", "weigher")}
 
@@ -99,15 +107,12 @@ def _show(q: dict[str, str], errors: dict[str, str]) -> int:
     return int(text)
 
 
-async def fit_page(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def fit_page(request: Request, who: Identity) -> Response:
     ctx = ctx_of(request)
     q = dict(request.query_params)
     errors: dict[str, str] = {}
     result: dict[str, Any] = {"result": None}
-    status = 200
     if any(q.get(k) for k in ("cpu", "memory", "resources")) or "go" in q:
         body, errors = _fit_body(q)
         show = _show(q, errors)
@@ -123,7 +128,5 @@ async def fit_page(request: Request) -> Response:
                 errors[field_of(exc, _FIT_FIELDS)] = str(exc)
             except Forbidden as exc:
                 return error_page(who, request, exc)
-        if errors:
-            status = 422
-    return page(request, "fit.html", who, status, title="Fit", current="fit", q=q, errors=errors,
-                shows=[(str(n), f"{n:,}") for n in SHOW], **result)
+    return page(request, "fit.html", who, 422 if errors else 200, title="Fit", current="fit", q=q,
+                errors=errors, shows=[(str(n), f"{n:,}") for n in SHOW], **result)

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hvfleet.discovery.xmlsafe import parse_xml
+from hvfleet.guests.errors import NotEverywhere
 from hvfleet.model.errors import Forbidden, HvfleetError, InvalidInput
 from hvfleet.ops.guests import GuestQuery, generate, group_of
 from hvfleet.ops.guests import check as check_guest
@@ -24,10 +25,10 @@ from hvfleet.server.dashboard.pages.common import (
     page,
     read_form,
     selector_error,
-    who_is,
+    signed_in,
 )
 from hvfleet.server.dashboard.session import check_csrf
-from hvfleet.server.identity import Action
+from hvfleet.server.identity import Action, Identity
 
 _GUEST_FIELDS = {k: k for k in ("os", "name", "vcpus", "memory", "disks", "firmware")}
 
@@ -69,16 +70,13 @@ def _guests_page(request: Request, who: Any, status: int = 200, **values: Any) -
                 **{**defaults, **values})
 
 
-async def guests_page(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def guests_page(request: Request, who: Identity) -> Response:
     ctx = ctx_of(request)
     q = dict(request.query_params)
     errors: dict[str, str] = {}
     generated: dict[str, str] | None = None
     link = ""
-    status = 200
     if "go" in q:
         body, errors = _guest_body(q)
         if body is not None:
@@ -98,19 +96,16 @@ async def guests_page(request: Request) -> Response:
                         "Content-Disposition": f'attachment; filename="{quote(body.name)}.xml"'})
                 link = "/guests?" + urlencode({**q, "download": "1"})
                 generated = {"name": body.name, "xml": doc["xml"], "explain": doc["explain"]}
-            except InvalidInput as exc:
+            except (InvalidInput, NotEverywhere) as exc:  # shown at the form, as bad input is
                 errors[field_of(exc, _GUEST_FIELDS)] = str(exc)
             except Forbidden as exc:
                 return error_page(who, request, exc)
-        if errors:
-            status = 422
-    return _guests_page(request, who, status, q=q, errors=errors, generated=generated, link=link)
+    return _guests_page(request, who, 422 if errors else 200, q=q, errors=errors, generated=generated,
+                        link=link)
 
 
-async def guest_check(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def guest_check(request: Request, who: Identity) -> Response:
     ctx = ctx_of(request)
     try:
         form = await read_form(request)

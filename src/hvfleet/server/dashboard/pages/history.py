@@ -15,12 +15,22 @@ from urllib.parse import quote, urlencode
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 
 from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.server.dashboard import charts, history
-from hvfleet.server.dashboard.pages.common import ctx_of, error_page, html, page, refused, state_of, who_is
+from hvfleet.server.dashboard.pages.common import (
+    ctx_of,
+    error_page,
+    html,
+    json_feed,
+    page,
+    refused,
+    signed_in,
+    state_of,
+)
 from hvfleet.server.dashboard.pages.feeds import may_follow
+from hvfleet.server.identity import Identity
 
 
 def history_document(request: Request, series: str, range_name: str) -> dict[str, Any]:
@@ -60,28 +70,26 @@ def _args(request: Request) -> tuple[str, str | None, str]:
     return series, host, range_name
 
 
-async def history_json(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
-    try:
-        series, host, range_name = _args(request)
-        may_follow(ctx_of(request), who, host)
-        doc = await run_in_threadpool(history_document, request, series, range_name)
-    except InvalidInput as exc:
-        return JSONResponse({"message": str(exc), "field": exc.field}, status_code=422)
-    except Forbidden as exc:
-        return refused(exc)
-    return JSONResponse(doc, headers={"Cache-Control": "no-store"})
+def _followed(request: Request, who: Identity) -> tuple[str, str | None, str]:
+    """`_args`, once the caller may follow the series' host (the fleet's: every host)."""
+    series, host, range_name = _args(request)
+    may_follow(ctx_of(request), who, host)
+    return series, host, range_name
 
 
-async def history_fragment(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def history_json(request: Request, who: Identity) -> Response:
+    def document() -> dict[str, Any]:
+        series, _host, range_name = _followed(request, who)
+        return history_document(request, series, range_name)
+
+    return await json_feed(document)
+
+
+@signed_in
+async def history_fragment(request: Request, who: Identity) -> Response:
     try:
-        series, host, range_name = _args(request)
-        may_follow(ctx_of(request), who, host)
+        series, host, range_name = _followed(request, who)
         heading = f"Hypervisor {host}" if host else _heading(series)
         path = f"/hosts/{quote(host)}" if host else "/history"
         out = await run_in_threadpool(history_html, request, series, heading, range_name, path)
@@ -90,10 +98,8 @@ async def history_fragment(request: Request) -> Response:
     return html(out)
 
 
-async def history_page(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def history_page(request: Request, who: Identity) -> Response:
     try:
         series, host, range_name = _args(request)
         if host is not None:

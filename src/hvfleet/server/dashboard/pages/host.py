@@ -31,8 +31,8 @@ from hvfleet.server.dashboard.pages.common import (
     error_page,
     html,
     read_form,
+    signed_in,
     state_of,
-    who_is,
 )
 from hvfleet.server.dashboard.pages.history import history_html
 from hvfleet.server.dashboard.session import check_csrf, clear_flash, read_flash, set_flash
@@ -131,10 +131,8 @@ def _host_page(request: Request, who: Identity, name: str, notice: str = "",
                   live=Markup(live))  # rendered (escaped) above
 
 
-async def host(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def host(request: Request, who: Identity) -> Response:
     name = request.path_params["name"]
     try:
         await run_in_threadpool(ctx_of(request).authorize, who, Action("get", "hypervisors", name=name))
@@ -192,10 +190,8 @@ def _run_action(ctx: ApiContext, who: Identity, name: str, form: dict[str, str])
     raise InvalidInput(f"unknown action {kind!r}", field="action")
 
 
-async def host_action(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def host_action(request: Request, who: Identity) -> Response:
     name = request.path_params["name"]
     ctx, state = ctx_of(request), state_of(request)
     try:

@@ -5,6 +5,7 @@ and the heat map of every matching host (`/dashboard/heat.json`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from typing import Any
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from hvfleet import views
 from hvfleet.model.errors import Forbidden, InvalidInput
@@ -26,16 +27,17 @@ from hvfleet.server.dashboard.pages.common import (
     Visible,
     ctx_of,
     error_page,
+    json_feed,
     only,
     page,
-    refused,
+    signed_in,
     state_of,
     visible_hosts,
-    who_is,
 )
 from hvfleet.server.dashboard.pages.history import history_html
 from hvfleet.server.dashboard.view import PAGE_SIZES, STATE_LABELS, STATES, View
 from hvfleet.server.dashboard.view import state_of as view_state
+from hvfleet.server.identity import Identity
 
 
 def overview_document(state: FleetState, view: View, visible: Visible = None,
@@ -158,10 +160,8 @@ def _since(request: Request) -> int | None:
     return bodies.query_int(request, "since", low=0)
 
 
-async def overview(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
+@signed_in
+async def overview(request: Request, who: Identity) -> Response:
     state = state_of(request)
     try:
         visible = visible_hosts(ctx_of(request), who)
@@ -187,32 +187,25 @@ async def overview(request: Request) -> Response:
                 group_keys=sorted(doc["groups"]))
 
 
-async def overview_json(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
-    try:
-        visible = visible_hosts(ctx_of(request), who)
-        view, since = _view(request), _since(request)
-        doc = await run_in_threadpool(overview_document, state_of(request), view, visible, since)
-    except InvalidInput as exc:
-        return JSONResponse({"message": str(exc), "field": exc.field or "selector"}, status_code=422)
-    except Forbidden as exc:
-        return refused(exc)
-    return JSONResponse(doc, headers={"Cache-Control": "no-store"})
+FleetDocument = Callable[[FleetState, View, Visible, int | None], dict[str, Any]]
 
 
-async def heat_json(request: Request) -> Response:
-    who = await who_is(request)
-    if isinstance(who, Response):
-        return who
-    try:
+async def _fleet_feed(request: Request, who: Identity, document: FleetDocument) -> Response:
+    """overview.json and heat.json: `document` of the hosts the caller may see,
+    in the view the query asks for (a query naming no field: its selector)."""
+    def answer() -> dict[str, Any]:
         visible = visible_hosts(ctx_of(request), who)
-        view, since = _view(request), _since(request)
-        doc = await run_in_threadpool(heat_document, state_of(request), view, visible, since,
-                                      request.query_params.get("layout", ""))
-    except InvalidInput as exc:
-        return JSONResponse({"message": str(exc), "field": exc.field or "selector"}, status_code=422)
-    except Forbidden as exc:
-        return refused(exc)
-    return JSONResponse(doc, headers={"Cache-Control": "no-store"})
+        return document(state_of(request), _view(request), visible, _since(request))
+
+    return await json_feed(answer, field="selector")
+
+
+@signed_in
+async def overview_json(request: Request, who: Identity) -> Response:
+    return await _fleet_feed(request, who, overview_document)
+
+
+@signed_in
+async def heat_json(request: Request, who: Identity) -> Response:
+    layout = request.query_params.get("layout", "")
+    return await _fleet_feed(request, who, functools.partial(heat_document, layout=layout))

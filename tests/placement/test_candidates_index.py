@@ -1,0 +1,151 @@
+"""The candidates index of a graph derived from an earlier one (what the
+server's provider snapshot hands out after a claim, a status write or a trait
+change) answers exactly as an index built whole over the same providers, and
+is derived, not rebuilt, when the change is only numbers, traits or
+aggregates. The served JSON text equals json.dumps of the documented body."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import urllib.parse
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.placement import PlacementInventory, ResourceProvider, ResourceProviderSpec
+from hvfleet.placement import candidates
+from hvfleet.placement.candidates import (
+    PlacementBadRequest,
+    find_candidates,
+    parse_candidates_query,
+    render_candidates,
+    render_candidates_json,
+)
+from hvfleet.placement.graph import GraphBasis, Inventory, Provider, ProviderGraph
+from hvfleet.placement.snapshot import ProviderSnapshot
+from hvfleet.store import open_store
+from hvfleet.store.tokens import issue_token
+from tests.placement.test_candidates_differential import AGGS, TRAITS, fleets, queries
+
+
+def answer(graph: ProviderGraph, mv: tuple[int, int], params: list[tuple[str, str]]) -> tuple[int, str]:
+    grouped: dict[str, list[str]] = {}
+    for k, v in params:
+        grouped.setdefault(k, []).append(v)
+    try:
+        a = find_candidates(graph, parse_candidates_query(grouped, mv))
+    except PlacementBadRequest as e:
+        return 400, e.detail
+    text = render_candidates_json(a, mv)
+    assert text == json.dumps(render_candidates(a, mv))
+    return 200, text
+
+
+@st.composite
+def edits(draw: st.DrawFn, graph: ProviderGraph) -> dict[str, Provider]:
+    """New values for some providers: usages (a claim), inventory numbers (a
+    status write), traits and aggregates; the same classes and tree."""
+    out: dict[str, Provider] = {}
+    for u in draw(st.lists(st.sampled_from(sorted(graph.providers)), unique=True, min_size=1, max_size=4)):
+        p = graph.providers[u]
+        usages = {rc: draw(st.integers(0, inv.total * 2)) for rc, inv in p.inventories.items()}
+        inventories = {
+            rc: dataclasses.replace(inv, total=draw(st.integers(1, 12)), reserved=0)
+            if draw(st.booleans()) else inv
+            for rc, inv in p.inventories.items()
+        }
+        traits = frozenset(draw(st.lists(st.sampled_from(TRAITS), unique=True, max_size=2)))
+        if "MISC_SHARES_VIA_AGGREGATE" in p.traits:
+            traits |= {"MISC_SHARES_VIA_AGGREGATE"}
+        aggregates = frozenset(draw(st.lists(st.sampled_from(AGGS), unique=True, max_size=2)))
+        out[u] = dataclasses.replace(p, usages=usages, inventories=inventories, traits=traits,
+                                     aggregates=aggregates)
+    return out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_derived_index_answers_as_one_built_whole(data: st.DataObject) -> None:
+    fleet = data.draw(fleets())
+    first = fleet.graph()
+    asked = [data.draw(queries(fleet)) for _ in range(4)]
+    for mv, params in asked:
+        answer(first, mv, params)  # first's index exists before the change
+    changed = data.draw(edits(first))
+    providers = {u: changed.get(u, p) for u, p in first.providers.items()}
+    derived = ProviderGraph(providers, GraphBasis(first, frozenset(changed)))
+    whole = ProviderGraph(dict(providers))
+    for mv, params in [*asked, *(data.draw(queries(fleet)) for _ in range(4))]:
+        where = f"{mv} ?{urllib.parse.urlencode(params)}"
+        assert answer(derived, mv, params) == answer(whole, mv, params), where
+
+
+def _flat(n: int) -> ProviderGraph:
+    out = {}
+    for i in range(n):
+        u = f"00000000-0000-4000-8000-{i:012d}"
+        out[u] = Provider(u, f"cn{i}", 1, None, u, {"VCPU": Inventory(8), "MEMORY_MB": Inventory(4096)},
+                          {"VCPU": 0})
+    return ProviderGraph(out)
+
+
+def test_a_claim_patches_the_index_and_a_new_provider_rebuilds_it(monkeypatch: object) -> None:
+    built: list[int] = []
+    real_init = candidates._Index.__init__
+
+    def counting(self: candidates._Index, graph: ProviderGraph) -> None:
+        built.append(len(graph.providers))
+        real_init(self, graph)
+
+    mp = monkeypatch  # pytest's MonkeyPatch
+    mp.setattr(candidates._Index, "__init__", counting)  # type: ignore[attr-defined]
+    q = parse_candidates_query({"resources": ["VCPU:8"]}, (1, 39))
+    first = _flat(50)
+    assert len(find_candidates(first, q).allocation_requests) == 50
+    u = next(iter(first.providers))
+    claimed = dataclasses.replace(first.providers[u], usages={"VCPU": 1})
+    second = ProviderGraph({**first.providers, u: claimed}, GraphBasis(first, frozenset({u})))
+    assert len(find_candidates(second, q).allocation_requests) == 49
+    assert built == [50]  # derived: no second build
+    assert second.basis is not None and second.basis.previous is None  # let go once used
+    new = "00000000-0000-4000-8000-999999999999"
+    third = ProviderGraph(
+        {**second.providers, new: dataclasses.replace(claimed, uuid=new, root_uuid=new, usages={})},
+        GraphBasis(second, frozenset({new})),
+    )
+    assert len(find_candidates(third, q).allocation_requests) == 50
+    assert built == [50, 51]  # a provider more: built whole
+
+
+def test_the_snapshot_hands_out_a_graph_derived_from_the_last_one_after_a_claim(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/h.db")
+    records = []
+    for i in range(20):
+        u = f"00000000-0000-4000-8000-{i:012d}"
+        spec = ResourceProviderSpec(provider_name=f"cn{i}", root_uuid=u, generation=1,
+                                    inventories={"VCPU": PlacementInventory(total=4)})
+        records.append(store.create(ResourceProvider(metadata=ObjectMeta(name=u), spec=spec), "test"))
+    snap = ProviderSnapshot.from_store(store)
+    q = parse_candidates_query({"resources": ["VCPU:4"]}, (1, 39))
+    first = snap.graph()
+    assert len(find_candidates(first, q).allocation_requests) == 20
+    claimed = records[7].model_copy(update={"spec": records[7].spec.model_copy(update={
+        "allocations": {"c0": {"VCPU": 1}}, "generation": 2})})
+    store.update(claimed, "test")
+    # A write the snapshot does not follow:
+    issue_token(store, "viewer", manager="test", now=datetime.now(UTC), ttl=None, name="v")
+    snap.refresh(store)
+    second = snap.graph()
+    assert second.basis is not None and second.basis.changed == {records[7].name}
+    assert list(second.providers) == list(first.providers)  # the order stays
+    got = find_candidates(second, q)
+    assert records[7].name not in {u for ar in got.allocation_requests for u in ar.allocations}
+    assert len(got.allocation_requests) == 19
+    issue_token(store, "viewer", manager="test", now=datetime.now(UTC), ttl=None, name="w")
+    snap.refresh(store)
+    assert snap.graph() is second  # nothing it follows changed
+    store.close()
