@@ -35,10 +35,13 @@ and extrapolates the per-write figures to 10,000 and 100,000 hosts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -67,8 +70,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def cpu_of(pid: int) -> float:
     """Seconds of CPU (user + system) process `pid` has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return cpu_of_stat(Path(f"/proc/{pid}/stat"))
 
 
 def now_text() -> str:
@@ -140,10 +142,58 @@ def spread(replicas: Replicas, clients: int) -> Callable[[], list[http.client.HT
     return lambda: [s.connection() for s in replicas.servers]
 
 
+PROFILE: dict[str, Any] = {"dir": None, "label": ""}
+
+
+def profilers(replicas: Replicas) -> list[subprocess.Popen[bytes]]:
+    """With --profile DIR: `py-spy record` on every replica for the phase, collapsed
+    stacks (one file per replica and phase) to read with bench/profile_top.py."""
+    out = PROFILE["dir"]
+    if out is None:
+        return []
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not Path(spy).exists():
+        sys.exit("--profile needs py-spy: pip install -e '.[bench]'")
+    procs = []
+    for i, s in enumerate(replicas.servers):
+        path = Path(out) / f"{PROFILE['label']}-r{i}.txt"
+        # --gil: only the thread holding the GIL, so waits are not counted as work.
+        procs.append(subprocess.Popen([spy, "record", "--pid", str(s.proc.pid), "--format", "raw",
+                                       "--threads", "--gil", "--rate", "250", "--nonblocking",
+                                       "-o", str(path)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)  # attached
+    return procs
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of process `pid`, by thread id (py-spy names them)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):  # a thread that ended meanwhile
+            out[int(task.name)] = cpu_of_stat(task / "stat")
+    return out
+
+
+def cpu_of_stat(path: Path) -> float:
+    fields = path.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def measured(replicas: Replicas, work: Callable[[], None]) -> tuple[list[float], float]:
+    spies = profilers(replicas)
+    threads = [thread_cpu(s.proc.pid) for s in replicas.servers] if spies else []
     before, t = replicas.cpu(), time.perf_counter()
     work()
     after, wall = replicas.cpu(), time.perf_counter() - t
+    for p in spies:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    for i, (s, old) in enumerate(zip(replicas.servers, threads, strict=True) if spies else ()):
+        new = thread_cpu(s.proc.pid)
+        used = sorted(((new[k] - old.get(k, 0.0), k) for k in new), reverse=True)
+        lines = [f"{tid} {sec:.2f}" for sec, tid in used if sec > 0]
+        Path(PROFILE["dir"], f"{PROFILE['label']}-r{i}.cpu").write_text("\n".join(lines) + "\n")
     return [b - a for a, b in zip(before, after, strict=True)], wall
 
 
@@ -170,6 +220,7 @@ def api_phase(replicas: Replicas, n: int, writes: int, clients: int, kind: str,
             a = agent_of(i, n, clients)
             agents.put_status(conns[pick(a)], a, status_of(i))
     conns_by_thread: list[Any] = []
+    PROFILE["label"] = f"{kind}-{count}" + ("" if only is None else f"-only{only}")
     cpu, wall = measured(replicas, lambda: conns_by_thread.append(
         run_clients(clients, writes, one, spread(replicas, clients))))
     return cpu, wall
@@ -265,6 +316,7 @@ def fleet_phase(replicas: Replicas, etcd: EtcdCluster, hosts: int, seconds: floa
         for t in threads:
             t.join()
 
+    PROFILE["label"] = f"fleet-{count}"
     cpu, wall = measured(replicas, work)
     etcd_cpu = sum(cpu_of(p) - b for p, b in zip(etcd_pids, etcd_before, strict=True))
     return {"writes": len(plan), "wall": wall, "server_cores": sum(cpu) / wall,
@@ -284,7 +336,13 @@ def main() -> None:
     parser.add_argument("--status-every", type=float, default=300.0)
     parser.add_argument("--store", choices=["etcd", "sqlite"], default="etcd",
                         help="the store the replicas share: the 3-member etcd, or one SQLite file")
+    parser.add_argument("--profile", metavar="DIR", default=None,
+                        help="record every replica with py-spy during each measured phase "
+                             "(the bench extra); profiling inflates the CPU figures")
     args = parser.parse_args()
+    if args.profile:
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        PROFILE["dir"] = args.profile
     counts = [int(x) for x in args.replicas.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     try:

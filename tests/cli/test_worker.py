@@ -79,8 +79,9 @@ def served(env: dict[str, str], at_least: int = 0) -> list[dict[str, object]]:
 
 def _aged(text: str) -> str:
     """`text` with ages (AGE columns: 0s, 12m) made alike: the two runs of a
-    command compared are a second apart, and a wider age pads its column."""
-    return re.sub(r" +", " ", re.sub(r"\b\d+[smhd]\b", "AGE", text))
+    command compared are a second apart, and a wider age pads its column (a
+    last column's too: `9s ` under `AGE`, then `10s`)."""
+    return re.sub(r" +(?=\n|$)", "", re.sub(r" +", " ", re.sub(r"\b\d+[smhd]\b", "AGE", text)))
 
 
 def seed(env: dict[str, str]) -> None:

@@ -1,7 +1,8 @@
-"""Two `hvfleet serve` processes over one SQLite store, as two replicas behind a
+"""Two `hvfleet serve` processes over one 3-member etcd, as two replicas behind a
 load balancer: a form rendered by one posts to the other, a form survives a
 restart of its server, and the history is the same from both and survives a
-restart (issue 21, "Dashboard state per process")."""
+restart (issue 21, "Dashboard state per process" and its "Done when": a
+3-member etcd, as replicas are deployed)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import requests
 
 from hvfleet.store import open_store
 from tests.dashboard.fleet import Fleet, hvfleet, report_fleet, serving
+from tests.support.etcd_local import EtcdCluster
 
 # Three server starts and a restart: about a minute on a quiet 2-core machine.
 pytestmark = pytest.mark.slow
@@ -25,9 +27,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Fleet]]:
     tmp = tmp_path_factory.mktemp("replicas")
-    store_url = f"sqlite:///{tmp}/hvfleet.db"
-    report_fleet(store_url)
     with ExitStack() as stack:
+        etcd = stack.enter_context(EtcdCluster(tmp / "etcd", size=3))
+        store_url = etcd.url(prefix="/dashboard-replicas")
+        report_fleet(store_url)
         out = []
         for i in range(2):
             (tmp / f"r{i}").mkdir()

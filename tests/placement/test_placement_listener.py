@@ -114,7 +114,7 @@ def test_the_placement_listener_takes_the_same_tokens_and_nothing_else_of_the_ap
 
 @pytest.mark.parametrize(("value", "says"), [
     ("8778", "placement-listen: '8778' is not HOST:PORT"),
-    ("127.0.0.1:18443", "is the port of --listen"),
+    ("127.0.0.1:18443", "is the port of listen"),
 ])
 def test_a_bad_placement_listen_address_is_refused_with_exit_2(tmp_path: Path, value: str, says: str) -> None:
     run = subprocess.run(

@@ -280,3 +280,25 @@ def test_a_lease_renewal_is_one_request(etcd: EtcdStore) -> None:
     renewed = etcd.keepalive("hv1", 30)
     assert posts == ["kv/txn", "kv/range", "kv/txn"]
     assert etcd.get("Lease", "hv1") == renewed
+
+
+def test_a_writers_own_watch_events_equal_what_another_process_decodes(
+    etcd: EtcdStore, etcd_session: EtcdCluster, make_hypervisor: MakeHv
+) -> None:
+    """A write hands its watches the object its encoding check read back
+    instead of decoding the same bytes again: that object must be exactly
+    what any other reader decodes from etcd at that revision."""
+    since = etcd.revision()
+    hv = etcd.create(make_hypervisor("shared-decode"), "agent/shared-decode")
+    status = hv.status.model_validate({"allocation": {"cpu": "3", "memory": "1536Mi"}})
+    etcd.update(hv.model_copy(update={"status": status}), "agent/shared-decode")
+    other = EtcdStore(etcd_session.endpoints, etcd.prefix)
+    try:
+        mine = list(etcd.watch("Hypervisor", since=since, timeout=1.0))
+        theirs = list(other.watch("Hypervisor", since=since, timeout=1.0))
+    finally:
+        other.close()
+    assert [e.type for e in mine] == ["ADDED", "MODIFIED"]
+    assert [(e.type, e.revision, e.object) for e in mine] == \
+        [(e.type, e.revision, e.object) for e in theirs]
+    assert [e.object.to_json() for e in mine] == [e.object.to_json() for e in theirs]

@@ -82,3 +82,32 @@ def test_a_followed_token_is_read_once_and_a_revoke_still_reaches_every_replica(
                     time.sleep(0.02)
         finally:
             auth.close()
+
+
+def test_a_followed_token_record_that_stops_decoding_is_dropped_at_once(
+    store: Store, store_url: str
+) -> None:
+    """A token record replaced by something this hvfleet cannot read (written
+    around every check) is an unknown token on a replica that follows the
+    token records, within the watch's delay: the watch's undecodable event
+    drops the cached record, which would otherwise be reused for 30 s."""
+    from tests.store.poison import poison
+
+    record, text = issue_token(store, "viewer", manager="admin", now=datetime.now(UTC),
+                               ttl=timedelta(days=30), name="spoiled-followed")
+    with open_store(store_url) as replica:
+        auth = TokenAuthenticator(replica, max_age=0.0, follow=True)
+        try:
+            deadline = time.monotonic() + 10
+            while not auth._following:  # the watch is up
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            assert auth.authenticate(f"Bearer {text}").subject == "spoiled-followed"
+            poison(store_url, "AccessToken", record.name, b'{"kind": "AccessToken", "spec": 1}')
+            started = time.monotonic()
+            with pytest.raises(Unauthorized):
+                while time.monotonic() - started < 3.0:
+                    auth.authenticate(f"Bearer {text}")
+                    time.sleep(0.02)
+        finally:
+            auth.close()

@@ -142,6 +142,14 @@ def _usage_of(argument: typer.core.TyperArgument, _ctx: object) -> list[str]:
     return [f"{name}..." if argument.nargs != 1 else name]
 
 
+@functools.cache
+def _global_params() -> tuple[Any, ...]:
+    """The global options' definitions, built once per process: Typer builds a
+    command's options from its signature, and every command (each stand-in of
+    the help listing too) gets a copy of these."""
+    return tuple(typer.main.get_command(_global).params)
+
+
 def with_connection_options(command: Any) -> Any:
     """Give every command the global options, so they may follow its name as
     well as precede it: a command that opens a store (it has --store) gets
@@ -160,11 +168,11 @@ def with_connection_options(command: Any) -> Any:
         return command
     opens_store = "store" in {p.name for p in command.params}
     flags = {flag for p in command.params for flag in getattr(p, "opts", ())}
-    for param in typer.main.get_command(_global).params:
+    for param in _global_params():
         if not flags & set(getattr(param, "opts", ())):  # a command's own --token etc. win
             param = copy.copy(param)
             param.expose_value = False  # the command's function does not take it
-            param.hidden = not opens_store or param.name == "global_store_prefix"  # type: ignore[attr-defined]
+            param.hidden = not opens_store or param.name == "global_store_prefix"
             command.params.append(param)
     return command
 
@@ -296,7 +304,9 @@ def _command(which: str | None, *_registered: int) -> Any:
     """The Click command for the help listing (None) or the app: built once per
     process and set of registered families (a process running several commands
     in turn, as the tests do, may load more), so a worker builds it before it forks."""
-    return with_connection_options(typer.main.get_command(app if which else _listing()))
+    if which is None:  # the listing's stand-ins run nothing: they need no options
+        return typer.main.get_command(_listing())
+    return with_connection_options(typer.main.get_command(app))
 
 
 def prepare() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lxml import etree
 from pydantic import Field
@@ -31,7 +31,9 @@ from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUModelInfo, HostCPU
 from hvfleet.model.selectors import parse_selector
 from hvfleet.ops.parsing import Query
-from hvfleet.store.base import Store
+
+if TYPE_CHECKING:
+    from hvfleet.store.base import Store
 
 
 def fresh_data(every: float = 1.0) -> None:

@@ -96,7 +96,7 @@ def _logged(event_of: Callable[P, dict[str, Any]]) -> Callable[P, None]:
         if not log.isEnabledFor(logging.INFO):
             return
         event = event_of(*args, **kwargs)
-        log.info(_dumps(event), extra={"audit": event})
+        log.info("%s", _JsonLine(event), extra={"audit": event})
 
     return write
 
@@ -108,6 +108,17 @@ audit_write = _logged(audit_event)
 def _dumps(event: dict[str, Any]) -> str:
     # One line whatever the content: json escapes newlines in names and reasons.
     return json.dumps(event, separators=(",", ":"), sort_keys=False, ensure_ascii=True)
+
+
+class _JsonLine:
+    """The record's message, serialised only if a handler asks for it (the
+    JSON formatter writes the event itself: one encoding per write, not two)."""
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        self.event = event
+
+    def __str__(self) -> str:
+        return _dumps(self.event)
 
 
 class JsonFormatter(logging.Formatter):

@@ -25,11 +25,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from starlette.concurrency import run_in_threadpool
+
 from hvfleet.model.errors import Forbidden, Unauthorized
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_GROUP, ObjectMeta
 from hvfleet.model.token import ROLES, AccessToken, Role, check_token, split_token
-from hvfleet.server.identity import Action, Identity, Selecting, Verb
+from hvfleet.server.identity import Action, Authenticator, Identity, Selecting, Verb
 from hvfleet.store.base import Store
 from hvfleet.store.ownership import taken_from_others
 from hvfleet.store.tokens import find_token
@@ -342,7 +344,10 @@ class TokenAuthenticator:
                 since = self.store.revision()
                 with self._lock:
                     self._following = True
-                for event in self.store.watch(TOKEN_KIND, since=since, stop=self._stop):
+                # A record that no longer decodes is dropped too: the cache must
+                # not keep answering with what it was before.
+                for event in self.store.watch(TOKEN_KIND, since=since, stop=self._stop,
+                                              on_undecodable=lambda exc: self.forget([exc.name])):
                     self.forget([event.object.metadata.name])
             except Exception as exc:  # the store's own errors; the cache falls back to max_age
                 log.warning("token watch failed, tokens are read again every %gs: %s",
@@ -360,6 +365,15 @@ class TokenAuthenticator:
 
     def close(self) -> None:
         self._stop.set()
+
+    def _cached(self, token_id: str) -> tuple[bool, AccessToken | None]:
+        """(True, the record or None for an unknown id) when the cache still holds
+        the answer; (False, None) when the store must be asked."""
+        with self._lock:
+            hit = self._cache.get(token_id)
+        if hit is not None and time.monotonic() - hit[0] < hit[2]:
+            return True, hit[1]
+        return False, None
 
     def _record(self, token_id: str) -> AccessToken | None:
         now = time.monotonic()
@@ -390,16 +404,41 @@ class TokenAuthenticator:
                     self._cache.pop(token_id, None)
 
     def authenticate(self, authorization: str | None) -> Identity:
-        if not authorization or not authorization.strip():
-            raise Unauthorized("no credentials: send Authorization: Bearer <token>")
-        scheme, _, credentials = authorization.strip().partition(" ")
-        if scheme.lower() != "bearer" or not credentials.strip():
-            raise Unauthorized("credentials: expected a bearer token (Authorization: Bearer <token>)")
-        token_id, secret = split_token(credentials)
-        record = self._record(token_id)
+        token_id, secret = _bearer(authorization)
+        return self._identity(self._record(token_id), secret)
+
+    def authenticate_cached(self, authorization: str | None) -> Identity | None:
+        """`authenticate` when it needs no store read (the record is cached: a
+        hash and a clock check, safe on the event loop); None when it does."""
+        token_id, secret = _bearer(authorization)
+        known, record = self._cached(token_id)
+        return self._identity(record, secret) if known else None
+
+    def _identity(self, record: AccessToken | None, secret: str) -> Identity:
         if record is None:
             raise Unauthorized("token: unknown or wrong token")
         check_token(record, secret, self._clock())
         spec = record.spec
         return Identity(subject=spec.subject, role=spec.role, hypervisor=spec.hypervisor,
                         token_id=record.name)
+
+
+def _bearer(authorization: str | None) -> tuple[str, str]:
+    """(token id, secret) of an Authorization header; Unauthorized when it has none."""
+    if not authorization or not authorization.strip():
+        raise Unauthorized("no credentials: send Authorization: Bearer <token>")
+    scheme, _, credentials = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        raise Unauthorized("credentials: expected a bearer token (Authorization: Bearer <token>)")
+    return split_token(credentials)
+
+
+async def authenticate_request(authenticator: Authenticator, authorization: str | None) -> Identity:
+    """The caller, on the event loop when the token record is cached (every
+    request of an agent after its first: one worker-thread hand-off less per
+    write, docs/scaling.md), else in a worker thread, which may read the store."""
+    if isinstance(authenticator, TokenAuthenticator):
+        who = authenticator.authenticate_cached(authorization)
+        if who is not None:
+            return who
+    return await run_in_threadpool(authenticator.authenticate, authorization)

@@ -31,7 +31,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -39,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hvfleet.model.errors import Forbidden, HvfleetError
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_GROUP
+from hvfleet.server.auth import authenticate_request
 from hvfleet.server.context import ApiContext
 from hvfleet.server.discovery import RESOURCES
 from hvfleet.server.identity import Action, Identity
@@ -136,8 +136,7 @@ async def authenticate(ctx: ApiContext, request: Request, write: Action | None =
     hvfleet.server.impersonation). A write refused here (401, or 403 for an
     impersonation) is audited too, with no identity."""
     try:
-        who = await run_in_threadpool(ctx.authenticator.authenticate,
-                                      request.headers.get("authorization"))
+        who = await authenticate_request(ctx.authenticator, request.headers.get("authorization"))
         return acting_identity(who, request)
     except Exception as exc:
         if write is not None and ctx.audit is not None:

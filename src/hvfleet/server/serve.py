@@ -112,7 +112,7 @@ def _placement_listen(options: ServeOptions, host: str, port: int) -> tuple[str,
     except InvalidInput as exc:
         raise InvalidInput(f"placement-{exc}") from None
     if pport != 0 and pport == port:
-        raise InvalidInput(f"placement-listen: {options.placement_listen!r} is the port of --listen "
+        raise InvalidInput(f"placement-listen: {options.placement_listen!r} is the port of listen "
                            f"({options.listen}); the Placement API needs a port of its own")
     if options.insecure_http and not is_loopback(phost):
         raise InvalidInput(f"placement-listen: plain HTTP is served only on a loopback address "

@@ -27,24 +27,33 @@ from hvfleet.store.undecodable import Undecodable, reason_of, undecodable
 # "apiVersion" and "kind", whose values are plain strings, sort before it.
 _METADATA = b'"metadata":{'
 
-__all__ = ["Undecodable", "decode", "encode", "with_version"]
+__all__ = ["Undecodable", "decode", "encode", "encode_and_read", "with_version"]
 
 
 def encode(obj: Resource) -> bytes:
     """The stored bytes of `obj` (its resourceVersion left out); InvalidInput,
     naming the field, when a reader could not decode them."""
+    return encode_and_read(obj)[0]
+
+
+def encode_and_read(obj: Resource) -> tuple[bytes, Resource]:
+    """`encode`, and the object a reader decodes from those bytes (without a
+    resourceVersion): the check that readers accept them decodes them anyway,
+    so a backend may hand that object to its watches instead of decoding the
+    same bytes again (`with_version` of it at the write's revision is what
+    `decode` would return)."""
     data = obj.to_dict()
     data["metadata"].pop("resourceVersion", None)
     raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
     try:
-        STORED_KINDS[obj.kind].model_validate_json(raw)
+        read = STORED_KINDS[obj.kind].model_validate_json(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"] if p != "[key]") or None
         raise InvalidInput(
             f"{obj.kind} {obj.metadata.name}: {reason_of(exc)}", field=field
         ) from None
-    return raw
+    return raw, read
 
 
 def decode(kind: str, value: bytes | str, revision: int, name: str | None = None) -> Resource:

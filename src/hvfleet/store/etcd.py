@@ -45,7 +45,7 @@ from hvfleet.store.base import (
     in_batch,
     kind_of,
 )
-from hvfleet.store.encoding import decode, encode, with_version
+from hvfleet.store.encoding import decode, encode, encode_and_read, with_version
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
     KeyValue,
@@ -72,6 +72,9 @@ DEFAULT_PREFIX = "/hvfleet"
 LIST_PAGE = 500
 # Objects whose last-seen value is kept to save a read before an update.
 SEEN_CACHE = 16384
+# Watch events decoded lately: several watches of one process (the API's fan-out
+# of a kind, the garbage collector's all-kinds watch) each receive every write.
+WATCH_DECODED_KEPT = 4096
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
@@ -122,6 +125,11 @@ class EtcdStore(Store):
         # shorter window for a concurrent writer.
         self._seen: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
         self._seen_lock = threading.Lock()
+        # (key, mod_revision) -> the object its watch event carried, decoded once
+        # for every watch of this store (a value at a revision never changes).
+        # Only watch events: they are shared read-only by their consumers already.
+        self._watched: OrderedDict[tuple[str, int], Resource] = OrderedDict()
+        self._watched_lock = threading.Lock()
 
     @property
     def endpoints(self) -> builtins.list[str]:
@@ -208,6 +216,27 @@ class EtcdStore(Store):
     def _decode_kv(self, kv: KeyValue) -> Resource:
         kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
         return decode(kind, kv.value, kv.mod_revision, name)
+
+    def _decode_watched(self, kv: KeyValue) -> Resource:
+        """A watch event's object, decoded once however many watches of this
+        store see it (the pydantic decode is most of what following costs)."""
+        at = (kv.key, kv.mod_revision)
+        with self._watched_lock:
+            hit = self._watched.get(at)
+        if hit is not None:
+            return hit
+        obj = self._decode_kv(kv)  # Undecodable is raised again to every watch
+        self._watched_as(kv.key, kv.mod_revision, obj)
+        return obj
+
+    def _watched_as(self, key: str, revision: int, obj: Resource) -> None:
+        """What the watches of this store will decode at (key, revision); a
+        write puts the object its encoding check read back, so a replica's
+        watches never decode its own writes."""
+        with self._watched_lock:
+            self._watched[(key, revision)] = obj
+            while len(self._watched) > WATCH_DECODED_KEPT:
+                self._watched.popitem(last=False)
 
     def _reservation_ops(self, old: Resource | None, new: Resource | None) -> builtins.list[dict[str, Any]]:
         """Keep the per-host reservation index and set keys in step with a
@@ -321,12 +350,13 @@ class EtcdStore(Store):
         moved on from `old`: the answer, and the stored object with its version
         once it is written (now, or by an earlier attempt whose answer was lost);
         None when the compare failed (the answer's range holds the key's value)."""
-        value = encode(stored)
+        value, read = encode_and_read(stored)
         result = self.transport.txn(
             [compare], [op_put(key, value), *self._reservation_ops(old, stored)], [op_get(key)], what=what,
         )
         if result.succeeded:
             self._remember(key, result.revision, value)
+            self._watched_as(key, result.revision, with_version(read, result.revision))
             return result, with_version(stored, result.revision)
         applied = landed(result, [value])
         return result, (with_version(stored, applied) if applied is not None else None)
@@ -634,7 +664,7 @@ class EtcdStore(Store):
             start = self._kind_prefix(kind)
             end = prefix_end(start)
         events = watch_range(
-            self.transport, start, end, since, self._decode_kv, stop=stop, timeout=timeout,
+            self.transport, start, end, since, self._decode_watched, stop=stop, timeout=timeout,
             on_undecodable=on_undecodable,
         )
         if kind is not None:

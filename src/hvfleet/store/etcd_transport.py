@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.client
 import json
 import random
+import select
 import threading
 import time
 from collections.abc import Sequence
@@ -26,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import etcd3gw
 from etcd3gw import exceptions as etcd_errors
 
 from hvfleet.model.errors import Gone, InvalidInput, TooLarge, Unavailable
@@ -204,6 +205,75 @@ def retryable(exc: etcd_errors.Etcd3Exception) -> bool:
     )
 
 
+# The gateway's HTTP answers that mean "try again, maybe elsewhere", as etcd3gw maps them.
+_ERRORS_BY_STATUS: dict[int, type[etcd_errors.Etcd3Exception]] = {
+    500: etcd_errors.InternalServerError,
+    503: etcd_errors.ConnectionFailedError,
+    408: etcd_errors.ConnectionTimeoutError,
+    504: etcd_errors.ConnectionTimeoutError,
+    412: etcd_errors.PreconditionFailedError,
+}
+_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+
+
+class GatewayConnection:
+    """One keep-alive HTTP connection to one member's JSON gateway, used by one
+    thread. A plain `http.client` connection: `requests` (etcd3gw's session)
+    prepared every call through cookie jars, hooks, URL parsing and header
+    merging, about a third of the server's CPU per write after the proxy
+    lookups were gone (docs/scaling.md, "The cost of a write"). Failures are
+    etcd3gw's exception classes, as before, so the failover above is unchanged."""
+
+    def __init__(self, endpoint: str, api_path: str = "/v3/") -> None:
+        host, _, port = endpoint.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.api_path = api_path
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        conn = self._conn
+        if conn is not None and conn.sock is not None:
+            # A kept connection the member closed meanwhile (idle, restarted) reads
+            # as ready (EOF): open a new one rather than send into it and report a
+            # lost answer for a request that never left.
+            readable, _, _ = select.select([conn.sock], [], [], 0)
+            if readable:
+                conn.close()
+        if conn is None:
+            conn = self._conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        else:
+            conn.timeout = timeout
+        return conn
+
+    def post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        try:
+            conn = self._connection(timeout)
+            conn.request("POST", self.api_path + path, body=data, headers=_HEADERS)
+            resp = conn.getresponse()
+            text = resp.read()
+        except TimeoutError as exc:
+            self.close()
+            raise etcd_errors.ConnectionTimeoutError(f"{self.host}:{self.port}: timed out") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+            raise etcd_errors.ConnectionFailedError(f"{self.host}:{self.port}: {why}") from exc
+        if resp.status != 200:
+            error = _ERRORS_BY_STATUS.get(resp.status, etcd_errors.Etcd3Exception)
+            raise error(text.decode("utf-8", "replace"), resp.reason)
+        out: dict[str, Any] = json.loads(text)
+        return out
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
 class EtcdTransport:
     """Requests to the first endpoint of `endpoints` that answers."""
 
@@ -224,7 +294,7 @@ class EtcdTransport:
         self.current = 0
         self._local = threading.local()
         self._sessions_lock = threading.Lock()
-        self._clients: list[etcd3gw.Etcd3Client] = []
+        self._clients: list[GatewayConnection] = []
         self.closed = False
 
     @property
@@ -238,20 +308,15 @@ class EtcdTransport:
         if self.current == index:
             self.current = (index + 1) % len(self.endpoints)
 
-    def _client(self, index: int) -> etcd3gw.Etcd3Client:
-        clients: dict[int, etcd3gw.Etcd3Client] | None = getattr(self._local, "clients", None)
+    def _client(self, index: int) -> GatewayConnection:
+        """This thread's connection to endpoint `index` (no proxy variables or
+        ~/.netrc: etcd is reached directly)."""
+        clients: dict[int, GatewayConnection] | None = getattr(self._local, "clients", None)
         if clients is None:
             clients = self._local.clients = {}
         client = clients.get(index)
         if client is None:
-            host, _, port = self.endpoints[index].rpartition(":")
-            client = etcd3gw.client(
-                host=host, port=int(port), timeout=self.request_timeout, api_path="/v3/"
-            )
-            # No proxy variables or ~/.netrc for etcd: requests looked both up
-            # (os.environ walked, files stat'ed) on every call, about a third of
-            # the server's CPU per write (docs/scaling.md, "The cost of a write").
-            client.session.trust_env = False
+            client = GatewayConnection(self.endpoints[index])
             clients[index] = client
             with self._sessions_lock:
                 self._clients.append(client)
@@ -275,10 +340,9 @@ class EtcdTransport:
         while True:
             index = self.current
             client = self._client(index)
-            client.timeout = max(0.05, min(self.request_timeout, deadline - time.monotonic()))
+            timeout = max(0.05, min(self.request_timeout, deadline - time.monotonic()))
             try:
-                out: dict[str, Any] = client.post(client.get_url(path), json=body)
-                return out, ambiguous
+                return client.post(path, body, timeout), ambiguous
             except etcd_errors.Etcd3Exception as exc:
                 text = exc.detail_text or ""
                 if "compacted" in text:
@@ -378,6 +442,5 @@ class EtcdTransport:
         self.closed = True
         with self._sessions_lock:
             for client in self._clients:
-                with contextlib.suppress(Exception):
-                    client.session.close()
+                client.close()
             self._clients.clear()

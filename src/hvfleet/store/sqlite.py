@@ -385,7 +385,7 @@ class SqliteStore(Store):
                 # With each event, the object's previous write (its state just
                 # before): an index seek per event, decoded only if asked for.
                 rows = db.execute(
-                    "SELECT e.rev, e.kind, e.type, e.body, p.rev, p.body FROM events e "
+                    "SELECT e.rev, e.kind, e.name, e.type, e.body, p.rev, p.body FROM events e "
                     "LEFT JOIN events p ON e.type != 'ADDED' AND p.rev = (SELECT max(q.rev) "
                     "FROM events q WHERE q.kind = e.kind AND q.name = e.name AND q.rev < e.rev) "
                     f"WHERE e.rev > ? AND e.kind IN ({placeholders}) {by_name}"
@@ -400,10 +400,10 @@ class SqliteStore(Store):
                     f"watch: revision {last} was compacted (history starts after {compacted}); "
                     "list again and watch from the list's revision"
                 )
-            for rev, k, etype, body, prev_rev, prev_body in rows:
+            for rev, k, obj_name, etype, body, prev_rev, prev_body in rows:
                 last = rev
                 try:
-                    obj = decode(k, body, rev)
+                    obj = decode(k, body, rev, obj_name)  # the name even when the body has none
                 except Undecodable as exc:
                     skipped(exc, "watch")
                     if on_undecodable is not None:
