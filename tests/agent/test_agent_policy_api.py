@@ -31,9 +31,9 @@ from hvfleet.server.auth import ROLE_GRANTS, RoleAuthorizer, TokenAuthenticator
 from hvfleet.store import Store, open_store
 from hvfleet.store.tokens import issue_token
 from tests.server.running import ServerThread
-from tests.server.test_auth_https import SETUP, Server, start_server, stop_server
 from tests.server.tls_files import make_tls_files
 from tests.support.etcd_local import EtcdCluster
+from tests.support.serve import SETUP, Server, start_server, stop_server
 
 from .conftest import GI, fleet_uri, hvfleet, start_agent, wait_for
 from .test_agent_process import stop

@@ -11,7 +11,7 @@ import pytest
 
 from hvfleet.model.documents import MAX_DEPTH
 from hvfleet.store import open_store
-from tests.model.test_documents import alias_bomb
+from tests.support.documents import alias_bomb
 
 from .conftest import Run
 

@@ -1,8 +1,8 @@
 """The CLI and the agent against a real `hvfleet serve` (`--store https://…`),
 through the real `hvfleet` process, each with a token of its role.
 
-One server per module over SQLite, with a long-running agent for the libvirt
-test-driver host examples/fleet/compute-01.xml holding an agent token: it
+The session's server (its store emptied for this module) over SQLite, with a
+long-running agent for the libvirt test-driver host examples/fleet/compute-01.xml holding an agent token: it
 creates its Hypervisor, writes status as agent/compute-01 and renews its
 Lease, and a viewer's `hvfleet get` sees it Ready. Every command family then
 runs with the role that may (and one that may not) do it.
@@ -25,7 +25,7 @@ import pytest
 from hvfleet.model import Forbidden, Hypervisor
 from hvfleet.model.lease import Lease
 from hvfleet.store.remote import RemoteStore
-from tests.server.test_auth_https import HVFLEET, Server, start_server, stop_server
+from tests.support.serve import HVFLEET, Server
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = REPO / "examples" / "fleet" / "compute-01.xml"
@@ -69,9 +69,9 @@ def _ready(out: str, name: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     tmp = tmp_path_factory.mktemp("remote-cli")
-    srv = start_server(tmp)
+    srv = server  # the session's (tests/conftest.py), its store emptied for this module
     agent_token = srv.token("agent", hypervisor=HOST)
     env = {k: v for k, v in os.environ.items() if k not in ("HVFLEET_TOKEN", "HVFLEET_CA")}
     env["HOME"] = str(tmp)
@@ -99,7 +99,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                 agent.wait(15)
             except subprocess.TimeoutExpired:
                 agent.kill()
-        stop_server(srv)
 
 
 def _store(fleet: Fleet, token: str) -> RemoteStore:

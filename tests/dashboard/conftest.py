@@ -1,29 +1,81 @@
-"""Fixtures: one real fleet behind `hvfleet serve` per module, the system
-Chromium per session, and a fresh browser context (its own cookies) per test."""
+"""Fixtures: one real fleet behind `hvfleet serve` per session, handed to each
+module as the agents reported it, the system Chromium per session, and a fresh
+browser context (its own cookies) per test."""
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
+from hvfleet.model import Hypervisor, ObjectMeta
+from hvfleet.model.hypervisor import STORED_KINDS
+from hvfleet.store import open_store
+from hvfleet.store.ownership import agent_manager
 from tests.dashboard.fleet import CHROMIUM, CHROMIUM_ARGS, Fleet, report_fleet, serving
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+@pytest.fixture(scope="session")
+def reported_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fleet, Reported]]:
+    """One fleet per session (per xdist worker): the hosts the real agents
+    reported, with their labels, behind `hvfleet serve`, a token per name."""
     tmp = tmp_path_factory.mktemp("dashboard")
     store_url = f"sqlite:///{tmp}/hvfleet.db"
     report_fleet(store_url)
+    with open_store(store_url) as s:
+        reported = Reported(s.list_hypervisors())
     with serving(tmp, store_url) as f:
         for role, name in (("viewer", "viewer"), ("operator", "ops"), ("operator", "ops2"),
                            ("admin", "admin")):
             f.token(role, name)  # type: ignore[arg-type]
-        yield f
+        reported.tokens = dict(f.tokens)
+        yield f, reported
+
+
+@pytest.fixture(scope="module")
+def fleet(reported_fleet: tuple[Fleet, Reported]) -> Fleet:
+    """The session's fleet, as the agents reported it when a module starts: a
+    module that follows another gets its hosts back as written then (status as
+    each host's agent, labels as test-setup), and nothing else but its history
+    and the four tokens (the server is not restarted; the agents not rerun)."""
+    f, reported = reported_fleet
+    if reported.used:
+        reported.restore(f)
+    reported.used = True
+    return f
+
+
+class Reported:
+    """The hosts as report_fleet left them, and the tokens the fixture issued."""
+
+    def __init__(self, hosts: list[Hypervisor]) -> None:
+        self.hosts = hosts
+        self.tokens: dict[str, str] = {}
+        self.used = False
+
+    def restore(self, fleet: Fleet) -> None:
+        keep = {text.split("_")[1] for text in self.tokens.values()}
+        now = datetime.now(UTC)
+        with open_store(fleet.store_url) as s:
+            for kind in STORED_KINDS:
+                if kind == "HistorySeries":
+                    continue  # the server's sampler owns it; a fleet's history just goes on
+                listed = s.list(kind)
+                for name in [o.metadata.name for o in listed.items] + [u.name for u in listed.undecodable]:
+                    if not (kind == "AccessToken" and name in keep):
+                        s.delete(kind, name)
+            for h in self.hosts:
+                status = h.status.model_copy(update={"last_heartbeat_time": now})
+                made = s.create(Hypervisor(metadata=ObjectMeta(name=h.name), status=status),
+                                agent_manager(h.name))
+                meta = made.metadata.model_copy(update={"labels": dict(h.metadata.labels)})
+                s.update(made.model_copy(update={"metadata": meta}), "test-setup")
+        fleet.tokens = dict(self.tokens)
 
 
 @pytest.fixture(scope="session")

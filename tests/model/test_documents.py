@@ -13,23 +13,9 @@ import pytest
 import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from tests.support.documents import alias_bomb, nested
 
 from hvfleet.model.documents import MAX_DEPTH, DocumentError, load_json, load_yaml, load_yaml_all
-
-
-def alias_bomb(levels: int = 10, width: int = 10) -> str:
-    """The "billion laughs": `levels` levels of `width` aliases, width**levels leaves."""
-    lines = ["a0: &a0 [" + ",".join(["x"] * width) + "]"]
-    for i in range(1, levels):
-        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * width) + "]")
-    return "\n".join(lines) + "\n"
-
-
-def nested(depth: int, kind: str = "list") -> Any:
-    doc: Any = 1
-    for _ in range(depth):
-        doc = [doc] if kind == "list" else {"k": doc}
-    return doc
 
 
 def test_an_alias_bomb_is_refused_at_its_first_anchor_in_milliseconds() -> None:

@@ -39,19 +39,11 @@ from hvfleet.server.auth import RoleAuthorizer, not_bare
 from hvfleet.server.identity import Action, Identity
 from hvfleet.store import Store, open_store
 from hvfleet.store.tokens import list_tokens
-from tests.server.test_auth_https import GV, HVFLEET, Server, start_server, stop_server
+from tests.support.serve import GV, HVFLEET, Server
 
 NODE = Path(__file__).resolve().parents[2] / "examples" / "fleet" / "compute-01.xml"
 HOST = "compute-01"
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("serve"))
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
 
 
 @pytest.fixture

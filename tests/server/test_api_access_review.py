@@ -1,7 +1,7 @@
 """SelfSubjectAccessReview / SelfSubjectRulesReview and deletecollection,
 against the real `hvfleet serve` with a real token per role: every review
 answers what the guard decides (checked against the role table written out by
-hand in test_auth_matrix), `kubectl auth can-i` (1.20 and current) prints it,
+hand in tests/support/role_matrix.py), `kubectl auth can-i` (1.20 and current) prints it,
 and a DELETE on a collection removes what its selector matches, for the roles
 that may, and nothing for the others."""
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,11 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 from hvfleet.model.token import ROLES, Role
-from hvfleet.store import Store, open_store
+from hvfleet.store import Store
 from tests.server.running import write_kubeconfig
-from tests.server.test_api_kubectl import KUBECTLS
-from tests.server.test_auth_https import GV, Server, reset_fleet, start_server, stop_server
-from tests.server.test_auth_matrix import EXPECTED, RESOURCES, VERBS
+from tests.support.kubectl import KUBECTLS
+from tests.support.role_matrix import EXPECTED, RESOURCES, VERBS
+from tests.support.serve import GV, Server
 
 SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 SSRR = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
@@ -32,21 +31,6 @@ SSRR = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews"
 DELETECOLLECTION = {"operator": {"hypervisors", "overcommitpolicies", "reservations"},
                     "admin": {"hypervisors", "overcommitpolicies", "reservations"}}
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("serve"))
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
-
-
-@pytest.fixture
-def store(server: Server) -> Iterator[Store]:
-    with open_store(server.store_url) as s:
-        reset_fleet(s)
-        yield s
 
 
 def review(server: Server, role: Role, verb: str, key: str, name: str | None = None,

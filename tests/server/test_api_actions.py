@@ -14,8 +14,7 @@ from hvfleet.guests.osinfo import load_os_database
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.store.ownership import agent_manager
 from tests.server.conftest import Api
-from tests.server.test_api_collections import ready_host, reservation
-from tests.server.test_api_objects import RES, status_of
+from tests.server.objects import RES, ready_host, reservation, status_of
 
 GV = "/apis/hvfleet.io/v1"
 GROUPS = Path(__file__).resolve().parents[2] / "examples" / "hosts" / "groups"

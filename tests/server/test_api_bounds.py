@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 from hvfleet.model import NotFound
 from hvfleet.store import Store, open_store
 from tests.bounds_cases import CASES, Case, doc, spoiled
-from tests.server.test_auth_https import (
+from tests.store.poison import HUGE, hypervisor_doc, poison
+from tests.support.etcd_local import EtcdCluster
+from tests.support.serve import (
     GV,
     KUBECTLS,
     Server,
@@ -35,22 +37,12 @@ from tests.server.test_auth_https import (
     start_server,
     stop_server,
 )
-from tests.store.poison import HUGE, hypervisor_doc, poison
-from tests.support.etcd_local import EtcdCluster
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 MERGE = {"Content-Type": "application/merge-patch+json"}
 PLURAL = {"Hypervisor": "hypervisors", "Reservation": "reservations", "Lease": "leases",
           "OvercommitPolicy": "overcommitpolicies"}
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("serve-bounds"))
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
 
 
 @pytest.fixture

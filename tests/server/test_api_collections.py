@@ -9,12 +9,8 @@ from typing import Any
 
 from hvfleet import views
 from hvfleet.model.crd import crds
-from hvfleet.model.hypervisor import Hypervisor
 from tests.server.conftest import Api
-from tests.server.test_api_objects import HV, RES, hypervisor, status_of
-
-TABLE = ("application/json;as=Table;v=v1;g=meta.k8s.io,"
-         "application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json")
+from tests.server.objects import HV, RES, TABLE, hypervisor, ready_host, reservation, status_of
 
 
 def fleet(api: Api, n: int = 5) -> None:
@@ -153,20 +149,6 @@ def test_openapi_carries_the_crd_schema_and_field_validation(api: Api) -> None:
     r = c.get("/openapi/v2", headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
     assert r.status_code == 200 and r.headers["content-type"].endswith("+protobuf")
     assert b"io.hvfleet.v1.Hypervisor" in r.content
-
-
-def ready_host(api: Api, name: str = "hv1", cpu: str = "8") -> None:
-    made = api.client().post(HV, json=hypervisor(name)).json()
-    status = {"capacity": {"cpu": cpu, "memory": "16Gi"}, "effectiveCapacity": {"cpu": cpu, "memory": "16Gi"},
-              "conditions": [{"type": "Ready", "status": "True"}],
-              "lastHeartbeatTime": datetime.now(UTC).isoformat()}
-    h = Hypervisor.model_validate({**made, "status": status})
-    api.store.update(h, f"agent/{name}")
-
-
-def reservation(name: str, cpu: str, consumer: str = "vm-1", host: str = "hv1") -> dict[str, Any]:
-    return {"apiVersion": "hvfleet.io/v1", "kind": "Reservation", "metadata": {"name": name},
-            "spec": {"hypervisor": host, "resources": {"cpu": cpu}, "consumer": consumer}}
 
 
 def test_creating_a_reservation_is_a_claim(api: Api) -> None:

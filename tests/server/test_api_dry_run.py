@@ -20,12 +20,12 @@ from hvfleet.model.hypervisor import STORED_KINDS
 from hvfleet.server.audit import audit_event
 from hvfleet.server.auth import RoleAuthorizer
 from hvfleet.server.identity import Action
+from tests.server.clients import Kubectl, manifest
 from tests.server.conftest import Api
+from tests.server.objects import HV, RES, hypervisor, ready_host, reservation, status_of
 from tests.server.static_auth import RecordingAudit
-from tests.server.test_api_collections import ready_host, reservation
-from tests.server.test_api_kubectl import KUBECTLS, Kubectl, manifest
-from tests.server.test_api_objects import HV, RES, hypervisor, status_of
 from tests.support.etcd_local import EtcdCluster
+from tests.support.kubectl import KUBECTLS
 
 DRY = {"dryRun": "All"}
 APPLY = "application/apply-patch+yaml"

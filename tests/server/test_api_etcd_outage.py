@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.server.conftest import Api
-from tests.server.test_api_objects import HV, hypervisor, status_of
-from tests.server.test_api_watch import Watcher, names
+from tests.server.objects import HV, hypervisor, status_of
+from tests.server.watching import Watcher, names
 from tests.support.etcd_local import EtcdCluster
 
 

@@ -7,9 +7,8 @@ import uuid
 from collections.abc import Callable
 
 from tests.server.conftest import Api
-from tests.server.test_api_collections import ready_host, reservation
-from tests.server.test_api_objects import HV, RES, hypervisor, status_of
-from tests.server.test_api_watch import Watcher, names
+from tests.server.objects import HV, RES, hypervisor, ready_host, reservation, status_of
+from tests.server.watching import Watcher, names
 from tests.support.etcd_local import EtcdCluster
 
 

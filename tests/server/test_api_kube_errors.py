@@ -13,8 +13,8 @@ from hvfleet.model.hypervisor import Resource
 from hvfleet.server.identity import Action, Identity
 from hvfleet.store import sqlite as sqlite_backend
 from tests.server.conftest import Api
+from tests.server.objects import HV, hypervisor, status_of
 from tests.server.static_auth import AllowAll, RecordingAudit
-from tests.server.test_api_objects import HV, hypervisor, status_of
 
 POLICIES = "/apis/hvfleet.io/v1/overcommitpolicies"
 

@@ -14,64 +14,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
 import yaml
 
-from tests.server.conftest import Api
-from tests.server.running import write_kubeconfig
-from tests.server.test_api_objects import HV
-
-KUBECTL_CURRENT = str(Path(sys.executable).parent / "kubectl")
-KUBECTL_120 = "/opt/hvfleet/kubernetes-client-1.20/usr/bin/kubectl"
-KUBECTLS = {"current": KUBECTL_CURRENT, "1.20": KUBECTL_120}
-
-
-class Kubectl:
-    def __init__(self, binary: str, version: str, api: Api, tmp: Path) -> None:
-        self.binary, self.version, self.api, self.tmp = binary, version, api, tmp
-
-    def argv(self, token: str, *args: str) -> list[str]:
-        assert self.api.ca is not None
-        config = write_kubeconfig(self.tmp / f"kubeconfig-{token}", self.api.url, token, self.api.ca)
-        return [self.binary, f"--kubeconfig={config}", f"--cache-dir={self.tmp}/cache-{token}", *args]
-
-    def __call__(self, *args: str, token: str = "ops-token") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(token, *args), capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "HOME": str(self.tmp)})
-
-    def apply(self, path: Path, *flags: str, token: str = "ops-token") -> subprocess.CompletedProcess[str]:
-        return self("apply", "--server-side", *flags, "-f", str(path), token=token)
-
-
-@pytest.fixture(params=sorted(KUBECTLS))
-def kubectl(request: pytest.FixtureRequest, make_api: Callable[..., Api], tmp_path: Path) -> Kubectl:
-    binary = KUBECTLS[request.param]
-    assert os.access(binary, os.X_OK), f"{binary} missing: run scripts/install-system-deps / pip install"
-    return Kubectl(binary, request.param, make_api(tls=True), tmp_path)
-
-
-def manifest(tmp: Path, name: str, **spec: object) -> Path:
-    path = tmp / f"{name}-{len(list(tmp.iterdir()))}.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
-                                    "metadata": {"name": name}, "spec": spec}))
-    return path
-
-
-def agent_reports(api: Api, name: str, cpu_used: str) -> None:
-    """What an agent does: write its host's status through the API."""
-    c = api.client(f"agent-{name}-token")
-    status = {"capacity": {"cpu": "16", "memory": "64Gi"}, "allocation": {"cpu": cpu_used},
-              "conditions": [{"type": "Ready", "status": "True"}],
-              "lastHeartbeatTime": datetime.now(UTC).isoformat()}
-    r = c.patch(f"{HV}/{name}/status", {"status": status})
-    assert r.status_code == 200, r.text
+from tests.server.clients import Kubectl, manifest
+from tests.server.objects import HV, agent_reports
 
 
 def test_kubectl_apply_get_patch_delete(kubectl: Kubectl, tmp_path: Path) -> None:

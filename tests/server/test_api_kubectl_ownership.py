@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from hvfleet.model.hypervisor import Resource
-from tests.server.test_api_kubectl import Kubectl, agent_reports
-from tests.server.test_api_kubectl import kubectl as kubectl  # the fixture, re-exported
+from tests.server.clients import Kubectl
+from tests.server.objects import agent_reports
 
 
 def _manifest(tmp: Path, labels: dict[str, str] | None = None, **spec: Any) -> Path:

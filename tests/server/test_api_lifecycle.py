@@ -14,11 +14,11 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from tests.server.clients import Kubectl, api_client
 from tests.server.conftest import Api
-from tests.server.test_api_kubectl import KUBECTLS, Kubectl
-from tests.server.test_api_objects import HV, hypervisor, status_of
-from tests.server.test_api_python_clients import api_client
-from tests.server.test_api_watch import Watcher, names
+from tests.server.objects import HV, hypervisor, status_of
+from tests.server.watching import Watcher, names
+from tests.support.kubectl import KUBECTLS
 
 
 @pytest.fixture(params=sorted(KUBECTLS))

@@ -11,21 +11,8 @@ from typing import Any
 import yaml
 
 from tests.server.conftest import Api
+from tests.server.objects import HV, hypervisor, status_of
 from tests.server.static_auth import ReadOnly, RecordingAudit
-
-HV = "/apis/hvfleet.io/v1/hypervisors"
-RES = "/apis/hvfleet.io/v1/reservations"
-
-
-def hypervisor(name: str = "hv1", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
-            "metadata": {"name": name, "labels": {"rack": "a"}}, "spec": spec}
-
-
-def status_of(code: int, reason: str, body: dict[str, Any]) -> None:
-    assert body["kind"] == "Status" and body["apiVersion"] == "v1", body
-    assert body["status"] == "Failure"
-    assert (body["code"], body["reason"]) == (code, reason), body
 
 
 def test_create_get_and_kubernetes_shaped_errors(api: Api) -> None:

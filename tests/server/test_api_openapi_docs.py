@@ -12,8 +12,9 @@ import pytest
 from hvfleet.model.field_docs import fields
 from hvfleet.server.discovery import RESOURCES
 from hvfleet.server.openapi import OBJECT_META, openapi_v2, openapi_v3_group
+from tests.server.clients import Kubectl
 from tests.server.conftest import Api
-from tests.server.test_api_kubectl import KUBECTLS, Kubectl
+from tests.support.kubectl import KUBECTLS
 
 
 def test_every_field_of_every_kind_and_of_object_meta_has_a_description() -> None:

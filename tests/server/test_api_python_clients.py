@@ -10,15 +10,13 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes import dynamic, watch
 from kubernetes.client.rest import ApiException
 
+from tests.server.clients import GROUP, PLURAL, VERSION, api_client
 from tests.server.conftest import Api
+from tests.server.objects import agent_reports
 from tests.server.running import write_kubeconfig
-from tests.server.test_api_kubectl import agent_reports
-
-GROUP, VERSION, PLURAL = "hvfleet.io", "v1", "hypervisors"
 
 
 def hv(name: str, **spec: Any) -> dict[str, Any]:
@@ -29,12 +27,6 @@ def hv(name: str, **spec: Any) -> dict[str, Any]:
 @pytest.fixture
 def tls_api(make_api: Callable[..., Api]) -> Api:
     return make_api(tls=True)
-
-
-def api_client(api: Api, tmp_path: Path, token: str = "ops-token") -> k8s.ApiClient:
-    assert api.ca is not None
-    path = write_kubeconfig(tmp_path / f"kc-{token}", api.url, token, api.ca)
-    return k8s_config.new_client_from_config(config_file=str(path))
 
 
 def test_custom_objects_api_list_get_patch_watch(tls_api: Api, tmp_path: Path) -> None:

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
+from tests.server.clients import Kubectl
 from tests.server.conftest import Api
-from tests.server.test_api_collections import TABLE
-from tests.server.test_api_kubectl import KUBECTLS, Kubectl
-from tests.server.test_api_objects import HV, hypervisor, status_of
-from tests.server.test_api_watch import Watcher, names
+from tests.server.objects import HV, TABLE, hypervisor, status_of
+from tests.server.watching import Watcher, names
+from tests.support.kubectl import KUBECTLS
 
 WATCH_LIST = {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan",
               "allowWatchBookmarks": "true"}

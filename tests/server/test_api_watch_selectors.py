@@ -24,13 +24,12 @@ from kubernetes import client as k8s
 from kubernetes import watch
 
 from hvfleet.store import sqlite as sqlite_backend
+from tests.server.clients import GROUP, PLURAL, VERSION, Kubectl, api_client
 from tests.server.conftest import Api
-from tests.server.test_api_collections import TABLE
-from tests.server.test_api_kubectl import KUBECTLS, Kubectl
-from tests.server.test_api_objects import HV, hypervisor
-from tests.server.test_api_python_clients import GROUP, PLURAL, VERSION, api_client
-from tests.server.test_api_watch import Watcher, names
+from tests.server.objects import HV, TABLE, hypervisor
+from tests.server.watching import Watcher, names
 from tests.support.etcd_local import EtcdCluster
+from tests.support.kubectl import KUBECTLS
 
 
 def relabel(api: Api, name: str, rack: str) -> None:

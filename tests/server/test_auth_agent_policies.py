@@ -27,14 +27,12 @@ from hvfleet.server.watch import seen_through
 from hvfleet.store import Store, open_store
 from hvfleet.store.base import WatchEvent
 from hvfleet.store.sqlite import SqliteStore
-from tests.server.test_auth_https import (
+from tests.support.serve import (
     GV,
     SETUP,
     Server,
     kubeconfig_for,
     kubectl,
-    start_server,
-    stop_server,
 )
 
 POLICIES = f"{GV}/overcommitpolicies"
@@ -44,14 +42,6 @@ def policy(name: str, selector: dict[str, Any], cpu: float = 2) -> OvercommitPol
     return OvercommitPolicy.model_validate(
         {"metadata": {"name": name}, "spec": {"selector": selector, "overcommit": {"cpu": cpu}}})
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("serve-policies"))
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
 
 
 @pytest.fixture

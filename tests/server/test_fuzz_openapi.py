@@ -1,7 +1,7 @@
 """Schemathesis over the OpenAPI document the running server publishes.
 
-A real `hvfleet serve` (its own process: uvicorn, TLS with the CA it makes, a
-SQLite store) with real admin and operator tokens from `hvfleet token create`.
+A real `hvfleet serve` (the session's process, tests/conftest.py: uvicorn, TLS
+with the CA it makes, a SQLite store) with real admin and operator tokens.
 Every operation of /openapi/v3/apis/hvfleet.io/v1 is called with requests that
 follow the schema (positive) and requests that break it (negative), some on
 the names of objects that exist. Each answer must not be a 5xx, each error must
@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +35,7 @@ from hvfleet.model.crd import crds
 from hvfleet.model.hypervisor import KINDS
 from hvfleet.store import open_store
 from hvfleet.store.ownership import agent_manager
+from tests.support.serve import Server
 
 KNOWN = {"hypervisors": ["fz-1", "fz-2"], "reservations": ["fz-r1"], "leases": ["fz-1"],
          "overcommitpolicies": ["fz-p1"]}
@@ -58,43 +56,14 @@ class Served:
     proc: subprocess.Popen[str]
 
 
-def _hvfleet(*args: str, env: dict[str, str]) -> str:
-    out = subprocess.run([sys.executable, "-m", "hvfleet", *args], env=env, check=True,
-                         capture_output=True, text=True, timeout=60)
-    return out.stdout.strip()
-
-
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    tmp = tmp_path_factory.mktemp("fuzz")
-    store_url = f"sqlite:///{tmp}/hvfleet.db"
-    with open_store(store_url) as store:
+def served(server: Server) -> Served:
+    """The session's server (tests/conftest.py, its store emptied for this module)
+    with the hypervisors the fuzzer names."""
+    with open_store(server.store_url) as store:
         for name in KNOWN["hypervisors"]:
             store.create(Hypervisor.model_validate({"metadata": {"name": name}}), agent_manager(name))
-    env = {**os.environ, "HVFLEET_STORE": store_url}
-    tokens = {role: _hvfleet("token", "create", "--role", role, env=env)
-              for role in ("admin", "operator")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hvfleet", "serve", "--listen", "127.0.0.1:0",
-         "--data-dir", str(tmp / "data"), "--audit-log", str(tmp / "audit.log")],
-        env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    url = ca = None
-    deadline = time.monotonic() + 60
-    while (url is None or ca is None) and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if m := re.search(r"(https://\S+) over", line):
-            url = m.group(1)
-        if m := re.search(r"CA certificate: (\S+)", line):
-            ca = Path(m.group(1))
-    assert url and ca, "hvfleet serve did not announce its address and CA"
-    try:
-        yield Served(url, ca, store_url, tokens, proc)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    return Served(server.url, server.ca, server.store_url, server.tokens, server.process)
 
 
 def _published(s: Served) -> dict[str, Any]:

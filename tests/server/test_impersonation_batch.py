@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,34 +12,14 @@ import pytest
 
 from hvfleet.model import Hypervisor
 from hvfleet.model.token import ROLES
-from hvfleet.store import Store, open_store
-from tests.server.test_auth_https import (
+from hvfleet.store import Store
+from tests.support.serve import (
     GV,
     Server,
     kubeconfig_for,
     kubectl,
-    reset_fleet,
     snapshot,
-    start_server,
-    stop_server,
 )
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("serve-impersonation"))
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
-
-
-@pytest.fixture
-def store(server: Server) -> Iterator[Store]:
-    with open_store(server.store_url) as s:
-        reset_fleet(s)
-        yield s
-
 
 STATUS_PATCH = {"status": {"observedGeneration": 3}}
 MERGE = {"Content-Type": "application/merge-patch+json"}

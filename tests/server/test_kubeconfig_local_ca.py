@@ -9,7 +9,6 @@ import base64
 import os
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,17 +16,8 @@ import yaml
 
 from hvfleet.server.tls import ensure_serving_certificate
 from hvfleet.store.kubeconfig import is_this_machine
-from tests.server.test_api_kubectl import KUBECTLS
-from tests.server.test_auth_https import HVFLEET, Server, start_server, stop_server
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("serve"))
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
+from tests.support.kubectl import KUBECTLS
+from tests.support.serve import HVFLEET, Server
 
 
 def kubeconfig(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None

@@ -15,7 +15,6 @@ import ssl
 import stat
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,23 +28,20 @@ from hvfleet.server.connection import HEADER_TIMEOUT_S
 from hvfleet.server.identity import Identity
 from hvfleet.store import open_store
 from hvfleet.store.tokens import revoke_token
-from tests.model.test_documents import alias_bomb, nested
-from tests.server.test_auth_https import Server, reset_fleet, start_server, stop_server
+from tests.support.documents import alias_bomb, nested
+from tests.support.serve import Server, reset_fleet
 
 GV = "/apis/hvfleet.io/v1"
 APPLY = "application/apply-patch+yaml"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("preauth"))
-    with open_store(srv.store_url) as s:
+def server(server: Server) -> Server:
+    """The session's server (tests/conftest.py) with hv1, hv2 and hv3."""
+    with open_store(server.store_url) as s:
         reset_fleet(s)
         s.create(Hypervisor(metadata=ObjectMeta(name="hv3")), "test-setup")
-    try:
-        yield srv
-    finally:
-        stop_server(srv)
+    return server
 
 
 def timed(call: Any) -> tuple[float, Any]:

@@ -29,12 +29,12 @@ from hvfleet.store import Store, open_store
 from hvfleet.store.etcd import EtcdStore
 from hvfleet.store.remote import RemoteStore
 from tests.server.conftest import TOKENS, Api
+from tests.server.objects import HV, hypervisor, status_of
 from tests.server.running import ServerThread
 from tests.server.static_auth import AllowAll, StaticTokens
-from tests.server.test_api_objects import HV, hypervisor, status_of
-from tests.server.test_api_watch import Watcher
-from tests.server.test_auth_https import HVFLEET, KUBECTL, role_tokens, start_server, stop_server
+from tests.server.watching import Watcher
 from tests.support.etcd_local import EtcdCluster
+from tests.support.serve import HVFLEET, KUBECTL, role_tokens, start_server, stop_server
 
 NODE = Path(__file__).resolve().parents[2] / "examples" / "fleet" / "compute-01.xml"
 
@@ -202,13 +202,15 @@ def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.slow  # three real `hvfleet serve` processes and kubectl: about 30 s
+@pytest.mark.slow  # three real `hvfleet serve` processes, kubectl and an agent: about 40 s
+@pytest.mark.timeout(180)
 def test_a_kubeconfig_made_against_one_replica_works_on_the_others(
     etcd3: EtcdCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Real `hvfleet serve` processes, each with its own data dir, over one etcd:
     they share one CA through the store, so the CA `hvfleet kubeconfig` embeds
-    for replica A verifies B and C (kubectl, and the remote store)."""
+    for replica A verifies B and C (kubectl, and the remote store). Then an
+    agent given A and B keeps its host Ready when A is killed (SIGKILL)."""
     url = etcd3.url(prefix=f"/ca-{uuid.uuid4().hex[:12]}")
     tokens = role_tokens(url)
     servers = [start_server(tmp_path_factory.mktemp(f"replica{i}"), url, tokens) for i in range(3)]
@@ -229,7 +231,31 @@ def test_a_kubeconfig_made_against_one_replica_works_on_the_others(
         # The remote store with every replica named, trusting A's CA only.
         ca_pem = a.ca.read_bytes()
         remote = RemoteStore([s.url for s in servers], tokens["viewer"], ca_pem)
-        stop_server(servers[0])
+        # An agent (its own token, hv1's) given A and B keeps its host live when
+        # A is killed with SIGKILL: no goodbye, its connections just die.
+        ttl = 3
+        agent_store = RemoteStore([a.url, servers[1].url], tokens["agent"], ca_pem)
+        agent = Agent(AgentConfig(uri=f"test://{NODE}", name="hv1", lease_ttl=ttl, resync=5),
+                      agent_store)
+        stop = threading.Event()
+        runner = threading.Thread(target=agent.run, args=(stop,))
+        runner.start()
+        direct = open_store(url)
+        try:
+            _wait(lambda: direct.agent_liveness() == {"hv1": True}, 30, "the agent never took its lease")
+            a.process.kill()
+            a.process.wait(10)
+            killed = datetime.now(UTC)
+            time.sleep(ttl * 2.5)
+            lease = direct.get("Lease", "hv1")
+            assert isinstance(lease, Lease) and lease.spec.renew_time is not None
+            assert lease.spec.renew_time.replace(tzinfo=UTC) > killed
+            assert direct.agent_liveness() == {"hv1": True}
+        finally:
+            stop.set()
+            runner.join(15)
+            agent_store.close()
+            direct.close()
         assert remote.list("Hypervisor").revision > 0
         remote.close()
     finally:

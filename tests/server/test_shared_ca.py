@@ -18,7 +18,7 @@ from hvfleet.server.tls import (
     shared_signer,
 )
 from hvfleet.store import Store, open_store
-from tests.server.test_tls import handshake
+from tests.server.tls_files import handshake
 
 
 def _replica(store: Store, data_dir: Path) -> ServingFiles:

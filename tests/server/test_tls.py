@@ -7,7 +7,6 @@ import os
 import socket
 import ssl
 import stat
-import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,41 +16,11 @@ from cryptography import x509
 from hvfleet.model.errors import InvalidInput
 from hvfleet.server.tls import (
     SERVING_VALIDITY,
-    ServingFiles,
     ensure_serving_certificate,
     given_certificate,
     subject_alt_names,
 )
-
-
-def handshake(files: ServingFiles, host: str, server_name: str) -> str:
-    """Serve one TLS connection on `host` with `files`; a client trusting only the
-    CA connects with `server_name` checked. Returns what the server sent."""
-    assert files.ca is not None
-    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server_ctx.load_cert_chain(files.cert, files.key)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family) as listener:
-        listener.bind((host, 0))
-        listener.listen(1)
-        port = listener.getsockname()[1]
-
-        def serve() -> None:
-            conn, _ = listener.accept()
-            try:
-                with server_ctx.wrap_socket(conn, server_side=True) as tls:
-                    tls.sendall(b"hello")
-            except (ssl.SSLError, OSError):
-                pass
-
-        t = threading.Thread(target=serve, daemon=True)
-        t.start()
-        client_ctx = ssl.create_default_context(cafile=str(files.ca))
-        with socket.create_connection((host, port), timeout=5) as raw, \
-                client_ctx.wrap_socket(raw, server_hostname=server_name) as tls:
-            data = tls.recv(5).decode()
-        t.join(5)
-        return data
+from tests.server.tls_files import handshake
 
 
 def test_a_fresh_data_dir_gets_a_ca_and_a_serving_certificate_that_verify(tmp_path: Path) -> None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import socket
+import ssl
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +16,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from hvfleet.server.tls import ServingFiles
 
 
 @dataclass(frozen=True)
@@ -57,3 +62,33 @@ def make_tls_files(directory: Path) -> TlsFiles:
     out.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                           serialization.NoEncryption()))
     return out
+
+
+def handshake(files: ServingFiles, host: str, server_name: str) -> str:
+    """Serve one TLS connection on `host` with `files`; a client trusting only the
+    CA connects with `server_name` checked. Returns what the server sent."""
+    assert files.ca is not None
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(files.cert, files.key)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as listener:
+        listener.bind((host, 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            try:
+                with server_ctx.wrap_socket(conn, server_side=True) as tls:
+                    tls.sendall(b"hello")
+            except (ssl.SSLError, OSError):
+                pass
+
+        t = threading.Thread(target=serve, daemon=True)
+        t.start()
+        client_ctx = ssl.create_default_context(cafile=str(files.ca))
+        with socket.create_connection((host, port), timeout=5) as raw, \
+                client_ctx.wrap_socket(raw, server_hostname=server_name) as tls:
+            data = tls.recv(5).decode()
+        t.join(5)
+        return data

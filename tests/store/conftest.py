@@ -50,7 +50,7 @@ def serving_files(tmp_path_factory: pytest.TempPathFactory) -> ServingFiles:
 
 @contextmanager
 def remote_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    from tests.server.running import ServerThread
+    from tests.server.running import ServerThread, stop_in_background
     from tests.server.tls_files import TlsFiles
 
     from hvfleet.server.app import create_app
@@ -71,11 +71,15 @@ def remote_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
     monkeypatch.setenv("HVFLEET_TOKEN", token)
     monkeypatch.setenv("HVFLEET_CA", str(files.ca))
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    server: ServerThread | None = None
     try:
-        with ServerThread(app, TlsFiles(files.ca, files.cert, files.key)) as server:
-            yield f"{server.url}?impersonate=true"
+        server = ServerThread(app, TlsFiles(files.ca, files.cert, files.key)).__enter__()
+        yield f"{server.url}?impersonate=true"
     finally:
-        behind.close()
+        if server is None:
+            behind.close()
+        else:  # without waiting out uvicorn's shutdown sleeps (tests/server/running.py)
+            stop_in_background([server], behind.close)
 
 
 STORE_BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], AbstractContextManager[str]]] = {
