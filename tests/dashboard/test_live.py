@@ -180,7 +180,22 @@ def test_the_follower_loads_the_fleet_once_when_the_store_moves_during_the_first
                 await follower.stop()
 
         try:
-            asyncio.run(follow())
+            # On a thread of its own: a session's Playwright (sync API) keeps an
+            # event loop running on this one, where asyncio.run() is refused.
+            failed: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    asyncio.run(follow())
+                except BaseException as exc:  # re-raised below, on the test's thread
+                    failed.append(exc)
+
+            runner = threading.Thread(target=run)
+            runner.start()
+            runner.join(60)
+            assert not runner.is_alive(), "the follower did not stop within 60 s"
+            if failed:
+                raise failed[0]
         finally:
             hub.close()
         assert "hv1" in state.rows  # the write after the list came from the watch ...
