@@ -171,28 +171,38 @@ def test_an_agent_with_two_endpoints_keeps_its_host_ready_when_one_replica_dies(
     url = etcd3.url(prefix=f"/failover-{uuid.uuid4().hex[:12]}")
     (a, a_store), (b, b_store) = _replica(url), _replica(url)
     remote = RemoteStore([a.url, b.url], "agent-hv1-token")
-    ttl = 3
-    agent = Agent(AgentConfig(uri=f"test://{NODE}", name="hv1", lease_ttl=ttl, resync=5), remote)
-    stop = threading.Event()
-    runner = threading.Thread(target=agent.run, args=(stop,))
-    runner.start()
     try:
-        _wait(lambda: b_store.agent_liveness() == {"hv1": True}, 30, "the agent never took its lease")
-        a.__exit__(None, None, None)  # replica A, the one the agent talks to, goes away
-        killed = datetime.now(UTC)
-        # Several TTLs later the host is still live: renewed through B, after A died.
-        time.sleep(ttl * 2.5)
-        lease = b_store.get("Lease", "hv1")
-        assert isinstance(lease, Lease) and lease.spec.renew_time is not None
-        assert lease.spec.renew_time.replace(tzinfo=UTC) > killed
-        assert b_store.agent_liveness() == {"hv1": True}
+        # replica A, the one the agent talks to, goes away
+        _agent_outlives(remote, b_store, lambda: a.__exit__(None, None, None))
     finally:
-        stop.set()
-        runner.join(15)
         b.__exit__(None, None, None)
         remote.close()
         a_store.close()
         b_store.close()
+
+
+def _agent_outlives(agent_store: Store, direct: Store, kill: Callable[[], None]) -> None:
+    """An agent of hv1 on `agent_store` (several replicas) takes its lease;
+    `kill` takes the replica it talks to away; several TTLs later the host is
+    still live: renewed through another replica, after the first died."""
+    ttl = 3
+    agent = Agent(AgentConfig(uri=f"test://{NODE}", name="hv1", lease_ttl=ttl, resync=5),
+                  agent_store)
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(stop,))
+    runner.start()
+    try:
+        _wait(lambda: direct.agent_liveness() == {"hv1": True}, 30, "the agent never took its lease")
+        kill()
+        killed = datetime.now(UTC)
+        time.sleep(ttl * 2.5)
+        lease = direct.get("Lease", "hv1")
+        assert isinstance(lease, Lease) and lease.spec.renew_time is not None
+        assert lease.spec.renew_time.replace(tzinfo=UTC) > killed
+        assert direct.agent_liveness() == {"hv1": True}
+    finally:
+        stop.set()
+        runner.join(15)
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -233,27 +243,16 @@ def test_a_kubeconfig_made_against_one_replica_works_on_the_others(
         remote = RemoteStore([s.url for s in servers], tokens["viewer"], ca_pem)
         # An agent (its own token, hv1's) given A and B keeps its host live when
         # A is killed with SIGKILL: no goodbye, its connections just die.
-        ttl = 3
         agent_store = RemoteStore([a.url, servers[1].url], tokens["agent"], ca_pem)
-        agent = Agent(AgentConfig(uri=f"test://{NODE}", name="hv1", lease_ttl=ttl, resync=5),
-                      agent_store)
-        stop = threading.Event()
-        runner = threading.Thread(target=agent.run, args=(stop,))
-        runner.start()
         direct = open_store(url)
-        try:
-            _wait(lambda: direct.agent_liveness() == {"hv1": True}, 30, "the agent never took its lease")
+
+        def kill_a() -> None:  # SIGKILL: no goodbye, its connections just die
             a.process.kill()
             a.process.wait(10)
-            killed = datetime.now(UTC)
-            time.sleep(ttl * 2.5)
-            lease = direct.get("Lease", "hv1")
-            assert isinstance(lease, Lease) and lease.spec.renew_time is not None
-            assert lease.spec.renew_time.replace(tzinfo=UTC) > killed
-            assert direct.agent_liveness() == {"hv1": True}
+
+        try:
+            _agent_outlives(agent_store, direct, kill_a)
         finally:
-            stop.set()
-            runner.join(15)
             agent_store.close()
             direct.close()
         assert remote.list("Hypervisor").revision > 0

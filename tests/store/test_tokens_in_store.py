@@ -67,10 +67,7 @@ def test_a_followed_token_is_read_once_and_a_revoke_still_reaches_every_replica(
     with open_store(store_url) as replica:
         auth = TokenAuthenticator(replica, max_age=0.0, follow=True)
         try:
-            deadline = time.monotonic() + 10
-            while not auth._following:  # the watch is up
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            _wait_following(auth)
             for _ in range(20):
                 assert auth.authenticate(f"Bearer {text}").subject == "nova-followed"
             assert len(reads) == 1
@@ -98,10 +95,7 @@ def test_a_followed_token_record_that_stops_decoding_is_dropped_at_once(
     with open_store(store_url) as replica:
         auth = TokenAuthenticator(replica, max_age=0.0, follow=True)
         try:
-            deadline = time.monotonic() + 10
-            while not auth._following:  # the watch is up
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            _wait_following(auth)
             assert auth.authenticate(f"Bearer {text}").subject == "spoiled-followed"
             poison(store_url, "AccessToken", record.name, b'{"kind": "AccessToken", "spec": 1}')
             started = time.monotonic()
@@ -111,3 +105,11 @@ def test_a_followed_token_record_that_stops_decoding_is_dropped_at_once(
                     time.sleep(0.02)
         finally:
             auth.close()
+
+
+def _wait_following(auth: TokenAuthenticator) -> None:
+    """Until the authenticator's token watch is up."""
+    deadline = time.monotonic() + 10
+    while not auth._following:
+        assert time.monotonic() < deadline, "the token watch never started"
+        time.sleep(0.02)
