@@ -183,6 +183,22 @@ def test_each_role_gets_what_the_policy_table_gives_it(api: Placement) -> None:
 # -- concurrency ------------------------------------------------------------------------
 
 
+def _claim(api: Placement, consumer: str, body: dict[str, Any], won: list[str],
+           lock: threading.Lock) -> None:
+    """PUT `consumer`'s allocations as a scheduler, again after a lost race
+    (409 concurrent update), until it is taken (noted in `won`) or refused as
+    full (409 exceeding capacity: not a race to retry)."""
+    for _attempt in range(20):
+        r = api.call("PUT", f"/allocations/{consumer}", "scheduler", body)
+        if r.status_code == 204:
+            with lock:
+                won.append(consumer)
+            return
+        assert r.status_code == 409, r.text
+        if "exceed the capacity" in r.text:
+            return
+
+
 def _race(api: Placement, provider: str, rc: str, capacity: int, clients: int = 8,
           per_client: int = 6) -> tuple[int, int]:
     """`clients` threads each PUT `per_client` allocations of 1 `rc` (fresh
@@ -196,15 +212,7 @@ def _race(api: Placement, provider: str, rc: str, capacity: int, clients: int = 
             consumer = str(uuid.uuid4())
             body = {"allocations": {provider: {"resources": {rc: 1}}}, "project_id": "p",
                     "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"}
-            for _attempt in range(20):
-                r = api.call("PUT", f"/allocations/{consumer}", "scheduler", body)
-                if r.status_code == 204:
-                    with lock:
-                        won.append(consumer)
-                    break
-                assert r.status_code == 409, r.text
-                if "exceed the capacity" in r.text:
-                    break  # full: not a race to retry
+            _claim(api, consumer, body, won, lock)
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for t in threads:
@@ -320,15 +328,7 @@ def _mixed_race(api: Placement, hv_name: str, disk: int) -> None:
             body = {"allocations": {hv: {"resources": {"VCPU": 1}}, sp: {"resources": {"DISK_GB": 1}}},
                     "project_id": "p", "user_id": "u", "consumer_generation": None,
                     "consumer_type": "INSTANCE"}
-            for _attempt in range(20):
-                r = api.call("PUT", f"/allocations/{consumer}", "scheduler", body)
-                if r.status_code == 204:
-                    with lock:
-                        won.append(consumer)
-                    break
-                assert r.status_code == 409, r.text
-                if "exceed the capacity" in r.text:
-                    break
+            _claim(api, consumer, body, won, lock)
 
     watcher = threading.Thread(target=reader)
     watcher.start()
