@@ -26,6 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -100,6 +101,18 @@ def _once_per_key(ops: builtins.list[dict[str, Any]]) -> builtins.list[dict[str,
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
+
+
+@dataclass(frozen=True)
+class _ClaimState:
+    """A host and its reservations as one claim check saw them, with the
+    compares that make the claim's write land only on that state."""
+
+    host: Hypervisor
+    others: builtins.list[Reservation]
+    host_cmp: dict[str, Any]
+    set_cmp: dict[str, Any]
+    taken: bool
 
 
 class EtcdStore(Store):
@@ -494,33 +507,47 @@ class EtcdStore(Store):
         revision (the batch's earlier writes applied over them), `check` run;
         returns the compares that make the batch land only on that state."""
         host_name = reservation.spec.hypervisor
+        for _ in range(CLAIM_ATTEMPTS_IN_BATCH):
+            state = self._claim_state(host_name, what)
+            if state is None:
+                continue  # the host's reservations moved under the read: read again
+            check(state.host, in_batch(state.others, host_name, writes, at))
+            return [state.host_cmp, state.set_cmp]
+        raise Conflict(f"{what}: the reservations of {host_name} changed on each read")
+
+    def _claim_state(self, host_name: str, what: str,
+                     taken_key: str | None = None) -> _ClaimState | None:
+        """What a claim on `host_name` is checked against, read at one revision:
+        the host, its reservation set key, the reservations in the set (read only
+        if the set is still the one read; None when it moved, to read again) and,
+        given `taken_key`, whether that key exists."""
         host_key = self._key("Hypervisor", host_name)
         set_key = self._reservation_set_key(host_name)
         index = self._reservation_index_prefix(host_name)
-        for _ in range(CLAIM_ATTEMPTS_IN_BATCH):
-            snap = self.transport.txn([], [op_get(host_key), op_get(set_key),
-                                           op_get(index, prefix_end(index), keys_only=True)], what=what)
-            host_kvs, set_kvs, index_kvs = snap.ranges
-            if not host_kvs:
-                raise NotFound(f"Hypervisor {host_name!r} not found")
-            host = decode("Hypervisor", host_kvs[0].value, host_kvs[0].mod_revision, host_name)
-            assert isinstance(host, Hypervisor)
-            set_cmp = cmp_mod(set_key, set_kvs[0].mod_revision) if set_kvs else cmp_absent(set_key)
-            others: builtins.list[Reservation] = []
-            if index_kvs:
-                names = [kv.key.removeprefix(index) for kv in index_kvs]
-                got = self.transport.txn(
-                    [set_cmp], [op_get(self._key("Reservation", n)) for n in names], what=what)
-                if not got.succeeded:
-                    continue  # the host's reservations moved under the read: read again
-                for kvs in got.ranges:
-                    for kv in kvs:
-                        r = decode("Reservation", kv.value, kv.mod_revision)
-                        assert isinstance(r, Reservation)
-                        others.append(r)
-            check(host, in_batch(others, host_name, writes, at))
-            return [cmp_mod(host_key, host_kvs[0].mod_revision), set_cmp]
-        raise Conflict(f"{what}: the reservations of {host_name} changed on each read")
+        reads = [op_get(host_key), op_get(set_key), op_get(index, prefix_end(index), keys_only=True)]
+        if taken_key is not None:
+            reads.append(op_get(taken_key, keys_only=True))
+        snap = self.transport.txn([], reads, what=what)
+        host_kvs, set_kvs, index_kvs = snap.ranges[:3]
+        if not host_kvs:
+            raise NotFound(f"Hypervisor {host_name!r} not found")
+        host = decode("Hypervisor", host_kvs[0].value, host_kvs[0].mod_revision, host_name)
+        assert isinstance(host, Hypervisor)
+        set_cmp = cmp_mod(set_key, set_kvs[0].mod_revision) if set_kvs else cmp_absent(set_key)
+        others: builtins.list[Reservation] = []
+        if index_kvs:
+            names = [kv.key.removeprefix(index) for kv in index_kvs]
+            got = self.transport.txn(
+                [set_cmp], [op_get(self._key("Reservation", n)) for n in names], what=what)
+            if not got.succeeded:
+                return None
+            for kvs in got.ranges:
+                for kv in kvs:
+                    r = decode("Reservation", kv.value, kv.mod_revision)
+                    assert isinstance(r, Reservation)
+                    others.append(r)
+        return _ClaimState(host, others, cmp_mod(host_key, host_kvs[0].mod_revision), set_cmp,
+                           taken=taken_key is not None and bool(snap.ranges[3]))
 
     def pause_after_conflict(self, attempt: int) -> None:
         """A short jittered pause: with optimistic writes from many processes on
@@ -577,55 +604,25 @@ class EtcdStore(Store):
     def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
         host_name = reservation.spec.hypervisor
         name = reservation.metadata.name
-        host_key = self._key("Hypervisor", host_name)
         res_key = self._key("Reservation", name)
-        set_key = self._reservation_set_key(host_name)
-        index = self._reservation_index_prefix(host_name)
         what = f"claim Reservation {name} on {host_name}"
         deadline = time.monotonic() + CLAIM_DEADLINE_S
         attempts = 0
         while True:
             attempts += 1
-            # 1. One read-only transaction: the host, its set key, its reservation
-            #    names and whether the name is taken, all at one revision.
-            snap = self.transport.txn(
-                [],
-                [
-                    op_get(host_key),
-                    op_get(set_key),
-                    op_get(index, prefix_end(index), keys_only=True),
-                    op_get(res_key, keys_only=True),
-                ],
-                what=what,
-            )
-            host_kvs, set_kvs, index_kvs, taken = snap.ranges
-            if not host_kvs:
-                raise NotFound(f"Hypervisor {host_name!r} not found")
-            if taken:
+            # 1.-2. The host, its reservation set and its reservations at one
+            #       revision, and whether the name is taken.
+            state = self._claim_state(host_name, what, taken_key=res_key)
+            if state is None:
+                continue
+            if state.taken:
                 raise AlreadyExists(f"Reservation {name!r} already exists")
-            host = decode("Hypervisor", host_kvs[0].value, host_kvs[0].mod_revision, host_name)
-            assert isinstance(host, Hypervisor)
-            set_cmp = cmp_mod(set_key, set_kvs[0].mod_revision) if set_kvs else cmp_absent(set_key)
-            # 2. The reservations themselves, only if the set is still the one read.
-            others: builtins.list[Reservation] = []
-            if index_kvs:
-                names = [kv.key.removeprefix(index) for kv in index_kvs]
-                got = self.transport.txn(
-                    [set_cmp], [op_get(self._key("Reservation", n)) for n in names], what=what
-                )
-                if not got.succeeded:
-                    continue
-                for kvs in got.ranges:
-                    for kv in kvs:
-                        r = decode("Reservation", kv.value, kv.mod_revision)
-                        assert isinstance(r, Reservation)
-                        others.append(r)
-            check(host, others)
+            check(state.host, state.others)
             # 3. Write, if neither the host nor its reservation set changed since.
             stored = prepare_create(reservation, manager, _now())
             value = encode(stored)
             result = self.transport.txn(
-                [cmp_mod(host_key, host_kvs[0].mod_revision), set_cmp, cmp_absent(res_key)],
+                [state.host_cmp, state.set_cmp, cmp_absent(res_key)],
                 [op_put(res_key, value), *self._reservation_ops(None, stored)],
                 [op_get(res_key)],
                 what=what,
