@@ -44,11 +44,14 @@ def watch_range(
     stop: threading.Event | None = None,
     timeout: float | None = None,
     on_undecodable: Callable[[Undecodable], None] | None = None,
+    log_skipped: bool = True,
 ) -> Iterator[WatchEvent]:
     """Events on keys in [start, end) with revision > since. With a `timeout`,
     history up to the revision the watch was created at is delivered first:
     until it has been, the idle timer is at least CATCH_UP_GRACE_S, as etcd
-    sends the history asynchronously."""
+    sends the history asynchronously. Without `log_skipped`, an undecodable
+    object is only handed to `on_undecodable` (the shared feed: each watch it
+    serves logs and counts it, as its own stream would)."""
     last = since
     idle_base = time.monotonic()
     created_at: int | None = None  # store revision when the current stream began
@@ -107,7 +110,8 @@ def watch_range(
                             revision = int(ev.get("kv", {}).get("mod_revision", 0))
                             if revision > floor:
                                 last = revision
-                                skipped(exc, "watch")
+                                if log_skipped:
+                                    skipped(exc, "watch")
                                 if on_undecodable is not None:
                                     on_undecodable(exc)
                             continue
