@@ -297,6 +297,14 @@ class FleetState:
             out, self.touched = self.touched, set()
         return out
 
+    def take_noted(self) -> set[str]:
+        """The hosts an event touched since the last take, their rows not
+        computed (for a replica that does not keep the history now: whom to
+        sample should it take over). Rows changed meanwhile count too."""
+        with self.lock:
+            out, self.touched = self.touched | self._pending, set()
+        return out
+
     def fresh(self) -> set[str]:
         """Judge every row again if the last full pass is older than
         refresh_seconds; the hosts whose row changed. The rows are judged
