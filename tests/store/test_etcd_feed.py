@@ -73,6 +73,7 @@ def _own(store: EtcdStore, kind: str | None, since: int, name: str | None = None
 @pytest.fixture
 def etcd(etcd_session: EtcdCluster) -> Iterator[EtcdStore]:
     store = EtcdStore(etcd_session.endpoints, f"/t-{uuid.uuid4().hex[:12]}")
+    store.share_watches()
     yield store
     store.close()
 
@@ -113,11 +114,30 @@ def test_the_long_lived_watches_of_a_process_share_one_stream_and_see_what_their
             w.close()
 
 
+def test_a_process_that_did_not_share_its_watches_keeps_a_stream_per_watch(
+    etcd_session: EtcdCluster, make_hypervisor: MakeHv
+) -> None:
+    """An agent watching its own Hypervisor must not receive every write of the
+    fleet: only a server says it shares its watches."""
+    store = EtcdStore(etcd_session.endpoints, f"/t-{uuid.uuid4().hex[:12]}")
+    try:
+        since = store.revision()
+        mine = Watching(store, "Hypervisor", since, name="d1")
+        store.create(make_hypervisor("d0"), "op")
+        store.create(make_hypervisor("d1"), "op")
+        assert [s[2] for s in mine.until(1)] == ["d1"]
+        assert store._feed.position == 0  # the shared stream never started
+        mine.close()
+    finally:
+        store.close()
+
+
 def test_a_watch_from_before_what_the_feed_holds_catches_up_on_its_own_stream_then_joins(
     etcd_session: EtcdCluster, make_hypervisor: MakeHv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(etcd_feed, "FEED_KEPT", 3)
     store = EtcdStore(etcd_session.endpoints, f"/t-{uuid.uuid4().hex[:12]}")
+    store.share_watches()
     try:
         since = store.revision()
         first = Watching(store, None, since)  # starts the feed at `since`
@@ -142,6 +162,7 @@ def test_a_shared_watch_from_a_compacted_revision_is_gone(tmp_path: Path, make_h
     # Its own member: compaction is cluster-wide and would take history from other tests.
     with EtcdCluster(tmp_path / "compact", size=1) as cluster:
         store = EtcdStore(cluster.endpoints, "/compact")
+        store.share_watches()
         start = store.revision()
         for i in range(3):
             store.create(make_hypervisor(f"hv{i}"), "op")

@@ -133,6 +133,7 @@ class EtcdStore(Store):
         self._watched_lock = threading.Lock()
         # The one etcd stream of every object that this store's long-lived watches share.
         self._feed = EtcdFeed(self._feed_stream)
+        self._shared = False  # share_watches()
 
     @property
     def endpoints(self) -> builtins.list[str]:
@@ -659,11 +660,14 @@ class EtcdStore(Store):
                on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
         """Events with revision > since, resuming on another endpoint (from the
         last revision delivered) when a stream breaks (see `etcd_watch`)."""
-        if timeout is None:
+        if timeout is None and self._shared:
             # A long-lived watch: served from the process's one stream of every object.
             return self._feed.watch(Interest(kind, name), since, stop, on_undecodable,
                                     lambda at: self._own_watch(kind, at, name, stop, None, on_undecodable))
         return self._own_watch(kind, since, name, stop, timeout, on_undecodable)
+
+    def share_watches(self) -> None:
+        self._shared = True
 
     def _own_watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                    timeout: float | None,
