@@ -204,7 +204,7 @@ class _WatchStream:
     ) -> None:
         host, _, port = endpoint.rpartition(":")
         self.error: str | None = None
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self._conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
         body = json.dumps(
             {
