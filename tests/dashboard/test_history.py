@@ -24,6 +24,7 @@ from hvfleet.server.dashboard.history import (
     FLEET,
     HistoryKeeper,
     HistorySettings,
+    SamplerTurn,
     Tier,
     appended,
     chart_document,
@@ -170,6 +171,49 @@ def test_replicas_sampling_one_bucket_write_it_once_and_read_the_same_series(sto
             assert sample_due(keep_c, c, later + 30) == 0
         finally:
             c_store.close()
+    finally:
+        a_store.close()
+        b_store.close()
+
+
+def test_one_replica_keeps_the_history_and_another_takes_it_over_when_its_turn_lapses(store_url: str) -> None:
+    tiers = HistorySettings.parse("10s:1h", "1d")
+    with open_store(store_url) as setup:
+        setup.create(_host("hv1", 2, "compute"), agent_manager("hv1"))
+    a_store, a, keep_a = _replica(store_url, tiers)
+    b_store, b, keep_b = _replica(store_url, tiers)
+    keep_a.turn, keep_b.turn = SamplerTurn(a_store, ttl=30), SamplerTurn(b_store, ttl=30)
+
+    def agent_writes(used: int) -> None:
+        with open_store(store_url) as agent:
+            h = agent.get_hypervisor("hv1")
+            agent.update(h.model_copy(update={"status": _host("hv1", used, "compute").status}),
+                         agent_manager("hv1"))
+        _follow(a, a_store)
+        _follow(b, b_store)
+
+    try:
+        now = 1_000_000.0
+        assert sample_due(keep_a, a, now) == 2  # the fleet and role=compute
+        assert sample_due(keep_b, b, now + 1) == 0 and keep_b.holding is False
+        agent_writes(6)
+        assert sample_due(keep_a, a, now + 10) == 3  # and the host
+        before = b._rows["hv1"]
+        assert sample_due(keep_b, b, now + 11) == 0
+        assert b._rows["hv1"] is before  # following cost it no row
+        agent_writes(8)
+        # a stops renewing (it died): once its turn lapsed, b keeps the history, and
+        # samples the host changed while a had the turn.
+        assert sample_due(keep_b, b, now + 35) == 0
+        assert sample_due(keep_b, b, now + 41) == 3
+        tier = tiers.tiers[0]
+        host = read_points(a_store, host_series("hv1"), tier)
+        assert [(p.t, p.v["cpu"][0]) for p in host] == [(1_000_010, "6"), (1_000_040, "8")]
+        assert read_points(b_store, FLEET, tier)[-1].v["cpu"][0] == "8"
+        # A clean stop hands the turn over at once.
+        assert sample_due(keep_a, a, now + 50) == 0
+        keep_b.turn.release()
+        assert keep_a.holds(now + 51)
     finally:
         a_store.close()
         b_store.close()

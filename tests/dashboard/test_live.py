@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hvfleet.model import Hypervisor
 from hvfleet.model.errors import NotFound
 from hvfleet.model.selectors import parse_selector
-from hvfleet.server.dashboard.feed import totals_document, totals_of
+from hvfleet.server.dashboard.feed import same_figures, shown_alike, totals_document, totals_of
 from hvfleet.server.dashboard.live import FleetState
 from hvfleet.server.dashboard.pages.overview import overview_document
 from hvfleet.server.dashboard.view import View
@@ -77,6 +77,60 @@ def test_running_totals_equal_a_fresh_sum_after_any_changes(
         # totals, resources) is the one added up from every host.
         assert overview_document(state, View()) == overview_document(state, View(), frozenset(state.rows))
     db.unlink(missing_ok=True)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(change, st.booleans()), min_size=1, max_size=10))
+def test_rows_left_pending_while_no_page_follows_equal_a_fresh_load(
+        tmp_path: Path, steps: list[tuple[tuple[int, int, int, str, bool], bool]]) -> None:
+    """With no page open, a followed write leaves its host's row to be computed
+    when something reads the rows (most replicas have no dashboard open); what
+    is read then, whenever it is, equals a state loaded afresh from the store."""
+    db = tmp_path / f"pending-{abs(hash(tuple(steps)))}.db"
+    with open_store(f"sqlite:///{db}") as store:
+        state = FleetState(store)
+        since = state.load()
+        for (i, cpu, used, az, delete), read in steps:
+            name = f"hv{i}"
+            try:
+                current = store.get_hypervisor(name)
+            except NotFound:
+                current = None
+            if delete and current is not None:
+                store.delete("Hypervisor", name)
+            elif current is None:
+                store.create(_host(name, cpu, used, az), agent_manager(name))
+            else:
+                store.update(current.model_copy(update={"status": _host(name, cpu, used, az).status}),
+                             agent_manager(name))
+            version = state._version
+            events = list(store.watch(since=since, timeout=0.2))
+            assert state.try_apply(events) is not None  # no page open: applied at once
+            since = events[-1].revision if events else since
+            assert state._version == version  # ... and no row computed for it yet
+            if read:
+                state.sorted_rows()
+        fresh = FleetState(store)
+        fresh.load()
+        assert set(state.rows) == set(fresh.rows)
+        for n, row in fresh.rows.items():
+            assert shown_alike(state.rows[n], row) and same_figures(state.rows[n], row)
+        assert state.totals_for(parse_selector(""), state.sorted_rows()) == \
+            fresh.totals_for(parse_selector(""), fresh.sorted_rows())
+    db.unlink(missing_ok=True)
+
+
+def test_rows_are_computed_at_once_while_a_page_follows(tmp_path: Path) -> None:
+    with open_store(f"sqlite:///{tmp_path}/f.db") as store:
+        state = FleetState(store)
+        since = state.load()
+        state.listen()
+        store.create(_host("hv", 8, 2, "a"), agent_manager("hv"))
+        events = list(store.watch(since=since, timeout=0.2))
+        assert state.try_apply(events) is None  # a page follows: computed on a worker thread
+        version = state._version
+        assert state.apply(events) == {"hv"}
+        assert state._version > version and "hv" in state._rows
 
 
 def test_a_changed_row_is_noted_for_the_history_once(tmp_path: Path) -> None:

@@ -114,6 +114,9 @@ def create_app(
     With `dashboard_pages`, the dashboard is served at / and its live state
     follows the watch fan-out from start-up (one more watcher per kind, and
     history the fan-out keeps for it)."""
+    # The fan-outs, the collector and the token watch follow the store for as
+    # long as the server runs: one etcd stream for all of them (store/etcd_feed.py).
+    store.share_watches()
     ctx = ApiContext(store, authenticator, authorizer, audit, limits or Limits())
 
     @contextlib.asynccontextmanager

@@ -154,6 +154,7 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
         options = replace(options, tls_names=(*options.tls_names, placement_at[0]))
     history = HistorySettings.parse(options.history_tiers, options.history_retention)
     store = open_store(options.store)
+    store.share_watches()  # before the token watch below starts (create_app says it again)
     if options.rotate_ca is not None:
         try:
             say(f"hvfleet serve: rotate-ca {options.rotate_ca}: "

@@ -54,7 +54,11 @@ class Subscription:
         self._limit = limit
         self._loop = loop
         self._items: deque[WatchEvent] = deque()
-        self._wake = asyncio.Event()
+        # Set (on the loop) when something arrived; next_batch waits on a bare
+        # future and a timer, not wait_for() on an Event (a Task per wait, and a
+        # wait per followed event).
+        self._ready = False
+        self._waiter: asyncio.Future[None] | None = None
         self._signalled = False
         self.overflowed = False
         self.expired = False  # the fan-out itself lost history (store compacted past it)
@@ -76,19 +80,38 @@ class Subscription:
         if not self._signalled:
             self._signalled = True
             with contextlib.suppress(RuntimeError):  # the loop closed: the client is gone
-                self._loop.call_soon_threadsafe(self._wake.set)
+                self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self._ready = True
+        if self._waiter is not None:
+            _release(self._waiter)
 
     async def next_batch(self, timeout: float) -> tuple[list[WatchEvent], int]:
         """Queued events (maybe none after `timeout`), and a revision up to which
         every event of this kind has been handed over (for bookmarks)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        self._wake.clear()
+        if not self._ready:
+            waiter = self._waiter = self._loop.create_future()
+            timer = self._loop.call_later(timeout, _release, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        self._ready = False
         self._signalled = False
         position = self.fanout.position
-        out = list(self._items)
-        self._items.clear()
+        # One popleft at a time: the fan-out thread may append meanwhile, and an
+        # append between a copy and a clear() would be lost.
+        items, out = self._items, []
+        while items:
+            out.append(items.popleft())
         return out, position
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class KindFanout:

@@ -308,6 +308,14 @@ class Store(ABC):
     def revision(self) -> int:
         """The store's current revision."""
 
+    def share_watches(self) -> None:
+        """Say that this process keeps many long-lived watches (a server: its
+        watch fan-outs, garbage collector, token records): a backend may then
+        serve them all from one stream of every object (etcd) instead of a
+        stream each. Not for a process that watches a few objects (an agent):
+        it would receive every write. Nothing changes in what a watch sees."""
+        return None
+
     def get_for_write(self, kind: str, name: str, resource_version: str | None) -> Resource:
         """`get`, for a write that names the version it replaces: a backend that
         still holds that version of the object from its own last read or write

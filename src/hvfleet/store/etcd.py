@@ -47,6 +47,7 @@ from hvfleet.store.base import (
     kind_of,
 )
 from hvfleet.store.encoding import decode, encode, encode_and_read, with_version
+from hvfleet.store.etcd_feed import EtcdFeed, Interest
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
     KeyValue,
@@ -143,6 +144,9 @@ class EtcdStore(Store):
         # Only watch events: they are shared read-only by their consumers already.
         self._watched: OrderedDict[tuple[str, int], Resource] = OrderedDict()
         self._watched_lock = threading.Lock()
+        # The one etcd stream of every object that this store's long-lived watches share.
+        self._feed = EtcdFeed(self._feed_stream)
+        self._shared = False  # share_watches()
 
     @property
     def endpoints(self) -> builtins.list[str]:
@@ -653,6 +657,19 @@ class EtcdStore(Store):
                on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
         """Events with revision > since, resuming on another endpoint (from the
         last revision delivered) when a stream breaks (see `etcd_watch`)."""
+        if timeout is None and self._shared:
+            # A long-lived watch: served from the process's one stream of every object.
+            return self._feed.watch(Interest(kind, name), since, stop, on_undecodable,
+                                    lambda at: self._own_watch(kind, at, name, stop, None, on_undecodable))
+        return self._own_watch(kind, since, name, stop, timeout, on_undecodable)
+
+    def share_watches(self) -> None:
+        self._shared = True
+
+    def _own_watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
+                   timeout: float | None,
+                   on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+        """A watch on an etcd stream of its own."""
         if name is not None:
             # One key is the range [key, key + NUL): etcd then watches just that key.
             start = self._key(kind or "", name)
@@ -670,5 +687,12 @@ class EtcdStore(Store):
         # Access tokens live under the same prefix but are not in the all-kinds feed.
         yield from (e for e in events if e.object.kind in KINDS)
 
+    def _feed_stream(self, since: int, stop: threading.Event,
+                     on_undecodable: Callable[[Undecodable], None]) -> Iterator[WatchEvent]:
+        start = self._kind_prefix(None)
+        return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
+                           stop=stop, on_undecodable=on_undecodable, log_skipped=False)
+
     def close(self) -> None:
+        self._feed.close()
         self.transport.close()

@@ -11,7 +11,6 @@ timeout, which then ends it). `_WatchStream` is one stream, read by a thread.
 from __future__ import annotations
 
 import contextlib
-import functools
 import http.client
 import json
 import queue
@@ -44,11 +43,14 @@ def watch_range(
     stop: threading.Event | None = None,
     timeout: float | None = None,
     on_undecodable: Callable[[Undecodable], None] | None = None,
+    log_skipped: bool = True,
 ) -> Iterator[WatchEvent]:
     """Events on keys in [start, end) with revision > since. With a `timeout`,
     history up to the revision the watch was created at is delivered first:
     until it has been, the idle timer is at least CATCH_UP_GRACE_S, as etcd
-    sends the history asynchronously."""
+    sends the history asynchronously. Without `log_skipped`, an undecodable
+    object is only handed to `on_undecodable` (the shared feed: each watch it
+    serves logs and counts it, as its own stream would)."""
     last = since
     idle_base = time.monotonic()
     created_at: int | None = None  # store revision when the current stream began
@@ -107,7 +109,8 @@ def watch_range(
                             revision = int(ev.get("kv", {}).get("mod_revision", 0))
                             if revision > floor:
                                 last = revision
-                                skipped(exc, "watch")
+                                if log_skipped:
+                                    skipped(exc, "watch")
                                 if on_undecodable is not None:
                                     on_undecodable(exc)
                             continue
@@ -152,13 +155,14 @@ def _event(ev: dict[str, Any], decode: DecodeKv, following: dict[str, Any] | Non
     )
     etype: EventType
     # prev_kv is the key's value just before the event (etcd keeps it through a
-    # compaction, as the key's latest version): decoded only if asked for.
-    prev = KeyValue.from_json(ev["prev_kv"]) if ev.get("prev_kv") else None
-    before = None if prev is None else functools.cache(functools.partial(decode, prev))
+    # compaction, as the key's latest version): read and decoded only if asked for.
+    raw_prev = ev.get("prev_kv")
+    before = None if not raw_prev else _Previous(raw_prev, decode)
     if ev.get("type") == "DELETE":
         # A delete carries no value: the object is the last one stored (prev_kv).
         etype = "DELETED"
-        assert prev is not None
+        assert raw_prev
+        prev = KeyValue.from_json(raw_prev)
         obj = decode(KeyValue(kv.key, prev.value, kv.mod_revision, prev.create_revision, 0))
     else:
         etype = "ADDED" if kv.version == 1 else "MODIFIED"
@@ -167,6 +171,25 @@ def _event(ev: dict[str, Any], decode: DecodeKv, following: dict[str, Any] | Non
         type=etype, object=obj, revision=kv.mod_revision, last_of_revision=last_of_revision,
         before=None if etype == "ADDED" else before,
     )
+
+
+class _Previous:
+    """An event's previous object, decoded on the first call (most events are
+    never asked: only label-selected watches look back)."""
+
+    __slots__ = ("_decode", "_obj", "_raw")
+
+    def __init__(self, raw: dict[str, Any], decode: DecodeKv) -> None:
+        self._raw: dict[str, Any] | None = raw
+        self._decode = decode
+        self._obj: Resource | None = None
+
+    def __call__(self) -> Resource:
+        if self._raw is not None:
+            self._obj = self._decode(KeyValue.from_json(self._raw))  # Undecodable: raised on each call
+            self._raw = None
+        assert self._obj is not None
+        return self._obj
 
 
 class _WatchStream:
@@ -181,7 +204,7 @@ class _WatchStream:
     ) -> None:
         host, _, port = endpoint.rpartition(":")
         self.error: str | None = None
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self._conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
         body = json.dumps(
             {

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hvfleet.model.errors import HvfleetError
 from hvfleet.server.context import ApiContext
-from hvfleet.server.dashboard.history import HistoryKeeper, HistorySettings, keep
+from hvfleet.server.dashboard.history import HistoryKeeper, HistorySettings, SamplerTurn, keep
 from hvfleet.server.dashboard.live import FleetState, Follower
 from hvfleet.server.dashboard.metrics import registry_for
 from hvfleet.server.dashboard.pages import routes
@@ -30,7 +30,8 @@ async def start(app: Starlette) -> None:
     app.state.dashboard_metrics = registry_for(state)
     app.state.dashboard_follower = follower
     settings: HistorySettings = getattr(app.state, "history_settings", None) or HistorySettings.parse()
-    app.state.history = HistoryKeeper(ctx.store, settings)
+    # One replica over the store keeps the history at a time (history.SamplerTurn).
+    app.state.history = HistoryKeeper(ctx.store, settings, turn=SamplerTurn(ctx.store))
     await follower.start()
     with contextlib.suppress(HvfleetError):  # else read on first use
         app.state.dashboard_key = await run_in_threadpool(load_key, ctx.store)
@@ -46,3 +47,8 @@ async def stop(app: Starlette) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+    keeper: HistoryKeeper | None = getattr(app.state, "history", None)
+    if keeper is not None and keeper.turn is not None and keeper.holding:
+        # Another replica takes the history over at its next sample, not after the ttl.
+        with contextlib.suppress(HvfleetError, ValueError):
+            await run_in_threadpool(keeper.turn.release)

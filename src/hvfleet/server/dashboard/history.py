@@ -8,12 +8,16 @@ capacity.
 A series is kept per tier (resolution and window: 10 s for an hour, 1 min
 for a day, 10 min for a week by default, all cut at the retention) as change
 points: a point holds until the next, so a host whose figures did not change
-costs no write, and a heartbeat that changes nothing is not history. Each
-replica samples its live picture (live.FleetState) at every tier's bucket
-boundary and appends a point only when the figures differ from the series'
-last point and that bucket has no point yet, by compare-and-swap: replicas
-sampling the same bucket write it once (the others find it written and
-skip), and a replica that dies leaves nothing to take over.
+costs no write, and a heartbeat that changes nothing is not history. One
+replica at a time keeps the history (`SamplerTurn`: a record the servers
+over the store share, taken by compare-and-swap and renewed at every
+sample; another replica takes it over once it went `ttl` without renewal,
+or at once when its holder stops cleanly). It samples its live picture
+(live.FleetState) at every tier's bucket boundary and appends a point only
+when the figures differ from the series' last point and that bucket has no
+point yet, by compare-and-swap, so a replica taking over never writes a
+bucket twice. The others only note which hosts changed, to sample them if
+they take over: following a write costs them no row and no store read.
 
 A host whose figures changed while no replica ran shows the change at its
 next one (a start does not read 10,000 series to compare).
@@ -23,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +50,9 @@ log = logging.getLogger(__name__)
 
 KIND = "HistorySeries"
 MANAGER = "hvfleet-serve/dashboard"
+# The shared record (Store.server_secret) naming the replica that keeps the history.
+SAMPLER = "dashboard-history-sampler"
+SAMPLER_TTL_S = 30.0
 FLEET = "fleet"
 MAX_LABEL_VALUES = 50
 # The views a page offers, and how far back each reaches.
@@ -239,11 +248,53 @@ def forget(store: Store, series: str, tiers: tuple[Tier, ...]) -> None:
 
 
 @dataclass
+class SamplerTurn:
+    """Whether this replica keeps the history now: the shared record names the
+    replica that does and until when; it is taken (when free or lapsed) and
+    renewed by compare-and-swap, so two replicas never both hold it."""
+
+    store: Store
+    ttl: float = SAMPLER_TTL_S
+    me: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def hold(self, now: float) -> bool:
+        """Take or renew the turn at `now` (seconds since the epoch); whether this replica has it."""
+        try:
+            got = self.store.server_secret(SAMPLER)
+        except NotImplementedError:
+            return True  # a store with no shared records: each replica samples (the CAS writes once)
+        replaces: int | None = None
+        if got is not None:
+            value, replaces = got
+            try:
+                record = json.loads(value)
+                holder, until = str(record["holder"]), float(record["until"])
+            except (ValueError, KeyError, TypeError):
+                holder, until = "", 0.0
+            if holder != self.me and until > now:
+                return False
+        mine = json.dumps({"holder": self.me, "until": now + self.ttl}).encode()
+        return self.store.put_server_secret(SAMPLER, mine, replaces)
+
+    def release(self) -> None:
+        """Give the turn up (a clean stop): another replica takes it at its next sample."""
+        try:
+            got = self.store.server_secret(SAMPLER)
+        except NotImplementedError:
+            return
+        if got is not None and json.loads(got[0]).get("holder") == self.me:
+            self.store.put_server_secret(SAMPLER, json.dumps({"holder": "", "until": 0}).encode(), got[1])
+
+
+@dataclass
 class HistoryKeeper:
-    """Samples one replica's live picture into the store, tier by tier."""
+    """Samples one replica's live picture into the store, tier by tier, while
+    this replica has the turn (`turn` None: always)."""
 
     store: Store
     settings: HistorySettings
+    turn: SamplerTurn | None = None
+    holding: bool | None = None  # None until the first sample
     # The figures each (series, tier) last had in the store, as far as this replica knows.
     last: dict[tuple[str, str], Figures] = field(default_factory=dict)
     # Hosts whose row changed since each tier's last sample.
@@ -254,6 +305,16 @@ class HistoryKeeper:
     def touched(self, hosts: set[str]) -> None:
         for tier in self.settings.tiers:
             self.dirty.setdefault(tier.name, set()).update(hosts)
+
+    def holds(self, now: float) -> bool:
+        """Whether this replica keeps the history at `now` (taking the turn if free)."""
+        held = self.turn is None or self.turn.hold(now)
+        if held and self.holding is False:
+            # Taken over: another replica wrote meanwhile, so what this one last
+            # knew of the store is no guide (each series is read again once).
+            self.last.clear()
+        self.holding = held
+        return held
 
     def due(self, now: float) -> list[Tier]:
         """The tiers whose bucket moved on since their last sample."""
@@ -319,7 +380,17 @@ def group_figures(state: Any) -> dict[str, Figures]:
 
 
 def sample_due(keeper: HistoryKeeper, state: Any, now: float) -> int:
-    """Every tier whose bucket moved on, from the live picture as it is now."""
+    """Every tier whose bucket moved on, from the live picture as it is now,
+    if this replica keeps the history; else only note the hosts that changed
+    (without computing their rows), to sample them should it take over."""
+    try:
+        held = keeper.holds(now)
+    except HvfleetError as exc:  # the store is unavailable: the next bucket tries again
+        log.warning("history: cannot tell which replica keeps it: %s", exc)
+        return 0
+    if not held:
+        keeper.touched(state.take_noted())
+        return 0
     keeper.touched(state.take_touched())
     written = 0
     for tier in keeper.due(now):

@@ -91,9 +91,11 @@ def _changed_fields(before: Hypervisor | None, after: Hypervisor) -> list[str]:
         return ["created"]
     out = []
     for part in ("spec", "status"):
-        a, b = getattr(before, part).model_dump(), getattr(after, part).model_dump()
-        out += [f"{part}.{k}" for k in sorted(set(a) | set(b))
-                if a.get(k) != b.get(k) and k != "last_heartbeat_time"]
+        # Field by field on the models (no dump of either side: this runs for
+        # every followed write of a host).
+        a, b = getattr(before, part), getattr(after, part)
+        out += [f"{part}.{k}" for k in sorted(type(b).model_fields)
+                if k != "last_heartbeat_time" and getattr(a, k) != getattr(b, k)]
     return out or ["heartbeat"]
 
 
@@ -107,8 +109,12 @@ class FleetState:
         self.hosts: dict[str, Hypervisor] = {}
         self.reservations: dict[str, Reservation] = {}
         self.policies: dict[str, OvercommitPolicy] = {}
-        self.rows: dict[str, HostRow] = {}
-        self.version = 0  # bumped on every change of any row
+        self._rows: dict[str, HostRow] = {}
+        self._version = 0  # bumped on every change of any row
+        # Hosts whose row an event made stale while nobody looked: computed when
+        # something reads the rows (`_settle`), so a replica with no open page
+        # (and not keeping the history) follows a write without computing rows.
+        self._pending: set[str] = set()
         # The version at which each host's row last changed: a page that drew the
         # fleet at version V asks only for the rows changed since (`changed_since`).
         self.changed_at: dict[str, int] = {}
@@ -163,26 +169,28 @@ class FleetState:
         host without reservations only has its readiness judged again."""
         now = datetime.now(UTC)
         self._liveness = self.store.agent_liveness(now)
-        rows = _judged(now, self.hosts, self.rows, self._by_host(), self.policy_list(), self._liveness, force)
+        self._pending.clear()  # every row is judged here
+        rows = _judged(now, self.hosts, self._rows, self._by_host(), self.policy_list(), self._liveness,
+                       force)
         return self._install(rows)
 
     def _install(self, rows: dict[str, HostRow]) -> set[str]:
         """`rows` as every host's row (lock held); the hosts whose row changed."""
         # A row whose readiness message alone moved (a stale heartbeat's age) is
         # kept up to date for the next page that asks, but is not a change.
-        changed = {n for n, x in rows.items() if n not in self.rows or not shown_alike(self.rows[n], x)}
-        gone = set(self.rows) - set(rows)
+        changed = {n for n, x in rows.items() if n not in self._rows or not shown_alike(self._rows[n], x)}
+        gone = set(self._rows) - set(rows)
         changed |= gone
-        if not self.rows or len(changed) > len(rows) // 2:
+        if not self._rows or len(changed) > len(rows) // 2:
             self._sums = self._summed(rows.values())
             self._resource_hosts = {}
             for x in rows.values():
                 self._count_resources(x, 1)
         else:
             for n in changed:
-                self._account(self.rows.get(n), rows.get(n))
-        self.touched |= gone | {n for n in changed - gone if not same_figures(self.rows.get(n), rows[n])}
-        self.rows = rows
+                self._account(self._rows.get(n), rows.get(n))
+        self.touched |= gone | {n for n in changed - gone if not same_figures(self._rows.get(n), rows[n])}
+        self._rows = rows
         self._sorted = None
         self._refreshed = time.monotonic()
         if changed:
@@ -191,20 +199,45 @@ class FleetState:
 
     def _recompute(self, names: Iterable[str]) -> None:
         now = datetime.now(UTC)
+        by_host = self._by_host()
+        policies = self.policy_list()
         for n in names:
             h = self.hosts.get(n)
             if h is None:
                 self.touched.add(n)
-                self._account(self.rows.pop(n, None), None)
+                self._account(self._rows.pop(n, None), None)
                 continue
-            mine = [r for r in self.reservations.values() if r.spec.hypervisor == n]
-            row = host_row(h, mine, now, self._liveness.get(n), self.policy_list())
-            old = self.rows.get(n)
+            row = host_row(h, by_host.get(n, []), now, self._liveness.get(n), policies)
+            old = self._rows.get(n)
             if not same_figures(old, row):
                 self.touched.add(n)
             self._account(old, row)
-            self.rows[n] = row
+            self._rows[n] = row
         self._changed(names)
+
+    def _settle(self) -> None:
+        """Compute the rows events left pending (lock held)."""
+        if self._pending:
+            names, self._pending = self._pending, set()
+            self._recompute(names)
+
+    @property
+    def rows(self) -> dict[str, HostRow]:
+        """Every host's row, by name (read it under `lock`)."""
+        with self.lock:
+            self._settle()
+            return self._rows
+
+    @property
+    def version(self) -> int:
+        with self.lock:
+            self._settle()
+            return self._version
+
+    @property
+    def watched(self) -> bool:
+        """Whether a page follows the rows now (an open event stream)."""
+        return bool(self._listeners)
 
     @staticmethod
     def _summed(rows: Iterable[HostRow]) -> dict[tuple[str, str] | None, FleetTotals]:
@@ -247,12 +280,12 @@ class FleetState:
                         del self._sums[key]
 
     def _changed(self, names: Iterable[str]) -> None:
-        self.version += 1
+        self._version += 1
         self._sorted = None
         self._totals.clear()
         for n in names:
-            if n in self.rows:
-                self.changed_at[n] = self.version
+            if n in self._rows:
+                self.changed_at[n] = self._version
             else:
                 self.changed_at.pop(n, None)
 
@@ -260,7 +293,16 @@ class FleetState:
         """The hosts whose figures changed (or that went) since the last call
         (for the history)."""
         with self.lock:
+            self._settle()
             out, self.touched = self.touched, set()
+        return out
+
+    def take_noted(self) -> set[str]:
+        """The hosts an event touched since the last take, their rows not
+        computed (for a replica that does not keep the history now: whom to
+        sample should it take over). Rows changed meanwhile count too."""
+        with self.lock:
+            out, self.touched = self.touched | self._pending, set()
         return out
 
     def fresh(self) -> set[str]:
@@ -274,14 +316,15 @@ class FleetState:
         now = datetime.now(UTC)
         liveness = self.store.agent_liveness(now)
         with self.lock:
-            hosts, before, by_host, policies = dict(self.hosts), dict(self.rows), self._by_host(), \
+            self._settle()
+            hosts, before, by_host, policies = dict(self.hosts), dict(self._rows), self._by_host(), \
                 self.policy_list()
         rows = _judged(now, hosts, before, by_host, policies, liveness, False)
         with self.lock:
             for n, h in self.hosts.items():
-                if hosts.get(n) is not h or self.rows.get(n) is not before.get(n):
-                    if n in self.rows:
-                        rows[n] = self.rows[n]  # an event was applied meanwhile: its row is newer
+                if hosts.get(n) is not h or self._rows.get(n) is not before.get(n):
+                    if n in self._rows:
+                        rows[n] = self._rows[n]  # an event was applied meanwhile: its row is newer
                     else:
                         rows.pop(n, None)
             for n in set(rows) - set(self.hosts):
@@ -292,35 +335,55 @@ class FleetState:
     # -- applying watch events ---------------------------------------------------------------------
 
     def apply(self, events: list[WatchEvent]) -> set[str]:
-        """Apply events (idempotent for ones already loaded); the hosts touched."""
+        """Apply events (idempotent for ones already loaded); the hosts touched.
+        Their rows are computed now when a page follows them, else when
+        something next reads the rows."""
+        with self.lock:
+            return self._apply(events)
+
+    def try_apply(self, events: list[WatchEvent]) -> set[str] | None:
+        """`apply` if that is quick, i.e. leaves the rows pending (no page
+        follows, no policy among the events) and the lock is free now; None
+        otherwise (then `apply` it on a worker thread). For the event loop."""
+        if self._listeners or any(isinstance(e.object, OvercommitPolicy) for e in events):
+            return None
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return self._apply(events)
+        finally:
+            self.lock.release()
+
+    def _apply(self, events: list[WatchEvent]) -> set[str]:
         touched: set[str] = set()
         policy_changed = False
-        with self.lock:
-            for e in events:
-                obj = e.object
-                name = obj.metadata.name
-                if isinstance(obj, Hypervisor):
-                    before = self.hosts.get(name)
-                    if before is not None and e.type != "DELETED" and \
-                            int(before.metadata.resource_version or 0) >= e.revision:
-                        continue
-                    _apply_one(self.hosts, e, obj)
-                    fields = _changed_fields(before, obj) if e.type != "DELETED" else []
-                    self._note(name, _change(e, obj, fields))
-                    touched.add(name)
-                elif isinstance(obj, Reservation):
-                    host = obj.spec.hypervisor
-                    _apply_one(self.reservations, e, obj)
-                    self._note(host, _change(e, obj, [f"phase={obj.status.phase}"]))
-                    touched.add(host)
-                elif isinstance(obj, OvercommitPolicy):
-                    _apply_one(self.policies, e, obj)
-                    policy_changed = True
-                self.revision = max(self.revision, e.revision)
-            if policy_changed:  # any host's ratios may have moved
-                touched |= self._recompute_all(force=True)
-            elif touched:
-                self._recompute(touched)
+        for e in events:
+            obj = e.object
+            name = obj.metadata.name
+            if isinstance(obj, Hypervisor):
+                before = self.hosts.get(name)
+                if before is not None and e.type != "DELETED" and \
+                        int(before.metadata.resource_version or 0) >= e.revision:
+                    continue
+                _apply_one(self.hosts, e, obj)
+                fields = _changed_fields(before, obj) if e.type != "DELETED" else []
+                self._note(name, _change(e, obj, fields))
+                touched.add(name)
+            elif isinstance(obj, Reservation):
+                host = obj.spec.hypervisor
+                _apply_one(self.reservations, e, obj)
+                self._note(host, _change(e, obj, [f"phase={obj.status.phase}"]))
+                touched.add(host)
+            elif isinstance(obj, OvercommitPolicy):
+                _apply_one(self.policies, e, obj)
+                policy_changed = True
+            self.revision = max(self.revision, e.revision)
+        if policy_changed:  # any host's ratios may have moved
+            touched |= self._recompute_all(force=True)
+        elif touched:
+            self._pending |= touched
+            if self._listeners:
+                self._settle()
         return touched
 
     def _note(self, host: str, change: Change) -> None:
@@ -333,14 +396,16 @@ class FleetState:
 
     def sorted_rows(self) -> list[HostRow]:
         with self.lock:
+            self._settle()
             if self._sorted is None:
-                self._sorted = [self.rows[n] for n in sorted(self.rows)]
+                self._sorted = [self._rows[n] for n in sorted(self._rows)]
             return self._sorted
 
     def label_values(self, limit: int) -> dict[str, list[str]]:
         """Every label key that has at most `limit` values among all hosts, with
         its values, sorted: from the running sums, without a pass over the hosts."""
         with self.lock:
+            self._settle()
             labels = [k for k in self._sums if k is not None]
         by: dict[str, list[str]] = {}
         for key, value in labels:
@@ -351,6 +416,7 @@ class FleetState:
         """`views.resource_names` of every host (cpu and memory always, then every
         resource some host has effective capacity of), without a pass over the hosts."""
         with self.lock:
+            self._settle()
             found = list(self._resource_hosts)
         return sorted({*found, CPU, MEMORY}, key=resource_order)
 
@@ -365,8 +431,9 @@ class FleetState:
         """Totals of `rows` (the hosts `selector` matches, within the label value
         `label` if given): from the running sums without a selector, else added
         up once per version of the fleet."""
-        key = (self.version, f"{selector}|{label}")
         with self.lock:
+            self._settle()
+            key = (self._version, f"{selector}|{label}")
             got = self._totals.get(key)
             if got is None and not selector.requirements:
                 sums = self._sums.get(label)
@@ -382,8 +449,9 @@ class FleetState:
         """The hosts whose row changed after `version` (every host for a
         version this state never had, e.g. one from before a restart)."""
         with self.lock:
-            if version > self.version:
-                return set(self.rows)
+            self._settle()
+            if version > self._version:
+                return set(self._rows)
             return {n for n, v in self.changed_at.items() if v > version}
 
     def owners_of(self, name: str) -> dict[str, str]:
@@ -472,7 +540,11 @@ class Follower:
                 while not (sub.overflowed or sub.expired):
                     events, _ = await sub.next_batch(5.0)
                     if events:
-                        touched = await loop.run_in_executor(None, self.state.apply, events)
+                        # On the loop when that is quick (no page open: rows left
+                        # pending), not a hop to a worker thread and back per batch.
+                        touched = self.state.try_apply(events)
+                        if touched is None:
+                            touched = await loop.run_in_executor(None, self.state.apply, events)
                         since = events[-1].revision
                         self.state.notify(touched)
             finally:

@@ -1,0 +1,237 @@
+"""One etcd watch of all of a store's objects, shared by the process's long-lived watches.
+
+A server process follows the same writes several times over: the API's
+watch fan-out of each kind, the garbage collector (every kind), the token
+records, the fleet index. Each used to hold its own etcd watch stream, so
+every followed write was sent by etcd, parsed from the gateway's JSON and
+base64-decoded once per stream. `EtcdFeed` holds one stream of every object
+key (`watch_range`, with its resume and failover) and hands each revision's
+events to the watches whose kind (and name) they are, in order, with
+`last_of_revision` as that watch's own range would have it.
+
+A watch joins at any revision the feed still holds (the last `kept` events);
+one from further back reads its own etcd stream until it reaches what the
+feed holds and then joins, so it sees every event once and in order. Errors
+of the shared stream (Gone when it fell behind a compaction, Unavailable
+after an outage) end every joined watch with that error, as their own
+streams would have, and the next watch starts the feed again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from hvfleet.model.errors import HvfleetError
+from hvfleet.model.hypervisor import KINDS
+from hvfleet.store.base import WatchEvent
+from hvfleet.store.undecodable import Undecodable, skipped
+
+# Events the feed keeps for watches that join a little behind it.
+FEED_KEPT = 4096
+
+Item = WatchEvent | Undecodable
+
+
+@dataclass(frozen=True)
+class Interest:
+    """What one watch follows: a kind (None: every public kind) and maybe one name."""
+
+    kind: str | None
+    name: str | None = None
+
+    def wants(self, kind: str, name: str) -> bool:
+        if self.kind is None:
+            return kind in KINDS  # access tokens are not in the all-kinds feed
+        return kind == self.kind and (self.name is None or name == self.name)
+
+
+def _kind_name(item: Item) -> tuple[str, str]:
+    if isinstance(item, Undecodable):
+        return item.kind, item.name
+    return item.object.kind, item.object.metadata.name
+
+
+def _revision(item: Item) -> int:
+    return item.revision
+
+
+def _for(interest: Interest, group: list[Item]) -> list[Item]:
+    """Items (of one or more whole revisions) as a watch of `interest` sees them:
+    its own, each revision's last one marking the end of that revision."""
+    mine = [i for i in group if interest.wants(*_kind_name(i))]
+    for at, item in enumerate(mine):
+        if isinstance(item, WatchEvent):
+            last = at + 1 == len(mine) or _revision(mine[at + 1]) != item.revision
+            if item.last_of_revision != last:
+                mine[at] = dataclasses.replace(item, last_of_revision=last)
+    return mine
+
+
+class _Joined:
+    """One watch joined to the feed: the revision groups meant for it, in order."""
+
+    def __init__(self, interest: Interest, since: int) -> None:
+        self.interest = interest
+        self.since = since
+        self.inbox: queue.SimpleQueue[list[Item] | HvfleetError] = queue.SimpleQueue()
+
+    def offer(self, revision: int, group: list[Item]) -> None:
+        if revision <= self.since:
+            return
+        mine = _for(self.interest, group)
+        if mine:
+            self.inbox.put(mine)
+
+
+class EtcdFeed:
+    """The shared watch of every key in [start, end) (a store's objects)."""
+
+    def __init__(self, stream: Callable[[int, threading.Event, Callable[[Undecodable], None]],
+                                        Iterator[WatchEvent]],
+                 kept: int | None = None) -> None:
+        # stream(since, stop, on_undecodable): the store's watch_range of every object key.
+        self._stream = stream
+        self._kept = FEED_KEPT if kept is None else kept
+        self._lock = threading.Lock()
+        self._joined: set[_Joined] = set()
+        self._groups: deque[tuple[int, list[Item]]] = deque()
+        self._held = 0  # events in _groups
+        self.horizon = 0  # _groups holds every event with horizon < revision <= position
+        self.position = 0
+        self._running = False
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the shared stream ---------------------------------------------------------------
+
+    def _start(self, since: int) -> None:
+        """(lock held) Follow from `since`."""
+        self._groups.clear()
+        self._held = 0
+        self.horizon = self.position = since
+        self._running = True
+        self._thread = threading.Thread(target=self._run, args=(since,), name="etcd-feed", daemon=True)
+        self._thread.start()
+
+    def _run(self, since: int) -> None:
+        group: list[Item] = []
+
+        def undecodable(exc: Undecodable) -> None:
+            if group:
+                group.append(exc)  # its revision goes on: published with the rest of it
+            else:
+                self._publish(exc.revision, [exc])
+
+        try:
+            for event in self._stream(since, self._closed, undecodable):
+                group.append(event)
+                if event.last_of_revision:
+                    self._publish(event.revision, group)
+                    group = []
+            error: HvfleetError | None = None
+        except HvfleetError as exc:
+            error = exc
+        with self._lock:
+            self._running = False
+            joined, self._joined = self._joined, set()
+        if error is not None:
+            for j in joined:
+                j.inbox.put(error)
+
+    def _publish(self, revision: int, group: list[Item]) -> None:
+        with self._lock:
+            self._groups.append((revision, group))
+            self._held += len(group)
+            while self._held > self._kept and len(self._groups) > 1:
+                dropped, items = self._groups.popleft()
+                self._held -= len(items)
+                self.horizon = dropped
+            self.position = revision
+            joined = list(self._joined)
+        for j in joined:
+            j.offer(revision, group)
+
+    # -- watches -------------------------------------------------------------------------
+
+    def _join(self, interest: Interest, since: int) -> _Joined | None:
+        """A watch of `interest` from `since`, with what the feed holds after it
+        queued; None when `since` is older than what the feed holds."""
+        with self._lock:
+            if self._closed.is_set():
+                return None
+            if not self._running:
+                self._start(since)
+            elif since < self.horizon:
+                return None
+            j = _Joined(interest, since)
+            for revision, group in self._groups:
+                j.offer(revision, group)
+            self._joined.add(j)
+            return j
+
+    def _leave(self, j: _Joined) -> None:
+        with self._lock:
+            self._joined.discard(j)
+
+    def watch(self, interest: Interest, since: int, stop: threading.Event | None,
+              on_undecodable: Callable[[Undecodable], None] | None,
+              own_stream: Callable[[int], Iterator[WatchEvent]]) -> Iterator[WatchEvent]:
+        """Events of `interest` with revision > since until `stop` is set.
+        `own_stream(since)` is this watch's own etcd stream, read while `since`
+        is older than what the feed holds."""
+        last = since
+        while stop is None or not stop.is_set():
+            j = self._join(interest, last)
+            if j is None:
+                if self._closed.is_set():
+                    return
+                # Behind the feed: its own stream up to the end of a revision
+                # the feed holds, then join from there.
+                caught_up = False
+                events = own_stream(last)
+                try:
+                    for event in events:
+                        last = event.revision
+                        yield event
+                        if event.last_of_revision and last >= self.horizon:
+                            caught_up = True
+                            break
+                finally:
+                    close = getattr(events, "close", None)
+                    if close is not None:
+                        close()
+                if not caught_up:
+                    return  # stopped
+                continue
+            try:
+                while stop is None or not stop.is_set():
+                    try:
+                        got = j.inbox.get(timeout=0.1)
+                    except queue.Empty:
+                        if self._closed.is_set():
+                            return
+                        continue
+                    if isinstance(got, HvfleetError):
+                        raise got
+                    for item in got:
+                        if isinstance(item, Undecodable):
+                            skipped(item, "watch")
+                            if on_undecodable is not None:
+                                on_undecodable(item)
+                            continue
+                        last = item.revision
+                        yield item
+                return
+            finally:
+                self._leave(j)
+
+    def close(self) -> None:
+        self._closed.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)

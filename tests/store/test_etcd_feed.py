@@ -1,0 +1,217 @@
+"""The etcd backend's shared feed (store/etcd_feed.py): a process's long-lived
+watches read one etcd stream, and each sees what its own stream would have
+given it — every event of its range once, in order, each revision's last
+one marked — also when it starts from before what the feed holds.
+
+Uses the session's real etcd (conftest.etcd_session).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from tests.support.etcd_local import EtcdCluster
+
+from hvfleet.model import Gone, Hypervisor
+from hvfleet.model.lease import renewed
+from hvfleet.store import etcd_feed
+from hvfleet.store.base import WatchEvent, Write
+from hvfleet.store.errors import Undecodable
+from hvfleet.store.etcd import EtcdStore
+from hvfleet.store.etcd_feed import Interest, Item, _for
+
+MakeHv = Callable[..., Hypervisor]
+Seen = tuple[str, str, str, int, bool]
+
+
+def _seen(e: WatchEvent) -> Seen:
+    return e.type, e.object.kind, e.object.metadata.name, e.revision, e.last_of_revision
+
+
+class Watching:
+    """A long-lived watch (no timeout: served by the feed) read by a thread."""
+
+    def __init__(self, store: EtcdStore, kind: str | None, since: int, name: str | None = None) -> None:
+        self.stop = threading.Event()
+        self.seen: list[Seen] = []
+        self.errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                for e in store.watch(kind, since=since, name=name, stop=self.stop):
+                    self.seen.append(_seen(e))
+            except BaseException as exc:
+                self.errors.append(exc)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def until(self, count: int, seconds: float = 15) -> list[Seen]:
+        deadline = time.monotonic() + seconds
+        while len(self.seen) < count and not self.errors and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.seen
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def _own(store: EtcdStore, kind: str | None, since: int, name: str | None = None) -> list[Seen]:
+    """What the watch's own etcd stream gives (a watch with a timeout reads one)."""
+    return [_seen(e) for e in store.watch(kind, since=since, name=name, timeout=1.0)]
+
+
+@pytest.fixture
+def etcd(etcd_session: EtcdCluster) -> Iterator[EtcdStore]:
+    store = EtcdStore(etcd_session.endpoints, f"/t-{uuid.uuid4().hex[:12]}")
+    store.share_watches()
+    yield store
+    store.close()
+
+
+def _writes(store: EtcdStore, make_hypervisor: MakeHv, tag: str) -> int:
+    """Hypervisors, Leases and one atomic write of both; how many objects written."""
+    now = datetime.now(UTC)
+    for i in range(3):
+        store.create(make_hypervisor(f"{tag}{i}"), "op")
+        store.create(renewed(None, f"{tag}{i}", f"agent/{tag}{i}", 30, now), f"agent/{tag}{i}")
+    agent = f"agent/{tag}-batch"  # an agent registering its host and taking its Lease at once
+    store.write_all([Write("create", make_hypervisor(f"{tag}-batch")),
+                     Write("create", renewed(None, f"{tag}-batch", agent, 30, now))], agent)
+    store.delete("Hypervisor", f"{tag}1")
+    return 9
+
+
+def test_the_long_lived_watches_of_a_process_share_one_stream_and_see_what_their_own_would(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    since = etcd.revision()
+    watches = [Watching(etcd, "Hypervisor", since), Watching(etcd, None, since),
+               Watching(etcd, "Lease", since), Watching(etcd, "Hypervisor", since, name="a2")]
+    try:
+        _writes(etcd, make_hypervisor, "a")
+        expected = [_own(etcd, "Hypervisor", since), _own(etcd, None, since), _own(etcd, "Lease", since),
+                    _own(etcd, "Hypervisor", since, "a2")]
+        assert [len(x) for x in expected] == [5, 9, 4, 1]
+        # The atomic write is one revision: the all-kinds watch sees it end at its
+        # Lease, a Hypervisor watch at its Hypervisor.
+        assert [s[4] for s in expected[1] if "batch" in s[2]] == [False, True]
+        for w, want in zip(watches, expected, strict=True):
+            assert w.until(len(want)) == want and not w.errors
+        streams = [t for t in threading.enumerate() if t.name.startswith("etcd-watch-")]
+        assert len(streams) == 1  # the feed's; each watch with a timeout above closed its own
+    finally:
+        for w in watches:
+            w.close()
+
+
+def test_a_process_that_did_not_share_its_watches_keeps_a_stream_per_watch(
+    etcd_session: EtcdCluster, make_hypervisor: MakeHv
+) -> None:
+    """An agent watching its own Hypervisor must not receive every write of the
+    fleet: only a server says it shares its watches."""
+    store = EtcdStore(etcd_session.endpoints, f"/t-{uuid.uuid4().hex[:12]}")
+    try:
+        since = store.revision()
+        mine = Watching(store, "Hypervisor", since, name="d1")
+        store.create(make_hypervisor("d0"), "op")
+        store.create(make_hypervisor("d1"), "op")
+        assert [s[2] for s in mine.until(1)] == ["d1"]
+        assert store._feed.position == 0  # the shared stream never started
+        mine.close()
+    finally:
+        store.close()
+
+
+def test_a_watch_from_before_what_the_feed_holds_catches_up_on_its_own_stream_then_joins(
+    etcd_session: EtcdCluster, make_hypervisor: MakeHv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(etcd_feed, "FEED_KEPT", 3)
+    store = EtcdStore(etcd_session.endpoints, f"/t-{uuid.uuid4().hex[:12]}")
+    store.share_watches()
+    try:
+        since = store.revision()
+        first = Watching(store, None, since)  # starts the feed at `since`
+        total = _writes(store, make_hypervisor, "b")
+        assert len(first.until(total)) == total
+        assert store._feed.horizon > since  # the feed holds only the last few events
+        late = Watching(store, None, since)
+        total += _writes(store, make_hypervisor, "c")  # while it catches up
+        want = _own(store, None, since)
+        assert len(want) == total
+        assert late.until(total) == want and not late.errors
+        # Caught up, it joined the feed and closed its own stream.
+        assert len([t for t in threading.enumerate() if t.name.startswith("etcd-watch-")]) == 1
+        assert first.until(total) == want
+        first.close()
+        late.close()
+    finally:
+        store.close()
+
+
+def test_a_shared_watch_from_a_compacted_revision_is_gone(tmp_path: Path, make_hypervisor: MakeHv) -> None:
+    # Its own member: compaction is cluster-wide and would take history from other tests.
+    with EtcdCluster(tmp_path / "compact", size=1) as cluster:
+        store = EtcdStore(cluster.endpoints, "/compact")
+        store.share_watches()
+        start = store.revision()
+        for i in range(3):
+            store.create(make_hypervisor(f"hv{i}"), "op")
+        store.compact(store.revision())
+        stop = threading.Event()
+        threading.Timer(10, stop.set).start()
+        with pytest.raises(Gone, match=f"revision {start} was compacted"):
+            list(store.watch("Hypervisor", since=start, stop=stop))
+        # The feed starts again for the next watch, at its revision.
+        since = store.revision()
+        w = Watching(store, "Hypervisor", since)
+        store.create(make_hypervisor("hv9"), "op")
+        assert [s[2] for s in w.until(1)] == ["hv9"]
+        w.close()
+        stop.set()
+        store.close()
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from(["Hypervisor", "Lease", "AccessToken"]),
+                          st.sampled_from(["a", "b"])), max_size=12),
+       st.sampled_from([Interest(None), Interest("Hypervisor"), Interest("Lease"), Interest("AccessToken"),
+                        Interest("Hypervisor", "a")]))
+def test_a_watch_sees_its_own_events_of_a_group_with_each_revisions_last_marked(
+        raw: list[tuple[int, str, str]], interest: Interest) -> None:
+    """What the feed hands a watch (`_for`) is what a stream of the watch's own
+    range gives: its events in the same order, last_of_revision where its
+    range's part of a revision ends. (Access tokens, here undecodable ones,
+    are in no all-kinds watch.)"""
+    raw = sorted(raw, key=lambda r: r[0])
+    now = datetime.now(UTC)
+    group: list[Item] = []
+    for at, (rev, kind, name) in enumerate(raw):
+        last = at + 1 == len(raw) or raw[at + 1][0] != rev
+        if kind == "AccessToken":
+            group.append(Undecodable(kind, name, rev, "not this model"))
+        else:
+            obj = (Hypervisor.model_validate({"metadata": {"name": name}}) if kind == "Hypervisor"
+                   else renewed(None, name, "agent/x", 30, now))
+            group.append(WatchEvent("MODIFIED", obj, rev, last_of_revision=last))
+
+    def key(i: Item) -> tuple[str, str, int]:
+        if isinstance(i, Undecodable):
+            return i.kind, i.name, i.revision
+        return i.object.kind, i.object.metadata.name, i.revision
+
+    got = _for(interest, group)
+    want = [i for i in group if (interest.kind is None and key(i)[0] != "AccessToken")
+            or (interest.kind == key(i)[0] and interest.name in (None, key(i)[1]))]
+    assert [key(i) for i in got] == [key(i) for i in want]
+    for at, item in enumerate(got):
+        if isinstance(item, WatchEvent):
+            assert item.last_of_revision == (at + 1 == len(got) or got[at + 1].revision != item.revision)
