@@ -673,5 +673,11 @@ class EtcdStore(Store):
         # Access tokens live under the same prefix but are not in the all-kinds feed.
         yield from (e for e in events if e.object.kind in KINDS)
 
+    def watch_objects(self, since: int, *, stop: threading.Event | None = None,
+                      timeout: float | None = None) -> Iterator[WatchEvent]:
+        start = self._kind_prefix(None)
+        return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
+                           stop=stop, timeout=timeout)
+
     def close(self) -> None:
         self.transport.close()
