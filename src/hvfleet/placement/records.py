@@ -154,10 +154,10 @@ class Fleet:
 
     providers: Mapping[str, ProviderView]
     now: datetime
-    # name -> uuid, consumer -> provider uuids it has allocations on, parent
-    # uuid -> child uuids, root uuid -> the uuids of its tree: built on first
-    # use unless given.
-    names: Mapping[str, str] | None = None
+    # name -> uuids (one, unless a Hypervisor took a stored provider's name),
+    # consumer -> provider uuids it has allocations on, parent uuid -> child
+    # uuids, root uuid -> the uuids of its tree: built on first use unless given.
+    names: Mapping[str, frozenset[str]] | None = None
     consumer_index: Mapping[str, frozenset[str]] | None = None
     children_index: Mapping[str, frozenset[str]] | None = None
     tree_index: Mapping[str, frozenset[str]] | None = None
@@ -170,11 +170,14 @@ class Fleet:
             raise PlacementNotFound(f"No resource provider with uuid {uuid} found")
         return p
 
-    def named(self, name: str) -> ProviderView | None:
+    def all_named(self, name: str) -> list[ProviderView]:
         if self.names is None:
-            self.names = {p.name: p.uuid for p in self.providers.values()}
-        uid = self.names.get(name)
-        return None if uid is None else self.providers.get(uid)
+            self.names = _index((p.name, p.uuid) for p in self.providers.values())
+        return [self.providers[u] for u in sorted(self.names.get(name, ())) if u in self.providers]
+
+    def named(self, name: str) -> ProviderView | None:
+        found = self.all_named(name)
+        return found[0] if found else None
 
     def allocations_of(self, consumer_uuid: str) -> dict[str, dict[str, int]]:
         """provider uuid -> resource class -> amount, for one consumer."""

@@ -14,7 +14,7 @@ and refused with a 409 otherwise (see docs/placement.md)."""
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -243,8 +243,17 @@ def list_providers(
         if t is None:
             return []
         tree_root = t.root_uuid
+    # Narrowed by a lookup where the query names a provider or a tree (what
+    # nova-compute asks), else every provider is looked at.
+    pool: Iterable[ProviderView] = fleet.providers.values()
+    if uuid is not None:
+        pool = [fleet.providers[uuid]] if uuid in fleet.providers else []
+    elif name is not None:
+        pool = fleet.all_named(name)
+    elif tree_root is not None:
+        pool = [fleet.providers[u] for u in fleet.tree(tree_root) if u in fleet.providers]
     out = []
-    for p in fleet.providers.values():
+    for p in pool:
         if name is not None and p.name != name:
             continue
         if uuid is not None and p.uuid != uuid:

@@ -73,7 +73,7 @@ class ProviderSnapshot:
         self._providers: dict[str, Provider] = {}
         self._views: dict[str, ProviderView] = {}
         # Lookups of the views (values are frozensets: a copy of a dict is a copy).
-        self._by_name: dict[str, str] = {}
+        self._by_name: dict[str, frozenset[str]] = {}
         self._by_consumer: dict[str, frozenset[str]] = {}
         self._children: dict[str, frozenset[str]] = {}
         self._trees: dict[str, frozenset[str]] = {}
@@ -107,7 +107,8 @@ class ProviderSnapshot:
             for obj in store.list(kind).items:
                 self.apply(WatchEvent(type="ADDED", object=obj, revision=revision))
         self._dirty_hosts = set(self._hosts)
-        self._dirty_records = set(self._records)
+        # A hypervisor's record (its traits, aggregates) is part of its host's view.
+        self._dirty_records = {u for u, r in self._records.items() if r.spec.hypervisor is None}
         self.revision = revision
 
     def apply(self, event: WatchEvent) -> None:
@@ -284,8 +285,7 @@ class ProviderSnapshot:
             _drop(self._by_consumer, old.allocations, uid)
             _drop(self._children, [old.parent_uuid] if old.parent_uuid else [], uid)
             _drop(self._trees, [old.root_uuid], uid)
-            if self._by_name.get(old.name) == uid:
-                del self._by_name[old.name]
+            _drop(self._by_name, [old.name], uid)
         if view is None:
             self._views.pop(uid, None)
             if self._providers.pop(uid, None) is not None:
@@ -295,7 +295,7 @@ class ProviderSnapshot:
         _add(self._by_consumer, view.allocations, uid)
         _add(self._children, [view.parent_uuid] if view.parent_uuid else [], uid)
         _add(self._trees, [view.root_uuid], uid)
-        self._by_name[view.name] = uid
+        _add(self._by_name, [view.name], uid)
         provider = view.to_graph()
         # In place, so the order of the others stays and an unchanged
         # provider is no change at all.
