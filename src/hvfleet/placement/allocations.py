@@ -142,6 +142,7 @@ def set_allocations(src: Source, requests: list[ConsumerRequest],
     uuid -> (generation, its new inventories)), those providers' inventories
     are replaced in the same write and the allocations are checked against
     them."""
+    src = src.settled()
     store = src.store
     fleet = read_fleet(store) if inventories else src.fleet()
     known, _ = src.known_names()

@@ -264,6 +264,15 @@ class Source:
     store: Store
     snapshot: Callable[[bool], ProviderSnapshot] | None = None
 
+    def settled(self) -> Source:
+        """This source caught up once, for the reads a write makes before it
+        writes (each then needs no catch-up of its own: on etcd, a question
+        to etcd)."""
+        if self.snapshot is None:
+            return self
+        snap = self.snapshot(True)
+        return Source(self.store, lambda _catch_up: snap)
+
     def fleet(self) -> Fleet:
         """Every provider, caught up with every write made before the call."""
         return read_fleet(self.store) if self.snapshot is None else self.snapshot(True).fleet()

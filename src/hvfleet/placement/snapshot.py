@@ -34,6 +34,7 @@ from hvfleet.model.capacity import reservation_phase
 from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import HOLDING_PHASES, Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
+from hvfleet.placement.cow import CowDict
 from hvfleet.placement.graph import GraphBasis, Provider, ProviderGraph
 from hvfleet.placement.records import Fleet, ProviderView, hypervisor_view, record_view
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
@@ -71,13 +72,14 @@ class ProviderSnapshot:
         self._consumers: dict[str, PlacementConsumer] = {}
         self._by_project: dict[str, frozenset[str]] = {}  # project -> consumer names
         self._providers: dict[str, Provider] = {}
-        self._views: dict[str, ProviderView] = {}
-        # Lookups of the views (values are frozensets: a copy of a dict is a copy).
-        self._by_name: dict[str, frozenset[str]] = {}
-        self._by_consumer: dict[str, frozenset[str]] = {}
-        self._children: dict[str, frozenset[str]] = {}
-        self._trees: dict[str, frozenset[str]] = {}
-        self._fleet: Fleet | None = None  # the views handed out last (copied before a change)
+        self._views: CowDict[str, ProviderView] = CowDict()
+        # Lookups of the views (values are frozensets, never changed in place).
+        # Each is handed out as a view no later change alters (hvfleet.placement.cow).
+        self._by_name: CowDict[str, frozenset[str]] = CowDict()
+        self._by_consumer: CowDict[str, frozenset[str]] = CowDict()
+        self._children: CowDict[str, frozenset[str]] = CowDict()
+        self._trees: CowDict[str, frozenset[str]] = CowDict()
+        self._fleet: Fleet | None = None  # the views handed out last
         self._host_uuid: dict[str, str] = {}
         self._expiry: dict[str, datetime] = {}  # host -> when one of its reservations expires
         self._dirty_hosts: set[str] = set()
@@ -246,12 +248,7 @@ class ProviderSnapshot:
             self._dirty_hosts |= {h for h, t in self._expiry.items() if t <= now}
         if not self._dirty_hosts and not self._dirty_records:
             return
-        if self._fleet is not None:
-            # Handed out: its readers keep it as it is; the changes go to copies.
-            self._views, self._by_name = dict(self._views), dict(self._by_name)
-            self._by_consumer, self._children = dict(self._by_consumer), dict(self._children)
-            self._trees = dict(self._trees)
-            self._fleet = None
+        self._fleet = None  # its readers keep it as it is (CowDict)
         policies = list(self._policies.values())
         for name in self._dirty_hosts:
             h = self._hosts.get(name)
@@ -287,7 +284,7 @@ class ProviderSnapshot:
             _drop(self._trees, [old.root_uuid], uid)
             _drop(self._by_name, [old.name], uid)
         if view is None:
-            self._views.pop(uid, None)
+            self._views.pop(uid)
             if self._providers.pop(uid, None) is not None:
                 self._changed.add(uid)
             return
@@ -310,9 +307,10 @@ class ProviderSnapshot:
             now = datetime.now(UTC)
             self._patch(now)
             if self._fleet is None:
-                self._fleet = Fleet(self._views, now, names=self._by_name,
-                                    consumer_index=self._by_consumer,
-                                    children_index=self._children, tree_index=self._trees)
+                self._fleet = Fleet(self._views.view(), now, names=self._by_name.view(),
+                                    consumer_index=self._by_consumer.view(),
+                                    children_index=self._children.view(),
+                                    tree_index=self._trees.view())
             return self._fleet
 
     def consumer(self, name: str) -> PlacementConsumer | None:
@@ -373,16 +371,16 @@ class ProviderSnapshot:
         return frozenset(classes), frozenset(traits)
 
 
-def _drop(index: dict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:
+def _drop(index: CowDict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:
     for k in keys:
-        rest = index.get(k, frozenset()) - {uid}
+        rest = (index.get(k) or frozenset()) - {uid}
         if rest:
             index[k] = rest
         else:
-            index.pop(k, None)
+            index.pop(k)
 
 
-def _add(index: dict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:
+def _add(index: CowDict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:
     for k in keys:
-        index[k] = index.get(k, frozenset()) | {uid}
+        index[k] = (index.get(k) or frozenset()) | {uid}
 

@@ -95,15 +95,19 @@ class Call:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     last_modified: datetime | None = None
+    _caught_up: bool = False  # a GET's snapshot has caught up once: it makes no write
 
     def snapshot(self, catch_up: bool = True) -> ProviderSnapshot:
         """The server's provider snapshot, caught up with the store unless not
         `catch_up` (a writer that only needs which uuid is which hypervisor: a
         host's uid never changes, and what the snapshot does not know yet the
-        writer reads from the store)."""
+        writer reads from the store). A GET catches up once (on etcd each
+        catch-up asks etcd its revision); a write, before each read, as it
+        reads what it wrote."""
         snap: ProviderSnapshot = self.request.app.state.ctx.placement_snapshot()
-        if catch_up:
+        if catch_up and not self._caught_up:
             snap.refresh(self.store)
+            self._caught_up = self.request.method in ("GET", "HEAD")
         return snap
 
     def source(self) -> Source:
