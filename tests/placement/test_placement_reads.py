@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hvfleet.model.hypervisor import Reservation
 from hvfleet.placement.records import read_fleet
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.store import Store, open_store
@@ -242,3 +245,25 @@ def test_a_snapshot_loaded_from_the_store_answers_as_a_whole_read(
     assert snap.fleet().providers[hv1].inventories == whole.providers[hv1].inventories != {}
     assert dict(snap.fleet().providers) == dict(whole.providers)
     assert snap.graph().providers == whole.graph().providers
+
+
+def test_a_reservation_stops_counting_when_it_expires_without_an_event(tmp_path: Path) -> None:
+    """Nothing is written when a reservation's expiresAt passes: the snapshot
+    looks at its hosts again at that time, so its views and graph drop the
+    allocation as a whole read does."""
+    store = open_store(f"sqlite:///{tmp_path}/hvfleet.db")
+    _fleet(store)
+    hv1 = _uuid(store, "hv1")
+    expires = datetime.now(UTC) + timedelta(seconds=1.5)
+    store.create(Reservation.model_validate({"metadata": {"name": "r-soon"}, "spec": {
+        "hypervisor": "hv1", "resources": {"cpu": 2}, "consumer": "c-soon",
+        "expires_at": expires.isoformat()}}), "test")
+    snap = ProviderSnapshot.from_store(store)
+    assert snap.fleet().allocations_of("c-soon") == {hv1: {"VCPU": 2}}
+    assert snap.graph().providers[hv1].usages.get("VCPU") == 2
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.2)
+    snap.refresh(store)
+    assert snap.fleet().allocations_of("c-soon") == {}
+    assert snap.graph().providers[hv1].usages.get("VCPU", 0) == 0
+    assert dict(snap.fleet().providers) == dict(read_fleet(store).providers)
+    store.close()

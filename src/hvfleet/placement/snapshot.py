@@ -82,6 +82,7 @@ class ProviderSnapshot:
         self._fleet: Fleet | None = None  # the views handed out last
         self._host_uuid: dict[str, str] = {}
         self._expiry: dict[str, datetime] = {}  # host -> when one of its reservations expires
+        self._next_expiry: datetime | None = None  # the soonest of them (None: work it out)
         self._dirty_hosts: set[str] = set()
         self._dirty_records: set[str] = set()
         self._changed: set[str] = set()  # providers changed since the last graph
@@ -244,8 +245,11 @@ class ProviderSnapshot:
         """Recompute the providers the events since the last patch touched
         (and the hosts one of whose reservations expired since); call with
         the lock held."""
-        if self._expiry and min(self._expiry.values()) <= now:
-            self._dirty_hosts |= {h for h, t in self._expiry.items() if t <= now}
+        if self._expiry:
+            if self._next_expiry is None:
+                self._next_expiry = min(self._expiry.values())
+            if self._next_expiry <= now:
+                self._dirty_hosts |= {h for h, t in self._expiry.items() if t <= now}
         if not self._dirty_hosts and not self._dirty_records:
             return
         self._fleet = None  # its readers keep it as it is (CowDict)
@@ -257,7 +261,8 @@ class ProviderSnapshot:
             if old is not None and old != uid:
                 del self._host_uuid[name]
                 self._put(old, None)
-            self._expiry.pop(name, None)
+            if self._expiry.pop(name, None) is not None:
+                self._next_expiry = None
             if h is None or uid is None:
                 continue
             mine = list(self._reservations.get(name, {}).values())
@@ -267,6 +272,7 @@ class ProviderSnapshot:
                         and r.spec.expires_at > now and reservation_phase(r, h, now) in HOLDING_PHASES]
             if expiring:
                 self._expiry[name] = min(expiring)
+                self._next_expiry = None
         for uid in self._dirty_records:
             rec = self._records.get(uid)
             self._put(uid, None if rec is None else record_view(rec))
