@@ -28,8 +28,18 @@ HTTPS with the CA it makes, token authentication (an admin token in
    10,000 providers through Placement's API would take an hour on a loaded
    machine.
 
+3. nova-compute's reads of its own provider (`--gets-stores`, at each of
+   `--sizes`): GET the provider by uuid, the providers `in_tree` of it, its
+   inventories, traits, aggregates, allocations and usages, the allocations
+   of a consumer holding resources on it and the usages of that consumer's
+   project; p50 of each over `--queries` providers (one claim of 1 VCPU made
+   on each first, through the API), next to real Placement over the same
+   fleet; and, on hvfleet, a provider's usages read right after a claim on it
+   (the read waits for the server's snapshot to have the write).
+
     .venv/bin/python bench/placement_api.py [--sizes 1000,10000] [--claims 400] [--clients 8]
-        [--stores sqlite,etcd] [--queries 20]
+        [--stores sqlite,etcd] [--queries 20] [--sections claims,candidates,gets]
+        [--gets-stores sqlite,etcd]
 """
 
 from __future__ import annotations
@@ -174,7 +184,7 @@ def seed_hvfleet(store: Store, n: int, start: int) -> None:
             provider_name=f"cn{i:05d}", root_uuid=uid, generation=1,
             inventories={rc: PlacementInventory(**inv) for rc, inv in INVENTORY.items()})
         batch.append(Write("create", ResourceProvider(metadata=ObjectMeta(name=uid), spec=spec)))
-        if len(batch) == 500:
+        if len(batch) == 100:  # etcd's --max-txn-ops is 128 by default
             store.write_all(batch, "bench")
             batch = []
     if batch:
@@ -309,21 +319,43 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--stores", default="sqlite,etcd",
                     help="where the claims are measured ('' for none)")
+    ap.add_argument("--sections", default="claims,candidates,gets")
+    ap.add_argument("--gets-stores", default="sqlite,etcd",
+                    help="where nova-compute's reads are measured")
     args = ap.parse_args()
+    sections = set(args.sections.split(","))
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     real = RealPlacement().start()
     port = int(real.url.rsplit(":", 1)[1])
     theirs = Endpoint("placement", "127.0.0.1", port, "", "admin", None)
+    seeded = RealSeeded(real)
     try:
-        for i, kind in enumerate(k for k in args.stores.split(",") if k):
-            claims_round(kind, args, theirs if i == 0 else None)
-        if args.sizes:
-            candidates_rounds(args, real, theirs)
+        if "claims" in sections:
+            for i, kind in enumerate(k for k in args.stores.split(",") if k):
+                claims_round(kind, args, theirs if i == 0 else None)
+        if args.sizes and "candidates" in sections:
+            candidates_rounds(args, seeded, theirs)
+        if args.sizes and "gets" in sections:
+            gets_rounds(args, seeded, theirs)
     finally:
         real.stop()
 
 
-def candidates_rounds(args: argparse.Namespace, real: RealPlacement, theirs: Endpoint) -> None:
+class RealSeeded:
+    """Real Placement's fleet, grown to a size once for every section."""
+
+    def __init__(self, real: RealPlacement) -> None:
+        self.real, self.have = real, 0
+
+    def grow(self, size: int) -> float:
+        t = time.perf_counter()
+        if size > self.have:
+            seed_real(self.real, size, self.have)
+            self.have = size
+        return time.perf_counter() - t
+
+
+def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-placement-candidates-"))
     store = open_store(f"sqlite:///{work}/hvfleet.db")
     token = make_token(store, "admin", name="bench-admin")
@@ -337,9 +369,7 @@ def candidates_rounds(args: argparse.Namespace, real: RealPlacement, theirs: End
             t = time.perf_counter()
             seed_hvfleet(store, size, have)
             seeded_ours = time.perf_counter() - t
-            t = time.perf_counter()
-            seed_real(real, size, have)
-            seeded_real = time.perf_counter() - t
+            seeded_real = seeded.grow(size)
             have = size
             print(f"GET /allocation_candidates at {size} providers "
                   f"(seeded in {seeded_ours:.1f} s / {seeded_real:.1f} s)")
@@ -367,6 +397,92 @@ def candidates_rounds(args: argparse.Namespace, real: RealPlacement, theirs: End
     finally:
         server.stop()
         store.close()
+
+
+# nova-compute's reads of its own provider ({rp}) and of a consumer on it.
+GETS = [
+    ("provider by uuid", "/resource_providers/{rp}"),
+    ("providers in_tree", "/resource_providers?in_tree={rp}"),
+    ("inventories", "/resource_providers/{rp}/inventories"),
+    ("traits", "/resource_providers/{rp}/traits"),
+    ("aggregates", "/resource_providers/{rp}/aggregates"),
+    ("allocations of the provider", "/resource_providers/{rp}/allocations"),
+    ("usages of the provider", "/resource_providers/{rp}/usages"),
+    ("allocations of a consumer", "/allocations/{consumer}"),
+    ("usages of its project", "/usages?project_id={project}"),
+]
+
+
+def provider_reads(ep: Endpoint, queries: int, size: int) -> tuple[dict[str, float], float]:
+    """p50 of each of GETS over `queries` providers, each holding one claim
+    of 1 VCPU (made first, through the API, by a consumer of a project of its
+    own); and p50 of the provider's usages read right after that claim."""
+    conn = ep.connection()
+    held: list[tuple[str, str, str]] = []
+    after: list[float] = []
+    for k in range(queries):
+        rp = str(uuid.UUID(int=(k * 7919 + 13) % size + 1))
+        consumer, project = str(uuid.uuid4()), str(uuid.uuid4())
+        status, doc = ep.call(conn, "PUT", f"/allocations/{consumer}", {
+            "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": project, "user_id": "u",
+            "consumer_generation": None, "consumer_type": "INSTANCE"})
+        assert status == 204, doc
+        status, doc, took = ep.timed_get(conn, f"/resource_providers/{rp}/usages")
+        assert status == 200 and doc["usages"]["VCPU"] >= 1, doc
+        after.append(took)
+        held.append((rp, consumer, project))
+    times: dict[str, list[float]] = {name: [] for name, _ in GETS}
+    for rp, consumer, project in held:
+        for name, path in GETS:
+            status, doc, took = ep.timed_get(conn, path.format(rp=rp, consumer=consumer, project=project))
+            assert status == 200, (name, doc)
+            times[name].append(took)
+    return {name: statistics.median(t) for name, t in times.items()}, statistics.median(after)
+
+
+def gets_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:
+    kinds = [k for k in args.gets_stores.split(",") if k]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with contextlib.ExitStack() as stack:
+        ours: dict[str, tuple[Store, Endpoint]] = {}
+        for kind in kinds:
+            work = Path(tempfile.mkdtemp(prefix=f"bench-placement-gets-{kind}-"))
+            store = open_bench_store(kind, work, stack)
+            stack.callback(store.close)
+            token = make_token(store, "admin", name="bench-admin")
+            server = Server(store.url, work / "server")
+            stack.callback(server.stop)
+            assert server.ca is not None
+            ours[kind] = store, Endpoint(f"hvfleet/{kind}", "127.0.0.1", server.port, "/placement",
+                                         token, ssl.create_default_context(cafile=str(server.ca)))
+        have = 0
+        for size in sizes:
+            seeded.grow(size)
+            print(f"nova-compute's GETs at {size} providers, p50 of {args.queries} providers")
+            rows: dict[str, dict[str, float]] = {}
+            notes = []
+            for store, ep in ours.values():
+                seed_hvfleet(store, size, have)
+                t = time.perf_counter()
+                ep.call(ep.connection(), "GET", f"/resource_providers/{uuid.UUID(int=1)}")
+                notes.append(f"{ep.name} first GET after seeding (snapshot catches up) "
+                             f"{ms(time.perf_counter() - t)}")
+                rows[ep.name], right_after = provider_reads(ep, args.queries, size)
+                notes.append(f"{ep.name} usages of a provider right after a claim on it: "
+                             f"p50 {ms(right_after)}")
+            rows[theirs.name], right_after = provider_reads(theirs, args.queries, size)
+            notes.append(f"{theirs.name} usages of a provider right after a claim on it: "
+                         f"p50 {ms(right_after)}")
+            have = size
+            names = list(rows)
+            print("  " + f"{'GET':30}" + "".join(f"{n:>16}" for n in names) + "   ratio (placement / each)")
+            for name, _ in GETS:
+                cells = "".join(f"{ms(rows[n][name]):>16}" for n in names)
+                ratios = " ".join(f"{rows[theirs.name][name] / rows[n][name]:.0f}x"
+                                  for n in names if n != theirs.name)
+                print(f"  {name:30}{cells}   {ratios}")
+            for note in notes:
+                print(f"  {note}")
 
 
 if __name__ == "__main__":

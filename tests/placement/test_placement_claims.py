@@ -53,13 +53,16 @@ class Placement:
                                 timeout=30)
 
 
-def _serve(store: Store, directory: Path) -> Iterator[Placement]:
+def _serve(store: Store, directory: Path, tokens: dict[str, str] | None = None) -> Iterator[Placement]:
+    """A server over `store` with a token per role (`tokens`: those of another
+    replica over the same store)."""
     now = datetime.now(UTC)
-    tokens = {}
-    for role, hv in [("admin", None), ("scheduler", None), ("viewer", None), ("operator", None),
-                     ("agent", "hv1")]:
-        _, tokens[role] = issue_token(store, role, manager="test", now=now, ttl=None,  # type: ignore[arg-type]
-                                      name=None if hv else f"t-{role}", hypervisor=hv)
+    if tokens is None:
+        tokens = {}
+        for role, hv in [("admin", None), ("scheduler", None), ("viewer", None), ("operator", None),
+                         ("agent", "hv1")]:
+            _, tokens[role] = issue_token(store, role, manager="test", now=now, ttl=None,  # type: ignore[arg-type]
+                                          name=None if hv else f"t-{role}", hypervisor=hv)
     app = create_app(store, TokenAuthenticator(store), RoleAuthorizer(), dashboard_pages=False)
     files = make_tls_files(directory / "tls")
     with ServerThread(app, files) as server:

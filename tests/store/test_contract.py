@@ -223,6 +223,33 @@ def test_watch_delivers_every_event_in_order(store: Store, make_hypervisor: Make
     assert [e.revision for e in all_kinds] == sorted(e.revision for e in all_kinds)
 
 
+def test_watch_objects_streams_every_stored_kind_up_to_the_stores_revision(
+        store: Store, make_hypervisor: MakeHv) -> None:
+    """One stream of the public kinds and the others (a Placement record
+    here): a reader catching up to `store.revision()` finds that revision's
+    event in it, whatever kind was written last. The remote store has none."""
+    from hvfleet.model.meta import ObjectMeta
+    from hvfleet.model.placement import PlacementName, PlacementNameSpec
+
+    start = store.revision()
+    try:
+        store.watch_objects(start, timeout=0.1)
+    except NotImplementedError:
+        assert store.url.startswith("https://")
+        return
+    store.create(make_hypervisor("hv1"), "operator")
+    store.keepalive("hv1", 30)
+    store.create(PlacementName(metadata=ObjectMeta(name="trait.custom-x"), spec=PlacementNameSpec(
+        of="trait", placement_name="CUSTOM_X", created_at="t", updated_at="t")), "placement")
+    events = list(store.watch_objects(start, timeout=0.5))
+    assert [(e.object.kind, e.type) for e in events] == [
+        ("Hypervisor", "ADDED"), ("Lease", "ADDED"), ("PlacementName", "ADDED")]
+    assert [e.revision for e in events] == sorted(e.revision for e in events)
+    assert events[-1].revision == store.revision() and events[-1].last_of_revision
+    assert [e.object.kind for e in store.watch_objects(events[0].revision, timeout=0.3)] == [
+        "Lease", "PlacementName"]
+
+
 def test_watch_events_tell_the_objects_previous_state(store: Store, make_hypervisor: MakeHv) -> None:
     """Each event carries the object as it was just before it (a label-selected
     watch needs it to tell an object leaving its selection from one never in

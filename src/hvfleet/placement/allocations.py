@@ -42,7 +42,7 @@ from hvfleet.placement.errors import (
     PlacementNotFound,
 )
 from hvfleet.placement.graph import Inventory
-from hvfleet.placement.records import Fleet, ProviderView, now_text, read_fleet
+from hvfleet.placement.records import Fleet, ProviderView, Source, now_text, read_fleet
 from hvfleet.placement.service import INVENTORY_DEFAULTS, MANAGER, check_generation, write_provider
 from hvfleet.scheduling.claims import claim_write, reservation_labels
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit
@@ -82,11 +82,11 @@ def alloc_name(host: str, consumer: str, generation: int) -> str:
     return f"alloc-{digest}"
 
 
-def consumer_allocations(store: Store, consumer: str) -> ConsumerAllocations:
-    fleet = read_fleet(store)
-    allocs = records.allocations_of(fleet, consumer)
+def consumer_allocations(src: Source, consumer: str) -> ConsumerAllocations:
+    fleet = src.fleet()
+    allocs = fleet.allocations_of(consumer)
     return ConsumerAllocations(consumer, allocs, {u: fleet.providers[u].generation for u in allocs},
-                               records.consumer(store, consumer))
+                               src.consumer(consumer))
 
 
 def _check_amounts(p: ProviderView, consumer: str, working: Mapping[str, Mapping[str, int]],
@@ -127,47 +127,26 @@ def _reservation(host: str, consumer: str, resources: Mapping[str, int], generat
     )
 
 
-def _reservations_of(store: Store, host: str, consumer: str) -> list[Reservation]:
-    return [r for r in store.list_reservations() if r.spec.hypervisor == host and r.spec.consumer == consumer]
+def _reservations_of(src: Source, host: str, consumer: str) -> list[Reservation]:
+    return [r for r in src.reservations_of(host) if r.spec.consumer == consumer]
 
 
-def _touched(store: Store, requests: list[ConsumerRequest], hosts: Mapping[str, str]) -> Fleet:
-    """The providers a write of `requests` touches: those it allocates on, and
-    those its consumers hold allocations on now (their records say which;
-    claims made by `hvfleet reserve` are found among the reservations). When
-    one it allocates on is not found so (a hypervisor the snapshot has not
-    seen yet, or none at all), the whole fleet is read, which decides."""
-    reservations = store.list_reservations()
-    consumers = {r.consumer for r in requests}
-    uuids: list[str] = []
-    names: list[str] = []
-    for req in requests:
-        uuids += req.allocations
-        rec = records.consumer(store, req.consumer)
-        if rec is not None:
-            uuids += rec.spec.providers
-            names += rec.spec.hypervisors
-    names += [r.spec.hypervisor for r in reservations if r.spec.consumer in consumers]
-    fleet = records.read_providers(store, uuids, hosts, reservations, dict.fromkeys(names))
-    if any(u not in fleet.providers for req in requests for u in req.allocations):
-        return read_fleet(store)
-    return fleet
-
-
-def set_allocations(store: Store, requests: list[ConsumerRequest],
+def set_allocations(src: Source, requests: list[ConsumerRequest],
                     inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]] | None = None,
-                    hosts: Mapping[str, str] | None = None) -> None:
+                    ) -> None:
     """Replace the allocations of every consumer in `requests` (POST /allocations
-    is several; PUT /allocations/{consumer} one), all checked against one read.
-    With `inventories` (POST /reshaper: provider uuid -> (generation, its new
-    inventories)), those providers' inventories are replaced in the same write
-    and the allocations are checked against them. With `hosts` (provider
-    uuid -> hypervisor name, the server's snapshot), only the providers the
-    request and its consumers' current allocations touch are read, not the
-    whole fleet (`records.read_providers`)."""
-    fleet = read_fleet(store) if hosts is None or inventories else _touched(store, requests, hosts)
-    known = records.resource_classes(store)
-    reshaped = _reshape(store, fleet, inventories or {})
+    is several; PUT /allocations/{consumer} one), all checked against one read
+    (the server's snapshot, caught up with every earlier write: what it has
+    is compare-and-swapped or re-checked inside the write, so a stale read is
+    refused, never written). With `inventories` (POST /reshaper: provider
+    uuid -> (generation, its new inventories)), those providers' inventories
+    are replaced in the same write and the allocations are checked against
+    them."""
+    src = src.settled()
+    store = src.store
+    fleet = read_fleet(store) if inventories else src.fleet()
+    known, _ = src.known_names()
+    fleet, reshaped = _reshape(fleet, inventories or {})
     now = now_text()
     writes: dict[str, Write] = {}  # provider uuid -> its record's write
     # provider -> consumer -> resources, as this request leaves them
@@ -197,7 +176,7 @@ def set_allocations(store: Store, requests: list[ConsumerRequest],
                     raise PlacementBadRequest(
                         f"Unable to allocate inventory for consumer {consumer}: No such resource "
                         f"class {rc}.")
-        before = records.allocations_of(fleet, consumer)
+        before = fleet.allocations_of(consumer)
         generation = (rec.spec.generation + 1) if rec else 1
         for rp in sorted(set(before) | set(req.allocations)):
             p = fleet.providers[rp]
@@ -243,16 +222,16 @@ def set_allocations(store: Store, requests: list[ConsumerRequest],
                 f"Unable to reshape: Inventory for '{', '.join(gone)}' on resource provider "
                 f"'{rp}' in use.", code=INVENTORY_INUSE)
         if p.hypervisor is None:
-            writes[rp] = write_provider(store, fleet, p, allocations=allocs, inventories={
+            writes[rp] = write_provider(fleet, p, allocations=allocs, inventories={
                 rc: PlacementInventory(**inv) for rc, inv in new_inv.items()})
     for rp, allocs in working.items():
         if fleet.providers[rp].hypervisor is None and rp not in writes:
             # Placement moves a provider's generation on only where allocations were written.
-            writes[rp] = write_provider(store, fleet, fleet.providers[rp], bump=rp in grown,
+            writes[rp] = write_provider(fleet, fleet.providers[rp], bump=rp in grown,
                                         allocations=allocs)
     deletes: dict[str, Write] = {}
     for host, consumer in hv_drops:
-        for r in _reservations_of(store, host, consumer):
+        for r in _reservations_of(src, host, consumer):
             deletes[r.name] = Write("delete", r)
     claims = [claim_write(store, _reservation(host, consumer, resources, generation))
               for host, consumer, resources, generation in hv_claims]
@@ -267,11 +246,13 @@ def set_allocations(store: Store, requests: list[ConsumerRequest],
             code=CONCURRENT_UPDATE) from None
 
 
-def _reshape(store: Store, fleet: Fleet,
-             inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]]
-             ) -> dict[str, dict[str, dict[str, Any]]]:
-    """Check the reshaper's inventories and put them into `fleet`'s views (the
-    allocations are then checked against them); returns them, complete."""
+def _reshape(fleet: Fleet, inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]]
+             ) -> tuple[Fleet, dict[str, dict[str, dict[str, Any]]]]:
+    """Check the reshaper's inventories; `fleet` with them in its views (the
+    allocations are then checked against them), and them, complete."""
+    if not inventories:
+        return fleet, {}
+    providers = dict(fleet.providers)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for rp, (generation, invs) in inventories.items():
         p = fleet.providers.get(rp)
@@ -293,28 +274,25 @@ def _reshape(store: Store, fleet: Fleet,
                     f"Unable to reshape: resource provider {rp} is Hypervisor {p.hypervisor.name}, "
                     "whose inventories hvfleet computes", code=CONCURRENT_UPDATE)
             continue
-        fleet.providers[rp] = replace(p, inventories={rc: Inventory(**inv) for rc, inv in full.items()})
+        providers[rp] = replace(p, inventories={rc: Inventory(**inv) for rc, inv in full.items()})
         out[rp] = full
-    return out
+    return Fleet(providers, fleet.now), out
 
 
-def delete_allocations(store: Store, consumer: str) -> None:
-    fleet = read_fleet(store)
-    before = records.allocations_of(fleet, consumer)
-    if not before:
+def delete_allocations(src: Source, consumer: str) -> None:
+    if not src.fleet().allocations_of(consumer):
         raise PlacementNotFound(f"No allocations for consumer '{consumer}'")
-    set_allocations(store, [ConsumerRequest(consumer, {})])
-    rec = records.consumer(store, consumer)
-    if rec is not None:
-        with contextlib.suppress(Conflict, NotFound):
-            store.delete("PlacementConsumer", rec.name, rec.metadata.resource_version)
+    set_allocations(src, [ConsumerRequest(consumer, {})])
+    _drop_consumer(src.store, consumer)
 
 
-def drop_empty_consumer(store: Store, consumer: str) -> None:
+def drop_empty_consumer(src: Source, consumer: str) -> None:
     """Placement deletes a consumer whose allocations became empty."""
-    fleet = read_fleet(store)
-    if records.allocations_of(fleet, consumer):
-        return
+    if not src.fleet().allocations_of(consumer):
+        _drop_consumer(src.store, consumer)
+
+
+def _drop_consumer(store: Store, consumer: str) -> None:
     rec = records.consumer(store, consumer)
     if rec is not None:
         with contextlib.suppress(Conflict, NotFound):

@@ -12,9 +12,10 @@ time, never written."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from hvfleet.model.capacity import held_resources
 from hvfleet.model.errors import NotFound
@@ -26,6 +27,9 @@ from hvfleet.placement.graph import Inventory, Provider, ProviderGraph
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.scheduling.placement import export_inventories, export_usages, provider_uuid
 from hvfleet.store.base import Store
+
+if TYPE_CHECKING:
+    from hvfleet.placement.snapshot import ProviderSnapshot
 
 # Where Placement shows no timestamp of its own (a computed view), the time of the answer.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -142,11 +146,21 @@ def record_view(rec: ResourceProvider) -> ProviderView:
 
 @dataclass
 class Fleet:
-    """Every provider, by uuid, read at one time."""
+    """Every provider, by uuid, read at one time: by `read_fleet` from the
+    store, or handed out by the server's provider snapshot
+    (hvfleet.placement.snapshot), which keeps the lookups below patched per
+    change so a request needs no pass over the fleet. Not to be changed by
+    its reader (a snapshot's is shared)."""
 
-    providers: dict[str, ProviderView]
-    hypervisor_records: dict[str, ResourceProvider]
+    providers: Mapping[str, ProviderView]
     now: datetime
+    # name -> uuids (one, unless a Hypervisor took a stored provider's name),
+    # consumer -> provider uuids it has allocations on, parent uuid -> child
+    # uuids, root uuid -> the uuids of its tree: built on first use unless given.
+    names: Mapping[str, frozenset[str]] | None = None
+    consumer_index: Mapping[str, frozenset[str]] | None = None
+    children_index: Mapping[str, frozenset[str]] | None = None
+    tree_index: Mapping[str, frozenset[str]] | None = None
 
     def provider(self, uuid: str) -> ProviderView:
         from hvfleet.placement.errors import PlacementNotFound
@@ -156,11 +170,68 @@ class Fleet:
             raise PlacementNotFound(f"No resource provider with uuid {uuid} found")
         return p
 
-    def by_name(self) -> dict[str, ProviderView]:
-        return {p.name: p for p in self.providers.values()}
+    def all_named(self, name: str) -> list[ProviderView]:
+        if self.names is None:
+            self.names = _index((p.name, p.uuid) for p in self.providers.values())
+        return [self.providers[u] for u in sorted(self.names.get(name, ())) if u in self.providers]
+
+    def named(self, name: str) -> ProviderView | None:
+        found = self.all_named(name)
+        return found[0] if found else None
+
+    def allocations_of(self, consumer_uuid: str) -> dict[str, dict[str, int]]:
+        """provider uuid -> resource class -> amount, for one consumer."""
+        if self.consumer_index is None:
+            self.consumer_index = index_consumers(self.providers.values())
+        out = {}
+        for u in sorted(self.consumer_index.get(consumer_uuid, ())):
+            p = self.providers.get(u)
+            if p is not None and consumer_uuid in p.allocations:
+                out[u] = dict(p.allocations[consumer_uuid])
+        return out
+
+    def children(self, uuid: str) -> frozenset[str]:
+        if self.children_index is None:
+            self.children_index = index_children(self.providers.values())
+        return self.children_index.get(uuid, frozenset())
+
+    def tree(self, root_uuid: str) -> frozenset[str]:
+        """Every provider uuid of the tree whose root is `root_uuid`."""
+        if self.tree_index is None:
+            self.tree_index = index_trees(self.providers.values())
+        return self.tree_index.get(root_uuid, frozenset())
+
+    def descendants(self, uuid: str) -> set[str]:
+        out: set[str] = set()
+        todo = [uuid]
+        while todo:
+            for c in self.children(todo.pop()):
+                if c not in out:
+                    out.add(c)
+                    todo.append(c)
+        return out
 
     def graph(self) -> ProviderGraph:
         return ProviderGraph({u: p.to_graph() for u, p in self.providers.items()})
+
+
+def _index(pairs: Iterable[tuple[str, str]]) -> dict[str, frozenset[str]]:
+    out: dict[str, set[str]] = {}
+    for key, uuid in pairs:
+        out.setdefault(key, set()).add(uuid)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def index_consumers(views: Iterable[ProviderView]) -> dict[str, frozenset[str]]:
+    return _index((c, p.uuid) for p in views for c in p.allocations)
+
+
+def index_children(views: Iterable[ProviderView]) -> dict[str, frozenset[str]]:
+    return _index((p.parent_uuid, p.uuid) for p in views if p.parent_uuid is not None)
+
+
+def index_trees(views: Iterable[ProviderView]) -> dict[str, frozenset[str]]:
+    return _index((p.root_uuid, p.uuid) for p in views)
 
 
 def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
@@ -180,57 +251,56 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
     for rec in records:
         if rec.spec.hypervisor is None:
             providers[rec.name] = record_view(rec)
-    return Fleet(providers, hv_records, now)
+    return Fleet(providers, now)
 
 
-def read_providers(store: Store, uuids: Iterable[str], hosts: Mapping[str, str],
-                   reservations: list[Reservation], names: Iterable[str] = (),
-                   now: datetime | None = None) -> Fleet:
-    """Only the providers `uuids` (those that exist) and the hypervisors
-    `names`, each read as `read_fleet` reads it: a stored record by its uuid,
-    a hypervisor by its name (for a uuid, its name in `hosts`: provider uuid
-    -> host name, from the server's provider snapshot; a host that no longer
-    has that uid is not it), with its share of `reservations` (the store's).
-    For a write touching a few providers of a large fleet: what it does not
-    read it does not write, and what it writes is compare-and-swap or a claim
-    checked inside the write, so a stale `hosts` cannot overbook."""
-    now = now or datetime.now(UTC)
-    policies: list[OvercommitPolicy] | None = None
-    providers: dict[str, ProviderView] = {}
-    hv_records: dict[str, ResourceProvider] = {}
-    named: dict[str, str] = {}
-    for host_name in names:
-        try:
-            named[provider_uuid(store.get_hypervisor(host_name))] = host_name
-        except NotFound:
-            continue
-    for u in dict.fromkeys([*uuids, *named]):
-        try:
-            got = store.get("ResourceProvider", u)
-        except NotFound:
-            got = None
-        except Exception:  # not a name the store takes: no record
-            got = None
-        rec = got if isinstance(got, ResourceProvider) else None
-        if rec is not None and rec.spec.hypervisor is None:
-            providers[u] = record_view(rec)
-            continue
-        name = rec.spec.hypervisor if rec is not None else named.get(u) or hosts.get(u)
-        if name is None:
-            continue
-        try:
-            h = store.get_hypervisor(name)
-        except NotFound:
-            continue
-        if provider_uuid(h) != u:
-            continue
-        if policies is None:
-            policies = store.list_overcommit_policies()
-        if rec is not None:
-            hv_records[u] = rec
-        mine = [r for r in reservations if r.spec.hypervisor == name]
-        providers[u] = hypervisor_view(h, mine, policies, rec, now)
-    return Fleet(providers, hv_records, now)
+@dataclass
+class Source:
+    """Where the core reads Placement's view from: the store, and, in the
+    server, its provider snapshot (`snapshot(catch_up)`), whose fleet is
+    patched per change. Without one, each read is a read of the whole store
+    (`read_fleet`), as a one-off caller wants."""
+
+    store: Store
+    snapshot: Callable[[bool], ProviderSnapshot] | None = None
+
+    def settled(self) -> Source:
+        """This source caught up once, for the reads a write makes before it
+        writes (each then needs no catch-up of its own: on etcd, a question
+        to etcd)."""
+        if self.snapshot is None:
+            return self
+        snap = self.snapshot(True)
+        return Source(self.store, lambda _catch_up: snap)
+
+    def fleet(self) -> Fleet:
+        """Every provider, caught up with every write made before the call."""
+        return read_fleet(self.store) if self.snapshot is None else self.snapshot(True).fleet()
+
+    def hosts(self) -> Mapping[str, str] | None:
+        """Provider uuid -> hypervisor name, where a snapshot knows it."""
+        return None if self.snapshot is None else self.snapshot(False).hypervisor_uuids()
+
+    def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(resource classes, traits): the standard ones and the custom ones."""
+        if self.snapshot is not None:
+            return self.snapshot(True).known_names()
+        return frozenset(resource_classes(self.store)), frozenset(traits(self.store))
+
+    def consumer(self, uuid: str) -> PlacementConsumer | None:
+        if self.snapshot is not None:
+            return self.snapshot(True).consumer(uuid)
+        return consumer(self.store, uuid)
+
+    def reservations_of(self, host: str) -> list[Reservation]:
+        if self.snapshot is not None:
+            return self.snapshot(True).reservations_of(host)
+        return [r for r in self.store.list_reservations() if r.spec.hypervisor == host]
+
+    def project_consumers(self, project_id: str) -> list[PlacementConsumer]:
+        if self.snapshot is not None:
+            return self.snapshot(True).project_consumers(project_id)
+        return [c for c in consumers(self.store).values() if c.spec.project_id == project_id]
 
 
 def custom_names(store: Store, of: str) -> dict[str, PlacementName]:
@@ -263,32 +333,6 @@ def consumer(store: Store, uuid: str) -> PlacementConsumer | None:
 
 def consumers(store: Store) -> dict[str, PlacementConsumer]:
     return {c.name: c for c in store.list("PlacementConsumer").items if isinstance(c, PlacementConsumer)}
-
-
-def allocations_of(fleet: Fleet, consumer_uuid: str) -> dict[str, dict[str, int]]:
-    """provider uuid -> resource class -> amount, for one consumer."""
-    return {p.uuid: dict(p.allocations[consumer_uuid]) for p in fleet.providers.values()
-            if consumer_uuid in p.allocations}
-
-
-def tree_of(fleet: Fleet, uuid: str) -> list[ProviderView]:
-    root = fleet.provider(uuid).root_uuid
-    return [p for p in fleet.providers.values() if p.root_uuid == root]
-
-
-def descendants(fleet: Fleet, uuid: str) -> set[str]:
-    children: dict[str, list[str]] = {}
-    for p in fleet.providers.values():
-        if p.parent_uuid:
-            children.setdefault(p.parent_uuid, []).append(p.uuid)
-    out: set[str] = set()
-    todo = [uuid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in out:
-                out.add(c)
-                todo.append(c)
-    return out
 
 
 def latest(times: Mapping[str, datetime | None] | list[datetime | None], default: datetime) -> datetime:

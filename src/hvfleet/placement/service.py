@@ -14,7 +14,7 @@ and refused with a 409 otherwise (see docs/placement.md)."""
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -40,7 +40,7 @@ from hvfleet.placement.errors import (
 )
 from hvfleet.placement.graph import Inventory
 from hvfleet.placement.query import MemberOf, Traits
-from hvfleet.placement.records import Fleet, ProviderView, name_key, now_text, read_fleet
+from hvfleet.placement.records import Fleet, ProviderView, Source, name_key, now_text
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.store.base import Store, Write
 
@@ -70,7 +70,7 @@ def _record_for(fleet: Fleet, p: ProviderView) -> tuple[ResourceProvider, bool]:
     ), False
 
 
-def write_provider(store: Store, fleet: Fleet, p: ProviderView, *, bump: bool = True,
+def write_provider(fleet: Fleet, p: ProviderView, *, bump: bool = True,
                    **changes: Any) -> Write:
     """The write of `p`'s record with `changes`, its generation moved on unless
     not `bump` (Placement leaves it on a rename and where allocations only
@@ -95,17 +95,17 @@ def _valid_uuid(value: str) -> str:
     return str(uuidlib.UUID(value))
 
 
-def create_provider(store: Store, name: str, uuid: str | None, parent: str | None) -> ProviderView:
-    fleet = read_fleet(store)
+def create_provider(src: Source, name: str, uuid: str | None, parent: str | None) -> ProviderView:
+    fleet = src.fleet()
     uid = _valid_uuid(uuid) if uuid else str(uuidlib.uuid4())
     dup = []
     if uid in fleet.providers:
         dup.append(f"uuid: {uid}")
-    if name in fleet.by_name():
+    if fleet.named(name) is not None:
         dup.append(f"name: {name}")
     if dup:
         detail = f"Conflicting resource provider {', '.join(dup)} already exists."
-        same_name = fleet.by_name().get(name)
+        same_name = fleet.named(name)
         if same_name is not None and same_name.hypervisor is not None and same_name.uuid != uid:
             # nova-compute registering its node under its own uuid: say which
             # provider the node already is (docs/placement.md, nova-compute).
@@ -130,7 +130,7 @@ def create_provider(store: Store, name: str, uuid: str | None, parent: str | Non
     rec = ResourceProvider(metadata=ObjectMeta(name=uid), spec=ResourceProviderSpec(
         provider_name=name, parent_uuid=parent, root_uuid=root, created_at=now, updated_at=now))
     try:
-        store.create(rec, MANAGER)
+        src.store.create(rec, MANAGER)
     except AlreadyExists:
         raise PlacementConflict(f"Conflicting resource provider uuid: {uid} already exists.",
                                 code=DUPLICATE_NAME) from None
@@ -138,12 +138,12 @@ def create_provider(store: Store, name: str, uuid: str | None, parent: str | Non
 
 
 def update_provider(
-    store: Store, uuid: str, data: Mapping[str, Any], allow_reparenting: bool
+    src: Source, uuid: str, data: Mapping[str, Any], allow_reparenting: bool
 ) -> ProviderView:
-    fleet = read_fleet(store)
+    fleet = src.fleet()
     p = fleet.provider(uuid)
     name = data.get("name", p.name)
-    if name != p.name and name in fleet.by_name():
+    if name != p.name and fleet.named(name) is not None:
         raise PlacementConflict(f"Conflicting resource provider {name} already exists.", code=DUPLICATE_NAME)
     changes: dict[str, Any] = {"provider_name": name}
     if p.hypervisor is not None and name != p.name:
@@ -166,29 +166,29 @@ def update_provider(
                     raise PlacementBadRequest(
                         f"Unable to save resource provider {uuid}: Object action update failed "
                         f"because: {what} a provider is not currently allowed.")
-            if parent is not None and (parent == uuid or parent in records.descendants(fleet, uuid)):
+            if parent is not None and (parent == uuid or parent in fleet.descendants(uuid)):
                 raise PlacementBadRequest(
                     f"Unable to save resource provider {uuid}: Object action update failed "
                     "because: creating loop in the provider tree is not allowed.")
             root = fleet.providers[parent].root_uuid if parent else uuid
             changes["parent_uuid"] = parent
             changes["root_uuid"] = root
-            writes = [write_provider(store, fleet, p, bump=False, **changes)]
-            for d in records.descendants(fleet, uuid):
+            writes = [write_provider(fleet, p, bump=False, **changes)]
+            for d in fleet.descendants(uuid):
                 dp = fleet.providers[d]
                 if dp.record is not None:
                     writes.append(Write("update", dp.record.model_copy(update={
                         "spec": dp.record.spec.model_copy(update={"root_uuid": root})})))
-            _save(store, writes, f"resource provider {uuid}")
-            return read_fleet(store).provider(uuid)
+            _save(src.store, writes, f"resource provider {uuid}")
+            return src.fleet().provider(uuid)
     if name == p.name:
         return p
-    _save(store, [write_provider(store, fleet, p, bump=False, **changes)], f"resource provider {uuid}")
-    return read_fleet(store).provider(uuid)
+    _save(src.store, [write_provider(fleet, p, bump=False, **changes)], f"resource provider {uuid}")
+    return src.fleet().provider(uuid)
 
 
-def delete_provider(store: Store, uuid: str) -> None:
-    fleet = read_fleet(store)
+def delete_provider(src: Source, uuid: str) -> None:
+    fleet = src.fleet()
     p = fleet.providers.get(uuid)
     if p is None:
         raise PlacementNotFound(f"No resource provider with uuid {uuid} found for delete")
@@ -196,7 +196,7 @@ def delete_provider(store: Store, uuid: str) -> None:
         raise PlacementConflict(
             f"Unable to delete resource provider {uuid}: it is Hypervisor {p.hypervisor.name} "
             "(delete the Hypervisor in hvfleet)", code=PROVIDER_IN_USE)
-    if any(q.parent_uuid == uuid for q in fleet.providers.values()):
+    if fleet.children(uuid):
         raise PlacementConflict(
             f"Unable to delete parent resource provider {uuid}: It has child resource providers.",
             code=PROVIDER_CANNOT_DELETE_PARENT)
@@ -206,7 +206,7 @@ def delete_provider(store: Store, uuid: str) -> None:
             code=PROVIDER_IN_USE)
     assert p.record is not None
     try:
-        store.delete("ResourceProvider", uuid, p.record.metadata.resource_version)
+        src.store.delete("ResourceProvider", uuid, p.record.metadata.resource_version)
     except NotFound:
         raise PlacementNotFound(f"No resource provider with uuid {uuid} found for delete") from None
     except Conflict:
@@ -215,7 +215,7 @@ def delete_provider(store: Store, uuid: str) -> None:
 
 
 def list_providers(
-    store: Store,
+    src: Source,
     *,
     name: str | None = None,
     uuid: str | None = None,
@@ -224,16 +224,15 @@ def list_providers(
     resources: Mapping[str, int] | None = None,
     traits: Traits = Traits((), frozenset()),
 ) -> list[ProviderView]:
-    fleet = read_fleet(store)
+    fleet = src.fleet()
+    known, known_traits = src.known_names()
     if resources:
-        known = records.resource_classes(store)
         for rc in resources:
             if rc not in known:
                 raise PlacementBadRequest(
                     f"Invalid resource class in resources parameter: No such resource class {rc}.")
     wanted_traits = set(traits.forbidden) | {t for group in traits.required for t in group}
     if wanted_traits:
-        known_traits = records.traits(store)
         missing = sorted(t for t in wanted_traits if t not in known_traits)
         if missing:
             raise PlacementBadRequest(
@@ -244,8 +243,17 @@ def list_providers(
         if t is None:
             return []
         tree_root = t.root_uuid
+    # Narrowed by a lookup where the query names a provider or a tree (what
+    # nova-compute asks), else every provider is looked at.
+    pool: Iterable[ProviderView] = fleet.providers.values()
+    if uuid is not None:
+        pool = [fleet.providers[uuid]] if uuid in fleet.providers else []
+    elif name is not None:
+        pool = fleet.all_named(name)
+    elif tree_root is not None:
+        pool = [fleet.providers[u] for u in fleet.tree(tree_root) if u in fleet.providers]
     out = []
-    for p in fleet.providers.values():
+    for p in pool:
         if name is not None and p.name != name:
             continue
         if uuid is not None and p.uuid != uuid:
@@ -310,8 +318,8 @@ def _as_inventory(inv: Mapping[str, Any]) -> PlacementInventory:
     return PlacementInventory(**{k: v for k, v in inv.items() if k != "resource_provider_generation"})
 
 
-def _known_classes(store: Store, classes: Sequence[str], p: ProviderView) -> None:
-    known = records.resource_classes(store)
+def _known_classes(src: Source, classes: Sequence[str], p: ProviderView) -> None:
+    known, _ = src.known_names()
     for rc in classes:
         if rc not in known:
             raise PlacementBadRequest(
@@ -340,14 +348,14 @@ def _inv_dict(i: Inventory) -> dict[str, Any]:
             "step_size": i.step_size, "allocation_ratio": float(i.allocation_ratio)}
 
 
-def set_inventories(store: Store, uuid: str, generation: int,
+def set_inventories(src: Source, uuid: str, generation: int,
                     inventories: Mapping[str, Mapping[str, Any]],
                     reserved_can_be_total: bool) -> ProviderView:
-    fleet = read_fleet(store)
+    fleet = src.fleet()
     p = fleet.provider(uuid)
     check_generation(p, generation, "resource provider generation conflict")
     new = {rc: {**INVENTORY_DEFAULTS, **inv} for rc, inv in inventories.items()}
-    _known_classes(store, list(new), p)
+    _known_classes(src, list(new), p)
     for rc, inv in new.items():
         _check_capacity(p, rc, inv, reserved_can_be_total)
     if p.hypervisor is not None:
@@ -355,16 +363,16 @@ def set_inventories(store: Store, uuid: str, generation: int,
         return p
     _in_use(p, new)
     stored = {rc: _as_inventory(i) for rc, i in new.items()}
-    _save(store, [write_provider(store, fleet, p, inventories=stored)],
+    _save(src.store, [write_provider(fleet, p, inventories=stored)],
           f"resource provider {uuid}")
-    return read_fleet(store).provider(uuid)
+    return src.fleet().provider(uuid)
 
 
-def set_inventory(store: Store, uuid: str, rc: str, data: Mapping[str, Any],
+def set_inventory(src: Source, uuid: str, rc: str, data: Mapping[str, Any],
                   reserved_can_be_total: bool, create: bool) -> ProviderView:
     """PUT /inventories/{rc} (`create` False: the class must have an
     inventory) or POST /inventories (`create`: it must not)."""
-    fleet = read_fleet(store)
+    fleet = src.fleet()
     p = fleet.provider(uuid)
     if create and rc in p.inventories:
         raise PlacementConflict(
@@ -373,7 +381,7 @@ def set_inventory(store: Store, uuid: str, rc: str, data: Mapping[str, Any],
         check_generation(p, data["resource_provider_generation"], "resource provider generation conflict")
     inv = {**INVENTORY_DEFAULTS, **{k: v for k, v in data.items()
                                    if k not in ("resource_provider_generation", "resource_class")}}
-    _known_classes(store, [rc], p)
+    _known_classes(src, [rc], p)
     _check_capacity(p, rc, inv, reserved_can_be_total, "create" if create else "update")
     if not create and rc not in p.inventories:
         raise PlacementBadRequest(
@@ -384,14 +392,14 @@ def set_inventory(store: Store, uuid: str, rc: str, data: Mapping[str, Any],
     if p.hypervisor is not None:
         _hypervisor_inventory(p, merged)
         return p
-    _save(store, [write_provider(store, fleet, p,
+    _save(src.store, [write_provider(fleet, p,
                                  inventories={k: _as_inventory(i) for k, i in merged.items()})],
           f"resource provider {uuid}")
-    return read_fleet(store).provider(uuid)
+    return src.fleet().provider(uuid)
 
 
-def delete_inventory(store: Store, uuid: str, rc: str) -> None:
-    fleet = read_fleet(store)
+def delete_inventory(src: Source, uuid: str, rc: str) -> None:
+    fleet = src.fleet()
     p = fleet.provider(uuid)
     if rc not in p.inventories:
         raise PlacementNotFound(
@@ -404,34 +412,34 @@ def delete_inventory(store: Store, uuid: str, rc: str) -> None:
         raise PlacementConflict(
             f"Inventory for '{rc}' on resource provider '{uuid}' in use.", code=INVENTORY_INUSE)
     rest = {k: _as_inventory(_inv_dict(i)) for k, i in p.inventories.items() if k != rc}
-    _save(store, [write_provider(store, fleet, p, inventories=rest)], f"resource provider {uuid}")
+    _save(src.store, [write_provider(fleet, p, inventories=rest)], f"resource provider {uuid}")
 
 
-def delete_inventories(store: Store, uuid: str) -> None:
-    fleet = read_fleet(store)
+def delete_inventories(src: Source, uuid: str) -> None:
+    fleet = src.fleet()
     p = fleet.provider(uuid)
     if p.hypervisor is not None:
         raise PlacementConflict(
             f"Unable to delete inventory for resource provider {uuid}: it is Hypervisor "
             f"{p.hypervisor.name}, whose inventories hvfleet computes", code=CONCURRENT_UPDATE)
     _in_use(p, {})
-    _save(store, [write_provider(store, fleet, p, inventories={})], f"resource provider {uuid}")
+    _save(src.store, [write_provider(fleet, p, inventories={})], f"resource provider {uuid}")
 
 
 # -- traits -----------------------------------------------------------------------------
 
 
-def set_provider_traits(store: Store, uuid: str, generation: int, names: Sequence[str]) -> ProviderView:
-    fleet = read_fleet(store)
+def set_provider_traits(src: Source, uuid: str, generation: int, names: Sequence[str]) -> ProviderView:
+    fleet = src.fleet()
     p = fleet.provider(uuid)
     check_generation(p, generation, "Resource provider's generation already changed. "
                      "Please update the generation and try again.")
-    known = records.traits(store)
+    _, known = src.known_names()
     missing = [t for t in names if t not in known]
     if missing:
         raise PlacementBadRequest(f"No such trait {', '.join(missing)}")
-    _save(store, [write_provider(store, fleet, p, traits=sorted(set(names)))], f"resource provider {uuid}")
-    return read_fleet(store).provider(uuid)
+    _save(src.store, [write_provider(fleet, p, traits=sorted(set(names)))], f"resource provider {uuid}")
+    return src.fleet().provider(uuid)
 
 
 def create_custom(store: Store, of: str, name: str) -> bool:
@@ -446,12 +454,13 @@ def create_custom(store: Store, of: str, name: str) -> bool:
     return True
 
 
-def delete_trait(store: Store, name: str) -> None:
+def delete_trait(src: Source, name: str) -> None:
+    store = src.store
     if name in TRAITS:
         raise PlacementBadRequest(f"Cannot delete standard trait {name}.")
     if name not in records.custom_names(store, "trait"):
         raise PlacementNotFound(f"No such trait(s): {name}.")
-    if any(name in p.traits for p in read_fleet(store).providers.values()):
+    if any(name in p.traits for p in src.fleet().providers.values()):
         raise PlacementConflict(f"The trait {name} is in use by a resource provider.")
     try:
         store.delete("PlacementName", name_key("trait", name))
@@ -459,27 +468,29 @@ def delete_trait(store: Store, name: str) -> None:
         raise PlacementNotFound(f"No such trait(s): {name}.") from None
 
 
-def rename_resource_class(store: Store, name: str, new: str) -> str:
+def rename_resource_class(src: Source, name: str, new: str) -> str:
     """PUT /resource_classes/{name} before 1.7: the custom class's new name."""
+    store = src.store
     custom = records.custom_names(store, "resource-class")
     if name not in custom:
         raise PlacementNotFound(f"No such resource class {name}.")
     if new in custom or new in RESOURCE_CLASSES:
         raise PlacementConflict(f"Resource class already exists: {new}")
-    if any(name in p.inventories for p in read_fleet(store).providers.values()):
+    if any(name in p.inventories for p in src.fleet().providers.values()):
         raise PlacementConflict(f"Resource class {name} is in use in inventory: not renamed")
     create_custom(store, "resource-class", new)
     store.delete("PlacementName", name_key("resource-class", name))
     return new
 
 
-def delete_resource_class(store: Store, name: str) -> None:
+def delete_resource_class(src: Source, name: str) -> None:
+    store = src.store
     if name in RESOURCE_CLASSES:
         raise PlacementBadRequest(
             f"Error in delete resource class: Cannot delete standard resource class {name}.")
     if name not in records.custom_names(store, "resource-class"):
         raise PlacementNotFound(f"No such resource class {name}.")
-    if any(name in p.inventories for p in read_fleet(store).providers.values()):
+    if any(name in p.inventories for p in src.fleet().providers.values()):
         raise PlacementConflict(
             f"Error in delete resource class: Cannot delete resource class {name}. "
             "Class is in use in inventory.")
@@ -490,23 +501,23 @@ def delete_resource_class(store: Store, name: str) -> None:
 
 
 def set_aggregates(
-    store: Store, uuid: str, generation: int | None, aggregates: Sequence[str]
+    src: Source, uuid: str, generation: int | None, aggregates: Sequence[str]
 ) -> ProviderView:
-    fleet = read_fleet(store)
+    fleet = src.fleet()
     p = fleet.provider(uuid)
     if generation is not None:
         check_generation(p, generation, "Resource provider's generation already changed. "
                          "Please update the generation and try again.")
-    _save(store, [write_provider(store, fleet, p, aggregates=list(dict.fromkeys(aggregates)))],
+    _save(src.store, [write_provider(fleet, p, aggregates=list(dict.fromkeys(aggregates)))],
           f"resource provider {uuid}")
-    return read_fleet(store).provider(uuid)
+    return src.fleet().provider(uuid)
 
 
 # -- usages -----------------------------------------------------------------------------
 
 
-def provider_usages(store: Store, uuid: str) -> ProviderView:
-    fleet = read_fleet(store)
+def provider_usages(src: Source, uuid: str) -> ProviderView:
+    fleet = src.fleet()
     p = fleet.providers.get(uuid)
     if p is None:
         raise PlacementNotFound(
@@ -514,27 +525,23 @@ def provider_usages(store: Store, uuid: str) -> ProviderView:
     return p
 
 
-def total_usages(store: Store, project_id: str, user_id: str | None,
+def total_usages(src: Source, project_id: str, user_id: str | None,
                  consumer_type: str | None) -> dict[str, tuple[int, dict[str, int]]]:
     """consumer_type -> (how many consumers, resource class -> used), for the
     consumers of a project (and user). hvfleet's own claims (no Placement
     consumer record) belong to no project, so no query counts them."""
-    fleet = read_fleet(store)
-    cons = records.consumers(store)
+    fleet = src.fleet()
     out: dict[str, dict[str, int]] = {}
     seen: dict[str, set[str]] = {}
-    for p in fleet.providers.values():
-        for consumer, resources in p.allocations.items():
-            c = cons.get(consumer.lower())
-            if c is None or c.spec.project_id != project_id:
-                continue
-            if user_id is not None and c.spec.user_id != user_id:
-                continue
-            ctype = c.spec.consumer_type or "unknown"
-            if consumer_type not in (None, "all") and ctype != consumer_type:
-                continue
+    for c in src.project_consumers(project_id):
+        if user_id is not None and c.spec.user_id != user_id:
+            continue
+        ctype = c.spec.consumer_type or "unknown"
+        if consumer_type not in (None, "all") and ctype != consumer_type:
+            continue
+        for resources in fleet.allocations_of(c.name).values():
             mine = out.setdefault(ctype, {})
-            seen.setdefault(ctype, set()).add(consumer)
+            seen.setdefault(ctype, set()).add(c.name)
             for rc, n in resources.items():
                 mine[rc] = mine.get(rc, 0) + n
     return {t: (len(seen[t]), res) for t, res in out.items()}

@@ -1,54 +1,91 @@
 """The provider graph kept current from the store's watch, so
-`GET /allocation_candidates` answers from memory in milliseconds at 10,000
-providers instead of listing the store per request.
+`GET /allocation_candidates` and every other Placement read answer from
+memory in milliseconds at 10,000 providers instead of reading the store per
+request.
 
 `ProviderSnapshot.refresh(store)` applies the events since its revision (as
-the fleet index does, hvfleet.scheduling.index) and recomputes only the
-providers they touch: a Hypervisor or its Reservations → that host's
-provider; a ResourceProvider record → that provider; an OvercommitPolicy →
-every hypervisor (their allocation ratios); a provider whose value did not
-change is no change. `graph()` is one ProviderGraph value per change, and
-each names the graph before it and the providers that changed (GraphBasis),
-so the candidates index (hvfleet.placement.candidates) is patched for those
-providers, in a copy, instead of being built again for 10,000.
-What a reservation holds is judged when its host last changed: one that
-expires meanwhile still counts until the next event of that host (the
-snapshot never offers space a claim would refuse; claims re-check anyway)."""
+the fleet index does, hvfleet.scheduling.index), read from one stream of
+every stored kind (`Store.watch_objects`), and recomputes only the providers
+they touch: a Hypervisor or its Reservations → that host's provider; a
+ResourceProvider record → that provider; an OvercommitPolicy → every
+hypervisor (their allocation ratios); a provider whose value did not change
+is no change. On a store whose events are not at hand (etcd) the server
+`follow`s the store in a thread instead, and a refresh only waits until that
+thread has seen the store's current revision.
+
+Two values come out of it, each made again only after a change and then
+shared by every reader: `graph()`, one ProviderGraph per change naming the
+graph before it and the providers that changed (GraphBasis), so the
+candidates index (hvfleet.placement.candidates) is patched for those
+providers instead of being built again for 10,000; and `fleet()`, the
+providers' full views (records.Fleet) with lookups by name, consumer, parent
+and tree patched per change, for the other GETs, the policy check and the
+writes' reads. What a reservation holds is judged when its host last changed
+or when one of its reservations expires, whichever is first."""
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 
+from hvfleet.model.capacity import reservation_phase
 from hvfleet.model.errors import Gone
-from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
-from hvfleet.model.placement import PlacementName, ResourceProvider
+from hvfleet.model.hypervisor import HOLDING_PHASES, Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
+from hvfleet.placement.cow import CowDict
 from hvfleet.placement.graph import GraphBasis, Provider, ProviderGraph
-from hvfleet.placement.records import hypervisor_view, record_view
+from hvfleet.placement.records import Fleet, ProviderView, hypervisor_view, record_view
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.scheduling.placement import provider_uuid
 from hvfleet.store.base import Store, WatchEvent
 
+log = logging.getLogger(__name__)
+
+# How long a refresh waits for the follower to reach the store's revision
+# before it answers from what it has (a revision none of the followed events
+# carries: another prefix's write in a shared etcd).
+FOLLOW_WAIT_S = 0.5
+
 
 class ProviderSnapshot:
-    # What the snapshot follows: the public kinds, then each Placement record kind.
-    STREAMS: tuple[str | None, ...] = (None, "ResourceProvider", "PlacementName")
+    # What the snapshot follows where the store has no stream of every kind:
+    # the public kinds, then each Placement record kind.
+    STREAMS: tuple[str | None, ...] = (None, "ResourceProvider", "PlacementName", "PlacementConsumer")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._seen = threading.Condition(self._lock)
+        self._following = False
+        self.loads = 0  # whole-store reads (the first, and after lost history)
         self._reset()
 
     def _reset(self) -> None:
         self.revision = 0
+        self._caught_up = 0  # the store revision the last refresh waited for
         self._hosts: dict[str, Hypervisor] = {}
         self._reservations: dict[str, dict[str, Reservation]] = {}  # host -> name -> reservation
         self._policies: dict[str, OvercommitPolicy] = {}
         self._records: dict[str, ResourceProvider] = {}
         self._names: dict[str, PlacementName] = {}
+        self._consumers: dict[str, PlacementConsumer] = {}
+        self._by_project: dict[str, frozenset[str]] = {}  # project -> consumer names
         self._providers: dict[str, Provider] = {}
+        self._views: CowDict[str, ProviderView] = CowDict()
+        # Lookups of the views (values are frozensets, never changed in place).
+        # Each is handed out as a view no later change alters (hvfleet.placement.cow).
+        self._by_name: CowDict[str, frozenset[str]] = CowDict()
+        self._by_consumer: CowDict[str, frozenset[str]] = CowDict()
+        self._children: CowDict[str, frozenset[str]] = CowDict()
+        self._trees: CowDict[str, frozenset[str]] = CowDict()
+        self._fleet: Fleet | None = None  # the views handed out last
         self._host_uuid: dict[str, str] = {}
+        self._expiry: dict[str, datetime] = {}  # host -> when one of its reservations expires
+        self._next_expiry: datetime | None = None  # the soonest of them (None: work it out)
         self._dirty_hosts: set[str] = set()
         self._dirty_records: set[str] = set()
+        self._changed: set[str] = set()  # providers changed since the last graph
         self._graph: ProviderGraph | None = None
         self._last: ProviderGraph | None = None  # the graph handed out last
         self._uuids: dict[str, str] | None = None  # provider uuid -> hypervisor name
@@ -62,20 +99,19 @@ class ProviderSnapshot:
     def load_from(self, store: Store) -> None:
         revision = store.revision()
         self._reset()
+        self.loads += 1
         for h in store.list_hypervisors():
             self._hosts[h.name] = h
         for r in store.list_reservations():
             self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
         for p in store.list_overcommit_policies():
             self._policies[p.name] = p
-        for obj in store.list("ResourceProvider").items:
-            if isinstance(obj, ResourceProvider):
-                self._records[obj.name] = obj
-        for obj in store.list("PlacementName").items:
-            if isinstance(obj, PlacementName):
-                self._names[obj.name] = obj
+        for kind in ("ResourceProvider", "PlacementName", "PlacementConsumer"):
+            for obj in store.list(kind).items:
+                self.apply(WatchEvent(type="ADDED", object=obj, revision=revision))
         self._dirty_hosts = set(self._hosts)
-        self._dirty_records = set(self._records)
+        # A hypervisor's record (its traits, aggregates) is part of its host's view.
+        self._dirty_records = {u for u, r in self._records.items() if r.spec.hypervisor is None}
         self.revision = revision
 
     def apply(self, event: WatchEvent) -> None:
@@ -116,68 +152,192 @@ class ProviderSnapshot:
                 self._names.pop(obj.name, None)
             else:
                 self._names[obj.name] = obj
+        elif isinstance(obj, PlacementConsumer):
+            self._apply_consumer(obj, gone)
         else:
             return
         self._graph = None
 
+    def _apply_consumer(self, obj: PlacementConsumer, gone: bool) -> None:
+        old = self._consumers.get(obj.name)
+        if old is not None:
+            was = old.spec.project_id
+            self._by_project[was] = self._by_project.get(was, frozenset()) - {obj.name}
+        if gone:
+            self._consumers.pop(obj.name, None)
+            return
+        self._consumers[obj.name] = obj
+        now = obj.spec.project_id
+        self._by_project[now] = self._by_project.get(now, frozenset()) | {obj.name}
+
+    # -- catching up ----------------------------------------------------------------------
+
+    def _events(self, store: Store, since: int, *, stop: threading.Event | None = None,
+                timeout: float | None = None) -> Iterator[WatchEvent]:
+        """Every followed event after `since`, in revision order: one stream of
+        every kind where the store has one (the event at the store's current
+        revision is then always in it, so a catch-up stops there), else a
+        stream per followed kind."""
+        try:
+            yield from store.watch_objects(since, stop=stop, timeout=timeout)
+            return
+        except NotImplementedError:
+            pass
+        for kind in self.STREAMS:
+            yield from store.watch(kind, since=since, stop=stop, timeout=timeout)
+
     def refresh(self, store: Store, settle: float = 0.05) -> None:
         """Catch up with the store (every event up to its current revision).
-        An all-kinds watch carries the fleet's public kinds only, so the
-        Placement records are followed by watches of their own."""
+        When the snapshot `follow`s the store, only wait until the follower
+        has seen that revision (at most FOLLOW_WAIT_S)."""
+        target = store.revision()
         with self._lock:
-            target = store.revision()
-            if target <= self.revision:
+            if target <= max(self.revision, self._caught_up):
+                return
+            if self._following:
+                self._seen.wait_for(lambda: self.revision >= target, FOLLOW_WAIT_S)
+                self._caught_up = target
                 return
             if store.events_at_hand:
                 settle = 0.0  # nothing to wait for: a stream without events is done at once
             try:
-                for kind in self.STREAMS:
-                    for event in store.watch(kind, since=self.revision, timeout=settle):
-                        self.apply(event)
-                        if event.revision >= target and event.last_of_revision:
-                            break
+                for event in self._events(store, self.revision, timeout=settle):
+                    self.apply(event)
+                    self.revision = max(self.revision, event.revision)
+                    if event.revision >= target and event.last_of_revision:
+                        break
             except Gone:
                 self.load_from(store)
-            self.revision = max(self.revision, target)
+            self._caught_up = target
+
+    def follow(self, store: Store, stop: threading.Event) -> threading.Thread:
+        """Apply the store's events as they come, in a thread, until `stop`:
+        a refresh then never opens a stream of its own (on etcd, a new stream
+        from a past revision gets its history only at etcd's next sync of
+        lagging watchers, up to 100 ms later)."""
+
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    for event in self._events(store, self.revision, stop=stop):
+                        with self._lock:
+                            self.apply(event)
+                            if event.last_of_revision:
+                                self.revision = max(self.revision, event.revision)
+                                self._seen.notify_all()
+                except Gone:
+                    with self._lock:
+                        self.load_from(store)
+                        self._seen.notify_all()
+                except Exception:  # the store is down: follow again after a pause
+                    log.warning("placement snapshot: following the store failed", exc_info=True)
+                    stop.wait(0.5)
+
+        with self._lock:
+            self._following = True
+        t = threading.Thread(target=run, name="placement-snapshot-watch", daemon=True)
+        t.start()
+        return t
+
+    # -- the values handed out ------------------------------------------------------------
+
+    def _patch(self, now: datetime) -> None:
+        """Recompute the providers the events since the last patch touched
+        (and the hosts one of whose reservations expired since); call with
+        the lock held."""
+        if self._expiry:
+            if self._next_expiry is None:
+                self._next_expiry = min(self._expiry.values())
+            if self._next_expiry <= now:
+                self._dirty_hosts |= {h for h, t in self._expiry.items() if t <= now}
+        if not self._dirty_hosts and not self._dirty_records:
+            return
+        self._fleet = None  # its readers keep it as it is (CowDict)
+        policies = list(self._policies.values())
+        for name in self._dirty_hosts:
+            h = self._hosts.get(name)
+            uid = provider_uuid(h) if h is not None else None
+            old = self._host_uuid.get(name)
+            if old is not None and old != uid:
+                del self._host_uuid[name]
+                self._put(old, None)
+            if self._expiry.pop(name, None) is not None:
+                self._next_expiry = None
+            if h is None or uid is None:
+                continue
+            mine = list(self._reservations.get(name, {}).values())
+            self._put(uid, hypervisor_view(h, mine, policies, self._records.get(uid), now))
+            self._host_uuid[name] = uid
+            expiring = [r.spec.expires_at for r in mine if r.spec.expires_at is not None
+                        and r.spec.expires_at > now and reservation_phase(r, h, now) in HOLDING_PHASES]
+            if expiring:
+                self._expiry[name] = min(expiring)
+                self._next_expiry = None
+        for uid in self._dirty_records:
+            rec = self._records.get(uid)
+            self._put(uid, None if rec is None else record_view(rec))
+        self._dirty_hosts.clear()
+        self._dirty_records.clear()
+
+    def _put(self, uid: str, view: ProviderView | None) -> None:
+        """`view` in place of the provider `uid`'s (None: it is gone), its
+        lookups patched; a provider whose graph value is the same is no change
+        to the graph."""
+        old = self._views.get(uid)
+        if old is not None:
+            _drop(self._by_consumer, old.allocations, uid)
+            _drop(self._children, [old.parent_uuid] if old.parent_uuid else [], uid)
+            _drop(self._trees, [old.root_uuid], uid)
+            _drop(self._by_name, [old.name], uid)
+        if view is None:
+            self._views.pop(uid)
+            if self._providers.pop(uid, None) is not None:
+                self._changed.add(uid)
+            return
+        self._views[uid] = view
+        _add(self._by_consumer, view.allocations, uid)
+        _add(self._children, [view.parent_uuid] if view.parent_uuid else [], uid)
+        _add(self._trees, [view.root_uuid], uid)
+        _add(self._by_name, [view.name], uid)
+        provider = view.to_graph()
+        # In place, so the order of the others stays and an unchanged
+        # provider is no change at all.
+        if self._providers.get(uid) != provider:
+            self._providers[uid] = provider
+            self._changed.add(uid)
+
+    def fleet(self) -> Fleet:
+        """Every provider's view as of the last refresh, with its lookups: one
+        value per change, shared by its readers (who must not change it)."""
+        with self._lock:
+            now = datetime.now(UTC)
+            self._patch(now)
+            if self._fleet is None:
+                self._fleet = Fleet(self._views.view(), now, names=self._by_name.view(),
+                                    consumer_index=self._by_consumer.view(),
+                                    children_index=self._children.view(),
+                                    tree_index=self._trees.view())
+            return self._fleet
+
+    def consumer(self, name: str) -> PlacementConsumer | None:
+        with self._lock:
+            return self._consumers.get(name.lower())
+
+    def reservations_of(self, host: str) -> list[Reservation]:
+        with self._lock:
+            return list(self._reservations.get(host, {}).values())
+
+    def project_consumers(self, project_id: str) -> list[PlacementConsumer]:
+        with self._lock:
+            return [self._consumers[c] for c in sorted(self._by_project.get(project_id, ()))
+                    if c in self._consumers]
 
     def graph(self) -> ProviderGraph:
         with self._lock:
-            if self._graph is not None and not self._dirty_hosts and not self._dirty_records:
+            self._patch(datetime.now(UTC))
+            if self._graph is not None and not self._changed:
                 return self._graph
-            now = datetime.now(UTC)
-            policies = list(self._policies.values())
-            changed: set[str] = set()
-
-            def put(uid: str, provider: Provider) -> None:
-                # In place, so the order of the others stays and an unchanged
-                # provider is no change at all.
-                if self._providers.get(uid) != provider:
-                    self._providers[uid] = provider
-                    changed.add(uid)
-
-            for name in self._dirty_hosts:
-                h = self._hosts.get(name)
-                uid = provider_uuid(h) if h is not None else None
-                old = self._host_uuid.get(name)
-                if old is not None and old != uid:
-                    del self._host_uuid[name]
-                    if self._providers.pop(old, None) is not None:
-                        changed.add(old)
-                if h is None or uid is None:
-                    continue
-                view = hypervisor_view(h, list(self._reservations.get(name, {}).values()), policies,
-                                       self._records.get(uid), now)
-                put(uid, view.to_graph())
-                self._host_uuid[name] = uid
-            for uid in self._dirty_records:
-                rec = self._records.get(uid)
-                if rec is None:
-                    if self._providers.pop(uid, None) is not None:
-                        changed.add(uid)
-                else:
-                    put(uid, record_view(rec).to_graph())
-            self._dirty_hosts.clear()
-            self._dirty_records.clear()
+            changed, self._changed = self._changed, set()
             last = self._last
             if last is not None and not changed:
                 self._graph = last
@@ -201,6 +361,12 @@ class ProviderSnapshot:
                 self._uuids = {provider_uuid(h): name for name, h in self._hosts.items()}
             return self._uuids
 
+    def host_provider(self, host: str) -> str | None:
+        """The provider uuid of hypervisor `host`, as of the last refresh."""
+        with self._lock:
+            h = self._hosts.get(host)
+            return None if h is None else provider_uuid(h)
+
     def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
         """(resource classes, traits) Placement knows: standard and custom."""
         with self._lock:
@@ -209,3 +375,18 @@ class ProviderSnapshot:
                                                  if n.spec.of == "resource-class"}
         traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
         return frozenset(classes), frozenset(traits)
+
+
+def _drop(index: CowDict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:
+    for k in keys:
+        rest = (index.get(k) or frozenset()) - {uid}
+        if rest:
+            index[k] = rest
+        else:
+            index.pop(k)
+
+
+def _add(index: CowDict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:
+    for k in keys:
+        index[k] = (index.get(k) or frozenset()) | {uid}
+

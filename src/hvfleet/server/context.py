@@ -16,6 +16,7 @@ from typing import Protocol
 from hvfleet.model.errors import BadRequest
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.readiness import DEFAULT_STALENESS
+from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.server.auth import not_selecting
 from hvfleet.server.identity import Action, Authenticator, Authorizer, Identity, Selecting
@@ -95,6 +96,9 @@ class ApiContext:
         self._table_inputs: dict[str, tuple[float, TableInputs]] = {}
         self._index: FleetIndex | None = None
         self.index_lock = threading.Lock()
+        self._placement: ProviderSnapshot | None = None
+        self._placement_lock = threading.Lock()
+        self._placement_stop = threading.Event()
 
     def authorize(self, who: Identity, action: Action, current: Resource | None = None,
                   new: Resource | None = None) -> None:
@@ -128,5 +132,21 @@ class ApiContext:
             self._index.refresh(self.store)
         return self._index
 
+    def placement_snapshot(self) -> ProviderSnapshot:
+        """The Placement API's provider snapshot (hvfleet.placement.snapshot),
+        loaded on first use; over a store whose events are not at hand (etcd)
+        it follows the store in a thread until the server stops."""
+        snap = self._placement
+        if snap is None:
+            with self._placement_lock:
+                snap = self._placement
+                if snap is None:
+                    snap = ProviderSnapshot.from_store(self.store)
+                    if not self.store.events_at_hand:
+                        snap.follow(self.store, self._placement_stop)
+                    self._placement = snap
+        return snap
+
     def close(self) -> None:
+        self._placement_stop.set()
         self.hub.close()

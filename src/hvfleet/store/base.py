@@ -297,6 +297,15 @@ class Store(ABC):
         return self._watch(kind_of(kind) if kind else None, since, name, stop, timeout,
                            on_undecodable)
 
+    def watch_objects(self, since: int, *, stop: threading.Event | None = None,
+                      timeout: float | None = None) -> Iterator[WatchEvent]:
+        """`watch` of every stored kind, the public ones and the others
+        (Placement's records, tokens), in one stream in revision order: the
+        event of any write of objects is in it, so a reader catching up to a
+        revision knows when it has it. NotImplementedError where the backend
+        has no such stream (the remote store)."""
+        raise NotImplementedError(f"store {self.url} has no stream of every kind")
+
     @abstractmethod
     def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                timeout: float | None,

@@ -693,6 +693,12 @@ class EtcdStore(Store):
         return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
                            stop=stop, on_undecodable=on_undecodable, log_skipped=False)
 
+    def watch_objects(self, since: int, *, stop: threading.Event | None = None,
+                      timeout: float | None = None) -> Iterator[WatchEvent]:
+        start = self._kind_prefix(None)
+        return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
+                           stop=stop, timeout=timeout)
+
     def close(self) -> None:
         self._feed.close()
         self.transport.close()

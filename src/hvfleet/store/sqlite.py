@@ -30,7 +30,7 @@ from hvfleet.model.errors import (
     NotFound,
     Unavailable,
 )
-from hvfleet.model.hypervisor import KINDS, Hypervisor, Reservation, Resource
+from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.kinds import strategy_of
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import (
@@ -370,7 +370,16 @@ class SqliteStore(Store):
     def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                timeout: float | None,
                on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
-        kinds = [kind] if kind else list(KINDS)
+        return self._watch_kinds([kind] if kind else list(KINDS), since, name, stop, timeout,
+                                 on_undecodable)
+
+    def watch_objects(self, since: int, *, stop: threading.Event | None = None,
+                      timeout: float | None = None) -> Iterator[WatchEvent]:
+        return self._watch_kinds(list(STORED_KINDS), since, None, stop, timeout, None)
+
+    def _watch_kinds(self, kinds: builtins.list[str], since: int, name: str | None,
+                     stop: threading.Event | None, timeout: float | None,
+                     on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
         placeholders = ",".join("?" * len(kinds))
         by_name = "" if name is None else "AND e.name = ? "
         names = () if name is None else (name,)

@@ -7,7 +7,6 @@ HTTP statuses."""
 from __future__ import annotations
 
 import json
-import threading
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from hvfleet.placement.errors import (
     PlacementForbidden,
     PlacementNotFound,
 )
+from hvfleet.placement.records import Source
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.server.identity import Identity
 from hvfleet.server.placement import policy
@@ -95,23 +95,25 @@ class Call:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     last_modified: datetime | None = None
+    _caught_up: bool = False  # a GET's snapshot has caught up once: it makes no write
 
     def snapshot(self, catch_up: bool = True) -> ProviderSnapshot:
-        """The server's provider graph (one per app), caught up with the store
-        unless not `catch_up` (a writer that only needs which uuid is which
-        hypervisor: a host's uid never changes, and what the snapshot does not
-        know yet the writer reads from the store)."""
-        state = self.request.app.state
-        snap: ProviderSnapshot | None = getattr(state, "placement_snapshot", None)
-        if snap is None:
-            with _SNAPSHOT_LOCK:
-                snap = getattr(state, "placement_snapshot", None)
-                if snap is None:
-                    snap = ProviderSnapshot.from_store(self.store)
-                    state.placement_snapshot = snap
-        if catch_up:
+        """The server's provider snapshot, caught up with the store unless not
+        `catch_up` (a writer that only needs which uuid is which hypervisor: a
+        host's uid never changes, and what the snapshot does not know yet the
+        writer reads from the store). A GET catches up once (on etcd each
+        catch-up asks etcd its revision); a write, before each read, as it
+        reads what it wrote."""
+        snap: ProviderSnapshot = self.request.app.state.ctx.placement_snapshot()
+        if catch_up and not self._caught_up:
             snap.refresh(self.store)
+            self._caught_up = self.request.method in ("GET", "HEAD")
         return snap
+
+    def source(self) -> Source:
+        """What the core reads: the store, and the fleet as the snapshot has
+        it, caught up with every write made before this request."""
+        return Source(self.store, self.snapshot)
 
     @property
     def mount(self) -> str:
@@ -140,7 +142,6 @@ class EncodedJSON:
 
 
 Handler = Callable[[Call, Any], Any]
-_SNAPSHOT_LOCK = threading.Lock()
 
 
 _HTML = Environment(autoescape=True).from_string(

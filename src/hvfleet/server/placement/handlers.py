@@ -10,7 +10,7 @@ from typing import Any
 from hvfleet.placement import allocations as alloc
 from hvfleet.placement import candidates, query, records, schemas, service
 from hvfleet.placement.errors import PlacementBadRequest, PlacementNotFound
-from hvfleet.placement.records import ProviderView, read_fleet
+from hvfleet.placement.records import ProviderView
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.server.placement.edge import Call, EncodedJSON
 from hvfleet.server.placement.microversion import MAX_VERSION, MIN_VERSION, version_text
@@ -63,7 +63,7 @@ def _stamp(p: ProviderView) -> datetime:
 
 def create_provider(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.POST_RP_1_14 if call.at_least(1, 14) else schemas.POST_RP)
-    p = service.create_provider(call.store, data["name"], data.get("uuid"),
+    p = service.create_provider(call.source(), data["name"], data.get("uuid"),
                                 data.get("parent_provider_uuid"))
     call.headers["location"] = f"{call.mount}/resource_providers/{p.uuid}"
     if call.at_least(1, 20):
@@ -74,20 +74,20 @@ def create_provider(call: Call, data: Any) -> Any:
 
 
 def get_provider(call: Call, _: Any) -> Any:
-    p = read_fleet(call.store).provider(call.path("uuid"))
+    p = call.source().fleet().provider(call.path("uuid"))
     call.last_modified = _stamp(p)
     return provider_doc(call, p)
 
 
 def update_provider(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.PUT_RP_1_14 if call.at_least(1, 14) else schemas.PUT_RP)
-    p = service.update_provider(call.store, call.path("uuid"), data, call.at_least(1, 37))
+    p = service.update_provider(call.source(), call.path("uuid"), data, call.at_least(1, 37))
     call.last_modified = _stamp(p)
     return provider_doc(call, p)
 
 
 def delete_provider(call: Call, _: Any) -> None:
-    service.delete_provider(call.store, call.path("uuid"))
+    service.delete_provider(call.source(), call.path("uuid"))
     call.status = 204
 
 
@@ -100,7 +100,7 @@ def list_providers(call: Call, _: Any) -> Any:
     member_of = query.parse_member_of(call.params.get("member_of", []), call.version)
     resources = query.parse_resources(call.params["resources"][0]) if "resources" in call.params else None
     found = service.list_providers(
-        call.store, name=call.one("name"), uuid=call.one("uuid"), in_tree=call.one("in_tree"),
+        call.source(), name=call.one("name"), uuid=call.one("uuid"), in_tree=call.one("in_tree"),
         member_of=member_of, resources=resources, traits=traits)
     call.last_modified = records.latest([_stamp(p) for p in found], _now())
     return {"resource_providers": [provider_doc(call, p) for p in found]}
@@ -122,7 +122,7 @@ def _inventories_doc(call: Call, p: ProviderView) -> dict[str, Any]:
 
 def _provider_or_404(call: Call) -> ProviderView:
     uuid = call.path("uuid")
-    p = read_fleet(call.store).providers.get(uuid)
+    p = call.source().fleet().providers.get(uuid)
     if p is None:
         raise PlacementNotFound(
             f"No resource provider with uuid {uuid} found : No resource provider with uuid {uuid} found")
@@ -145,7 +145,7 @@ def get_inventory(call: Call, _: Any) -> Any:
 
 def put_inventories(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.PUT_INVENTORY)
-    p = service.set_inventories(call.store, call.path("uuid"), data["resource_provider_generation"],
+    p = service.set_inventories(call.source(), call.path("uuid"), data["resource_provider_generation"],
                                 data["inventories"], call.at_least(1, 26))
     return _inventories_doc(call, p)
 
@@ -153,7 +153,7 @@ def put_inventories(call: Call, data: Any) -> Any:
 def post_inventory(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.POST_INVENTORY)
     rc = data["resource_class"]
-    p = service.set_inventory(call.store, call.path("uuid"), rc, data, call.at_least(1, 26), create=True)
+    p = service.set_inventory(call.source(), call.path("uuid"), rc, data, call.at_least(1, 26), create=True)
     call.status = 201
     call.headers["location"] = f"{call.mount}/resource_providers/{p.uuid}/inventories/{rc}"
     call.last_modified = _stamp(p)
@@ -163,18 +163,18 @@ def post_inventory(call: Call, data: Any) -> Any:
 def put_inventory(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.BASE_INVENTORY)
     rc = call.path("rc")
-    p = service.set_inventory(call.store, call.path("uuid"), rc, data, call.at_least(1, 26), create=False)
+    p = service.set_inventory(call.source(), call.path("uuid"), rc, data, call.at_least(1, 26), create=False)
     call.last_modified = _stamp(p)
     return {"resource_provider_generation": p.generation, **_inv(p.inventories[rc])}
 
 
 def delete_inventory(call: Call, _: Any) -> None:
-    service.delete_inventory(call.store, call.path("uuid"), call.path("rc"))
+    service.delete_inventory(call.source(), call.path("uuid"), call.path("rc"))
     call.status = 204
 
 
 def delete_inventories(call: Call, _: Any) -> None:
-    service.delete_inventories(call.store, call.path("uuid"))
+    service.delete_inventories(call.source(), call.path("uuid"))
     call.status = 204
 
 
@@ -182,7 +182,7 @@ def delete_inventories(call: Call, _: Any) -> None:
 
 
 def provider_usages(call: Call, _: Any) -> Any:
-    p = service.provider_usages(call.store, call.path("uuid"))
+    p = service.provider_usages(call.source(), call.path("uuid"))
     call.last_modified = _now()
     usages = p.usages
     return {"resource_provider_generation": p.generation,
@@ -192,7 +192,7 @@ def provider_usages(call: Call, _: Any) -> Any:
 def usages(call: Call, _: Any) -> Any:
     schema = schemas.GET_USAGES_1_38 if call.at_least(1, 38) else schemas.GET_USAGES_1_9
     schemas.validate_query({k: v[0] for k, v in call.params.items()}, schema)
-    by_type = service.total_usages(call.store, call.params["project_id"][0], call.one("user_id"),
+    by_type = service.total_usages(call.source(), call.params["project_id"][0], call.one("user_id"),
                                    call.one("consumer_type"))
     call.last_modified = _now()
     if call.at_least(1, 38):
@@ -249,13 +249,13 @@ def put_resource_class(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.POST_RC)
     if name in RESOURCE_CLASSES:
         raise PlacementBadRequest(f"Cannot update standard resource class {name}")
-    new = service.rename_resource_class(call.store, name, data["name"])
+    new = service.rename_resource_class(call.source(), name, data["name"])
     call.last_modified = _now()
     return {"name": new, "links": [{"rel": "self", "href": f"{call.mount}/resource_classes/{new}"}]}
 
 
 def delete_resource_class(call: Call, _: Any) -> None:
-    service.delete_resource_class(call.store, call.path("name"))
+    service.delete_resource_class(call.source(), call.path("name"))
     call.status = 204
 
 
@@ -281,7 +281,7 @@ def list_traits(call: Call, _: Any) -> Any:
     if assoc is not None:
         if assoc.lower() not in ("true", "false"):
             raise PlacementBadRequest('The query parameter "associated" only accepts "true" or "false"')
-        used = set().union(*(p.traits for p in read_fleet(call.store).providers.values()))
+        used = set().union(*(p.traits for p in call.source().fleet().providers.values()))
         names = [n for n in names if (n in used) == (assoc.lower() == "true")]
     call.last_modified = _now()
     return {"traits": sorted(names)}
@@ -312,7 +312,7 @@ def put_trait(call: Call, _: Any) -> Any:
 
 
 def delete_trait(call: Call, _: Any) -> None:
-    service.delete_trait(call.store, call.path("name"))
+    service.delete_trait(call.source(), call.path("name"))
     call.status = 204
 
 
@@ -323,7 +323,7 @@ def _provider_traits_doc(call: Call, p: ProviderView) -> dict[str, Any]:
 
 def get_provider_traits(call: Call, _: Any) -> Any:
     uuid = call.path("uuid")
-    p = read_fleet(call.store).providers.get(uuid)
+    p = call.source().fleet().providers.get(uuid)
     if p is None:
         raise PlacementNotFound(
             f"No resource provider with uuid {uuid} found: No resource provider with uuid {uuid} found")
@@ -332,15 +332,15 @@ def get_provider_traits(call: Call, _: Any) -> Any:
 
 def put_provider_traits(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.SET_TRAITS_FOR_RP)
-    p = service.set_provider_traits(call.store, call.path("uuid"), data["resource_provider_generation"],
+    p = service.set_provider_traits(call.source(), call.path("uuid"), data["resource_provider_generation"],
                                     data["traits"])
     return _provider_traits_doc(call, p)
 
 
 def delete_provider_traits(call: Call, _: Any) -> None:
-    fleet = read_fleet(call.store)
+    fleet = call.source().fleet()
     p = fleet.provider(call.path("uuid"))
-    service.set_provider_traits(call.store, p.uuid, p.generation, [])
+    service.set_provider_traits(call.source(), p.uuid, p.generation, [])
     call.status = 204
 
 
@@ -356,18 +356,18 @@ def _aggregates_doc(call: Call, p: ProviderView) -> dict[str, Any]:
 
 
 def get_aggregates(call: Call, _: Any) -> Any:
-    return _aggregates_doc(call, read_fleet(call.store).provider(call.path("uuid")))
+    return _aggregates_doc(call, call.source().fleet().provider(call.path("uuid")))
 
 
 def put_aggregates(call: Call, data: Any) -> Any:
-    read_fleet(call.store).provider(call.path("uuid"))  # Placement answers 404 before 400
+    call.source().fleet().provider(call.path("uuid"))  # Placement answers 404 before 400
     if call.at_least(1, 19):
         schemas.validate(data, schemas.PUT_AGGREGATES_1_19)
         aggs, gen = data["aggregates"], data["resource_provider_generation"]
     else:
         schemas.validate(data, schemas.PUT_AGGREGATES_1_1)
         aggs, gen = data, None
-    p = service.set_aggregates(call.store, call.path("uuid"), gen, aggs)
+    p = service.set_aggregates(call.source(), call.path("uuid"), gen, aggs)
     return _aggregates_doc(call, p)
 
 
@@ -376,7 +376,7 @@ def put_aggregates(call: Call, data: Any) -> Any:
 
 def get_allocations(call: Call, _: Any) -> Any:
     consumer = call.path("consumer")
-    found = alloc.consumer_allocations(call.store, consumer)
+    found = alloc.consumer_allocations(call.source(), consumer)
     call.last_modified = _now()
     out: dict[str, Any] = {"allocations": {
         rp: ({"resources": res} | ({"generation": found.generations[rp]}))
@@ -412,9 +412,9 @@ def put_allocations(call: Call, data: Any) -> Any:
               if call.at_least(1, 8) else schemas.ALLOCATION_1_0)
     schemas.validate(data, schema)
     req = _request_of(call, consumer, data)
-    alloc.set_allocations(call.store, [req], hosts=call.snapshot(catch_up=False).hypervisor_uuids())
+    alloc.set_allocations(src := call.source(), [req])
     if not req.allocations:
-        alloc.drop_empty_consumer(call.store, consumer)
+        alloc.drop_empty_consumer(src, consumer)
     call.status = 204
     return None
 
@@ -425,10 +425,10 @@ def post_allocations(call: Call, data: Any) -> Any:
               else schemas.POST_ALLOCATIONS_1_13)
     schemas.validate(data, schema)
     reqs = [_request_of(call, c, body) for c, body in data.items()]
-    alloc.set_allocations(call.store, reqs, hosts=call.snapshot(catch_up=False).hypervisor_uuids())
+    alloc.set_allocations(src := call.source(), reqs)
     for r in reqs:
         if not r.allocations:
-            alloc.drop_empty_consumer(call.store, r.consumer)
+            alloc.drop_empty_consumer(src, r.consumer)
     call.status = 204
     return None
 
@@ -440,20 +440,20 @@ def reshape(call: Call, data: Any) -> Any:
     reqs = [_request_of(call, c, body) for c, body in data["allocations"].items()]
     inventories = {rp: (body["resource_provider_generation"], body["inventories"])
                    for rp, body in data["inventories"].items()}
-    alloc.set_allocations(call.store, reqs, inventories)
+    alloc.set_allocations(src := call.source(), reqs, inventories)
     for r in reqs:
-        alloc.drop_empty_consumer(call.store, r.consumer)
+        alloc.drop_empty_consumer(src, r.consumer)
     call.status = 204
     return None
 
 
 def delete_allocations(call: Call, _: Any) -> None:
-    alloc.delete_allocations(call.store, call.path("consumer"))
+    alloc.delete_allocations(call.source(), call.path("consumer"))
     call.status = 204
 
 
 def provider_allocations(call: Call, _: Any) -> Any:
-    fleet = read_fleet(call.store)
+    fleet = call.source().fleet()
     uuid = call.path("uuid")
     allocs = alloc.provider_allocations(fleet, uuid)
     call.last_modified = _now()

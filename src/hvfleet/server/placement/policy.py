@@ -17,8 +17,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hvfleet.placement.errors import PlacementForbidden
-from hvfleet.placement.records import read_fleet
-from hvfleet.scheduling.placement import provider_uuid
 
 if TYPE_CHECKING:
     from hvfleet.server.placement.edge import Call
@@ -46,11 +44,9 @@ def authorize(call: Call, rule: str) -> None:
     if rule in ROLE_RULES.get(who.role, frozenset()):
         return
     if who.role == "agent" and rule in AGENT_OWN and who.hypervisor and "uuid" in call.request.path_params:
-        fleet = read_fleet(call.store)
-        p = fleet.providers.get(call.path("uuid"))
-        mine = [h.hypervisor for h in fleet.providers.values()
-                if h.hypervisor is not None and h.hypervisor.name == who.hypervisor]
-        if p is not None and mine and p.root_uuid == provider_uuid(mine[0]):
+        p = call.source().fleet().providers.get(call.path("uuid"))
+        mine = call.snapshot(catch_up=False).host_provider(who.hypervisor)
+        if p is not None and mine is not None and p.root_uuid == mine:
             return
     raise PlacementForbidden(
         f"Policy does not allow placement:{rule} to be performed. (role {who.role}"

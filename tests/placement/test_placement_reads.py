@@ -1,0 +1,269 @@
+"""The Placement requests nova-compute and the scheduler make many of read no
+whole fleet per request: after a warm-up, no store list (of any kind) is made
+under a Placement request, on SQLite and on etcd; each answers from the
+server's provider snapshot, patched per change. And a read right after a
+write sees it, on the replica that wrote it and on another one over the same
+store."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hvfleet.model.hypervisor import Reservation
+from hvfleet.placement.records import read_fleet
+from hvfleet.placement.snapshot import ProviderSnapshot
+from hvfleet.store import Store, open_store
+from tests.placement.test_placement_claims import Placement, _fleet, _serve, _uuid
+from tests.support.etcd_local import EtcdCluster
+
+# Frames of the Placement API (the core and its edge): a list made under one
+# of them is a Placement request reading the store whole.
+PLACEMENT_CODE = ("/hvfleet/placement/", "/hvfleet/server/placement/")
+
+
+class ListCounter:
+    """Counts the store's list calls made under Placement code (other server
+    work, such as the readiness pass, lists too and is not counted)."""
+
+    def __init__(self, store: Store) -> None:
+        self.calls: list[str] = []
+        self._lock = threading.Lock()
+        real = store.list
+
+        def counted(kind: str, *args: Any, **kwargs: Any) -> Any:
+            if any(any(p in f.filename for p in PLACEMENT_CODE) for f in traceback.extract_stack()):
+                with self._lock:
+                    self.calls.append(kind)
+            return real(kind, *args, **kwargs)
+
+        store.list = counted  # type: ignore[method-assign]
+
+    def take(self) -> list[str]:
+        with self._lock:
+            out, self.calls = self.calls, []
+        return out
+
+
+def _store_and_api(url: str, directory: Path) -> Iterator[tuple[Placement, ListCounter]]:
+    store = open_store(url)
+    counter = ListCounter(store)
+    _fleet(store)
+    yield from ((api, counter) for api in _serve(store, directory))
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def sqlite_served() -> Iterator[tuple[Placement, ListCounter]]:
+    d = Path(tempfile.mkdtemp())
+    yield from _store_and_api(f"sqlite:///{d}/hvfleet.db", d)
+
+
+@pytest.fixture(scope="module")
+def etcd_served(etcd_session: EtcdCluster) -> Iterator[tuple[Placement, ListCounter]]:
+    d = Path(tempfile.mkdtemp())
+    yield from _store_and_api(etcd_session.url(prefix=f"/reads-{uuid.uuid4().hex[:12]}"), d)
+
+
+def _ok(r: Any, status: int = 200) -> Any:
+    assert r.status_code == status, r.text
+    return r.json() if r.content else None
+
+
+def _requests(api: Placement) -> list[tuple[str, Callable[[], Any]]]:
+    """nova-compute's and the scheduler's requests, each re-reading what it
+    needs (generations move on with each write), over a stored provider with
+    a child, traits, an aggregate and an allocation, and the hypervisor hv1
+    (its agent's token reads and writes its own tree)."""
+    rp, child, consumer, project = (str(uuid.uuid4()) for _ in range(4))
+    agg = str(uuid.uuid4())
+    _ok(api.call("PUT", "/traits/CUSTOM_READS"), 201)
+    _ok(api.call("POST", "/resource_providers", body={"name": rp, "uuid": rp}))
+    _ok(api.call("POST", "/resource_providers", body={"name": child, "uuid": child,
+                                                       "parent_provider_uuid": rp}))
+    _ok(api.call("PUT", f"/resource_providers/{rp}/inventories", body={
+        "resource_provider_generation": 0, "inventories": {"DISK_GB": {"total": 1000}}}))
+    hv1 = _uuid(api.store, "hv1")
+
+    def gen(u: str, role: str = "admin") -> int:
+        return int(_ok(api.call("GET", f"/resource_providers/{u}", role))["generation"])
+
+    def consumer_gen() -> int | None:
+        return _ok(api.call("GET", f"/allocations/{consumer}")).get("consumer_generation")
+
+    def put_allocation() -> None:
+        _ok(api.call("PUT", f"/allocations/{consumer}", body={
+            "allocations": {rp: {"resources": {"DISK_GB": 10}}, hv1: {"resources": {"VCPU": 1}}},
+            "project_id": project, "user_id": "u", "consumer_generation": consumer_gen(),
+            "consumer_type": "INSTANCE"}), 204)
+
+    def put_inventories() -> None:
+        _ok(api.call("PUT", f"/resource_providers/{rp}/inventories", body={
+            "resource_provider_generation": gen(rp), "inventories": {"DISK_GB": {"total": 1000}}}))
+
+    def put_traits(u: str = rp, role: str = "admin") -> None:
+        _ok(api.call("PUT", f"/resource_providers/{u}/traits", role, {
+            "resource_provider_generation": gen(u, role), "traits": ["CUSTOM_READS"]}))
+
+    def put_aggregates() -> None:
+        _ok(api.call("PUT", f"/resource_providers/{rp}/aggregates", body={
+            "resource_provider_generation": gen(rp), "aggregates": [agg]}))
+
+    def get(path: str, role: str = "admin") -> Callable[[], Any]:
+        return lambda: _ok(api.call("GET", path, role))
+
+    put_allocation()
+    put_traits()
+    put_aggregates()
+    return [
+        ("GET /resource_providers?name=", get(f"/resource_providers?name={rp}")),
+        ("GET /resource_providers?uuid=", get(f"/resource_providers?uuid={rp}")),
+        ("GET /resource_providers?in_tree=", get(f"/resource_providers?in_tree={child}")),
+        ("GET /resource_providers?member_of=", get(f"/resource_providers?member_of={agg}")),
+        ("GET /resource_providers?resources=", get("/resource_providers?resources=DISK_GB:1")),
+        ("GET /resource_providers?required=", get("/resource_providers?required=CUSTOM_READS")),
+        ("GET /resource_providers/{uuid}", get(f"/resource_providers/{rp}")),
+        ("GET .../inventories", get(f"/resource_providers/{rp}/inventories")),
+        ("GET .../inventories/{rc}", get(f"/resource_providers/{rp}/inventories/DISK_GB")),
+        ("GET .../traits", get(f"/resource_providers/{rp}/traits")),
+        ("GET .../aggregates", get(f"/resource_providers/{rp}/aggregates")),
+        ("GET .../usages", get(f"/resource_providers/{rp}/usages")),
+        ("GET .../allocations", get(f"/resource_providers/{rp}/allocations")),
+        ("GET /usages?project_id=", get(f"/usages?project_id={project}")),
+        ("GET /allocations/{consumer}", get(f"/allocations/{consumer}")),
+        ("PUT /allocations/{consumer}", put_allocation),
+        ("PUT .../inventories", put_inventories),
+        ("PUT .../traits", put_traits),
+        ("PUT .../aggregates", put_aggregates),
+        ("an agent's GET of its own provider", get(f"/resource_providers/{hv1}", "agent")),
+        ("an agent's PUT of its own traits", lambda: put_traits(hv1, "agent")),
+    ]
+
+
+@pytest.mark.parametrize("served", ["sqlite_served", "etcd_served"])
+def test_no_placement_request_lists_the_store_after_warm_up(
+        served: str, request: pytest.FixtureRequest) -> None:
+    api, counter = request.getfixturevalue(served)
+    steps = _requests(api)
+    for _, step in steps:  # warm-up: the snapshot's first load
+        step()
+    counter.take()
+    listed = {}
+    for name, step in steps:
+        step()
+        if kinds := counter.take():
+            listed[name] = kinds
+    assert listed == {}
+    # The counter sees Placement's lists: a whole read is one (the store is wrapped).
+    assert counter.take() == []
+    _ok(api.call("GET", "/traits?associated=true"))
+    _ok(api.call("PUT", "/traits/CUSTOM_COUNTED"), 201)
+    _ok(api.call("DELETE", "/traits/CUSTOM_COUNTED"), 204)
+    assert counter.take(), "a trait's delete reads the custom names: the counter must see it"
+
+
+def _replicas(url: str) -> Iterator[tuple[Placement, Placement]]:
+    """Two servers (replicas) over one store, each with its own store client."""
+    da, db = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
+    first, second = open_store(url), open_store(url)
+    _fleet(first)
+    for a in _serve(first, da):
+        for b in _serve(second, db, a.tokens):
+            yield a, b
+    first.close()
+    second.close()
+
+
+@pytest.fixture(scope="module")
+def sqlite_replicas() -> Iterator[tuple[Placement, Placement]]:
+    d = Path(tempfile.mkdtemp())
+    yield from _replicas(f"sqlite:///{d}/hvfleet.db")
+
+
+@pytest.fixture(scope="module")
+def etcd_replicas(etcd_session: EtcdCluster) -> Iterator[tuple[Placement, Placement]]:
+    yield from _replicas(etcd_session.url(prefix=f"/replicas-{uuid.uuid4().hex[:12]}"))
+
+
+@pytest.mark.parametrize("replicas", ["sqlite_replicas", "etcd_replicas"])
+def test_a_read_right_after_a_write_sees_it_on_the_same_and_the_other_replica(
+        replicas: str, request: pytest.FixtureRequest) -> None:
+    a, b = request.getfixturevalue(replicas)
+    rp = str(uuid.uuid4())
+    _ok(a.call("POST", "/resource_providers", body={"name": rp, "uuid": rp}))
+    _ok(b.call("GET", f"/resource_providers/{rp}"))
+    hv1 = _uuid(a.store, "hv1")
+    consumer = str(uuid.uuid4())
+    cgen = None
+    for k in range(1, 9):
+        writer, reader = (a, b) if k % 2 else (b, a)
+        g = _ok(writer.call("GET", f"/resource_providers/{rp}"))["generation"]
+        inv = _ok(writer.call("PUT", f"/resource_providers/{rp}/inventories", body={
+            "resource_provider_generation": g, "inventories": {"DISK_GB": {"total": 100 + k}}}))
+        for replica in (writer, reader):
+            got = _ok(replica.call("GET", f"/resource_providers/{rp}/inventories"))
+            assert got["inventories"]["DISK_GB"]["total"] == 100 + k
+            assert got["resource_provider_generation"] == inv["resource_provider_generation"]
+        _ok(writer.call("PUT", f"/allocations/{consumer}", body={
+            "allocations": {rp: {"resources": {"DISK_GB": k}}, hv1: {"resources": {"VCPU": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": cgen,
+            "consumer_type": "INSTANCE"}), 204)
+        for replica in (writer, reader):
+            got = _ok(replica.call("GET", f"/allocations/{consumer}"))
+            assert {u: x["resources"] for u, x in got["allocations"].items()} == {
+                rp: {"DISK_GB": k}, hv1: {"VCPU": 1}}
+            assert _ok(replica.call("GET", f"/resource_providers/{rp}/usages"))["usages"] == {"DISK_GB": k}
+        cgen = got["consumer_generation"]
+        _ok(writer.call("DELETE", f"/allocations/{consumer}"), 204)
+        for replica in (writer, reader):
+            assert _ok(replica.call("GET", f"/allocations/{consumer}"))["allocations"] == {}
+            assert _ok(replica.call("GET", f"/resource_providers/{hv1}/usages"))["usages"].get("VCPU", 0) == 0
+        cgen = None
+
+
+def test_a_snapshot_loaded_from_the_store_answers_as_a_whole_read(
+        sqlite_served: tuple[Placement, ListCounter]) -> None:
+    """Loaded where a hypervisor has a record of its own (its traits), the
+    snapshot shows the hypervisor's computed view, not the bare record."""
+    api, _ = sqlite_served
+    hv1 = _uuid(api.store, "hv1")
+    _ok(api.call("PUT", "/traits/CUSTOM_LOADED"), 201)
+    g = _ok(api.call("GET", f"/resource_providers/{hv1}"))["generation"]
+    _ok(api.call("PUT", f"/resource_providers/{hv1}/traits", body={
+        "resource_provider_generation": g, "traits": ["CUSTOM_LOADED"]}))
+    snap = ProviderSnapshot.from_store(api.store)
+    whole = read_fleet(api.store)
+    assert snap.fleet().providers[hv1].inventories == whole.providers[hv1].inventories != {}
+    assert dict(snap.fleet().providers) == dict(whole.providers)
+    assert snap.graph().providers == whole.graph().providers
+
+
+def test_a_reservation_stops_counting_when_it_expires_without_an_event(tmp_path: Path) -> None:
+    """Nothing is written when a reservation's expiresAt passes: the snapshot
+    looks at its hosts again at that time, so its views and graph drop the
+    allocation as a whole read does."""
+    store = open_store(f"sqlite:///{tmp_path}/hvfleet.db")
+    _fleet(store)
+    hv1 = _uuid(store, "hv1")
+    expires = datetime.now(UTC) + timedelta(seconds=1.5)
+    store.create(Reservation.model_validate({"metadata": {"name": "r-soon"}, "spec": {
+        "hypervisor": "hv1", "resources": {"cpu": 2}, "consumer": "c-soon",
+        "expires_at": expires.isoformat()}}), "test")
+    snap = ProviderSnapshot.from_store(store)
+    assert snap.fleet().allocations_of("c-soon") == {hv1: {"VCPU": 2}}
+    assert snap.graph().providers[hv1].usages.get("VCPU") == 2
+    time.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.2)
+    snap.refresh(store)
+    assert snap.fleet().allocations_of("c-soon") == {}
+    assert snap.graph().providers[hv1].usages.get("VCPU", 0) == 0
+    assert dict(snap.fleet().providers) == dict(read_fleet(store).providers)
+    store.close()
