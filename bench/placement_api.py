@@ -16,20 +16,24 @@ HTTPS with the CA it makes, token authentication (an admin token in
    (what Nova's scheduler asks, with its default limit) at each of `--sizes`
    providers (each with VCPU, MEMORY_MB and DISK_GB inventories), p50 of
    `--queries`, timed at the client from sending the request to the answer's
-   last byte (parsing its JSON, the same for both, is not counted): warm
-   (nothing changed since the last query), and right after
+   last byte (parsing its JSON, the same for both, is not counted), p50 and
+   p90: warm (nothing changed since the last query), and right after
    a claim on one of the providers (a scheduler's steady state: every answer
    follows a write). Beside them, the per-request cost of the edge (the same
    URL asking for more than any provider has: TLS, token, policy, parsing, an
    empty answer) and, in this process over the same store, where hvfleet's
-   time goes (snapshot load, first index, find, encoding). Both fleets are
+   time goes (snapshot load, first index, find, encoding). hvfleet answers
+   over each of `--candidate-stores` (SQLite, a one-member etcd), each
+   through a server per `--transports`: HTTPS as deployed, and plain HTTP on
+   loopback, the transport real Placement is measured on (wsgiref, no TLS;
+   HTTP/1.0, a new connection per request, which costs it ~0.1 ms). Both fleets are
    seeded straight into their databases (hvfleet's as provider records,
    Placement's as rows in its tables, as bench/placement_candidates.py does):
    10,000 providers through Placement's API would take an hour on a loaded
    machine.
 
     .venv/bin/python bench/placement_api.py [--sizes 1000,10000] [--claims 400] [--clients 8]
-        [--stores sqlite,etcd] [--queries 20]
+        [--stores sqlite,etcd] [--queries 20] [--candidate-stores sqlite,etcd] [--transports https,http]
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +89,10 @@ class Endpoint:
             return http.client.HTTPConnection(self.host, self.port, timeout=120)
         return http.client.HTTPSConnection(self.host, self.port, timeout=120, context=self.context)
 
-    def timed_get(self, conn: http.client.HTTPConnection, path: str) -> tuple[int, Any, float]:
-        """GET `path`: status, parsed body, and the seconds from sending the
+    def timed_get(self, conn: http.client.HTTPConnection, path: str) -> tuple[int, Any, float, int]:
+        """GET `path`: status, parsed body, the seconds from sending the
         request to the last byte of the answer (parsing the JSON, the same
-        for both peers, not counted)."""
+        for both peers, not counted), and the body's size."""
         headers = {"X-Auth-Token": self.token, "OpenStack-API-Version": VERSION,
                    "Accept": "application/json"}
         t = time.perf_counter()
@@ -95,7 +100,7 @@ class Endpoint:
         r = conn.getresponse()
         raw = r.read()
         took = time.perf_counter() - t
-        return r.status, json.loads(raw), took
+        return r.status, json.loads(raw), took, len(raw)
 
     def call(self, conn: http.client.HTTPConnection, method: str, path: str,
              body: Any = None) -> tuple[int, Any]:
@@ -166,7 +171,7 @@ INVENTORY = {"VCPU": {"total": 64, "allocation_ratio": 4.0},
              "DISK_GB": {"total": 2000}}
 
 
-def seed_hvfleet(store: Store, n: int, start: int) -> None:
+def seed_hvfleet(store: Store, n: int, start: int, batch_size: int = 500) -> None:
     batch: list[Write] = []
     for i in range(start, n):
         uid = str(uuid.UUID(int=i + 1))
@@ -174,7 +179,7 @@ def seed_hvfleet(store: Store, n: int, start: int) -> None:
             provider_name=f"cn{i:05d}", root_uuid=uid, generation=1,
             inventories={rc: PlacementInventory(**inv) for rc, inv in INVENTORY.items()})
         batch.append(Write("create", ResourceProvider(metadata=ObjectMeta(name=uid), spec=spec)))
-        if len(batch) == 500:
+        if len(batch) == batch_size:
             store.write_all(batch, "bench")
             batch = []
     if batch:
@@ -206,18 +211,33 @@ CANDIDATES = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:1024&limit=1000"
 NOTHING_FITS = "/allocation_candidates?resources=VCPU:100000"
 
 
-def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> tuple[float, int]:
+@dataclass(frozen=True)
+class Timing:
+    p50: float
+    p90: float
+    note: str
+
+
+def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> Timing:
+    """p50/p90 of `queries` GETs of `path` on one kept-alive connection (if
+    the server keeps it), with the body's size and the client's own CPU per
+    request (sending, receiving, TLS; not parsing)."""
     conn = ep.connection()
     status, doc = ep.call(conn, "GET", path)  # the first builds hvfleet's index: not measured
     assert status == 200, doc
-    times = []
+    times, cpu = [], []
+    size = 0
     for _ in range(queries):
-        status, doc, took = ep.timed_get(conn, path)
+        c = time.thread_time()
+        status, doc, took, size = ep.timed_get(conn, path)
+        cpu.append(time.thread_time() - c)
         times.append(took)
-    return statistics.median(times), len(doc["allocation_requests"])
+    return Timing(statistics.median(times), quantile(times, 0.9),
+                  f"({len(doc['allocation_requests'])} candidates, {size / 1024:.0f} KiB; "
+                  f"client CPU {ms(statistics.median(cpu))})")
 
 
-def after_claims(ep: Endpoint, queries: int, size: int) -> tuple[float, float]:
+def after_claims(ep: Endpoint, queries: int, size: int) -> Timing:
     """p50 of the candidates query, each right after a claim of 1 VCPU (a new
     consumer) on one of the `size` providers; and p50 of those claims (one
     client: the cost of a PUT /allocations at this fleet size)."""
@@ -231,10 +251,11 @@ def after_claims(ep: Endpoint, queries: int, size: int) -> tuple[float, float]:
         status, doc = ep.call(conn, "PUT", f"/allocations/{uuid.uuid4()}", body)
         puts.append(time.perf_counter() - t)
         assert status == 204, doc
-        status, doc, took = ep.timed_get(conn, CANDIDATES)
+        status, doc, took, _ = ep.timed_get(conn, CANDIDATES)
         times.append(took)
         assert status == 200, doc
-    return statistics.median(times), statistics.median(puts)
+    return Timing(statistics.median(times), quantile(times, 0.9),
+                  f"(the claim before each, one client: p50 {ms(statistics.median(puts))})")
 
 
 def in_process(store: Store, queries: int) -> dict[str, float]:
@@ -309,6 +330,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--stores", default="sqlite,etcd",
                     help="where the claims are measured ('' for none)")
+    ap.add_argument("--candidate-stores", default="sqlite,etcd",
+                    help="the stores hvfleet answers candidates over (one server each per transport)")
+    ap.add_argument("--transports", default="https,http",
+                    help="hvfleet's listeners: https (as deployed), http (plain, as real Placement here)")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     real = RealPlacement().start()
@@ -323,50 +348,77 @@ def main() -> None:
         real.stop()
 
 
-def candidates_rounds(args: argparse.Namespace, real: RealPlacement, theirs: Endpoint) -> None:
-    work = Path(tempfile.mkdtemp(prefix="bench-placement-candidates-"))
-    store = open_store(f"sqlite:///{work}/hvfleet.db")
+def quantile(times: list[float], q: float) -> float:
+    """The `q` quantile (0.9: p90) of `times`, as statistics.quantiles puts it."""
+    if len(times) < 2:
+        return times[0]
+    return statistics.quantiles(times, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def hvfleet_endpoints(kind: str, work: Path, stack: contextlib.ExitStack,
+                      transports: list[str]) -> tuple[Store, list[Endpoint]]:
+    """A store of `kind` and one `hvfleet serve` over it per transport: HTTPS
+    (as deployed, with its own CA) and plain HTTP on loopback (the transport
+    real Placement is measured on here: wsgiref, no TLS)."""
+    store = open_bench_store(kind, work, stack)
+    stack.callback(store.close)
     token = make_token(store, "admin", name="bench-admin")
-    server = Server(store.url, work / "server")
-    assert server.ca is not None
-    ours = Endpoint("hvfleet", "127.0.0.1", server.port, "/placement", token,
-                    ssl.create_default_context(cafile=str(server.ca)))
-    try:
+    out = []
+    for transport in transports:
+        plain = transport == "http"
+        server = Server(store.url, work / f"server-{transport}", plain=plain)
+        stack.callback(server.stop)
+        context = None if plain else ssl.create_default_context(cafile=str(server.ca))
+        out.append(Endpoint(f"hvfleet/{kind}/{transport}", "127.0.0.1", server.port, "/placement", token,
+                            context))
+    return store, out
+
+
+def candidates_rounds(args: argparse.Namespace, real: RealPlacement, theirs: Endpoint) -> None:
+    kinds = [k for k in args.candidate_stores.split(",") if k]
+    transports = [t for t in args.transports.split(",") if t]
+    with contextlib.ExitStack() as stack:
+        fleets: list[tuple[str, Store, list[Endpoint]]] = []
+        for kind in kinds:
+            work = Path(tempfile.mkdtemp(prefix=f"bench-placement-candidates-{kind}-"))
+            store, eps = hvfleet_endpoints(kind, work, stack, transports)
+            fleets.append((kind, store, eps))
         have = 0
         for size in [int(s) for s in args.sizes.split(",")]:
-            t = time.perf_counter()
-            seed_hvfleet(store, size, have)
-            seeded_ours = time.perf_counter() - t
+            print(f"GET /allocation_candidates at {size} providers")
+            for kind, store, eps in fleets:
+                t = time.perf_counter()
+                seed_hvfleet(store, size, have, 500 if kind == "sqlite" else 50)  # etcd: --max-txn-ops
+                print(f"  hvfleet/{kind} seeded in {time.perf_counter() - t:.1f} s")
+                for ep in eps:
+                    t = time.perf_counter()
+                    ep.call(ep.connection(), "GET", CANDIDATES)
+                    print(f"  {ep.name} first query after seeding (snapshot catches up, index built): "
+                          f"{ms(time.perf_counter() - t)}")
             t = time.perf_counter()
             seed_real(real, size, have)
-            seeded_real = time.perf_counter() - t
+            print(f"  placement seeded in {time.perf_counter() - t:.1f} s")
             have = size
-            print(f"GET /allocation_candidates at {size} providers "
-                  f"(seeded in {seeded_ours:.1f} s / {seeded_real:.1f} s)")
-            t = time.perf_counter()
-            ours.call(ours.connection(), "GET", CANDIDATES)
-            print(f"  hvfleet first query after seeding (snapshot catches up, index built): "
-                  f"{ms(time.perf_counter() - t)}")
-            warm: dict[str, float] = {}
-            for ep in (ours, theirs):
-                p50, n = candidates(ep, args.queries)
-                warm[ep.name] = p50
-                print(f"  {ep.name:9} warm p50 {ms(p50)}  ({n} allocation requests)")
-            print(f"  ratio     {warm['placement'] / warm['hvfleet']:.1f}x")
-            claimed: dict[str, float] = {}
-            for ep in (ours, theirs):
-                claimed[ep.name], put = after_claims(ep, max(5, args.queries // 2), size)
-                print(f"  {ep.name:9} right after a claim p50 {ms(claimed[ep.name])}  "
-                      f"(the claim itself, one client: p50 {ms(put)})")
-            print(f"  ratio     {claimed['placement'] / claimed['hvfleet']:.1f}x")
-            for ep in (ours, theirs):
-                p50, _ = candidates(ep, args.queries, NOTHING_FITS)
-                print(f"  {ep.name:9} per-request cost (nothing fits, empty answer) p50 {ms(p50)}")
-            for step, took in in_process(store, args.queries).items():
-                print(f"  in process: {step:26} {ms(took)}")
-    finally:
-        server.stop()
-        store.close()
+            ours = [ep for _, _, eps in fleets for ep in eps]
+            rounds = [("warm", lambda ep: candidates(ep, args.queries)),
+                      ("right after a claim", lambda ep, n=size, k=max(5, args.queries // 2):
+                       after_claims(ep, k, n)),
+                      ("nothing fits (the per-request floor)",
+                       lambda ep: candidates(ep, args.queries, NOTHING_FITS))]
+            for title, measure in rounds:
+                print(f"  {title}:")
+                got: dict[str, Timing] = {}
+                for ep in [*ours, theirs]:
+                    got[ep.name] = timing = measure(ep)
+                    print(f"    {ep.name:22} p50 {ms(timing.p50)}  p90 {ms(timing.p90)}  {timing.note}")
+                real_p50, real_p90 = got[theirs.name].p50, got[theirs.name].p90
+                for ep in ours:
+                    print(f"    ratio {ep.name:16} p50 {real_p50 / got[ep.name].p50:6.1f}x  "
+                          f"p90 {real_p90 / got[ep.name].p90:6.1f}x")
+            for kind, store, _ in fleets:
+                if kind == "sqlite":
+                    for step, took in in_process(store, args.queries).items():
+                        print(f"  in process: {step:26} {ms(took)}")
 
 
 if __name__ == "__main__":

@@ -629,6 +629,7 @@ class _Index:
             self.summary_resources.append(res)
             self.max_units.append({rc: inv.max_unit for rc, inv in p.inventories.items()})
         self.summaries: dict[int, ProviderSummary] = {}  # made on first use
+        self.answers: dict[tuple[object, ...], str] = {}  # candidates_json's bodies for this graph
         self.columns: dict[str, _ClassColumns] = {}
         self.rows: dict[str, dict[int, int]] = {}  # class -> provider -> its row in the columns
         for rc, rs in rows.items():
@@ -669,6 +670,7 @@ class _Index:
         ix.summary_resources = list(self.summary_resources)
         ix.max_units = list(self.max_units)
         ix.summaries = dict(self.summaries)
+        ix.answers = {}  # every body was of the graph before
         ix.columns = dict(self.columns)
         fresh: dict[str, _ClassColumns] = {}  # columns copied for this index
         copied: set[str] = set()
@@ -793,6 +795,41 @@ def _index(graph: ProviderGraph) -> _Index:
     key = id(graph)
     _INDEXES[key] = (weakref.ref(graph, lambda _: _INDEXES.pop(key, None)), ix)
     return ix
+
+
+# Bodies kept per graph (by query, microversion and known names): a scheduler
+# asks a few shapes of query; each body may be megabytes at 10,000 providers.
+ANSWERS_PER_GRAPH = 16
+
+
+def candidates_json(
+    graph: ProviderGraph,
+    params: Mapping[str, Sequence[str]],
+    microversion: Microversion,
+    *,
+    resource_classes: frozenset[str] | None = None,
+    traits: frozenset[str] | None = None,
+) -> str:
+    """`render_candidates_json(find_candidates(graph, parse_candidates_query(
+    params, microversion), ...), microversion)`, kept with the graph's index:
+    the same query at the same microversion, over the same graph and the same
+    known names, is the same body, so it is made once. The three are pure, so
+    this is only memoization; any change to a provider (usage, inventory,
+    trait, aggregate, ratio) is a new graph, and a new index with no bodies.
+    A refused query is refused again each time (nothing is kept for it)."""
+    ix = _index(graph)
+    key = (tuple((k, tuple(v)) for k, v in params.items()), microversion, resource_classes, traits)
+    body = ix.answers.get(key)
+    if body is not None:
+        return body
+    query = parse_candidates_query(params, microversion)
+    answer = find_candidates(graph, query, resource_classes=resource_classes, traits=traits)
+    body = render_candidates_json(answer, microversion)
+    answers = ix.answers
+    while len(answers) >= ANSWERS_PER_GRAPH:
+        answers.pop(next(iter(answers)), None)  # the oldest
+    answers[key] = body
+    return body
 
 
 def _limit(inv: Inventory) -> float:

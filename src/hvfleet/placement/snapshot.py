@@ -52,6 +52,7 @@ class ProviderSnapshot:
         self._graph: ProviderGraph | None = None
         self._last: ProviderGraph | None = None  # the graph handed out last
         self._uuids: dict[str, str] | None = None  # provider uuid -> hypervisor name
+        self._known: tuple[frozenset[str], frozenset[str]] | None = None  # made again when a name changes
 
     @classmethod
     def from_store(cls, store: Store) -> ProviderSnapshot:
@@ -75,7 +76,9 @@ class ProviderSnapshot:
             if isinstance(obj, PlacementName):
                 self._names[obj.name] = obj
         self._dirty_hosts = set(self._hosts)
-        self._dirty_records = set(self._records)
+        # A hypervisor's record (its traits, aggregates) is joined to the
+        # host's computed provider, as apply() does: never a provider alone.
+        self._dirty_records = {n for n, r in self._records.items() if r.spec.hypervisor is None}
         self.revision = revision
 
     def apply(self, event: WatchEvent) -> None:
@@ -116,6 +119,7 @@ class ProviderSnapshot:
                 self._names.pop(obj.name, None)
             else:
                 self._names[obj.name] = obj
+            self._known = None
         else:
             return
         self._graph = None
@@ -202,10 +206,15 @@ class ProviderSnapshot:
             return self._uuids
 
     def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
-        """(resource classes, traits) Placement knows: standard and custom."""
+        """(resource classes, traits) Placement knows: standard and custom.
+        The same two sets until a name is added or removed (they key the
+        candidates bodies kept per graph: equal by identity, hashed once)."""
         with self._lock:
-            custom = list(self._names.values())
-        classes = frozenset(RESOURCE_CLASSES) | {n.spec.placement_name for n in custom
-                                                 if n.spec.of == "resource-class"}
-        traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
-        return frozenset(classes), frozenset(traits)
+            known = self._known
+            if known is None:
+                custom = list(self._names.values())
+                classes = frozenset(RESOURCE_CLASSES) | {n.spec.placement_name for n in custom
+                                                         if n.spec.of == "resource-class"}
+                traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
+                known = self._known = (frozenset(classes), frozenset(traits))
+            return known
