@@ -42,6 +42,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import os
 import sqlite3
 import ssl
 import statistics
@@ -80,9 +81,16 @@ class Endpoint:
     """One Placement (hvfleet's or the real one): a connection per thread."""
 
     def __init__(self, name: str, host: str, port: int, prefix: str, token: str,
-                 context: ssl.SSLContext | None) -> None:
+                 context: ssl.SSLContext | None, pid: int | None = None) -> None:
         self.name, self.host, self.port, self.prefix = name, host, port, prefix
-        self.token, self.context = token, context
+        self.token, self.context, self.pid = token, context, pid
+
+    def cpu(self) -> float:
+        """The server process's CPU seconds so far (user + system, all its threads)."""
+        if self.pid is None:
+            return 0.0
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def connection(self) -> http.client.HTTPConnection:
         if self.context is None:
@@ -216,6 +224,7 @@ class Timing:
     p50: float
     p90: float
     note: str
+    cpu: float = 0.0  # the server's CPU seconds per request (its idle threads' included)
 
 
 def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> Timing:
@@ -227,14 +236,16 @@ def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> Timing:
     assert status == 200, doc
     times, cpu = [], []
     size = 0
+    server = ep.cpu()
     for _ in range(queries):
         c = time.thread_time()
         status, doc, took, size = ep.timed_get(conn, path)
         cpu.append(time.thread_time() - c)
         times.append(took)
+    per_request = (ep.cpu() - server) / queries
     return Timing(statistics.median(times), quantile(times, 0.9),
                   f"({len(doc['allocation_requests'])} candidates, {size / 1024:.0f} KiB; "
-                  f"client CPU {ms(statistics.median(cpu))})")
+                  f"client CPU {ms(statistics.median(cpu))}; server CPU {ms(per_request)})", per_request)
 
 
 def after_claims(ep: Endpoint, queries: int, size: int) -> Timing:
@@ -243,6 +254,7 @@ def after_claims(ep: Endpoint, queries: int, size: int) -> Timing:
     client: the cost of a PUT /allocations at this fleet size)."""
     conn = ep.connection()
     times, puts = [], []
+    server = ep.cpu()
     for k in range(queries):
         rp = str(uuid.UUID(int=(k * 7919) % size + 1))
         body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
@@ -254,8 +266,10 @@ def after_claims(ep: Endpoint, queries: int, size: int) -> Timing:
         status, doc, took, _ = ep.timed_get(conn, CANDIDATES)
         times.append(took)
         assert status == 200, doc
+    per_pair = (ep.cpu() - server) / queries
     return Timing(statistics.median(times), quantile(times, 0.9),
-                  f"(the claim before each, one client: p50 {ms(statistics.median(puts))})")
+                  f"(the claim before each, one client: p50 {ms(statistics.median(puts))}; "
+                  f"server CPU per claim + query {ms(per_pair)})", per_pair)
 
 
 def in_process(store: Store, queries: int) -> dict[str, float]:
@@ -338,7 +352,8 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     real = RealPlacement().start()
     port = int(real.url.rsplit(":", 1)[1])
-    theirs = Endpoint("placement", "127.0.0.1", port, "", "admin", None)
+    assert real.proc is not None
+    theirs = Endpoint("placement", "127.0.0.1", port, "", "admin", None, real.proc.pid)
     try:
         for i, kind in enumerate(k for k in args.stores.split(",") if k):
             claims_round(kind, args, theirs if i == 0 else None)
@@ -370,7 +385,7 @@ def hvfleet_endpoints(kind: str, work: Path, stack: contextlib.ExitStack,
         stack.callback(server.stop)
         context = None if plain else ssl.create_default_context(cafile=str(server.ca))
         out.append(Endpoint(f"hvfleet/{kind}/{transport}", "127.0.0.1", server.port, "/placement", token,
-                            context))
+                            context, server.proc.pid))
     return store, out
 
 
@@ -412,9 +427,11 @@ def candidates_rounds(args: argparse.Namespace, real: RealPlacement, theirs: End
                     got[ep.name] = timing = measure(ep)
                     print(f"    {ep.name:22} p50 {ms(timing.p50)}  p90 {ms(timing.p90)}  {timing.note}")
                 real_p50, real_p90 = got[theirs.name].p50, got[theirs.name].p90
+                real_cpu = got[theirs.name].cpu
                 for ep in ours:
                     print(f"    ratio {ep.name:16} p50 {real_p50 / got[ep.name].p50:6.1f}x  "
-                          f"p90 {real_p90 / got[ep.name].p90:6.1f}x")
+                          f"p90 {real_p90 / got[ep.name].p90:6.1f}x  "
+                          f"server CPU {real_cpu / max(got[ep.name].cpu, 1e-6):6.1f}x")
             for kind, store, _ in fleets:
                 if kind == "sqlite":
                     for step, took in in_process(store, args.queries).items():
