@@ -16,13 +16,17 @@ HTTPS with the CA it makes, token authentication (an admin token in
    (what Nova's scheduler asks, with its default limit) at each of `--sizes`
    providers (each with VCPU, MEMORY_MB and DISK_GB inventories), p50 of
    `--queries`, timed at the client from sending the request to the answer's
-   last byte (parsing its JSON, the same for both, is not counted): warm
-   (nothing changed since the last query), and right after
+   last byte (parsing its JSON, the same for both, is not counted), p50 and
+   p90: warm (nothing changed since the last query), and right after
    a claim on one of the providers (a scheduler's steady state: every answer
    follows a write). Beside them, the per-request cost of the edge (the same
    URL asking for more than any provider has: TLS, token, policy, parsing, an
    empty answer) and, in this process over the same store, where hvfleet's
-   time goes (snapshot load, first index, find, encoding). Both fleets are
+   time goes (snapshot load, first index, find, encoding). hvfleet answers
+   over each of `--candidate-stores` (SQLite, a one-member etcd), each
+   through a server per `--transports`: HTTPS as deployed, and plain HTTP on
+   loopback, the transport real Placement is measured on (wsgiref, no TLS;
+   HTTP/1.0, a new connection per request, which costs it ~0.1 ms). Both fleets are
    seeded straight into their databases (hvfleet's as provider records,
    Placement's as rows in its tables, as bench/placement_candidates.py does):
    10,000 providers through Placement's API would take an hour on a loaded
@@ -38,8 +42,8 @@ HTTPS with the CA it makes, token authentication (an admin token in
    (the read waits for the server's snapshot to have the write).
 
     .venv/bin/python bench/placement_api.py [--sizes 1000,10000] [--claims 400] [--clients 8]
-        [--stores sqlite,etcd] [--queries 20] [--sections claims,candidates,gets]
-        [--gets-stores sqlite,etcd]
+        [--stores sqlite,etcd] [--queries 20] [--candidate-stores sqlite,etcd] [--transports https,http]
+        [--sections claims,candidates,gets] [--gets-stores sqlite,etcd]
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import argparse
 import contextlib
 import http.client
 import json
+import os
 import sqlite3
 import ssl
 import statistics
@@ -56,6 +61,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,19 +91,26 @@ class Endpoint:
     """One Placement (hvfleet's or the real one): a connection per thread."""
 
     def __init__(self, name: str, host: str, port: int, prefix: str, token: str,
-                 context: ssl.SSLContext | None) -> None:
+                 context: ssl.SSLContext | None, pid: int | None = None) -> None:
         self.name, self.host, self.port, self.prefix = name, host, port, prefix
-        self.token, self.context = token, context
+        self.token, self.context, self.pid = token, context, pid
+
+    def cpu(self) -> float:
+        """The server process's CPU seconds so far (user + system, all its threads)."""
+        if self.pid is None:
+            return 0.0
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def connection(self) -> http.client.HTTPConnection:
         if self.context is None:
             return http.client.HTTPConnection(self.host, self.port, timeout=120)
         return http.client.HTTPSConnection(self.host, self.port, timeout=120, context=self.context)
 
-    def timed_get(self, conn: http.client.HTTPConnection, path: str) -> tuple[int, Any, float]:
-        """GET `path`: status, parsed body, and the seconds from sending the
+    def timed_get(self, conn: http.client.HTTPConnection, path: str) -> tuple[int, Any, float, int]:
+        """GET `path`: status, parsed body, the seconds from sending the
         request to the last byte of the answer (parsing the JSON, the same
-        for both peers, not counted)."""
+        for both peers, not counted), and the body's size."""
         headers = {"X-Auth-Token": self.token, "OpenStack-API-Version": VERSION,
                    "Accept": "application/json"}
         t = time.perf_counter()
@@ -105,7 +118,7 @@ class Endpoint:
         r = conn.getresponse()
         raw = r.read()
         took = time.perf_counter() - t
-        return r.status, json.loads(raw), took
+        return r.status, json.loads(raw), took, len(raw)
 
     def call(self, conn: http.client.HTTPConnection, method: str, path: str,
              body: Any = None) -> tuple[int, Any]:
@@ -176,7 +189,7 @@ INVENTORY = {"VCPU": {"total": 64, "allocation_ratio": 4.0},
              "DISK_GB": {"total": 2000}}
 
 
-def seed_hvfleet(store: Store, n: int, start: int) -> None:
+def seed_hvfleet(store: Store, n: int, start: int, batch_size: int = 500) -> None:
     batch: list[Write] = []
     for i in range(start, n):
         uid = str(uuid.UUID(int=i + 1))
@@ -184,7 +197,7 @@ def seed_hvfleet(store: Store, n: int, start: int) -> None:
             provider_name=f"cn{i:05d}", root_uuid=uid, generation=1,
             inventories={rc: PlacementInventory(**inv) for rc, inv in INVENTORY.items()})
         batch.append(Write("create", ResourceProvider(metadata=ObjectMeta(name=uid), spec=spec)))
-        if len(batch) == 100:  # etcd's --max-txn-ops is 128 by default
+        if len(batch) == batch_size:
             store.write_all(batch, "bench")
             batch = []
     if batch:
@@ -216,23 +229,42 @@ CANDIDATES = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:1024&limit=1000"
 NOTHING_FITS = "/allocation_candidates?resources=VCPU:100000"
 
 
-def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> tuple[float, int]:
+@dataclass(frozen=True)
+class Timing:
+    p50: float
+    p90: float
+    note: str
+    cpu: float = 0.0  # the server's CPU seconds per request (its idle threads' included)
+
+
+def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> Timing:
+    """p50/p90 of `queries` GETs of `path` on one kept-alive connection (if
+    the server keeps it), with the body's size and the client's own CPU per
+    request (sending, receiving, TLS; not parsing)."""
     conn = ep.connection()
     status, doc = ep.call(conn, "GET", path)  # the first builds hvfleet's index: not measured
     assert status == 200, doc
-    times = []
+    times, cpu = [], []
+    size = 0
+    server = ep.cpu()
     for _ in range(queries):
-        status, doc, took = ep.timed_get(conn, path)
+        c = time.thread_time()
+        status, doc, took, size = ep.timed_get(conn, path)
+        cpu.append(time.thread_time() - c)
         times.append(took)
-    return statistics.median(times), len(doc["allocation_requests"])
+    per_request = (ep.cpu() - server) / queries
+    return Timing(statistics.median(times), quantile(times, 0.9),
+                  f"({len(doc['allocation_requests'])} candidates, {size / 1024:.0f} KiB; "
+                  f"client CPU {ms(statistics.median(cpu))}; server CPU {ms(per_request)})", per_request)
 
 
-def after_claims(ep: Endpoint, queries: int, size: int) -> tuple[float, float]:
+def after_claims(ep: Endpoint, queries: int, size: int) -> Timing:
     """p50 of the candidates query, each right after a claim of 1 VCPU (a new
     consumer) on one of the `size` providers; and p50 of those claims (one
     client: the cost of a PUT /allocations at this fleet size)."""
     conn = ep.connection()
     times, puts = [], []
+    server = ep.cpu()
     for k in range(queries):
         rp = str(uuid.UUID(int=(k * 7919) % size + 1))
         body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
@@ -241,10 +273,13 @@ def after_claims(ep: Endpoint, queries: int, size: int) -> tuple[float, float]:
         status, doc = ep.call(conn, "PUT", f"/allocations/{uuid.uuid4()}", body)
         puts.append(time.perf_counter() - t)
         assert status == 204, doc
-        status, doc, took = ep.timed_get(conn, CANDIDATES)
+        status, doc, took, _ = ep.timed_get(conn, CANDIDATES)
         times.append(took)
         assert status == 200, doc
-    return statistics.median(times), statistics.median(puts)
+    per_pair = (ep.cpu() - server) / queries
+    return Timing(statistics.median(times), quantile(times, 0.9),
+                  f"(the claim before each, one client: p50 {ms(statistics.median(puts))}; "
+                  f"server CPU per claim + query {ms(per_pair)})", per_pair)
 
 
 def in_process(store: Store, queries: int) -> dict[str, float]:
@@ -319,6 +354,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--stores", default="sqlite,etcd",
                     help="where the claims are measured ('' for none)")
+    ap.add_argument("--candidate-stores", default="sqlite,etcd",
+                    help="the stores hvfleet answers candidates over (one server each per transport)")
+    ap.add_argument("--transports", default="https,http",
+                    help="hvfleet's listeners: https (as deployed), http (plain, as real Placement here)")
     ap.add_argument("--sections", default="claims,candidates,gets")
     ap.add_argument("--gets-stores", default="sqlite,etcd",
                     help="where nova-compute's reads are measured")
@@ -327,7 +366,8 @@ def main() -> None:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     real = RealPlacement().start()
     port = int(real.url.rsplit(":", 1)[1])
-    theirs = Endpoint("placement", "127.0.0.1", port, "", "admin", None)
+    assert real.proc is not None
+    theirs = Endpoint("placement", "127.0.0.1", port, "", "admin", None, real.proc.pid)
     seeded = RealSeeded(real)
     try:
         if "claims" in sections:
@@ -355,48 +395,77 @@ class RealSeeded:
         return time.perf_counter() - t
 
 
-def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:
-    work = Path(tempfile.mkdtemp(prefix="bench-placement-candidates-"))
-    store = open_store(f"sqlite:///{work}/hvfleet.db")
+def quantile(times: list[float], q: float) -> float:
+    """The `q` quantile (0.9: p90) of `times`, as statistics.quantiles puts it."""
+    if len(times) < 2:
+        return times[0]
+    return statistics.quantiles(times, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def hvfleet_endpoints(kind: str, work: Path, stack: contextlib.ExitStack,
+                      transports: list[str]) -> tuple[Store, list[Endpoint]]:
+    """A store of `kind` and one `hvfleet serve` over it per transport: HTTPS
+    (as deployed, with its own CA) and plain HTTP on loopback (the transport
+    real Placement is measured on here: wsgiref, no TLS)."""
+    store = open_bench_store(kind, work, stack)
+    stack.callback(store.close)
     token = make_token(store, "admin", name="bench-admin")
-    server = Server(store.url, work / "server")
-    assert server.ca is not None
-    ours = Endpoint("hvfleet", "127.0.0.1", server.port, "/placement", token,
-                    ssl.create_default_context(cafile=str(server.ca)))
-    try:
+    out = []
+    for transport in transports:
+        plain = transport == "http"
+        server = Server(store.url, work / f"server-{transport}", plain=plain)
+        stack.callback(server.stop)
+        context = None if plain else ssl.create_default_context(cafile=str(server.ca))
+        out.append(Endpoint(f"hvfleet/{kind}/{transport}", "127.0.0.1", server.port, "/placement", token,
+                            context, server.proc.pid))
+    return store, out
+
+
+def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:
+    kinds = [k for k in args.candidate_stores.split(",") if k]
+    transports = [t for t in args.transports.split(",") if t]
+    with contextlib.ExitStack() as stack:
+        fleets: list[tuple[str, Store, list[Endpoint]]] = []
+        for kind in kinds:
+            work = Path(tempfile.mkdtemp(prefix=f"bench-placement-candidates-{kind}-"))
+            store, eps = hvfleet_endpoints(kind, work, stack, transports)
+            fleets.append((kind, store, eps))
         have = 0
         for size in [int(s) for s in args.sizes.split(",")]:
-            t = time.perf_counter()
-            seed_hvfleet(store, size, have)
-            seeded_ours = time.perf_counter() - t
-            seeded_real = seeded.grow(size)
+            print(f"GET /allocation_candidates at {size} providers")
+            for kind, store, eps in fleets:
+                t = time.perf_counter()
+                seed_hvfleet(store, size, have, 500 if kind == "sqlite" else 50)  # etcd: --max-txn-ops
+                print(f"  hvfleet/{kind} seeded in {time.perf_counter() - t:.1f} s")
+                for ep in eps:
+                    t = time.perf_counter()
+                    ep.call(ep.connection(), "GET", CANDIDATES)
+                    print(f"  {ep.name} first query after seeding (snapshot catches up, index built): "
+                          f"{ms(time.perf_counter() - t)}")
+            print(f"  placement seeded in {seeded.grow(size):.1f} s")
             have = size
-            print(f"GET /allocation_candidates at {size} providers "
-                  f"(seeded in {seeded_ours:.1f} s / {seeded_real:.1f} s)")
-            t = time.perf_counter()
-            ours.call(ours.connection(), "GET", CANDIDATES)
-            print(f"  hvfleet first query after seeding (snapshot catches up, index built): "
-                  f"{ms(time.perf_counter() - t)}")
-            warm: dict[str, float] = {}
-            for ep in (ours, theirs):
-                p50, n = candidates(ep, args.queries)
-                warm[ep.name] = p50
-                print(f"  {ep.name:9} warm p50 {ms(p50)}  ({n} allocation requests)")
-            print(f"  ratio     {warm['placement'] / warm['hvfleet']:.1f}x")
-            claimed: dict[str, float] = {}
-            for ep in (ours, theirs):
-                claimed[ep.name], put = after_claims(ep, max(5, args.queries // 2), size)
-                print(f"  {ep.name:9} right after a claim p50 {ms(claimed[ep.name])}  "
-                      f"(the claim itself, one client: p50 {ms(put)})")
-            print(f"  ratio     {claimed['placement'] / claimed['hvfleet']:.1f}x")
-            for ep in (ours, theirs):
-                p50, _ = candidates(ep, args.queries, NOTHING_FITS)
-                print(f"  {ep.name:9} per-request cost (nothing fits, empty answer) p50 {ms(p50)}")
-            for step, took in in_process(store, args.queries).items():
-                print(f"  in process: {step:26} {ms(took)}")
-    finally:
-        server.stop()
-        store.close()
+            ours = [ep for _, _, eps in fleets for ep in eps]
+            rounds = [("warm", lambda ep: candidates(ep, args.queries)),
+                      ("right after a claim", lambda ep, n=size, k=max(5, args.queries // 2):
+                       after_claims(ep, k, n)),
+                      ("nothing fits (the per-request floor)",
+                       lambda ep: candidates(ep, args.queries, NOTHING_FITS))]
+            for title, measure in rounds:
+                print(f"  {title}:")
+                got: dict[str, Timing] = {}
+                for ep in [*ours, theirs]:
+                    got[ep.name] = timing = measure(ep)
+                    print(f"    {ep.name:22} p50 {ms(timing.p50)}  p90 {ms(timing.p90)}  {timing.note}")
+                real_p50, real_p90 = got[theirs.name].p50, got[theirs.name].p90
+                real_cpu = got[theirs.name].cpu
+                for ep in ours:
+                    print(f"    ratio {ep.name:16} p50 {real_p50 / got[ep.name].p50:6.1f}x  "
+                          f"p90 {real_p90 / got[ep.name].p90:6.1f}x  "
+                          f"server CPU {real_cpu / max(got[ep.name].cpu, 1e-6):6.1f}x")
+            for kind, store, _ in fleets:
+                if kind == "sqlite":
+                    for step, took in in_process(store, args.queries).items():
+                        print(f"  in process: {step:26} {ms(took)}")
 
 
 # nova-compute's reads of its own provider ({rp}) and of a consumer on it.
@@ -427,14 +496,14 @@ def provider_reads(ep: Endpoint, queries: int, size: int) -> tuple[dict[str, flo
             "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": project, "user_id": "u",
             "consumer_generation": None, "consumer_type": "INSTANCE"})
         assert status == 204, doc
-        status, doc, took = ep.timed_get(conn, f"/resource_providers/{rp}/usages")
+        status, doc, took, _ = ep.timed_get(conn, f"/resource_providers/{rp}/usages")
         assert status == 200 and doc["usages"]["VCPU"] >= 1, doc
         after.append(took)
         held.append((rp, consumer, project))
     times: dict[str, list[float]] = {name: [] for name, _ in GETS}
     for rp, consumer, project in held:
         for name, path in GETS:
-            status, doc, took = ep.timed_get(conn, path.format(rp=rp, consumer=consumer, project=project))
+            status, doc, took, _ = ep.timed_get(conn, path.format(rp=rp, consumer=consumer, project=project))
             assert status == 200, (name, doc)
             times[name].append(took)
     return {name: statistics.median(t) for name, t in times.items()}, statistics.median(after)
@@ -461,8 +530,8 @@ def gets_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) 
             print(f"nova-compute's GETs at {size} providers, p50 of {args.queries} providers")
             rows: dict[str, dict[str, float]] = {}
             notes = []
-            for store, ep in ours.values():
-                seed_hvfleet(store, size, have)
+            for kind, (store, ep) in ours.items():
+                seed_hvfleet(store, size, have, 500 if kind == "sqlite" else 50)  # etcd: --max-txn-ops
                 t = time.perf_counter()
                 ep.call(ep.connection(), "GET", f"/resource_providers/{uuid.UUID(int=1)}")
                 notes.append(f"{ep.name} first GET after seeding (snapshot catches up) "
@@ -483,6 +552,10 @@ def gets_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) 
                 print(f"  {name:30}{cells}   {ratios}")
             for note in notes:
                 print(f"  {note}")
+
+
+if __name__ == "__main__":
+    main()
 
 
 if __name__ == "__main__":

@@ -45,6 +45,17 @@ def answer(graph: ProviderGraph, mv: tuple[int, int], params: list[tuple[str, st
     return 200, text
 
 
+def kept(graph: ProviderGraph, mv: tuple[int, int], params: list[tuple[str, str]]) -> tuple[int, str]:
+    """The answer as the server makes it: the body kept with the graph's index."""
+    grouped: dict[str, list[str]] = {}
+    for k, v in params:
+        grouped.setdefault(k, []).append(v)
+    try:
+        return 200, candidates.candidates_json(graph, grouped, mv)
+    except PlacementBadRequest as e:
+        return 400, e.detail
+
+
 @st.composite
 def edits(draw: st.DrawFn, graph: ProviderGraph) -> dict[str, Provider]:
     """New values for some providers: usages (a claim), inventory numbers (a
@@ -74,7 +85,9 @@ def test_a_derived_index_answers_as_one_built_whole(data: st.DataObject) -> None
     first = fleet.graph()
     asked = [data.draw(queries(fleet)) for _ in range(4)]
     for mv, params in asked:
-        answer(first, mv, params)  # first's index exists before the change
+        # first's index exists before the change, with its bodies kept
+        assert kept(first, mv, params) == answer(first, mv, params)
+        assert kept(first, mv, params) == answer(first, mv, params)
     changed = data.draw(edits(first))
     providers = {u: changed.get(u, p) for u, p in first.providers.items()}
     derived = ProviderGraph(providers, GraphBasis(first, frozenset(changed)))
@@ -82,6 +95,8 @@ def test_a_derived_index_answers_as_one_built_whole(data: st.DataObject) -> None
     for mv, params in [*asked, *(data.draw(queries(fleet)) for _ in range(4))]:
         where = f"{mv} ?{urllib.parse.urlencode(params)}"
         assert answer(derived, mv, params) == answer(whole, mv, params), where
+        # no body kept for `first` is served for `derived`
+        assert kept(derived, mv, params) == answer(whole, mv, params), where
 
 
 def _flat(n: int) -> ProviderGraph:
@@ -149,3 +164,28 @@ def test_the_snapshot_hands_out_a_graph_derived_from_the_last_one_after_a_claim(
     snap.refresh(store)
     assert snap.graph() is second  # nothing it follows changed
     store.close()
+
+
+def test_a_body_is_kept_per_graph_and_a_derived_graph_makes_its_own(monkeypatch: object) -> None:
+    found: list[int] = []
+    real_find = candidates.find_candidates
+
+    def counting(graph: ProviderGraph, query: candidates.CandidatesQuery, **kw: object) -> object:
+        found.append(1)
+        return real_find(graph, query, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(candidates, "find_candidates", counting)  # type: ignore[attr-defined]
+    first = _flat(20)
+    params = [("resources", "VCPU:2"), ("limit", "30")]
+    body = kept(first, (1, 39), params)
+    assert kept(first, (1, 39), params) is not None and len(found) == 1  # the second was kept
+    assert kept(first, (1, 39), params)[1] is body[1]
+    assert kept(first, (1, 38), params) == answer(first, (1, 38), params) and len(found) == 2
+    u = next(iter(first.providers))
+    claimed = dataclasses.replace(first.providers[u], usages={"VCPU": 7})
+    second = ProviderGraph({**first.providers, u: claimed}, GraphBasis(first, frozenset({u})))
+    after = kept(second, (1, 39), params)
+    assert after == answer(ProviderGraph(dict(second.providers)), (1, 39), params)
+    assert after != body and len(found) == 3
+    assert u not in json.loads(after[1])["provider_summaries"]
+    assert kept(first, (1, 39), params)[1] is body[1]  # first's own is still first's

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,12 @@ from typing import Any
 import pytest
 import requests
 
-from hvfleet.model.hypervisor import Condition, Hypervisor
+from hvfleet.model.hypervisor import Condition, Hypervisor, OvercommitPolicy, OvercommitPolicySpec
+from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import ResourceName
+from hvfleet.placement import candidates
+from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.scheduling.placement import export_inventories, provider_uuid
 from hvfleet.server.app import create_app
 from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
@@ -409,3 +415,143 @@ def test_nova_computes_registration_of_its_node_names_the_hypervisor_provider_to
     assert api.call("POST", "/resource_providers", "agent", {"name": "hv1", "uuid": mine}).status_code == 403
     found = api.call("GET", f"/resource_providers/{hv1}", "agent")
     assert found.status_code == 200 and found.json()["name"] == "hv1"
+
+
+def test_a_snapshot_loaded_from_the_store_keeps_a_hypervisor_with_traits_a_provider_with_inventories(
+        api: Placement) -> None:
+    """A trait (or aggregate) on a hypervisor's provider is a record of its
+    own in the store; a snapshot loaded whole (a server's first request, or
+    after its watch fell behind) joins it to the hypervisor's computed
+    inventories, as the snapshot that followed the trait's write does."""
+    put_host(api.store, host("hv-traits", {"cpu": 4, "memory": "4Gi"}, beat=datetime.now(UTC)))
+    uid = _uuid(api.store, "hv-traits")
+    gen = api.call("GET", f"/resource_providers/{uid}").json()["generation"]
+    assert api.call("PUT", f"/resource_providers/{uid}/traits", body={
+        "traits": ["HW_CPU_X86_AVX2"], "resource_provider_generation": gen}).status_code == 200
+    followed = api.call("GET", "/allocation_candidates?resources=VCPU:4&required=HW_CPU_X86_AVX2").json()
+    assert uid in followed["provider_summaries"]
+    loaded = ProviderSnapshot.from_store(api.store).graph().providers[uid]
+    assert loaded.traits == {"HW_CPU_X86_AVX2"}
+    assert loaded.inventories["VCPU"].total == 4 and "MEMORY_MB" in loaded.inventories
+
+
+def _served_candidates(api: Placement, path: str) -> tuple[int, Any]:
+    """The answer to `path`, asked twice (the second is the body the server
+    keeps for its graph), checked against an answer made from scratch: a
+    new provider snapshot of the same store."""
+    first = api.call("GET", path)
+    again = api.call("GET", path)
+    if first.status_code == 200:
+        assert (again.status_code, again.text) == (200, first.text)
+    else:  # the same refusal, under its own request id
+        assert again.status_code == first.status_code
+        assert again.json()["errors"][0]["detail"] == first.json()["errors"][0]["detail"]
+    snap = ProviderSnapshot.from_store(api.store)
+    classes, traits = snap.known_names()
+    params: dict[str, list[str]] = {}
+    for k, v in urllib.parse.parse_qsl(path.split("?", 1)[1]):
+        params.setdefault(k, []).append(v)
+    try:
+        want: tuple[int, Any] = (200, json.loads(candidates.candidates_json(
+            snap.graph(), params, (1, 39), resource_classes=classes, traits=traits)))
+    except candidates.PlacementBadRequest as exc:
+        want = (400, exc.detail)
+
+    def unordered(doc: Any) -> Any:  # the two snapshots may list providers in another order
+        return {**doc, "allocation_requests": sorted(json.dumps(a, sort_keys=True)
+                                                     for a in doc["allocation_requests"])}
+
+    if first.status_code == 400:
+        assert want[0] == 400 and " ".join(want[1].split()) in " ".join(
+            first.json()["errors"][0]["detail"].split())
+        return 400, None
+    assert first.status_code == 200 and want[0] == 200, first.text
+    assert unordered(first.json()) == unordered(want[1])
+    return 200, first.json()
+
+
+@pytest.mark.parametrize("which", ["api", "etcd_api"])
+def test_a_kept_candidates_answer_never_outlives_a_change(which: str, request: pytest.FixtureRequest) -> None:
+    """The server keeps each candidates body with its provider graph. After
+    every kind of change (an allocation, an inventory, a trait, an aggregate,
+    a new custom trait, a ratio from an overcommit policy, a hypervisor's
+    status) the same query answers from the new state, as a snapshot made
+    from scratch answers it, never with the body kept from before."""
+    api: Placement = request.getfixturevalue(which)
+    rp = _stored_provider(api, 100)  # DISK_GB
+    gen = 1
+    r = api.call("PUT", f"/resource_providers/{rp}/inventories", body={
+        "resource_provider_generation": gen, "inventories": {
+            "DISK_GB": {"total": 100}, "VCPU": {"total": 8}, "MEMORY_MB": {"total": 4096}}})
+    assert r.status_code == 200, r.text
+    gen = r.json()["resource_provider_generation"]
+    trait, agg = f"CUSTOM_P1K_{uuid.uuid4().hex[:8].upper()}", str(uuid.uuid4())
+    plain = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:512"
+    with_trait = f"/allocation_candidates?resources=VCPU:1&required={trait}"
+    in_agg = f"/allocation_candidates?resources=VCPU:1&member_of={agg}"
+
+    def summary(doc: Any, uid: str) -> Any:
+        return doc["provider_summaries"][uid]
+
+    _, before = _served_candidates(api, plain)
+    assert summary(before, rp)["resources"]["VCPU"] == {"capacity": 8, "used": 0}
+    # An allocation.
+    consumer = str(uuid.uuid4())
+    assert api.call("PUT", f"/allocations/{consumer}", body={
+        "allocations": {rp: {"resources": {"VCPU": 3}}}, "project_id": "p", "user_id": "u",
+        "consumer_type": "INSTANCE",
+        "consumer_generation": None}).status_code == 204
+    _, now = _served_candidates(api, plain)
+    assert summary(now, rp)["resources"]["VCPU"] == {"capacity": 8, "used": 3}
+    gen += 1
+    # An inventory (and its allocation ratio).
+    r = api.call("PUT", f"/resource_providers/{rp}/inventories/VCPU", body={
+        "resource_provider_generation": gen, "total": 8, "allocation_ratio": 2.0})
+    assert r.status_code == 200, r.text
+    gen = r.json()["resource_provider_generation"]
+    _, now = _served_candidates(api, plain)
+    assert summary(now, rp)["resources"]["VCPU"] == {"capacity": 16, "used": 3}
+    # A custom trait created (a name the query may use), then put on the provider.
+    assert _served_candidates(api, with_trait)[0] == 400
+    assert api.call("PUT", f"/traits/{trait}").status_code == 201
+    _, now = _served_candidates(api, with_trait)
+    assert now["allocation_requests"] == []
+    r = api.call("PUT", f"/resource_providers/{rp}/traits", body={
+        "resource_provider_generation": gen, "traits": [trait]})
+    assert r.status_code == 200, r.text
+    gen = r.json()["resource_provider_generation"]
+    _, now = _served_candidates(api, with_trait)
+    assert [list(a["allocations"]) for a in now["allocation_requests"]] == [[rp]]
+    # An aggregate.
+    assert _served_candidates(api, in_agg)[1]["allocation_requests"] == []
+    r = api.call("PUT", f"/resource_providers/{rp}/aggregates", body={
+        "resource_provider_generation": gen, "aggregates": [agg]})
+    assert r.status_code == 200, r.text
+    _, now = _served_candidates(api, in_agg)
+    assert [list(a["allocations"]) for a in now["allocation_requests"]] == [[rp]]
+    # A ratio from an overcommit policy (hypervisors' inventories are computed).
+    hv1 = _uuid(api.store, "hv1")
+    _, before = _served_candidates(api, plain)
+    policy = OvercommitPolicy(metadata=ObjectMeta(name=f"p1k-{uuid.uuid4().hex[:8]}"),
+                              spec=OvercommitPolicySpec(overcommit={"memory": 1.5}, priority=-1000))
+    api.store.create(policy, "test")
+    try:
+        _, now = _served_candidates(api, plain)
+        memory = summary(before, hv1)["resources"]["MEMORY_MB"]["capacity"]
+        assert summary(now, hv1)["resources"]["MEMORY_MB"]["capacity"] > memory
+    finally:
+        api.store.delete("OvercommitPolicy", policy.name)
+    # A hypervisor's status (what its agent writes).
+    _, before = _served_candidates(api, plain)
+    h = api.store.get_hypervisor("hv1")
+    was = summary(before, hv1)["resources"]["VCPU"]["capacity"]
+    cpu = ResourceName.parse("cpu")
+    capacity = {**h.status.capacity, cpu: Quantity(h.status.capacity[cpu].value + 4)}
+    api.store.update(h.model_copy(update={"status": h.status.model_copy(update={"capacity": capacity})}),
+                     agent_manager("hv1"))
+    try:
+        _, now = _served_candidates(api, plain)
+        assert summary(now, hv1)["resources"]["VCPU"]["capacity"] == was + 4 * 2  # ratio 2.0
+    finally:
+        current = api.store.get_hypervisor("hv1")
+        api.store.update(current.model_copy(update={"status": h.status}), agent_manager("hv1"))

@@ -432,6 +432,9 @@ def _check_orphans(drafts: Mapping[str, _GroupDraft]) -> None:
 class AllocationRequest:
     allocations: Mapping[str, Mapping[str, int]]  # provider uuid -> resource class -> amount
     mappings: Mapping[str, tuple[str, ...]]  # group suffix -> provider uuids
+    # Its text by form (_request_form): a one-provider request is kept by the
+    # index and served by many answers. Read-only, like the rest.
+    encoded: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,35 +495,51 @@ def render_candidates_json(answer: CandidatesAnswer, microversion: Microversion)
             text = encoded[id(res)] = dumps(dict(res))
         return text
 
-    requests: list[str] = []
-    for ar in answer.allocation_requests:
-        if mv < (1, 12):
-            requests.append(dumps(_request_before_1_12(ar)))
-            continue
-        allocs = ", ".join([f'{quote(u)}: {{"resources": {resources(res)}}}'
-                            for u, res in ar.allocations.items()])
-        if mv >= (1, 34):
-            maps = ", ".join([f"{quote(s)}: [{', '.join([quote(u) for u in us])}]"
-                              for s, us in ar.mappings.items()])
-            requests.append(f'{{"allocations": {{{allocs}}}, "mappings": {{{maps}}}}}')
+    form = _request_form(mv)
+
+    def request(ar: AllocationRequest) -> str:
+        if form == 0:
+            text = dumps(_request_before_1_12(ar))
         else:
-            requests.append(f'{{"allocations": {{{allocs}}}}}')
-    summaries: list[str] = []
-    seen: set[str] = set()
+            allocs = ", ".join([f'{quote(u)}: {{"resources": {resources(res)}}}'
+                                for u, res in ar.allocations.items()])
+            if form == 2:
+                maps = ", ".join([f"{quote(s)}: [{', '.join([quote(u) for u in us])}]"
+                                  for s, us in ar.mappings.items()])
+                text = f'{{"allocations": {{{allocs}}}, "mappings": {{{maps}}}}}'
+            else:
+                text = f'{{"allocations": {{{allocs}}}}}'
+        ar.encoded[form] = text
+        return text
+
     all_classes = mv >= (1, 27)
     flags = _summary_flags(mv)
-    for ps in answer.provider_summaries:
-        if ps.uuid in seen:
-            continue
-        seen.add(ps.uuid)
-        text = ps.encoded.get(flags) if all_classes else None
-        if text is None:
-            text = f"{quote(ps.uuid)}: {dumps(_summary_entry(ps, mv, answer.requested_classes))}"
-            if all_classes:
-                ps.encoded[flags] = text
-        summaries.append(text)
+
+    def summary(ps: ProviderSummary) -> str:
+        text = f"{quote(ps.uuid)}: {dumps(_summary_entry(ps, mv, answer.requested_classes))}"
+        if all_classes:
+            ps.encoded[flags] = text
+        return text
+
+    # Comprehensions over the kept texts (most of them, after the first answer).
+    requests = [ar.encoded.get(form) or request(ar) for ar in answer.allocation_requests]
+    shown = answer.provider_summaries
+    if len({ps.uuid for ps in shown}) != len(shown):  # each provider once, where it first came
+        first: dict[str, ProviderSummary] = {}
+        for ps in shown:
+            first.setdefault(ps.uuid, ps)
+        shown = tuple(first.values())
+    if all_classes:
+        summaries = [ps.encoded.get(flags) or summary(ps) for ps in shown]
+    else:
+        summaries = [summary(ps) for ps in shown]
     return (f'{{"allocation_requests": [{", ".join(requests)}], '
             f'"provider_summaries": {{{", ".join(summaries)}}}}}')
+
+
+def _request_form(mv: Microversion) -> int:
+    """An allocation request's form at `mv`: a list (before 1.12), a map, a map with mappings (1.34)."""
+    return 0 if mv < (1, 12) else 1 if mv < (1, 34) else 2
 
 
 def _request_before_1_12(ar: AllocationRequest) -> dict[str, object]:
@@ -629,6 +648,11 @@ class _Index:
             self.summary_resources.append(res)
             self.max_units.append({rc: inv.max_unit for rc, inv in p.inventories.items()})
         self.summaries: dict[int, ProviderSummary] = {}  # made on first use
+        # One-provider requests by (resources, suffix), by provider position:
+        # they depend on a provider's uuid only, so a derived index (the same
+        # providers in the same order) shares them (_single_answer).
+        self.single_requests: dict[tuple[object, ...], list[AllocationRequest | None]] = {}
+        self.answers: dict[tuple[object, ...], str] = {}  # candidates_json's bodies for this graph
         self.columns: dict[str, _ClassColumns] = {}
         self.rows: dict[str, dict[int, int]] = {}  # class -> provider -> its row in the columns
         for rc, rs in rows.items():
@@ -669,6 +693,7 @@ class _Index:
         ix.summary_resources = list(self.summary_resources)
         ix.max_units = list(self.max_units)
         ix.summaries = dict(self.summaries)
+        ix.answers = {}  # every body was of the graph before
         ix.columns = dict(self.columns)
         fresh: dict[str, _ClassColumns] = {}  # columns copied for this index
         copied: set[str] = set()
@@ -793,6 +818,43 @@ def _index(graph: ProviderGraph) -> _Index:
     key = id(graph)
     _INDEXES[key] = (weakref.ref(graph, lambda _: _INDEXES.pop(key, None)), ix)
     return ix
+
+
+# Bodies kept per graph (by query, microversion and known names): a scheduler
+# asks a few shapes of query; each body may be megabytes at 10,000 providers.
+ANSWERS_PER_GRAPH = 16
+# Shapes of one-provider requests kept per fleet (a list of requests each).
+SINGLE_REQUEST_SHAPES = 32
+
+
+def candidates_json(
+    graph: ProviderGraph,
+    params: Mapping[str, Sequence[str]],
+    microversion: Microversion,
+    *,
+    resource_classes: frozenset[str] | None = None,
+    traits: frozenset[str] | None = None,
+) -> str:
+    """`render_candidates_json(find_candidates(graph, parse_candidates_query(
+    params, microversion), ...), microversion)`, kept with the graph's index:
+    the same query at the same microversion, over the same graph and the same
+    known names, is the same body, so it is made once. The three are pure, so
+    this is only memoization; any change to a provider (usage, inventory,
+    trait, aggregate, ratio) is a new graph, and a new index with no bodies.
+    A refused query is refused again each time (nothing is kept for it)."""
+    ix = _index(graph)
+    key = (tuple((k, tuple(v)) for k, v in params.items()), microversion, resource_classes, traits)
+    body = ix.answers.get(key)
+    if body is not None:
+        return body
+    query = parse_candidates_query(params, microversion)
+    answer = find_candidates(graph, query, resource_classes=resource_classes, traits=traits)
+    body = render_candidates_json(answer, microversion)
+    answers = ix.answers
+    while len(answers) >= ANSWERS_PER_GRAPH:
+        answers.pop(next(iter(answers)), None)  # the oldest
+    answers[key] = body
+    return body
 
 
 def _limit(inv: Inventory) -> float:
@@ -1155,13 +1217,21 @@ def _single_answer(ix: _Index, query: CandidatesQuery, rps: list[int]) -> Candid
         else:
             shown = [p for r in sorted(roots) for p in ix.trees[r]]
     uuids, suffix = ix.uuids, group.suffix
-    # One mapping shared by every request of the answer: they ask the same.
-    shared: Mapping[str, int] = resources
+    key = (group.resources, suffix)
+    made = ix.single_requests.get(key)
+    if made is None:
+        if len(ix.single_requests) >= SINGLE_REQUEST_SHAPES:
+            ix.single_requests.clear()
+        made = ix.single_requests[key] = [None] * len(uuids)
+    requests: list[AllocationRequest] = []
+    for rp in rps:
+        ar = made[rp]
+        if ar is None:
+            ar = made[rp] = AllocationRequest({uuids[rp]: resources} if resources else {},
+                                              {suffix: (uuids[rp],)})
+        requests.append(ar)
     return CandidatesAnswer(
-        tuple(
-            AllocationRequest({uuids[rp]: shared} if resources else {}, {suffix: (uuids[rp],)})
-            for rp in rps
-        ),
+        tuple(requests),
         tuple(_summary(ix, p) for p in shown),
         query.requested_classes,
     )

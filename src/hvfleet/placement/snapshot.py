@@ -89,6 +89,7 @@ class ProviderSnapshot:
         self._graph: ProviderGraph | None = None
         self._last: ProviderGraph | None = None  # the graph handed out last
         self._uuids: dict[str, str] | None = None  # provider uuid -> hypervisor name
+        self._known: tuple[frozenset[str], frozenset[str]] | None = None  # made again when a name changes
 
     @classmethod
     def from_store(cls, store: Store) -> ProviderSnapshot:
@@ -152,6 +153,7 @@ class ProviderSnapshot:
                 self._names.pop(obj.name, None)
             else:
                 self._names[obj.name] = obj
+            self._known = None
         elif isinstance(obj, PlacementConsumer):
             self._apply_consumer(obj, gone)
         else:
@@ -368,13 +370,18 @@ class ProviderSnapshot:
             return None if h is None else provider_uuid(h)
 
     def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
-        """(resource classes, traits) Placement knows: standard and custom."""
+        """(resource classes, traits) Placement knows: standard and custom.
+        The same two sets until a name is added or removed (they key the
+        candidates bodies kept per graph: equal by identity, hashed once)."""
         with self._lock:
-            custom = list(self._names.values())
-        classes = frozenset(RESOURCE_CLASSES) | {n.spec.placement_name for n in custom
-                                                 if n.spec.of == "resource-class"}
-        traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
-        return frozenset(classes), frozenset(traits)
+            known = self._known
+            if known is None:
+                custom = list(self._names.values())
+                classes = frozenset(RESOURCE_CLASSES) | {n.spec.placement_name for n in custom
+                                                         if n.spec.of == "resource-class"}
+                traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
+                known = self._known = (frozenset(classes), frozenset(traits))
+            return known
 
 
 def _drop(index: CowDict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:

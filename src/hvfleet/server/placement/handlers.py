@@ -466,16 +466,17 @@ def provider_allocations(call: Call, _: Any) -> Any:
 
 def allocation_candidates(call: Call, _: Any) -> Any:
     """Answered from the server's provider snapshot (kept current from the
-    store's watch), by the pure search of hvfleet.placement.candidates."""
+    store's watch), by the pure search of hvfleet.placement.candidates; the
+    body is kept with the snapshot's graph until anything changes."""
     try:
-        q = candidates.parse_candidates_query(call.params, call.version)
         snap = call.snapshot()
         classes, traits = snap.known_names()
-        answer = candidates.find_candidates(snap.graph(), q, resource_classes=classes, traits=traits)
+        body = candidates.candidates_json(snap.graph(), call.params, call.version,
+                                          resource_classes=classes, traits=traits)
     except candidates.PlacementBadRequest as exc:
         raise PlacementBadRequest(exc.detail, code=exc.code) from None
     call.last_modified = _now()
-    return EncodedJSON(candidates.render_candidates_json(answer, call.version))
+    return EncodedJSON(body)
 
 
 __all__ = ["TRAITS"]
