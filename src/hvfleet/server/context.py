@@ -9,12 +9,13 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
 from hvfleet.model.errors import BadRequest
-from hvfleet.model.hypervisor import Resource
+from hvfleet.model.hypervisor import Hypervisor, Resource
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.server.auth import not_selecting
@@ -95,6 +96,10 @@ class ApiContext:
         self._table_inputs: dict[str, tuple[float, TableInputs]] = {}
         self._index: FleetIndex | None = None
         self.index_lock = threading.Lock()
+        # The fleet's Hypervisors as someone in this process follows them (the
+        # dashboard's FleetState.hosts_snapshot), for the index's first build;
+        # None, or answering None: the index lists them itself.
+        self.fleet_hosts: Callable[[], tuple[list[Hypervisor], int] | None] | None = None
 
     def authorize(self, who: Identity, action: Action, current: Resource | None = None,
                   new: Resource | None = None) -> None:
@@ -123,9 +128,9 @@ class ApiContext:
         """The fleet index kept warm across requests; call with index_lock held.
         Each use catches up with the store first, so a fit sees every earlier write."""
         if self._index is None:
-            self._index = FleetIndex.from_store(self.store, self.limits.claim_staleness)
-        else:
-            self._index.refresh(self.store)
+            hosts = self.fleet_hosts() if self.fleet_hosts is not None else None
+            self._index = FleetIndex.from_store(self.store, self.limits.claim_staleness, hosts)
+        self._index.refresh(self.store)
         return self._index
 
     def close(self) -> None:
