@@ -4,6 +4,7 @@ state of the fleet verbs (fleet index, agent liveness)."""
 
 from __future__ import annotations
 
+import gc
 import hmac
 import secrets
 import threading
@@ -130,6 +131,7 @@ class ApiContext:
         if self._index is None:
             hosts = self.fleet_hosts() if self.fleet_hosts is not None else None
             self._index = FleetIndex.from_store(self.store, self.limits.claim_staleness, hosts)
+            gc.freeze()  # kept for the process's life: see dashboard.live.Follower
         self._index.refresh(self.store)
         return self._index
 
