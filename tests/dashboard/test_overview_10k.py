@@ -207,7 +207,7 @@ def test_a_burst_of_status_writes_is_coalesced_and_the_page_stays_responsive(big
 def test_fit_at_10k_summarises_reasons_and_lists_a_limited_number_of_rows(big: Fleet, page: Any) -> None:
     login(page, big, big.tokens["ops"], "/fit")
     # The server's first fit builds its fleet index from the dashboard's hosts
-    # (about 1.5 s of CPU at 10,000 hosts; 6-10 s when it listed them again).
+    # (about 1.1 s of CPU at 10,000 hosts; 5-10 s when it listed them again).
     page.goto(big.url + "/fit?go=1&cpu=100000")
     page.wait_for_selector("#fit-reasons")
     counts = [int(t.split(" × ")[0].replace(",", ""))
