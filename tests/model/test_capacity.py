@@ -128,3 +128,33 @@ def test_effective_is_floor_of_exact_product_and_never_negative(
     exact = max(capacity - reserved, 0) * ratio
     assert got[R("cpu")].value == int(exact)  # floor of a non-negative exact decimal
     assert got[R("cpu")] >= 0
+
+
+@given(
+    st.integers(min_value=0, max_value=2**50),
+    st.integers(min_value=0, max_value=2**40),
+    st.integers(min_value=0, max_value=2**50),
+    st.sampled_from(["binary", "decimal"]),
+    st.sampled_from([None, 1.0, 1.5, 0.7]),
+)
+def test_usable_and_effective_keep_the_exact_value_and_the_capacitys_form(
+    capacity: int, extra: int, reserved: int, fmt: Any, ratio: float | None
+) -> None:
+    """With or without a ratio, reserve or extra capacity: the exact formula,
+    in the capacity's own form (binary stays binary), as before the shortcuts
+    that hand back the usable quantity itself where the ratio is 1."""
+    from fractions import Fraction
+    from math import floor
+
+    mem = R("memory")
+    caps = {mem: Quantity(capacity, fmt)}
+    extras = {mem: Quantity(extra)} if extra else {}
+    reserve = {mem: Quantity(reserved)}
+    form = fmt if capacity else "decimal"  # a zero capacity has no form of its own (nor the extra)
+    usable = cap.usable_capacity(caps, reserve, extras)[mem]
+    assert usable.value == max(capacity + extra - reserved, 0) and usable.format == form
+    eff = cap.effective_capacity(caps, {mem: ratio} if ratio is not None else {}, reserve, extras)[mem]
+    assert eff.value == floor(usable.value * Fraction(repr(ratio or 1.0)))
+    assert eff.format == form and str(eff) == str(Quantity(eff.value, form))
+    assert cap.subtract({mem: usable}, {}) == {mem: usable}
+    assert cap.subtract({mem: usable}, {}) == cap.subtract({mem: usable}, {mem: Quantity(0)})

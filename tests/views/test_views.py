@@ -76,6 +76,10 @@ def test_free_level_and_human() -> None:
     assert views.free_level(Quantity(9), Quantity(100)) == "low"
     assert views.free_level(Quantity(10), Quantity(100)) == "ok"
     assert views.human("memory", Quantity.parse("1536Mi")) == "1.5Gi"
+    # A fleet's memory reaches Pi (10,000 hosts: "4.4Pi", not "4498.2Ti").
+    assert views.human("memory", Quantity.parse("4498Ti")) == "4.4Pi"
+    assert views.human("memory", Quantity.parse("1023Ti")) == "1023Ti"
+    assert views.human("memory", Quantity.parse("3Ei")) == "3Ei"
     assert views.human("cpu", Quantity.parse("500m")) == "500m"
     assert views.human("cpu", None) == "-"
     assert views.age(NOW - timedelta(days=2, hours=3), NOW) == "2d"

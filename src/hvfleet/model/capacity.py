@@ -15,6 +15,7 @@ OvercommitPolicy (`policies`, resolved by `hvfleet.model.overcommit`), else 1.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -34,14 +35,20 @@ from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 
 
+@functools.lru_cache(maxsize=1024)  # a fleet has a handful of ratios; parsing one is slow
 def exact_ratio(ratio: float) -> Fraction:
     """The decimal a ratio was written as (repr of a float is its shortest
     round-tripping decimal)."""
     return Fraction(repr(float(ratio)))
 
 
+_ZERO = Quantity(0)  # immutable: one for every absent resource
+_NO_RATIO = Fraction(1)
+_NONE = Fraction(0)
+
+
 def _get(values: Mapping[ResourceName, Quantity], r: ResourceName) -> Quantity:
-    return values.get(r, Quantity(0))
+    return values.get(r, _ZERO)
 
 
 def usable_capacity(
@@ -54,8 +61,8 @@ def usable_capacity(
     out: ResourceList = {}
     for r in sorted(set(capacity) | set(extra), key=str):
         total = _get(capacity, r) + _get(extra, r) - _get(reserved, r)
-        fmt = (capacity.get(r) or extra.get(r) or Quantity(0)).format
-        out[r] = Quantity(max(total.value, Fraction(0)), fmt)
+        fmt = (capacity.get(r) or extra.get(r) or _ZERO).format
+        out[r] = total if total.value >= 0 and total.format == fmt else Quantity(max(total.value, _NONE), fmt)
     return out
 
 
@@ -68,8 +75,11 @@ def effective_capacity(
     """floor((capacity + extra − reserved) × ratio) per resource, never below 0."""
     out: ResourceList = {}
     for r, usable in usable_capacity(capacity, reserved or {}, extra).items():
-        ratio = exact_ratio(overcommit[r]) if r in overcommit else Fraction(1)
-        out[r] = Quantity(math.floor(usable.value * ratio), usable.format)
+        ratio = exact_ratio(overcommit[r]) if r in overcommit else _NO_RATIO
+        if ratio == 1 and usable.is_integer():
+            out[r] = usable  # floor(usable × 1) is usable itself
+        else:
+            out[r] = Quantity(math.floor(usable.value * ratio), usable.format)
     return out
 
 
@@ -146,6 +156,8 @@ def add(lists: Iterable[Mapping[ResourceName, Quantity]]) -> ResourceList:
 def subtract(
     a: Mapping[ResourceName, Quantity], b: Mapping[ResourceName, Quantity]
 ) -> ResourceList:
+    if not b:  # nothing to take away (most hosts have no reservation)
+        return {r: a[r] for r in sorted(a, key=str)}
     return {r: _get(a, r) - _get(b, r) for r in sorted(set(a) | set(b), key=str)}
 
 

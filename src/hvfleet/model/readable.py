@@ -15,13 +15,15 @@ from hvfleet.model.resources import ResourceName
 
 
 def human(resource: ResourceName | str, q: Quantity | None) -> str:
-    """A quantity as a person reads it: bytes as Gi/Mi with one decimal, counts
-    of five digits or more with thousands separators."""
+    """A quantity as a person reads it: bytes in the largest binary unit they
+    reach (Ki to Ei) with one decimal, counts of five digits or more with
+    thousands separators. (The memory of 10,000 hosts read "4498.2Ti".)"""
     if q is None:
         return "-"
     if ResourceName(resource).counts_bytes:
         v = float(q.value)
-        for suffix, mult in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        for suffix, mult in (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20),
+                             ("Ki", 2**10)):
             if abs(v) >= mult:
                 text = f"{v / mult:.1f}".removesuffix(".0")
                 return f"{text}{suffix}"

@@ -4,17 +4,19 @@ state of the fleet verbs (fleet index, agent liveness)."""
 
 from __future__ import annotations
 
+import gc
 import hmac
 import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
 from hvfleet.model.errors import BadRequest
-from hvfleet.model.hypervisor import Resource
+from hvfleet.model.hypervisor import Hypervisor, Resource
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.scheduling.index import FleetIndex
@@ -99,6 +101,10 @@ class ApiContext:
         self._placement: ProviderSnapshot | None = None
         self._placement_lock = threading.Lock()
         self._placement_stop = threading.Event()
+        # The fleet's Hypervisors as someone in this process follows them (the
+        # dashboard's FleetState.hosts_snapshot), for the index's first build;
+        # None, or answering None: the index lists them itself.
+        self.fleet_hosts: Callable[[], tuple[list[Hypervisor], int] | None] | None = None
 
     def authorize(self, who: Identity, action: Action, current: Resource | None = None,
                   new: Resource | None = None) -> None:
@@ -127,9 +133,10 @@ class ApiContext:
         """The fleet index kept warm across requests; call with index_lock held.
         Each use catches up with the store first, so a fit sees every earlier write."""
         if self._index is None:
-            self._index = FleetIndex.from_store(self.store, self.limits.claim_staleness)
-        else:
-            self._index.refresh(self.store)
+            hosts = self.fleet_hosts() if self.fleet_hosts is not None else None
+            self._index = FleetIndex.from_store(self.store, self.limits.claim_staleness, hosts)
+            gc.freeze()  # kept for the process's life: see dashboard.live.Follower
+        self._index.refresh(self.store)
         return self._index
 
     def placement_snapshot(self) -> ProviderSnapshot:

@@ -27,6 +27,7 @@ async def start(app: Starlette) -> None:
     state = FleetState(ctx.store)
     follower = Follower(state, ctx.hub)
     app.state.dashboard = state
+    ctx.fleet_hosts = state.hosts_snapshot  # the index's first build reads them
     app.state.dashboard_metrics = registry_for(state)
     app.state.dashboard_follower = follower
     settings: HistorySettings = getattr(app.state, "history_settings", None) or HistorySettings.parse()

@@ -1,9 +1,12 @@
 """The dashboard's live picture of the fleet, kept by following the API's own
 watch fan-out (`WatchHub`, server/watch.py) for Hypervisors and Reservations:
 every host's overview row (feed.host_row) recomputed when that host or one of
-its reservations changes, and again for all hosts at most every
-`refresh_seconds` (readiness and reservation expiry move with the clock, agent
-liveness with its Lease). It also keeps, in bounded memory, each host's recent
+its reservations changes, and when the clock alone moves it: each host's next
+such moment (its heartbeat turning stale, a reservation expiring) is kept in
+a heap, and a pass every `refresh_seconds` judges again only the hosts whose
+moment has come or whose agent's liveness (its Lease) changed, not every
+host (a full pass over 10,000 hosts every 5 s was most of an idle server's
+CPU). It also keeps, in bounded memory, each host's recent
 changes, notes which hosts' figures changed for the history (history.py keeps
 that in the store: a change of readiness alone is not history), and tells the
 page's event streams (SSE) which hosts changed.
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import heapq
 import threading
 import time
 from collections import deque
@@ -23,6 +28,7 @@ from typing import Any, TypeVar
 
 from hvfleet.model.errors import HvfleetError
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.readiness import fresh_until
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.server.dashboard.feed import (
@@ -119,8 +125,16 @@ class FleetState:
         # fleet at version V asks only for the rows changed since (`changed_since`).
         self.changed_at: dict[str, int] = {}
         self.revision = 0
+        # Every Hypervisor event up to this revision is in `hosts` (the list's
+        # revision, then the followed fan-out's position): see hosts_snapshot.
+        self.hosts_through = 0
         self._liveness: dict[str, bool] = {}
         self._refreshed = 0.0
+        # When the clock alone next moves each host's row (epoch seconds), and
+        # the same as a heap of (when, name); an entry whose time is not the
+        # host's current one in `_due` is left over and skipped.
+        self._due: dict[str, float] = {}
+        self._clock: list[tuple[float, str]] = []
         self._sorted: list[HostRow] | None = None
         self._totals: dict[tuple[int, str], dict[str, Any]] = {}
         # Running totals of every host (key None) and of each label value (key, value).
@@ -150,6 +164,7 @@ class FleetState:
             self.hosts = {o.metadata.name: o for o in hv.items if isinstance(o, Hypervisor)}
             self.reservations = {o.metadata.name: o for o in rs.items if isinstance(o, Reservation)}
             self.revision = min(hv.revision, rs.revision, ps.revision)
+            self.hosts_through = hv.revision
             self._recompute_all(force=True)
         self.loaded.set()
         return self.revision
@@ -172,9 +187,9 @@ class FleetState:
         self._pending.clear()  # every row is judged here
         rows = _judged(now, self.hosts, self._rows, self._by_host(), self.policy_list(), self._liveness,
                        force)
-        return self._install(rows)
+        return self._install(rows, now)
 
-    def _install(self, rows: dict[str, HostRow]) -> set[str]:
+    def _install(self, rows: dict[str, HostRow], now: datetime) -> set[str]:
         """`rows` as every host's row (lock held); the hosts whose row changed."""
         # A row whose readiness message alone moved (a stale heartbeat's age) is
         # kept up to date for the next page that asks, but is not a change.
@@ -193,9 +208,31 @@ class FleetState:
         self._rows = rows
         self._sorted = None
         self._refreshed = time.monotonic()
+        self._reschedule_all(now)
         if changed:
             self._changed(changed)
         return changed
+
+    def _reschedule_all(self, now: datetime) -> None:
+        """Every host's next moment after `now`, the time its row was judged at."""
+        by_host = self._by_host()
+        self._due, self._clock = {}, []
+        for n, h in self.hosts.items():
+            when = _next_move(h, by_host.get(n, ()), now)
+            if when is not None:
+                self._due[n] = when
+                self._clock.append((when, n))
+        heapq.heapify(self._clock)
+
+    def _schedule(self, name: str, reservations: Iterable[Reservation], now: datetime) -> None:
+        """Note when the clock alone next moves `name`'s row (lock held)."""
+        h = self.hosts.get(name)
+        when = _next_move(h, reservations, now) if h is not None else None
+        if when is None:
+            self._due.pop(name, None)
+        elif self._due.get(name) != when:
+            self._due[name] = when
+            heapq.heappush(self._clock, (when, name))
 
     def _recompute(self, names: Iterable[str]) -> None:
         now = datetime.now(UTC)
@@ -213,6 +250,7 @@ class FleetState:
                 self.touched.add(n)
             self._account(old, row)
             self._rows[n] = row
+            self._schedule(n, by_host.get(n, []), now)
         self._changed(names)
 
     def _settle(self) -> None:
@@ -289,6 +327,21 @@ class FleetState:
             else:
                 self.changed_at.pop(n, None)
 
+    def followed(self, kind: str, position: int) -> None:
+        """Every event of `kind` up to `position` is applied."""
+        if kind == "Hypervisor":
+            with self.lock:
+                self.hosts_through = max(self.hosts_through, position)
+
+    def hosts_snapshot(self) -> tuple[list[Hypervisor], int] | None:
+        """The hosts as followed, and a revision up to which every Hypervisor
+        event is in them (None before the first load): the fleet index's first
+        build reads them instead of listing and decoding the fleet again."""
+        if not self.loaded.is_set():
+            return None
+        with self.lock:
+            return list(self.hosts.values()), self.hosts_through
+
     def take_touched(self) -> set[str]:
         """The hosts whose figures changed (or that went) since the last call
         (for the history)."""
@@ -306,31 +359,61 @@ class FleetState:
         return out
 
     def fresh(self) -> set[str]:
-        """Judge every row again if the last full pass is older than
-        refresh_seconds; the hosts whose row changed. The rows are judged
-        outside the lock (10,000 of them take a while, and every page and feed
-        reads under it); a host that an event changed meanwhile keeps the row
-        the event gave it."""
+        """Judge again, if the last pass is older than refresh_seconds, the rows
+        the clock alone moved: the hosts whose next moment (`_next_move`) has
+        come and those whose agent's liveness changed; the hosts whose row
+        changed. An idle fleet costs one read of the agents' liveness a pass."""
         if time.monotonic() - self._refreshed <= self.refresh_seconds:
             return set()
         now = datetime.now(UTC)
         liveness = self.store.agent_liveness(now)
         with self.lock:
             self._settle()
-            hosts, before, by_host, policies = dict(self.hosts), dict(self._rows), self._by_host(), \
-                self.policy_list()
-        rows = _judged(now, hosts, before, by_host, policies, liveness, False)
-        with self.lock:
-            for n, h in self.hosts.items():
-                if hosts.get(n) is not h or self._rows.get(n) is not before.get(n):
-                    if n in self._rows:
-                        rows[n] = self._rows[n]  # an event was applied meanwhile: its row is newer
-                    else:
-                        rows.pop(n, None)
-            for n in set(rows) - set(self.hosts):
-                del rows[n]  # gone meanwhile
+            self._refreshed = time.monotonic()
+            due = {n for n in liveness.keys() | self._liveness.keys()
+                   if liveness.get(n) != self._liveness.get(n)}
             self._liveness = liveness
-            return self._install(rows)
+            at = now.timestamp()
+            while self._clock and self._clock[0][0] < at:
+                when, n = heapq.heappop(self._clock)
+                if self._due.get(n) == when:
+                    del self._due[n]
+                    due.add(n)
+            due &= self.hosts.keys()
+            if not due:
+                return set()
+            by_host: dict[str, list[Reservation]] = {}
+            for r in self.reservations.values():
+                if r.spec.hypervisor in due:
+                    by_host.setdefault(r.spec.hypervisor, []).append(r)
+            rows = _judged(now, {n: self.hosts[n] for n in due}, self._rows, by_host, self.policy_list(),
+                           liveness, False)
+            changed: set[str] = set()
+            for n, x in rows.items():
+                old = self._rows.get(n)
+                # A row whose readiness message alone moved (a stale heartbeat's
+                # age) is kept for the next page that asks, but is not a change.
+                if old is None or not shown_alike(old, x):
+                    changed.add(n)
+                    if not same_figures(old, x):
+                        self.touched.add(n)
+                    self._account(old, x)
+                self._rows[n] = x
+                self._schedule(n, by_host.get(n, ()), now)
+            self._sorted = None
+            if changed:
+                self._changed(changed)
+            return changed
+
+    def current(self, rows: list[HostRow]) -> list[HostRow]:
+        """`rows` with their readiness judged at this moment, for a page: a
+        stale heartbeat's age moves every second, and the passes judge a row
+        again only when its state may change."""
+        now = datetime.now(UTC)
+        with self.lock:
+            pairs = [(x, self.hosts.get(x.name)) for x in rows]
+            liveness = self._liveness
+        return [x if h is None else with_readiness(x, h, now, liveness.get(x.name)) for x, h in pairs]
 
     # -- applying watch events ---------------------------------------------------------------------
 
@@ -496,6 +579,20 @@ def _judged(now: datetime, hosts: dict[str, Hypervisor], rows: dict[str, HostRow
     return out
 
 
+def _next_move(h: Hypervisor, reservations: Iterable[Reservation], now: datetime) -> float | None:
+    """The next moment (epoch seconds) at which the clock alone changes the
+    host's row, None if never: its heartbeat turning stale (a live lease is a
+    change of liveness, seen at each pass), a reservation expiring."""
+    times = [t for t in (fresh_until(h), *(r.spec.expires_at for r in reservations))
+             if t is not None and t >= now]
+    if not times:
+        return None
+    try:
+        return min(times).timestamp()
+    except (OverflowError, ValueError):  # a time near the end of time: never
+        return None
+
+
 @dataclass
 class Follower:
     """The tasks that keep a FleetState current from the hub (one per kind)."""
@@ -523,6 +620,12 @@ class Follower:
                 break
             except HvfleetError:
                 await asyncio.sleep(1.0)  # the store is unavailable: try again
+        # The fleet just read lives as long as the server (10,000 hosts and
+        # their rows: millions of objects): out of the cyclic collector's sight,
+        # so that its full passes, triggered by allocation anywhere, stop
+        # walking it (a second of CPU each at 10k hosts). Freed as usual when
+        # no longer referenced; only a reference cycle among them would stay.
+        gc.freeze()
         followers = [asyncio.create_task(self._follow(kind, since)) for kind in kinds]
         self.tasks += [*followers, asyncio.create_task(self._tick())]
 
@@ -538,7 +641,7 @@ class Follower:
                 elif replay:
                     self.state.notify(self.state.apply(replay))
                 while not (sub.overflowed or sub.expired):
-                    events, _ = await sub.next_batch(5.0)
+                    events, position = await sub.next_batch(5.0)
                     if events:
                         # On the loop when that is quick (no page open: rows left
                         # pending), not a hop to a worker thread and back per batch.
@@ -547,6 +650,8 @@ class Follower:
                             touched = await loop.run_in_executor(None, self.state.apply, events)
                         since = events[-1].revision
                         self.state.notify(touched)
+                    if not (sub.overflowed or sub.expired):
+                        self.state.followed(kind, position)
             finally:
                 fanout.unsubscribe(sub)
             # Lost events (a full queue or a compacted store): start again from a list.

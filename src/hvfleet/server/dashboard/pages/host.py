@@ -79,7 +79,7 @@ def host_live_html(state: FleetState, ctx: ApiContext, name: str) -> str:
     if h is None or row is None:
         raise NotFound(f"hypervisor {name!r} not found")
     now = datetime.now(UTC)
-    doc = row.doc
+    doc = state.current([row])[0].doc
     has_spec = bool(h.spec.model_dump(exclude_defaults=True))
     return render(
         "host_live.html",

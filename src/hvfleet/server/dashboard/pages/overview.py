@@ -60,7 +60,7 @@ def overview_document(state: FleetState, view: View, visible: Visible = None,
     ordered = view.rows(rows)
     pages = max(1, math.ceil(len(ordered) / view.per_page))
     page_no = min(max(1, view.page), pages)
-    shown = ordered[(page_no - 1) * view.per_page: page_no * view.per_page]
+    shown = state.current(ordered[(page_no - 1) * view.per_page: page_no * view.per_page])
     groups: dict[str, dict[str, Any]] = {}
     if visible is None and not selector.requirements:
         for k, vs in state.label_values(MAX_GROUP_VALUES).items():
