@@ -219,6 +219,28 @@ def parse_api(out: str) -> Figures:
     return figs
 
 
+def parse_replicas(out: str) -> Figures:
+    """bench/replicas.py: server CPU per write (process CPU of the replicas)."""
+    figs: Figures = {}
+    where = "sqlite" if "one SQLite file" in out else "etcd"
+    if m := re.search(rf"^direct store \(this process\)\s+{NUM} ms\s+{NUM} ms", out, re.M):
+        figs[f"{where}: control: direct store, lease renewal CPU"] = Figure(num(m.group(1)), "ms",
+                                                                           control=True)
+        figs[f"{where}: control: direct store, status write CPU"] = Figure(num(m.group(2)), "ms",
+                                                                          control=True)
+    row = re.compile(rf"^(\d+) replica\(s\), sum of all\s+{NUM} ms\s+{NUM} ms\s+(?:{NUM} ms|-)\s+{NUM}$",
+                     re.M)
+    for m in row.finditer(out):
+        n = m.group(1)
+        figs[f"{where}: {n} replica(s), server CPU per lease renewal"] = Figure(num(m.group(2)), "ms")
+        figs[f"{where}: {n} replica(s), server CPU per status write"] = Figure(num(m.group(3)), "ms")
+        if m.group(4):
+            figs[f"{where}: {n} replicas, CPU per followed event"] = Figure(num(m.group(4)), "ms")
+        figs[f"{where}: {n} replica(s), status writes/s"] = Figure(num(m.group(5)), "/s",
+                                                                  lower_is_better=False)
+    return figs
+
+
 @dataclass(frozen=True)
 class ScriptBench:
     """A bench script run whole: its argv after `bench/<name>.py` and its parser."""
@@ -353,6 +375,13 @@ def script_benches(args: argparse.Namespace) -> dict[str, ScriptBench]:
                                   parse_scheduling),
         "guests": ScriptBench("guests", ("--quick",), parse_guests),
         "api": ScriptBench("api", ("--quick", *(() if args.etcd else ("--no-etcd",))), parse_api),
+        # Server CPU per write over a 3-member etcd, and over one SQLite file.
+        "replicas": ScriptBench("replicas", ("--hosts", "40", "--writes", str(args.writes),
+                                             "--fleet-hosts", "0", "--replicas", args.replicas),
+                                parse_replicas),
+        "replicas_sqlite": ScriptBench("replicas", ("--hosts", "40", "--writes", str(args.writes),
+                                                    "--fleet-hosts", "0", "--replicas", "1",
+                                                    "--store", "sqlite"), parse_replicas),
     }
 
 
@@ -409,7 +438,8 @@ def main() -> None:
                                  epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("benches", nargs="*", default=["scheduling", "guests", "api", "cli_startup"],
-                    help="scheduling, guests, api, cli_startup (default: all four)")
+                    help="scheduling, guests, api, cli_startup, replicas, replicas_sqlite "
+                         "(default: the first four)")
     ap.add_argument("--base", type=Path, required=True, help="the checkout measured as before")
     ap.add_argument("--head", type=Path, default=Path("."), help="the checkout measured as after")
     ap.add_argument("--rounds", type=int, default=5)
@@ -418,10 +448,12 @@ def main() -> None:
     ap.add_argument("--fit-sizes", default="1000,10000,100000", help="scheduling: fleet sizes")
     ap.add_argument("--claims", type=int, default=100, help="scheduling: claims per process")
     ap.add_argument("--etcd", action="store_true", help="api: also over a one-member etcd")
+    ap.add_argument("--writes", type=int, default=1000, help="replicas: writes per measured phase")
+    ap.add_argument("--replicas", default="1,2,3", help="replicas: the replica counts")
     ap.add_argument("--save", type=Path, help="write every round's figures as JSON")
     ap.add_argument("--log", type=Path, help="a directory for what each bench run printed")
     args = ap.parse_args()
-    known = {"scheduling", "guests", "api", "cli_startup"}
+    known = {"scheduling", "guests", "api", "cli_startup", "replicas", "replicas_sqlite"}
     if bad := [b for b in args.benches if b not in known]:
         ap.error(f"unknown bench {', '.join(bad)} (known: {', '.join(sorted(known))})")
     if args.rounds < 1:
