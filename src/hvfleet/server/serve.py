@@ -231,6 +231,10 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
             # httptools or h11, with a deadline for each request's head (server/connection.py).
             http=protocol,
             loop=loop,
+            # No X-Forwarded-* rewriting of the client address (one middleware
+            # less per request): nothing here reads that address, and a load
+            # balancer in front passes TCP through (docs/scaling.md).
+            proxy_headers=False,
             timeout_keep_alive=30,
             # On SIGTERM, in-flight requests get this long; then open streams (watches,
             # TLS connections whose client never says goodbye) are closed, not waited on.
