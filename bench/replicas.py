@@ -142,7 +142,7 @@ def spread(replicas: Replicas, clients: int) -> Callable[[], list[http.client.HT
     return lambda: [s.connection() for s in replicas.servers]
 
 
-PROFILE: dict[str, Any] = {"dir": None, "label": ""}
+PROFILE: dict[str, Any] = {"dir": None, "label": "", "gil": False}
 
 
 def profilers(replicas: Replicas) -> list[subprocess.Popen[bytes]]:
@@ -160,8 +160,10 @@ def profilers(replicas: Replicas) -> list[subprocess.Popen[bytes]]:
         # Idle threads (blocked in a wait: the GIL, a queue, a socket) are not
         # sampled (py-spy's default, no --idle), so waits are not counted as
         # work, and C work without the GIL (TLS) is; no native frames.
+        # With --profile-gil, only the thread holding the GIL: Python work alone.
+        gil = ["--gil"] if PROFILE["gil"] else []
         procs.append(subprocess.Popen([spy, "record", "--pid", str(s.proc.pid), "--format", "raw",
-                                       "--threads", "--rate", "250", "--nonblocking",
+                                       "--threads", *gil, "--rate", "250", "--nonblocking",
                                        "-o", str(path)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)  # attached
@@ -343,6 +345,9 @@ def main() -> None:
     parser.add_argument("--profile", metavar="DIR", default=None,
                         help="record every replica with py-spy during each measured phase "
                              "(the bench extra); profiling inflates the CPU figures")
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="with --profile: sample only the thread holding the GIL (Python work, "
+                             "no waits, no C work done without the GIL such as TLS and syscalls)")
     parser.add_argument("--http", choices=["auto", "h11", "httptools"], default=None,
                         help="the replicas' HTTP implementation (default: the server's, auto)")
     parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default=None,
@@ -352,6 +357,7 @@ def main() -> None:
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
         PROFILE["dir"] = args.profile
+        PROFILE["gil"] = args.profile_gil
     counts = [int(x) for x in args.replicas.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     try:
