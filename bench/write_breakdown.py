@@ -46,7 +46,8 @@ PARTS: list[tuple[str, str]] = [
     ("handler (resources.py, guard.audited)", r"\(hvfleet/server/(resources|guard|context)\.py\)"),
     ("HTTP parsing (h11 / httptools, uvicorn protocol)",
      r"\((h11/|uvicorn/protocols/|hvfleet/server/connection\.py)"),
-    ("thread hand-off (anyio worker threads)", r"\((anyio/|starlette/concurrency\.py)"),
+    ("thread hand-off (worker threads)",
+     r"\((anyio/|starlette/concurrency\.py|concurrent/futures/|hvfleet/server/threads\.py)"),
     ("routing, middleware (Starlette, uvicorn)", r"\((starlette/|uvicorn/)"),
     ("event loop (asyncio, uvloop)", r"\((asyncio/|selectors\.py|uvloop/)"),
 ]
