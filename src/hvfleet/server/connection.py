@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+from typing import cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -83,13 +84,31 @@ class CoalescedWrites:
 
 
 class _HeadDeadline:
-    """The head deadline, shared by both protocols: armed while a head is
-    awaited, it closes the connection if the head is still incomplete then."""
+    """What both protocols add to uvicorn's: the head deadline (armed while a
+    head is awaited, it drops the connection if the head is still incomplete
+    then) and the coalesced writes. Put before the uvicorn protocol class, so
+    `super()` is that protocol."""
 
     header_timeout = HEADER_TIMEOUT_S
     _head_deadline: asyncio.TimerHandle | None = None
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
+    timeout_keep_alive: int
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        coalesced = CoalescedWrites(cast(asyncio.Transport, transport), self.loop)
+        super().connection_made(coalesced)  # type: ignore[misc]
+        self._arm_head_deadline(self.header_timeout)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # type: ignore[misc]
+        if not self.transport.is_closing():
+            # The next head may start up to the keep-alive time from now.
+            self._arm_head_deadline(self.timeout_keep_alive + self.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_deadline()
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _awaiting_head(self) -> bool:
         raise NotImplementedError
@@ -117,24 +136,10 @@ class HeaderDeadlineProtocol(_HeadDeadline, H11Protocol):
     def _awaiting_head(self) -> bool:
         return self.conn.their_state is h11.IDLE
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(CoalescedWrites(transport, self.loop))  # type: ignore[arg-type]
-        self._arm_head_deadline(self.header_timeout)
-
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._disarm_head_deadline()  # the head is complete: the request runs
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing():
-            # The next head may start up to the keep-alive time from now.
-            self._arm_head_deadline(self.timeout_keep_alive + self.header_timeout)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_deadline()
-        super().connection_lost(exc)
 
 
 def httptools_protocol() -> type[asyncio.Protocol] | None:
@@ -157,10 +162,6 @@ def httptools_protocol() -> type[asyncio.Protocol] | None:
         def _awaiting_head(self) -> bool:
             return self._head_open
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(CoalescedWrites(transport, self.loop))  # type: ignore[arg-type]
-            self._arm_head_deadline(self.header_timeout)
-
         def data_received(self, data: bytes) -> None:
             if self._head_open:
                 self._head_bytes += len(data)
@@ -178,16 +179,6 @@ def httptools_protocol() -> type[asyncio.Protocol] | None:
         def on_message_complete(self) -> None:
             super().on_message_complete()
             self._head_open = True  # whatever comes next is the next request's head
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                # The next head may start up to the keep-alive time from now.
-                self._arm_head_deadline(self.timeout_keep_alive + self.header_timeout)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm_head_deadline()
-            super().connection_lost(exc)
 
     return HttpToolsDeadlineProtocol
 
