@@ -102,10 +102,11 @@ class Server:
     url: str
     ca: Path | None
 
-    def __init__(self, store_url: str, data_dir: Path, plain: bool = False) -> None:
+    def __init__(self, store_url: str, data_dir: Path, plain: bool = False,
+                 options: dict[str, Any] | None = None) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         settings = {"store": store_url, "listen": "127.0.0.1:0", "data_dir": str(data_dir),
-                    "audit_log": str(data_dir / "audit.log"), "insecure_http": plain}
+                    "audit_log": str(data_dir / "audit.log"), "insecure_http": plain, **(options or {})}
         self.proc = subprocess.Popen([sys.executable, "-m", "hvfleet.server", json.dumps(settings)],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None

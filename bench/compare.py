@@ -10,6 +10,9 @@ ratio is the median over rounds of head/base within the round, and its range
 - scheduling, guests, api: the checkout's own `bench/<name>.py` with small
   settings, its printed figures parsed; plus the user+sys CPU of the whole
   bench process (os.wait4), a figure that the machine's load barely moves.
+- replicas, replicas_sqlite: the checkout's `bench/replicas.py` without its
+  fleet phase (`--writes`, `--replicas`): server CPU per lease renewal, per
+  status write and per followed event, over a 3-member etcd / one SQLite file.
 - cli_startup: whole-process timings of the same `hvfleet` commands as
   bench/cli_startup.py (each a fresh process, output discarded, on a SQLite
   store of the demo fleet written by that checkout's agent), base and head
@@ -21,6 +24,7 @@ Figures that neither checkout's code decides (virt-install, libvirt, kubectl,
 
     .venv/bin/python -m bench.compare --base ../wt-base --head . --rounds 5 \\
         scheduling guests api cli_startup
+    .venv/bin/python -m bench.compare --base ../wt-base --head . --rounds 3 replicas replicas_sqlite
 """
 
 from __future__ import annotations
@@ -219,6 +223,27 @@ def parse_api(out: str) -> Figures:
     return figs
 
 
+def parse_replicas(out: str) -> Figures:
+    """bench/replicas.py: server CPU per write (process CPU of the replicas)."""
+    figs: Figures = {}
+    where = "sqlite" if "one SQLite file" in out else "etcd"
+    if m := re.search(rf"^direct store \(this process\)\s+{NUM} ms\s+{NUM} ms", out, re.M):
+        # The checkout's own store code (EtcdStore, SqliteStore) in the bench process: a peer, not a control.
+        figs[f"{where}: peer: direct store, CPU per lease renewal"] = Figure(num(m.group(1)), "ms")
+        figs[f"{where}: peer: direct store, CPU per status write"] = Figure(num(m.group(2)), "ms")
+    row = re.compile(rf"^(\d+) replica\(s\), sum of all\s+{NUM} ms\s+{NUM} ms\s+(?:{NUM} ms|-)\s+{NUM}$",
+                     re.M)
+    for m in row.finditer(out):
+        n = m.group(1)
+        figs[f"{where}: {n} replica(s), server CPU per lease renewal"] = Figure(num(m.group(2)), "ms")
+        figs[f"{where}: {n} replica(s), server CPU per status write"] = Figure(num(m.group(3)), "ms")
+        if m.group(4):
+            figs[f"{where}: {n} replicas, CPU per followed event"] = Figure(num(m.group(4)), "ms")
+        figs[f"{where}: {n} replica(s), status writes/s"] = Figure(num(m.group(5)), "/s",
+                                                                  lower_is_better=False)
+    return figs
+
+
 @dataclass(frozen=True)
 class ScriptBench:
     """A bench script run whole: its argv after `bench/<name>.py` and its parser."""
@@ -353,6 +378,13 @@ def script_benches(args: argparse.Namespace) -> dict[str, ScriptBench]:
                                   parse_scheduling),
         "guests": ScriptBench("guests", ("--quick",), parse_guests),
         "api": ScriptBench("api", ("--quick", *(() if args.etcd else ("--no-etcd",))), parse_api),
+        # Server CPU per write over a 3-member etcd, and over one SQLite file.
+        "replicas": ScriptBench("replicas", ("--hosts", "40", "--writes", str(args.writes),
+                                             "--fleet-hosts", "0", "--replicas", args.replicas),
+                                parse_replicas),
+        "replicas_sqlite": ScriptBench("replicas", ("--hosts", "40", "--writes", str(args.writes),
+                                                    "--fleet-hosts", "0", "--replicas", "1",
+                                                    "--store", "sqlite"), parse_replicas),
     }
 
 
@@ -409,7 +441,8 @@ def main() -> None:
                                  epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("benches", nargs="*", default=["scheduling", "guests", "api", "cli_startup"],
-                    help="scheduling, guests, api, cli_startup (default: all four)")
+                    help="scheduling, guests, api, cli_startup, replicas, replicas_sqlite "
+                         "(default: the first four)")
     ap.add_argument("--base", type=Path, required=True, help="the checkout measured as before")
     ap.add_argument("--head", type=Path, default=Path("."), help="the checkout measured as after")
     ap.add_argument("--rounds", type=int, default=5)
@@ -418,10 +451,12 @@ def main() -> None:
     ap.add_argument("--fit-sizes", default="1000,10000,100000", help="scheduling: fleet sizes")
     ap.add_argument("--claims", type=int, default=100, help="scheduling: claims per process")
     ap.add_argument("--etcd", action="store_true", help="api: also over a one-member etcd")
+    ap.add_argument("--writes", type=int, default=1000, help="replicas: writes per measured phase")
+    ap.add_argument("--replicas", default="1,2,3", help="replicas: the replica counts")
     ap.add_argument("--save", type=Path, help="write every round's figures as JSON")
     ap.add_argument("--log", type=Path, help="a directory for what each bench run printed")
     args = ap.parse_args()
-    known = {"scheduling", "guests", "api", "cli_startup"}
+    known = {"scheduling", "guests", "api", "cli_startup", "replicas", "replicas_sqlite"}
     if bad := [b for b in args.benches if b not in known]:
         ap.error(f"unknown bench {', '.join(bad)} (known: {', '.join(sorted(known))})")
     if args.rounds < 1:

@@ -112,7 +112,7 @@ class LeaseClients:
 
 class Replicas:
     def __init__(self, store_url: str, tmp: Path, n: int, viewer: str) -> None:
-        self.servers = [Server(store_url, tmp / f"replica-{i}") for i in range(n)]
+        self.servers = [Server(store_url, tmp / f"replica-{i}", options=SERVE_OPTIONS) for i in range(n)]
         self.viewer = viewer
         self.stop = threading.Event()
         self.watchers = [threading.Thread(target=self._follow, args=(s,), daemon=True) for s in self.servers]
@@ -142,7 +142,7 @@ def spread(replicas: Replicas, clients: int) -> Callable[[], list[http.client.HT
     return lambda: [s.connection() for s in replicas.servers]
 
 
-PROFILE: dict[str, Any] = {"dir": None, "label": ""}
+PROFILE: dict[str, Any] = {"dir": None, "label": "", "gil": False}
 
 
 def profilers(replicas: Replicas) -> list[subprocess.Popen[bytes]]:
@@ -157,9 +157,13 @@ def profilers(replicas: Replicas) -> list[subprocess.Popen[bytes]]:
     procs = []
     for i, s in enumerate(replicas.servers):
         path = Path(out) / f"{PROFILE['label']}-r{i}.txt"
-        # --gil: only the thread holding the GIL, so waits are not counted as work.
+        # Idle threads (blocked in a wait: the GIL, a queue, a socket) are not
+        # sampled (py-spy's default, no --idle), so waits are not counted as
+        # work, and C work without the GIL (TLS) is; no native frames.
+        # With --profile-gil, only the thread holding the GIL: Python work alone.
+        gil = ["--gil"] if PROFILE["gil"] else []
         procs.append(subprocess.Popen([spy, "record", "--pid", str(s.proc.pid), "--format", "raw",
-                                       "--threads", "--gil", "--rate", "250", "--nonblocking",
+                                       "--threads", *gil, "--rate", "250", "--nonblocking",
                                        "-o", str(path)],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(1.0)  # attached
@@ -260,6 +264,8 @@ def direct_phase(store_url: str, n: int, writes: int, clients: int, kind: str) -
 
 
 AGENT_TOKENS: list[str] = []
+# ServeOptions fields given to every replica (--http, --loop).
+SERVE_OPTIONS: dict[str, Any] = {}
 
 
 def ms(x: float) -> str:
@@ -339,10 +345,19 @@ def main() -> None:
     parser.add_argument("--profile", metavar="DIR", default=None,
                         help="record every replica with py-spy during each measured phase "
                              "(the bench extra); profiling inflates the CPU figures")
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="with --profile: sample only the thread holding the GIL (Python work, "
+                             "no waits, no C work done without the GIL such as TLS and syscalls)")
+    parser.add_argument("--http", choices=["auto", "h11", "httptools"], default=None,
+                        help="the replicas' HTTP implementation (default: the server's, auto)")
+    parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default=None,
+                        help="the replicas' event loop (default: the server's, auto)")
     args = parser.parse_args()
+    SERVE_OPTIONS.update({k: v for k, v in (("http", args.http), ("loop", args.loop)) if v})
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
         PROFILE["dir"] = args.profile
+        PROFILE["gil"] = args.profile_gil
     counts = [int(x) for x in args.replicas.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="bench-replicas-"))
     try:

@@ -109,6 +109,8 @@ def test_kubeconfig_refuses_bad_input(run: Run, args: tuple[str, ...], message: 
         (("--listen", "8443"), "listen: '8443' is not HOST:PORT"),
         (("--listen", "::1:8443"), "brackets"),
         (("--tls-cert", "/nonexistent.crt", "--tls-key", "/nonexistent.key"), "cannot read"),
+        (("--http", "h2"), "http: 'h2' is not one of auto, h11, httptools"),
+        (("--loop", "trio"), "loop: 'trio' is not one of auto, asyncio, uvloop"),
     ],
 )
 def test_serve_refuses_unsafe_or_wrong_settings_with_exit_2(

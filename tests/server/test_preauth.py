@@ -1,17 +1,14 @@
 """Nothing before authentication costs more than a few milliseconds, against the
 real `hvfleet serve` over HTTPS with real tokens: bodies are read only for a
 known caller, YAML aliases and deep nesting are refused, query integers are
-bounded, slow connections are closed, continue tokens serve only the list
+bounded, continue tokens serve only the list
 that issued them, a revoked token's watch ends, and the files are owner-only."""
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
-import socket
-import ssl
 import stat
 import threading
 import time
@@ -24,7 +21,6 @@ import requests
 
 from hvfleet.model import Hypervisor, ObjectMeta
 from hvfleet.model.token import split_token
-from hvfleet.server.connection import HEADER_TIMEOUT_S
 from hvfleet.server.identity import Identity
 from hvfleet.store import open_store
 from hvfleet.store.tokens import revoke_token
@@ -255,49 +251,6 @@ def test_a_revoked_or_expired_token_ends_its_open_watch_within_seconds(server: S
 
 
 # -- connections and files ---------------------------------------------------------------------------
-
-def _tls_socket(server: Server) -> ssl.SSLSocket:
-    host, port = server.url.removeprefix("https://").split(":")
-    ctx = ssl.create_default_context(cafile=str(server.ca))
-    sock = ctx.wrap_socket(socket.create_connection((host, int(port)), timeout=5), server_hostname=host)
-    sock.settimeout(HEADER_TIMEOUT_S + 10)
-    return sock
-
-
-def test_an_idle_or_trickling_connection_is_closed_after_the_header_timeout(server: Server) -> None:
-    closed: dict[str, float] = {}
-
-    def idle() -> None:
-        sock = _tls_socket(server)
-        t0 = time.monotonic()
-        with contextlib.suppress(ssl.SSLError, ConnectionError):
-            assert sock.recv(1024) == b""
-        closed["idle"] = time.monotonic() - t0
-        sock.close()
-
-    def trickle() -> None:
-        sock = _tls_socket(server)
-        t0 = time.monotonic()
-        try:
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-            for _ in range(int(HEADER_TIMEOUT_S * 3)):
-                sock.sendall(b"X")  # a header that never ends, a byte at a time
-                time.sleep(0.5)
-        except (ssl.SSLError, ConnectionError, OSError):
-            pass
-        closed["trickle"] = time.monotonic() - t0
-        sock.close()
-
-    threads = [threading.Thread(target=idle), threading.Thread(target=trickle)]
-    for t in threads:
-        t.start()
-    # Meanwhile ordinary requests are served.
-    assert server.session(None).get(server.url + "/healthz", timeout=5).status_code == 200
-    for t in threads:
-        t.join(HEADER_TIMEOUT_S * 3 + 10)
-    assert HEADER_TIMEOUT_S - 1 <= closed["idle"] <= HEADER_TIMEOUT_S + 4, closed
-    assert closed["trickle"] <= HEADER_TIMEOUT_S + 4, closed
-
 
 def test_the_database_its_wal_and_the_data_dir_are_owner_only(server: Server) -> None:
     db = Path(server.store_url.removeprefix("sqlite:///"))

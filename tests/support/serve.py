@@ -120,10 +120,11 @@ def launch(tmp: Path, store_url: str, *options: str) -> tuple[subprocess.Popen[s
         time.sleep(0.1)
 
 
-def start_server(tmp: Path, store_url: str | None = None, tokens: dict[str, str] | None = None) -> Server:
+def start_server(tmp: Path, store_url: str | None = None, tokens: dict[str, str] | None = None,
+                 options: tuple[str, ...] = ()) -> Server:
     store_url = store_url or f"sqlite:///{tmp}/hvfleet.db"
     tokens = tokens if tokens is not None else role_tokens(store_url)
-    proc, url, ca = launch(tmp, store_url)
+    proc, url, ca = launch(tmp, store_url, *options)
     return Server(url, ca, store_url, tmp / "data", tmp / "audit.log", tokens, proc)
 
 

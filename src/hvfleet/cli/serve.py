@@ -3,7 +3,7 @@
     hvfleet serve [--store URL] [--listen 127.0.0.1:8443] [--tls-cert F --tls-key F]
                   [--data-dir DIR] [--insecure-http] [--audit-log FILE] [--tls-name NAME...]
                   [--history-retention 7d] [--history-tiers 10s:1h,1m:1d,10m:7d]
-                  [--placement-listen HOST:PORT]
+                  [--placement-listen HOST:PORT] [--http auto|h11|httptools] [--loop auto|asyncio|uvloop]
     hvfleet serve --store URL --rotate-ca begin|switch|end
 
 The CLI and the server are two edges that never import each other
@@ -79,6 +79,15 @@ def serve(
                                       "(Placement's port is 8778), same TLS and tokens; "
                                       "/placement stays on --listen.")
     ] = None,
+    http: Annotated[
+        str, typer.Option("--http", metavar="auto|h11|httptools",
+                          help="uvicorn's HTTP implementation: auto is httptools when installed "
+                               "(less CPU per request), else h11.")
+    ] = "auto",
+    loop: Annotated[
+        str, typer.Option("--loop", metavar="auto|asyncio|uvloop",
+                          help="The event loop: auto is uvloop when installed, else asyncio's.")
+    ] = "auto",
 ) -> None:
     """Serve the hvfleet.io/v1 API (kubectl and Kubernetes clients work against it)."""
     settings = {
@@ -87,7 +96,7 @@ def serve(
         "insecure_http": insecure_http, "audit_log": audit_log, "rotate_ca": rotate_ca,
         "tls_names": tls_name or None,
         "history_retention": history_retention, "history_tiers": history_tiers,
-        "placement_listen": placement_listen,
+        "placement_listen": placement_listen, "http": http, "loop": loop,
     }
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,5 +1,7 @@
-"""The HTTP/1.1 connection of `hvfleet serve`: uvicorn's h11 protocol, plus a
-deadline for a request's head.
+"""The HTTP/1.1 connection of `hvfleet serve`: one of uvicorn's two HTTP
+implementations (`httptools`, uvicorn's binding of llhttp, when it is
+installed; else h11), plus a deadline for a request's head and a bound on
+its size.
 
 uvicorn closes a kept-alive connection that stays idle (`timeout_keep_alive`),
 but it arms that timer only after a response and disarms it at the first byte:
@@ -7,45 +9,109 @@ a connection that never sends anything, or sends its request line and
 headers a byte at a time, would be held forever, and enough of them exhaust
 the server's sockets. Here every connection must deliver a whole request
 head within `HEADER_TIMEOUT_S` of being opened (or of the previous response
-plus the keep-alive time), or it is closed. h11 itself refuses a head larger
-than 16 KiB (uvicorn's `h11_max_incomplete_event_size`, answered 400).
+plus the keep-alive time), or it is dropped. A head still incomplete after
+`MAX_HEAD_BYTES` is answered 400 and the connection closed, so one
+connection's head never holds more memory: h11 refuses it itself (uvicorn's
+`h11_max_incomplete_event_size`); llhttp has no such bound, so the httptools
+protocol counts the bytes received while a head is incomplete.
+
+Why two: the server's CPU per write (docs/scaling.md, "The cost of a
+write") is to a large part HTTP parsing on the event loop; httptools parses
+a request head in C, where h11 does it in Python. h11 stays the fallback and
+is what `http="h11"` serves with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+from typing import cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from hvfleet.model.errors import InvalidInput
+
 # Seconds a client has to send a complete request line and headers.
 HEADER_TIMEOUT_S = 10.0
+# The largest request head (request line and headers) accepted, as h11's default.
+MAX_HEAD_BYTES = 16 * 1024
+
+HTTP_IMPLEMENTATIONS = ("auto", "h11", "httptools")
 
 
-class HeaderDeadlineProtocol(H11Protocol):
-    """H11Protocol that closes a connection whose request head is late."""
+class CoalescedWrites:
+    """The connection's transport, with the writes made in one turn of the
+    event loop sent as one. An answer is written as its head, then its body
+    (uvicorn writes each ASGI message at once): over TLS that was two
+    records and two `send` calls per answer, now one of each. Everything but
+    writing and closing is the transport's own."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, lines: list[bytes]) -> None:
+        for data in lines:
+            self.write(data)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        self._pending.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self._transport.abort()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
+class _HeadDeadline:
+    """What both protocols add to uvicorn's: the head deadline (armed while a
+    head is awaited, it drops the connection if the head is still incomplete
+    then) and the coalesced writes. Put before the uvicorn protocol class, so
+    `super()` is that protocol."""
 
     header_timeout = HEADER_TIMEOUT_S
     _head_deadline: asyncio.TimerHandle | None = None
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    timeout_keep_alive: int
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        coalesced = CoalescedWrites(cast(asyncio.Transport, transport), self.loop)
+        super().connection_made(coalesced)  # type: ignore[misc]
         self._arm_head_deadline(self.header_timeout)
 
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:
-            self._disarm_head_deadline()  # the head is complete: the request runs
-
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        super().on_response_complete()  # type: ignore[misc]
         if not self.transport.is_closing():
             # The next head may start up to the keep-alive time from now.
             self._arm_head_deadline(self.timeout_keep_alive + self.header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_deadline()
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _awaiting_head(self) -> bool:
+        raise NotImplementedError
 
     def _arm_head_deadline(self, seconds: float) -> None:
         self._disarm_head_deadline()
@@ -58,5 +124,74 @@ class HeaderDeadlineProtocol(H11Protocol):
 
     def _head_late(self) -> None:
         self._head_deadline = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self.transport.close()
+        if self._awaiting_head() and not self.transport.is_closing():
+            # Dropped, not closed: a TLS close waits (up to 30 s) for the peer's
+            # close_notify while it reads on, and a slow client never sends one.
+            self.transport.abort()
+
+
+class HeaderDeadlineProtocol(_HeadDeadline, H11Protocol):
+    """H11Protocol that drops a connection whose request head is late."""
+
+    def _awaiting_head(self) -> bool:
+        return self.conn.their_state is h11.IDLE
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:
+            self._disarm_head_deadline()  # the head is complete: the request runs
+
+
+def httptools_protocol() -> type[asyncio.Protocol] | None:
+    """The httptools protocol with the same deadline and head bound, or None
+    when httptools is not installed."""
+    if importlib.util.find_spec("httptools") is None:
+        return None
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class HttpToolsDeadlineProtocol(_HeadDeadline, HttpToolsProtocol):
+        """HttpToolsProtocol that drops a connection whose request head is
+        late, and answers 400 to a head still incomplete after MAX_HEAD_BYTES."""
+
+        # A head is awaited from the end of the previous request (or the
+        # connection's start) until the parser has read all of its headers.
+        _head_open = True
+        # Bytes received while a head is awaited (a head not yet complete).
+        _head_bytes = 0
+
+        def _awaiting_head(self) -> bool:
+            return self._head_open
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_open:
+                self._head_bytes += len(data)
+            super().data_received(data)
+            if self._head_open and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                # llhttp keeps an incomplete header line in memory: bounded here.
+                self.send_400_response("Request head too large.")
+
+        def on_headers_complete(self) -> None:
+            self._head_open = False
+            self._head_bytes = 0
+            self._disarm_head_deadline()  # the head is complete: the request runs
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._head_open = True  # whatever comes next is the next request's head
+
+    return HttpToolsDeadlineProtocol
+
+
+def http_protocol(implementation: str = "auto") -> type[asyncio.Protocol]:
+    """The protocol class uvicorn serves with: httptools when asked for or, for
+    "auto", when installed; else h11."""
+    if implementation not in HTTP_IMPLEMENTATIONS:
+        raise InvalidInput(f"http: {implementation!r} is not one of {', '.join(HTTP_IMPLEMENTATIONS)}")
+    if implementation != "h11":
+        chosen = httptools_protocol()
+        if chosen is not None:
+            return chosen
+        if implementation == "httptools":
+            raise InvalidInput("http: httptools is not installed (pip install httptools)")
+    return HeaderDeadlineProtocol

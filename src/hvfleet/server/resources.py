@@ -27,7 +27,6 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -52,6 +51,7 @@ from hvfleet.server.narrowing import get_visible, view_of
 from hvfleet.server.read_options import EXACT, check_not_newer, read_options
 from hvfleet.server.status import ApiError, Target, status, success
 from hvfleet.server.table import TableInputs, table, wants_table
+from hvfleet.server.threads import in_thread
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store import lifecycle
 from hvfleet.store.apply import plan_one
@@ -262,7 +262,7 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     limit = _limit(request)
     who = await authenticate(ctx, request)
     narrowed = ctx.authorize_read(who, Action("list", info.plural, name=equal))
-    view = None if narrowed is None else await run_in_threadpool(view_of, ctx.store, narrowed)
+    view = None if narrowed is None else await in_thread(view_of, ctx.store, narrowed)
     binding = list_binding(who, info.kind, q.get("labelSelector", ""), q.get("fieldSelector", ""))
     token_rv, after, snapshot = (_decode_continue(q["continue"], binding) if q.get("continue")
                                  else (-1, None, ""))
@@ -280,17 +280,17 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     else:
         if token_rv >= 0:
             try:
-                result = await run_in_threadpool(ctx.store.list_at, info.kind, token_rv, selector)
+                result = await in_thread(ctx.store.list_at, info.kind, token_rv, selector)
             except Gone:
                 assert after is not None
                 return _continue_expired(after, binding)
         else:
-            result = await run_in_threadpool(ctx.store.list, info.kind, selector)
+            result = await in_thread(ctx.store.list, info.kind, selector)
             check_not_newer(options, result.revision)
             exact = options.revision if options.match == EXACT else None
             if exact is not None and exact != result.revision:
                 # The objects as they were at that revision, from the store's history.
-                result = await run_in_threadpool(ctx.store.list_at, info.kind, exact, selector)
+                result = await in_thread(ctx.store.list_at, info.kind, exact, selector)
         revision = result.revision
         everything = [o for o in result.items
                       if (equal is None or o.metadata.name == equal)
@@ -311,7 +311,7 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     rv = str(revision)
     headers = warning_header(_unreadable_warnings(unreadable))
     if wants_table(request.headers.get("accept")):
-        inputs = (await run_in_threadpool(ctx.table_inputs, info.kind) if view is None
+        inputs = (await in_thread(ctx.table_inputs, info.kind) if view is None
                   else view.table_inputs)
         body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
                      token, unreadable)
@@ -337,19 +337,19 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
     narrowed = ctx.authorize_read(who, Action("watch", info.plural, name=equal))
     release = ctx.hub.acquire(who.token_id)
     try:
-        fanout = await run_in_threadpool(ctx.hub.fanout, info.kind)
+        fanout = await in_thread(ctx.hub.fanout, info.kind)
         initial: list[Resource] | None = None
         # Without sendInitialEvents, kube's default: the current objects first (as
         # ADDED) when no version is given, else changes after the version.
         send_initial = (options.send_initial_events if options.send_initial_events is not None
                         else options.resource_version in ("", "0"))
         if send_initial:
-            listed = await run_in_threadpool(ctx.store.list, info.kind, selector)
+            listed = await in_thread(ctx.store.list, info.kind, selector)
             check_not_newer(options, listed.revision)
             since = listed.revision
             initial = listed.items
         else:
-            current = await run_in_threadpool(ctx.store.revision)
+            current = await in_thread(ctx.store.revision)
             check_not_newer(options, current)
             since = options.revision if options.revision is not None else current
         return WatchResponse(
@@ -380,7 +380,7 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     target = Target(info.plural, str(name), info.kind)
     about(request, target)  # the object the body names, in any error's Status
     obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-    out = await run_in_threadpool(create_object, ctx, who, info, obj, dry_run)
+    out = await in_thread(create_object, ctx, who, info, obj, dry_run)
     return render(request, ctx, info, out, 201, warnings)
 
 
@@ -431,18 +431,18 @@ async def item(request: Request) -> Response:
         action = Action("get", info.plural, name=name, subresource=sub)
         narrowed = ctx.authorize_read(who, action)
         if options.revision is not None:
-            check_not_newer(options, await run_in_threadpool(ctx.store.revision))
+            check_not_newer(options, await in_thread(ctx.store.revision))
         if narrowed is not None:
-            obj, view = await run_in_threadpool(get_visible, ctx.store, who, action, info.kind,
+            obj, view = await in_thread(get_visible, ctx.store, who, action, info.kind,
                                                 narrowed)
             return render(request, ctx, info, obj, inputs=view.table_inputs)
         try:
-            obj = await run_in_threadpool(ctx.store.get, info.kind, name)
+            obj = await in_thread(ctx.store.get, info.kind, name)
         except Undecodable as exc:
             if not wants_table(request.headers.get("accept")):
                 raise
             # `kubectl get KIND NAME`: the row says Unknown, the Warning why.
-            inputs = await run_in_threadpool(ctx.table_inputs, info.kind)
+            inputs = await in_thread(ctx.table_inputs, info.kind)
             rows_doc = table(info.kind, [], inputs, str(exc.revision),
                              request.query_params.get("includeObject", "PartialObjectMetadata"),
                              undecodable=[exc])
@@ -475,16 +475,16 @@ async def item(request: Request) -> Response:
     if request.method == "PUT":
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
         _same_name(obj, name)
-        out = await run_in_threadpool(replace, ctx, who, info, obj, sub, force, dry_run)
+        out = await in_thread(replace, ctx, who, info, obj, sub, force, dry_run)
         return render(request, ctx, info, out, 200, warnings)
     if media == bodies.APPLY_PATCH:
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
         _same_name(obj, name)
-        out, created = await run_in_threadpool(
+        out, created = await in_thread(
             server_side_apply, ctx, who, info, obj, sub, force, dry_run,
             request.query_params.get("fieldManager") == LAST_APPLIED_MANAGER)
         return render(request, ctx, info, out, 201 if created else 200, warnings)
-    out, warnings = await run_in_threadpool(merge, ctx, who, info, name, doc, sub, force,
+    out, warnings = await in_thread(merge, ctx, who, info, name, doc, sub, force,
                                             validation, media, dry_run)
     return render(request, ctx, info, out, 200, warnings)
 
@@ -663,13 +663,13 @@ async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: st
     dry_run = bodies.dry_run(request)
     who = await authenticate(ctx, request, Action("delete", info.plural, name, dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    uid, rv, body_dry_run = (await run_in_threadpool(_delete_options, body)
+    uid, rv, body_dry_run = (await in_thread(_delete_options, body)
                              if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body))
     dry_run = dry_run or body_dry_run
     try:
-        out = await run_in_threadpool(delete_object, ctx, who, info, name, uid, rv, dry_run)
+        out = await in_thread(delete_object, ctx, who, info, name, uid, rv, dry_run)
     except Undecodable as exc:
-        gone = await run_in_threadpool(delete_undecodable, ctx, who, info, exc, uid, rv, dry_run)
+        gone = await in_thread(delete_undecodable, ctx, who, info, exc, uid, rv, dry_run)
         return JSONResponse(success(Target(info.plural, name, info.kind), gone.uid))
     return render(request, ctx, info, out)
 
@@ -736,23 +736,23 @@ async def delete_collection(request: Request, ctx: ApiContext, info: ResourceInf
     who = await authenticate(ctx, request, Action("deletecollection", info.plural, name=equal,
                                                   dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    _, _, body_dry_run = (await run_in_threadpool(_delete_options, body)
+    _, _, body_dry_run = (await in_thread(_delete_options, body)
                           if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body))
     dry_run = dry_run or body_dry_run
     action = Action("deletecollection", info.plural, name=equal, dry_run=dry_run)
     precheck(ctx, who, action)
-    listed = await run_in_threadpool(ctx.store.list, info.kind, selector)
+    listed = await in_thread(ctx.store.list, info.kind, selector)
     deleted: list[Resource] = []
     for obj in listed.items:
         name = obj.metadata.name
         if (equal is not None and name != equal) or (unequal is not None and name == unequal):
             continue
         try:
-            deleted.append(await run_in_threadpool(delete_object, ctx, who, info, name, None, None,
+            deleted.append(await in_thread(delete_object, ctx, who, info, name, None, None,
                                                    dry_run))
         except NotFound:
             continue  # deleted meanwhile: nothing left to do for it
-    rv = await run_in_threadpool(ctx.store.revision)
+    rv = await in_thread(ctx.store.revision)
     return JSONResponse({"apiVersion": API_VERSION, "kind": f"{info.kind}List",
                          "metadata": {"resourceVersion": str(rv)},
                          "items": [o.to_dict() for o in deleted]})

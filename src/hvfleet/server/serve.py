@@ -11,6 +11,7 @@ address printed is the one really served.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import sys
@@ -79,6 +80,11 @@ class ServeOptions:
     # HOST:PORT of a second listener serving the Placement API at its root
     # (Placement's own endpoint form, port 8778), same TLS identity and tokens.
     placement_listen: str | None = None
+    # uvicorn's HTTP implementation (server/connection.py): "auto" is httptools
+    # when installed, else h11; and its event loop: "auto" is uvloop when
+    # installed, else asyncio's. Both for the CPU a request costs (docs/scaling.md).
+    http: str = "auto"
+    loop: str = "auto"
 
 
 def plan_tls(options: ServeOptions, host: str, store: Store | None = None) -> ServingFiles | None:
@@ -139,11 +145,28 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+LOOPS = ("auto", "asyncio", "uvloop")
+
+
+def event_loop(choice: str) -> str:
+    """uvicorn's loop setting for `choice`: uvloop when asked for or, for
+    "auto", when installed; else asyncio's own."""
+    if choice not in LOOPS:
+        raise InvalidInput(f"loop: {choice!r} is not one of {', '.join(LOOPS)}")
+    if choice == "asyncio":
+        return "asyncio"
+    if importlib.util.find_spec("uvloop") is not None:
+        return "uvloop"
+    if choice == "uvloop":
+        raise InvalidInput("loop: uvloop is not installed (pip install uvloop)")
+    return "asyncio"
+
+
 def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) -> None:
     """Run the API server until SIGINT/SIGTERM."""
     import uvicorn
 
-    from hvfleet.server.connection import HeaderDeadlineProtocol
+    from hvfleet.server.connection import http_protocol
 
     say = announce or (lambda line: print(line, flush=True))
     host, port = parse_listen(options.listen)
@@ -153,6 +176,8 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
         # One TLS identity for both listeners: the certificate names both hosts.
         options = replace(options, tls_names=(*options.tls_names, placement_at[0]))
     history = HistorySettings.parse(options.history_tiers, options.history_retention)
+    protocol = http_protocol(options.http)
+    loop = event_loop(options.loop)
     store = open_store(options.store)
     store.share_watches()  # before the token watch below starts (create_app says it again)
     if options.rotate_ca is not None:
@@ -204,8 +229,13 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
             ssl_keyfile=None if tls is None else str(tls.key),
             log_level="warning",
             access_log=False,
-            # h11 with a deadline for each request's head (server/connection.py).
-            http=HeaderDeadlineProtocol,
+            # httptools or h11, with a deadline for each request's head (server/connection.py).
+            http=protocol,
+            loop=loop,
+            # No X-Forwarded-* rewriting of the client address (one middleware
+            # less per request): nothing here reads that address, and a load
+            # balancer in front passes TCP through (docs/scaling.md).
+            proxy_headers=False,
             timeout_keep_alive=30,
             # On SIGTERM, in-flight requests get this long; then open streams (watches,
             # TLS connections whose client never says goodbye) are closed, not waited on.

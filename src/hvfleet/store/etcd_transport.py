@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
 import json
 import random
 import select
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -213,65 +213,154 @@ _ERRORS_BY_STATUS: dict[int, type[etcd_errors.Etcd3Exception]] = {
     504: etcd_errors.ConnectionTimeoutError,
     412: etcd_errors.PreconditionFailedError,
 }
-_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+# The largest answer head accepted from the gateway (its heads are a few hundred bytes).
+_MAX_ANSWER_HEAD = 64 * 1024
+
+
+class GatewayProtocolError(Exception):
+    """The gateway's answer is not HTTP/1.1 as this client reads it."""
 
 
 class GatewayConnection:
-    """One keep-alive HTTP connection to one member's JSON gateway, used by one
-    thread. A plain `http.client` connection: `requests` (etcd3gw's session)
-    prepared every call through cookie jars, hooks, URL parsing and header
-    merging, about a third of the server's CPU per write after the proxy
-    lookups were gone (docs/scaling.md, "The cost of a write"). Failures are
-    etcd3gw's exception classes, as before, so the failover above is unchanged."""
+    """One keep-alive HTTP/1.1 connection to one member's JSON gateway, used by
+    one thread: a request is one `sendall` of its head and body, the answer
+    is read from the socket into one buffer (Content-Length or chunked). First
+    `requests` (etcd3gw's session: cookie jars, hooks, URL parsing, header
+    merging), then `http.client` (its request building and email-parser
+    headers) were most of a gateway call's own CPU, on every write
+    (docs/scaling.md, "The cost of a write"). Failures are etcd3gw's exception
+    classes, as before, so the failover above is unchanged."""
 
     def __init__(self, endpoint: str, api_path: str = "/v3/") -> None:
         host, _, port = endpoint.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
         self.api_path = api_path
-        self._conn: http.client.HTTPConnection | None = None
+        self._host_header = endpoint.encode("ascii")
+        self._sock: socket.socket | None = None
+        self._buffer = bytearray()
 
-    def _connection(self, timeout: float) -> http.client.HTTPConnection:
-        conn = self._conn
-        if conn is not None and conn.sock is not None:
+    def _socket(self, timeout: float) -> socket.socket:
+        sock = self._sock
+        if sock is not None:
             # A kept connection the member closed meanwhile (idle, restarted) reads
             # as ready (EOF): open a new one rather than send into it and report a
             # lost answer for a request that never left.
-            readable, _, _ = select.select([conn.sock], [], [], 0)
+            readable, _, _ = select.select([sock], [], [], 0)
             if readable:
-                conn.close()
-        if conn is None:
-            conn = self._conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        if conn.sock is not None:
-            conn.sock.settimeout(timeout)
+                self.close()
+                sock = None
+        if sock is None:
+            sock = socket.create_connection((self.host, self.port), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = sock
+            self._buffer.clear()
         else:
-            conn.timeout = timeout
-        return conn
+            sock.settimeout(timeout)
+        return sock
 
     def post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         data = json.dumps(body, separators=(",", ":")).encode()
+        head = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                b"Accept: application/json\r\nContent-Length: %d\r\n\r\n"
+                % ((self.api_path + path).encode("ascii"), self._host_header, len(data)))
         try:
-            conn = self._connection(timeout)
-            conn.request("POST", self.api_path + path, body=data, headers=_HEADERS)
-            resp = conn.getresponse()
-            text = resp.read()
+            sock = self._socket(timeout)
+            sock.sendall(head + data)
+            status, reason, text, keep = self._answer(sock)
         except TimeoutError as exc:
             self.close()
             raise etcd_errors.ConnectionTimeoutError(f"{self.host}:{self.port}: timed out") from exc
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, GatewayProtocolError, ValueError) as exc:
             self.close()
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
             raise etcd_errors.ConnectionFailedError(f"{self.host}:{self.port}: {why}") from exc
-        if resp.status != 200:
-            error = _ERRORS_BY_STATUS.get(resp.status, etcd_errors.Etcd3Exception)
-            raise error(text.decode("utf-8", "replace"), resp.reason)
+        if not keep:
+            self.close()
+        if status != 200:
+            error = _ERRORS_BY_STATUS.get(status, etcd_errors.Etcd3Exception)
+            raise error(text.decode("utf-8", "replace"), reason)
         out: dict[str, Any] = json.loads(text)
         return out
 
+    # -- reading an answer -----------------------------------------------------------
+
+    def _fill(self, sock: socket.socket) -> None:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise GatewayProtocolError("the connection closed before the answer was complete")
+        self._buffer += chunk
+
+    def _until(self, sock: socket.socket, mark: bytes) -> bytes:
+        """The buffered bytes up to `mark` (taken, with the mark)."""
+        buf = self._buffer
+        while (end := buf.find(mark)) < 0:
+            if len(buf) > _MAX_ANSWER_HEAD:
+                raise GatewayProtocolError("the answer's head or a chunk size line is too long")
+            self._fill(sock)
+        out = bytes(buf[:end])
+        del buf[: end + len(mark)]
+        return out
+
+    def _exactly(self, sock: socket.socket, size: int) -> bytes:
+        buf = self._buffer
+        while len(buf) < size:
+            self._fill(sock)
+        out = bytes(buf[:size])
+        del buf[:size]
+        return out
+
+    def _answer(self, sock: socket.socket) -> tuple[int, str, bytes, bool]:
+        """(status, reason, body, whether the connection may be kept)."""
+        lines = self._until(sock, b"\r\n\r\n").split(b"\r\n")
+        version, _, rest = lines[0].partition(b" ")
+        code, _, reason = rest.partition(b" ")
+        if not version.startswith(b"HTTP/1.") or not code.isdigit():
+            raise GatewayProtocolError(f"not an HTTP/1.1 answer: {lines[0][:80]!r}")
+        length: int | None = None
+        chunked = False
+        keep = version == b"HTTP/1.1"
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                token = value.strip().lower()
+                keep = False if token == b"close" else True if token == b"keep-alive" else keep
+        if chunked:
+            body = self._chunked(sock)
+        elif length is not None:
+            body = self._exactly(sock, length)
+        else:  # delimited by the end of the connection
+            try:
+                while True:
+                    self._fill(sock)
+            except GatewayProtocolError:
+                pass
+            body, keep = bytes(self._buffer), False
+            self._buffer.clear()
+        return int(code), reason.decode("latin-1"), body, keep
+
+    def _chunked(self, sock: socket.socket) -> bytes:
+        parts: list[bytes] = []
+        while True:
+            size = int(self._until(sock, b"\r\n").split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                while self._until(sock, b"\r\n"):  # trailers, up to the empty line
+                    pass
+                return b"".join(parts)
+            parts.append(self._exactly(sock, size))
+            if self._until(sock, b"\r\n"):
+                raise GatewayProtocolError("a chunk is longer than its size says")
+
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        sock, self._sock = self._sock, None
+        self._buffer.clear()
+        if sock is not None:
             with contextlib.suppress(Exception):
-                conn.close()
+                sock.close()
 
 
 class EtcdTransport:
