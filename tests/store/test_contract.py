@@ -207,16 +207,16 @@ def test_watch_delivers_every_event_in_order(store: Store, make_hypervisor: Make
     store.create(make_hypervisor("hv2"), "operator")
     store.delete("Hypervisor", "hv1")
     store.keepalive("hv2", 30)  # an event of another kind (a Lease)
-    events = list(store.watch("Hypervisor", since=start, timeout=0.5))
+    events = list(store.watch("Hypervisor", since=start, timeout=1.0))
     assert [(e.type, e.object.metadata.name) for e in events] == [
         ("ADDED", "hv1"), ("MODIFIED", "hv1"), ("ADDED", "hv2"), ("DELETED", "hv1"),
     ]
     revs = [e.revision for e in events]
     assert revs == sorted(revs) and len(set(revs)) == len(revs)
     # Resuming after any event yields exactly the rest.
-    rest = list(store.watch("Hypervisor", since=revs[1], timeout=0.3))
+    rest = list(store.watch("Hypervisor", since=revs[1], timeout=1.0))
     assert [e.revision for e in rest] == revs[2:]
-    all_kinds = list(store.watch(None, since=start, timeout=0.3))
+    all_kinds = list(store.watch(None, since=start, timeout=1.0))
     assert [(e.object.kind, e.type) for e in all_kinds] == [
         ("Hypervisor", "ADDED"), ("Hypervisor", "MODIFIED"), ("Hypervisor", "ADDED"),
         ("Hypervisor", "DELETED"), ("Lease", "ADDED")]
