@@ -22,6 +22,7 @@ from hvfleet.server.dashboard.view import View
 from hvfleet.store import open_store
 from hvfleet.store.base import Store
 from hvfleet.store.ownership import agent_manager
+from tests.support.loops import run_on_own_thread
 
 
 def _host(name: str, cpu: int, used: int, az: str) -> Hypervisor:
@@ -278,22 +279,7 @@ def test_the_follower_loads_the_fleet_once_when_the_store_moves_during_the_first
                 await follower.stop()
 
         try:
-            # On a thread of its own: a session's Playwright (sync API) keeps an
-            # event loop running on this one, where asyncio.run() is refused.
-            failed: list[BaseException] = []
-
-            def run() -> None:
-                try:
-                    asyncio.run(follow())
-                except BaseException as exc:  # re-raised below, on the test's thread
-                    failed.append(exc)
-
-            runner = threading.Thread(target=run)
-            runner.start()
-            runner.join(60)
-            assert not runner.is_alive(), "the follower did not stop within 60 s"
-            if failed:
-                raise failed[0]
+            run_on_own_thread(follow())  # not asyncio.run: see tests/support/loops.py
         finally:
             hub.close()
         assert "hv1" in state.rows  # the write after the list came from the watch ...

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from hvfleet.server.connection import HEADER_TIMEOUT_S, MAX_HEAD_BYTES, CoalescedWrites, http_protocol
+from tests.support.loops import run_on_own_thread
 from tests.support.serve import Server, start_server, stop_server
 
 GV = "/apis/hvfleet.io/v1"
@@ -204,7 +205,7 @@ def test_writes_in_one_turn_of_the_loop_go_out_as_one_and_close_sends_what_is_pe
         seen.append(list(t2.written))
         return seen
 
-    before, after, closed, aborted = asyncio.run(scenario())
+    before, after, closed, aborted = run_on_own_thread(scenario())  # see tests/support/loops.py
     assert before == []
     assert after == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
     assert closed == [b"HTTP/1.1 200 OK\r\n\r\nbody", b"last"]
