@@ -161,3 +161,16 @@ def login(page: Any, fleet: Fleet, token: str, path: str = "/") -> None:
     page.fill("#token", token)
     page.click("form.login button[type=submit]")
     page.wait_for_load_state()
+
+
+def heat_map_grouped_by_az(page: Any) -> tuple[list[str], int]:
+    """Group the open overview's heat map by the `az` label (the form, then
+    the URL); the first figure's group headings and the number of figures
+    (one per resource)."""
+    page.wait_for_selector("#heat canvas")
+    page.select_option("#heat-group", "az")
+    page.click("#heat-form button[type=submit]")
+    page.wait_for_function("new URLSearchParams(location.search).get('group') === 'az'")
+    page.wait_for_selector("#heat-0-2")
+    headings = page.locator("#heat figure:first-child .heat-group").all_inner_texts()
+    return headings, len(page.locator("#heat figure").all())

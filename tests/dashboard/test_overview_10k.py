@@ -27,7 +27,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from hvfleet.model.quantity import Quantity
 from hvfleet.store import open_store
 from hvfleet.store.ownership import agent_manager
-from tests.dashboard.fleet import Fleet, login, serving, wait_dashboard_loaded
+from tests.dashboard.fleet import Fleet, heat_map_grouped_by_az, login, serving, wait_dashboard_loaded
 from tests.dashboard.synthetic import seeded_store
 
 pytestmark = pytest.mark.slow
@@ -358,14 +358,8 @@ def test_at_10k_the_heat_map_is_grouped_by_a_label_and_read_on_hover_and_focus(b
     import re
 
     login(page, big, big.tokens["viewer"])
-    page.wait_for_selector("#heat canvas")
-    page.select_option("#heat-group", "az")
-    page.click("#heat-form button[type=submit]")
-    page.wait_for_function("new URLSearchParams(location.search).get('group') === 'az'")
-    page.wait_for_selector("#heat-0-2")
-    headings = page.locator("#heat figure:first-child .heat-group").all_inner_texts()
+    headings, resources = heat_map_grouped_by_az(page)
     assert headings == ["az=az1: 3,334 hosts", "az=az2: 3,333 hosts", "az=az3: 3,333 hosts"]
-    resources = len(page.locator("#heat figure").all())
     assert page.locator("#heat canvas").count() == resources * 3
     page.hover("#heat-0-1", position={"x": 1, "y": 1})  # the first tile of az2
     page.wait_for_selector("#heat-tip:not([hidden])")

@@ -28,7 +28,7 @@ from hvfleet.model.resources import CPU
 from hvfleet.server.dashboard.pages.fit import reason_summary
 from hvfleet.store import open_store
 from hvfleet.store.ownership import agent_manager
-from tests.dashboard.fleet import Fleet, hvfleet, login
+from tests.dashboard.fleet import Fleet, heat_map_grouped_by_az, hvfleet, login
 
 ROWS = "table.hosts tbody tr"
 
@@ -264,14 +264,8 @@ def test_totals_per_label_value_link_into_that_filtered_view(fleet: Fleet, page:
 
 def test_heat_map_grouped_by_a_label_read_on_hover_and_focus(fleet: Fleet, page: Any) -> None:
     login(page, fleet, fleet.tokens["viewer"])
-    page.wait_for_selector("#heat canvas")
-    page.select_option("#heat-group", "az")
-    page.click("#heat-form button[type=submit]")
-    page.wait_for_function("new URLSearchParams(location.search).get('group') === 'az'")
-    page.wait_for_selector("#heat-0-2")
-    headings = page.locator("#heat figure:first-child .heat-group").all_inner_texts()
+    headings, resources = heat_map_grouped_by_az(page)
     assert headings == ["az=az1: 3 hosts", "az=az2: 3 hosts", "az=az3: 1 host"]
-    resources = len(page.locator("#heat figure").all())
     assert page.locator("#heat canvas").count() == resources * 3
 
     page.hover("#heat-0-1", position={"x": 1, "y": 1})  # the first tile of az2
