@@ -326,14 +326,7 @@ def open_bench_store(kind: str, work: Path, stack: contextlib.ExitStack) -> Stor
 def claims_round(kind: str, args: argparse.Namespace, theirs: Endpoint | None) -> None:
     with contextlib.ExitStack() as stack:
         work = Path(tempfile.mkdtemp(prefix=f"bench-placement-{kind}-"))
-        store = open_bench_store(kind, work, stack)
-        stack.callback(store.close)
-        token = make_token(store, "admin", name="bench-admin")
-        server = Server(store.url, work / "server")
-        stack.callback(server.stop)
-        assert server.ca is not None
-        ours = Endpoint(f"hvfleet/{kind}", "127.0.0.1", server.port, "/placement", token,
-                        ssl.create_default_context(cafile=str(server.ca)))
+        _, (ours,) = hvfleet_endpoints(kind, work, stack, ["https"])
         peers = [ours] if theirs is None else [ours, theirs]
         print(f"PUT /allocations, {args.clients} clients, {args.claims} claims of 1 DISK_GB on one provider")
         for ep in peers:
@@ -516,14 +509,8 @@ def gets_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) 
         ours: dict[str, tuple[Store, Endpoint]] = {}
         for kind in kinds:
             work = Path(tempfile.mkdtemp(prefix=f"bench-placement-gets-{kind}-"))
-            store = open_bench_store(kind, work, stack)
-            stack.callback(store.close)
-            token = make_token(store, "admin", name="bench-admin")
-            server = Server(store.url, work / "server")
-            stack.callback(server.stop)
-            assert server.ca is not None
-            ours[kind] = store, Endpoint(f"hvfleet/{kind}", "127.0.0.1", server.port, "/placement",
-                                         token, ssl.create_default_context(cafile=str(server.ca)))
+            store, (ep,) = hvfleet_endpoints(kind, work, stack, ["https"])
+            ours[kind] = store, ep
         have = 0
         for size in sizes:
             seeded.grow(size)
