@@ -33,6 +33,23 @@ def _host(name: str, cpu: int, used: int, az: str) -> Hypervisor:
     })
 
 
+def _change(store: Store, i: int, cpu: int, used: int, az: str, delete: bool) -> None:
+    """One drawn change to host hv{i}: deleted (if there), created (if not),
+    else its status written as its agent would (its labels kept)."""
+    name = f"hv{i}"
+    try:
+        current = store.get_hypervisor(name)
+    except NotFound:
+        current = None
+    if delete and current is not None:
+        store.delete("Hypervisor", name)
+    elif current is None:
+        store.create(_host(name, cpu, used, az), agent_manager(name))
+    else:
+        store.update(current.model_copy(update={"status": _host(name, cpu, used, az).status}),
+                     agent_manager(name))
+
+
 def _follow(state: FleetState, store: Store, since: int) -> int:
     stop = threading.Event()
     events = list(store.watch(since=since, stop=stop, timeout=0.2))
@@ -53,19 +70,7 @@ def test_running_totals_equal_a_fresh_sum_after_any_changes(
         state = FleetState(store)
         since = state.load()
         for i, cpu, used, az, delete in changes:
-            name = f"hv{i}"
-            try:
-                current = store.get_hypervisor(name)
-            except NotFound:
-                current = None
-            if delete and current is not None:
-                store.delete("Hypervisor", name)
-            elif current is None:
-                store.create(_host(name, cpu, used, az), agent_manager(name))
-            else:
-                new = _host(name, cpu, used, current.metadata.labels["az"])
-                status = new.status.model_copy()
-                store.update(current.model_copy(update={"status": status}), agent_manager(name))
+            _change(store, i, cpu, used, az, delete)
             since = _follow(state, store, since)
         rows = state.sorted_rows()
         assert state.totals_for(parse_selector(""), rows) == totals_document(totals_of(rows))
@@ -92,18 +97,7 @@ def test_rows_left_pending_while_no_page_follows_equal_a_fresh_load(
         state = FleetState(store)
         since = state.load()
         for (i, cpu, used, az, delete), read in steps:
-            name = f"hv{i}"
-            try:
-                current = store.get_hypervisor(name)
-            except NotFound:
-                current = None
-            if delete and current is not None:
-                store.delete("Hypervisor", name)
-            elif current is None:
-                store.create(_host(name, cpu, used, az), agent_manager(name))
-            else:
-                store.update(current.model_copy(update={"status": _host(name, cpu, used, az).status}),
-                             agent_manager(name))
+            _change(store, i, cpu, used, az, delete)
             version = state._version
             events = list(store.watch(since=since, timeout=0.2))
             assert state.try_apply(events) is not None  # no page open: applied at once
