@@ -543,7 +543,3 @@ def gets_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) 
 
 if __name__ == "__main__":
     main()
-
-
-if __name__ == "__main__":
-    main()

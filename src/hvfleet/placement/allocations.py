@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 import uuid as uuidlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -39,6 +40,7 @@ from hvfleet.placement.errors import (
     INVENTORY_INUSE,
     PlacementBadRequest,
     PlacementConflict,
+    PlacementError,
     PlacementNotFound,
 )
 from hvfleet.placement.graph import Inventory
@@ -131,9 +133,11 @@ def _reservations_of(src: Source, host: str, consumer: str) -> list[Reservation]
     return [r for r in src.reservations_of(host) if r.spec.consumer == consumer]
 
 
+Inventories = Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]]
+
+
 def set_allocations(src: Source, requests: list[ConsumerRequest],
-                    inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]] | None = None,
-                    ) -> None:
+                    inventories: Inventories | None = None) -> None:
     """Replace the allocations of every consumer in `requests` (POST /allocations
     is several; PUT /allocations/{consumer} one), all checked against one read
     (the server's snapshot, caught up with every earlier write: what it has
@@ -141,23 +145,49 @@ def set_allocations(src: Source, requests: list[ConsumerRequest],
     refused, never written). With `inventories` (POST /reshaper: provider
     uuid -> (generation, its new inventories)), those providers' inventories
     are replaced in the same write and the allocations are checked against
-    them."""
-    src = src.settled()
-    store = src.store
-    fleet = read_fleet(store) if inventories else src.fleet()
-    known, _ = src.known_names()
-    fleet, reshaped = _reshape(fleet, inventories or {})
-    now = now_text()
-    writes: dict[str, Write] = {}  # provider uuid -> its record's write
-    # provider -> consumer -> resources, as this request leaves them
-    working: dict[str, dict[str, dict[str, int]]] = {}
-    grown: set[str] = set()  # providers a consumer of this request allocates on
-    consumer_writes: list[Write] = []
-    hv_claims: list[tuple[str, str, dict[str, int], int]] = []  # (host, consumer, resources, generation)
-    hv_drops: list[tuple[str, str]] = []
+    them. Where the source has a writer (a server), the request joins the
+    writes waiting there (`AllocationWriter`)."""
+    if src.writer is not None and not inventories:
+        src.writer.write(src, requests)
+        return
+    plan = _Plan(src.settled(), inventories)
     for req in requests:
-        consumer = req.consumer
-        rec = records.consumer(store, consumer)
+        plan.add(req)
+    plan.write()
+
+
+class _Plan:
+    """The one atomic write a group of requests becomes: each request is
+    checked against the state the ones added before it leave (`add`, all or
+    nothing per request group: `mark`/`undo`), then `write` writes them all
+    in one `Store.write_all`."""
+
+    def __init__(self, src: Source, inventories: Inventories | None = None) -> None:
+        self.src = src
+        self.store = src.store
+        fleet = read_fleet(self.store) if inventories else src.fleet()
+        self.known, _ = src.known_names()
+        self.fleet, self.reshaped = _reshape(fleet, inventories or {})
+        self.now = now_text()
+        # provider -> consumer -> resources, as the requests added leave them
+        self.working: dict[str, dict[str, dict[str, int]]] = {}
+        self.grown: set[str] = set()  # providers a consumer allocates on
+        self.consumer_writes: list[Write] = []
+        self.hv_claims: list[tuple[str, str, dict[str, int], int]] = []  # (host, consumer, resources, gen)
+        self.hv_drops: list[tuple[str, str]] = []
+
+    def mark(self) -> tuple[Any, ...]:
+        return ({rp: dict(a) for rp, a in self.working.items()}, set(self.grown),
+                len(self.consumer_writes), len(self.hv_claims), len(self.hv_drops))
+
+    def undo(self, mark: tuple[Any, ...]) -> None:
+        working, grown, consumers, claims, drops = mark
+        self.working, self.grown = working, grown
+        del self.consumer_writes[consumers:], self.hv_claims[claims:], self.hv_drops[drops:]
+
+    def add(self, req: ConsumerRequest) -> None:
+        fleet, consumer = self.fleet, req.consumer
+        rec = self.src.consumer(consumer)
         if req.check_generation:
             if rec is not None and rec.spec.generation != req.consumer_generation:
                 raise PlacementConflict(
@@ -172,7 +202,7 @@ def set_allocations(src: Source, requests: list[ConsumerRequest],
             if rp not in fleet.providers:
                 raise PlacementBadRequest(f"Allocation for resource provider '{rp}' that does not exist.")
             for rc in resources:
-                if rc not in known:
+                if rc not in self.known:
                     raise PlacementBadRequest(
                         f"Unable to allocate inventory for consumer {consumer}: No such resource "
                         f"class {rc}.")
@@ -181,17 +211,17 @@ def set_allocations(src: Source, requests: list[ConsumerRequest],
         for rp in sorted(set(before) | set(req.allocations)):
             p = fleet.providers[rp]
             new = req.allocations.get(rp, {})
-            allocs = working.setdefault(rp, {c: dict(r) for c, r in p.allocations.items()})
+            allocs = self.working.setdefault(rp, {c: dict(r) for c, r in p.allocations.items()})
             if new:
                 _check_amounts(p, consumer, allocs, new)
-                grown.add(rp)
+                self.grown.add(rp)
                 allocs[consumer] = dict(new)
             else:
                 allocs.pop(consumer, None)
             if p.hypervisor is not None and new != before.get(rp, {}):
-                hv_drops.append((p.hypervisor.name, consumer))
+                self.hv_drops.append((p.hypervisor.name, consumer))
                 if new:
-                    hv_claims.append((p.hypervisor.name, consumer, new, generation))
+                    self.hv_claims.append((p.hypervisor.name, consumer, new, generation))
         spec = PlacementConsumerSpec(
             project_id=req.project_id or INCOMPLETE, user_id=req.user_id or INCOMPLETE,
             consumer_type=req.consumer_type if req.consumer_type is not None else
@@ -200,50 +230,173 @@ def set_allocations(src: Source, requests: list[ConsumerRequest],
             providers=sorted(u for u in req.allocations if fleet.providers[u].hypervisor is None),
             hypervisors=sorted(h.name for u in req.allocations
                                if (h := fleet.providers[u].hypervisor) is not None),
-            created_at=rec.spec.created_at if rec else now, updated_at=now)
+            created_at=rec.spec.created_at if rec else self.now, updated_at=self.now)
         try:
             meta = ObjectMeta(name=consumer.lower()) if rec is None else rec.metadata
         except ValueError:
             raise PlacementBadRequest(f"Malformed consumer_uuid: {consumer}") from None
         if rec is None:
-            consumer_writes.append(Write("create", PlacementConsumer(metadata=meta, spec=spec)))
+            self.consumer_writes.append(Write("create", PlacementConsumer(metadata=meta, spec=spec)))
         else:
-            consumer_writes.append(Write("update", rec.model_copy(update={"spec": spec})))
-    for rp, new_inv in reshaped.items():
-        p = fleet.providers[rp]
-        allocs = working.get(rp, p.allocations)
-        used: dict[str, int] = {}
-        for res in allocs.values():
-            for rc, n in res.items():
-                used[rc] = used.get(rc, 0) + n
-        gone = sorted(rc for rc, n in used.items() if n and rc not in new_inv)
-        if gone:
+            self.consumer_writes.append(Write("update", rec.model_copy(update={"spec": spec})))
+
+    def write(self) -> None:
+        fleet, working = self.fleet, self.working
+        writes: dict[str, Write] = {}  # provider uuid -> its record's write
+        for rp, new_inv in self.reshaped.items():
+            p = fleet.providers[rp]
+            allocs = working.get(rp, p.allocations)
+            used: dict[str, int] = {}
+            for res in allocs.values():
+                for rc, n in res.items():
+                    used[rc] = used.get(rc, 0) + n
+            gone = sorted(rc for rc, n in used.items() if n and rc not in new_inv)
+            if gone:
+                raise PlacementConflict(
+                    f"Unable to reshape: Inventory for '{', '.join(gone)}' on resource provider "
+                    f"'{rp}' in use.", code=INVENTORY_INUSE)
+            if p.hypervisor is None:
+                writes[rp] = write_provider(fleet, p, allocations=allocs, inventories={
+                    rc: PlacementInventory(**inv) for rc, inv in new_inv.items()})
+        for rp, allocs in working.items():
+            if fleet.providers[rp].hypervisor is None and rp not in writes:
+                # Placement moves a provider's generation on only where allocations were written.
+                writes[rp] = write_provider(fleet, fleet.providers[rp], bump=rp in self.grown,
+                                            allocations=allocs)
+        deletes: dict[str, Write] = {}
+        for host, consumer in self.hv_drops:
+            for r in _reservations_of(self.src, host, consumer):
+                deletes[r.name] = Write("delete", r)
+        claims = [claim_write(self.store, _reservation(host, consumer, resources, generation))
+                  for host, consumer, resources, generation in self.hv_claims]
+        try:
+            # Deletes first: a claim's check then sees the consumer's old claim gone.
+            self.store.write_all([*deletes.values(), *claims, *writes.values(), *self.consumer_writes],
+                                 MANAGER)
+        except (DoesNotFit, ConsumerAlreadyHolds, InvalidInput) as exc:
+            raise PlacementConflict(f"Unable to allocate inventory: {exc}") from None
+        except (Conflict, AlreadyExists, NotFound) as exc:
             raise PlacementConflict(
-                f"Unable to reshape: Inventory for '{', '.join(gone)}' on resource provider "
-                f"'{rp}' in use.", code=INVENTORY_INUSE)
-        if p.hypervisor is None:
-            writes[rp] = write_provider(fleet, p, allocations=allocs, inventories={
-                rc: PlacementInventory(**inv) for rc, inv in new_inv.items()})
-    for rp, allocs in working.items():
-        if fleet.providers[rp].hypervisor is None and rp not in writes:
-            # Placement moves a provider's generation on only where allocations were written.
-            writes[rp] = write_provider(fleet, fleet.providers[rp], bump=rp in grown,
-                                        allocations=allocs)
-    deletes: dict[str, Write] = {}
-    for host, consumer in hv_drops:
-        for r in _reservations_of(src, host, consumer):
-            deletes[r.name] = Write("delete", r)
-    claims = [claim_write(store, _reservation(host, consumer, resources, generation))
-              for host, consumer, resources, generation in hv_claims]
-    try:
-        # Deletes first: a claim's check then sees the consumer's old claim gone.
-        store.write_all([*deletes.values(), *claims, *writes.values(), *consumer_writes], MANAGER)
-    except (DoesNotFit, ConsumerAlreadyHolds, InvalidInput) as exc:
-        raise PlacementConflict(f"Unable to allocate inventory: {exc}") from None
-    except (Conflict, AlreadyExists, NotFound) as exc:
-        raise PlacementConflict(
-            f"Inventory and/or allocations changed while attempting to allocate: {exc}",
-            code=CONCURRENT_UPDATE) from None
+                f"Inventory and/or allocations changed while attempting to allocate: {exc}",
+                code=CONCURRENT_UPDATE) from None
+
+
+@dataclass
+class _Job:
+    """One request's allocation write waiting in an AllocationWriter."""
+
+    requests: list[ConsumerRequest]
+    done: bool = False
+    error: BaseException | None = None
+
+    @property
+    def consumers(self) -> set[str]:
+        return {r.consumer.lower() for r in self.requests}
+
+
+class AllocationWriter:
+    """A server's allocation writes, grouped (one per server process, the
+    writer of its Sources).
+
+    Requests that write allocations at the same time (eight schedulers on
+    one provider) would each read the provider's record and compare-and-swap
+    it, and all but one would fail and be retried by their clients: on etcd
+    each attempt is several round trips, and most of them are lost. Here
+    they queue instead; whoever finds no write under way takes the queue (up
+    to MOST requests, each consumer once), catches the snapshot up once,
+    checks each request against the state the ones before it leave (a
+    request refused is answered with its own refusal, and leaves nothing
+    behind) and writes the rest in one `Store.write_all`, each answered when
+    it lands. The store's compare-and-swap and claim checks are the same as
+    for one request, so the guarantees hold across replicas: a group another
+    replica's write got in the way of is written again request by request,
+    each with its own answer, as without grouping."""
+
+    MOST = 16
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._turn = threading.Condition(self._lock)
+        self._queue: list[_Job] = []
+        self._busy = False
+        self.groups = 0  # atomic writes made for more than one request
+        self.grouped = 0  # requests written in them
+
+    def write(self, src: Source, requests: list[ConsumerRequest]) -> None:
+        job = _Job(requests)
+        with self._lock:
+            self._queue.append(job)
+            while not job.done:
+                if self._busy:
+                    self._turn.wait()
+                    continue
+                self._busy = True
+                group = self._take()
+                self._lock.release()
+                try:
+                    self._write_group(src, group)
+                finally:
+                    self._lock.acquire()
+                    self._busy = False
+                    self._turn.notify_all()
+        if job.error is not None:
+            raise job.error
+
+    def _take(self) -> list[_Job]:
+        """The jobs of the next group, oldest first, each consumer in one of
+        them only (its second request must see what the first wrote)."""
+        group: list[_Job] = []
+        rest: list[_Job] = []
+        seen: set[str] = set()
+        for job in self._queue:
+            mine = job.consumers
+            if len(group) < self.MOST and not mine & seen:
+                group.append(job)
+                seen |= mine
+            else:
+                rest.append(job)
+        self._queue = rest
+        return group
+
+    def _write_group(self, src: Source, group: list[_Job]) -> None:
+        """Answer every job of `group` (its `error`, or none: written)."""
+        try:
+            planned = group
+            if len(group) > 1:
+                plan = _Plan(src.settled())
+                planned = []
+                for job in group:
+                    mark = plan.mark()
+                    try:
+                        for req in job.requests:
+                            plan.add(req)
+                    except PlacementError as exc:
+                        plan.undo(mark)
+                        job.error = exc
+                        continue
+                    planned.append(job)
+                if len(planned) > 1:
+                    try:
+                        plan.write()
+                    except PlacementError:
+                        pass  # another writer came between (another replica), or a
+                        # claim check refused one of them: each on its own, below
+                    else:
+                        self.groups += 1
+                        self.grouped += len(planned)
+                        planned = []
+            for job in planned:
+                try:
+                    set_allocations(replace(src, writer=None), job.requests)
+                except PlacementError as exc:
+                    job.error = exc
+        except Exception as exc:  # the store failed: every job not answered gets it
+            for job in group:
+                if job.error is None:
+                    job.error = exc
+        finally:
+            for job in group:
+                job.done = True
 
 
 def _reshape(fleet: Fleet, inventories: Mapping[str, tuple[int, Mapping[str, Mapping[str, Any]]]]

@@ -29,6 +29,7 @@ from hvfleet.scheduling.placement import export_inventories, export_usages, prov
 from hvfleet.store.base import Store
 
 if TYPE_CHECKING:
+    from hvfleet.placement.allocations import AllocationWriter
     from hvfleet.placement.snapshot import ProviderSnapshot
 
 # Where Placement shows no timestamp of its own (a computed view), the time of the answer.
@@ -259,10 +260,12 @@ class Source:
     """Where the core reads Placement's view from: the store, and, in the
     server, its provider snapshot (`snapshot(catch_up)`), whose fleet is
     patched per change. Without one, each read is a read of the whole store
-    (`read_fleet`), as a one-off caller wants."""
+    (`read_fleet`), as a one-off caller wants. A server's sources share one
+    `writer`, where its allocation writes are grouped."""
 
     store: Store
     snapshot: Callable[[bool], ProviderSnapshot] | None = None
+    writer: AllocationWriter | None = None
 
     def settled(self) -> Source:
         """This source caught up once, for the reads a write makes before it

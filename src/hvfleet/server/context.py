@@ -18,6 +18,7 @@ from typing import Protocol
 from hvfleet.model.errors import BadRequest
 from hvfleet.model.hypervisor import Hypervisor, Resource
 from hvfleet.model.readiness import DEFAULT_STALENESS
+from hvfleet.placement.allocations import AllocationWriter
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.server.auth import not_selecting
@@ -101,6 +102,8 @@ class ApiContext:
         self._placement: ProviderSnapshot | None = None
         self._placement_lock = threading.Lock()
         self._placement_stop = threading.Event()
+        # The Placement API's allocation writes, grouped (hvfleet.placement.allocations).
+        self.placement_writer = AllocationWriter()
         # The fleet's Hypervisors as someone in this process follows them (the
         # dashboard's FleetState.hosts_snapshot), for the index's first build;
         # None, or answering None: the index lists them itself.

@@ -112,8 +112,9 @@ class Call:
 
     def source(self) -> Source:
         """What the core reads: the store, and the fleet as the snapshot has
-        it, caught up with every write made before this request."""
-        return Source(self.store, self.snapshot)
+        it, caught up with every write made before this request; the
+        server's one allocation writer."""
+        return Source(self.store, self.snapshot, self.request.app.state.ctx.placement_writer)
 
     @property
     def mount(self) -> str:
