@@ -282,6 +282,49 @@ def test_a_lease_renewal_is_one_request(etcd: EtcdStore) -> None:
     assert etcd.get("Lease", "hv1") == renewed
 
 
+def test_a_batch_naming_versions_this_store_holds_is_one_request_and_still_compared(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    """A batch of creates and of updates naming the versions this store last
+    wrote (a server rewriting the same provider records) is written without
+    a read first; its compares still refuse what moved on since."""
+    from hvfleet.model.errors import AlreadyExists, Conflict
+    from hvfleet.store.base import Write
+
+    def labelled(obj: Hypervisor, value: str) -> Hypervisor:
+        return obj.model_copy(update={"metadata": obj.metadata.model_copy(update={"labels": {"x": value}})})
+
+    hv1, hv2 = etcd.write_all([Write("create", make_hypervisor("hv1")),
+                               Write("create", make_hypervisor("hv2"))], "op")
+    assert isinstance(hv1, Hypervisor) and isinstance(hv2, Hypervisor)
+    posts: list[str] = []
+    real = etcd.transport.post
+
+    def counted(path: str, body: dict, what: str) -> tuple[dict, bool]:  # type: ignore[type-arg]
+        posts.append(path)
+        return real(path, body, what)
+
+    etcd.transport.post = counted  # type: ignore[method-assign]
+    etcd.write_all([Write("update", labelled(hv1, "1")), Write("create", make_hypervisor("hv3"))], "op")
+    assert posts == ["kv/txn"]
+    assert etcd.get_hypervisor("hv1").metadata.labels == {"x": "1"}
+    # Another store moves hv2 on: a write naming the version this store holds is refused.
+    other = EtcdStore(etcd.endpoints, etcd.prefix)
+    other.update(labelled(hv2, "theirs"), "op")
+    other.close()
+    with pytest.raises(Conflict, match="hv2"):
+        etcd.write_all([Write("update", labelled(hv2, "mine"))], "op")
+    assert etcd.get_hypervisor("hv2").metadata.labels == {"x": "theirs"}
+    # A create over an existing object refuses the batch: nothing of it is written.
+    current = etcd.get_hypervisor("hv1")
+    posts.clear()
+    with pytest.raises(AlreadyExists, match="hv3"):
+        etcd.write_all([Write("update", labelled(current, "2")),
+                        Write("create", make_hypervisor("hv3"))], "op")
+    assert posts == ["kv/txn"]
+    assert etcd.get_hypervisor("hv1").metadata.labels == {"x": "1"}
+
+
 def test_a_writers_own_watch_events_equal_what_another_process_decodes(
     etcd: EtcdStore, etcd_session: EtcdCluster, make_hypervisor: MakeHv
 ) -> None:
