@@ -121,6 +121,31 @@ def _requests(api: Placement) -> list[tuple[str, Callable[[], Any]]]:
     def get(path: str, role: str = "admin") -> Callable[[], Any]:
         return lambda: _ok(api.call("GET", path, role))
 
+    def reshape() -> None:
+        _ok(api.call("POST", "/reshaper", body={
+            "inventories": {rp: {"resource_provider_generation": gen(rp),
+                                 "inventories": {"DISK_GB": {"total": 1000}}}},
+            "allocations": {consumer: {
+                "allocations": {rp: {"resources": {"DISK_GB": 10}}, hv1: {"resources": {"VCPU": 1}}},
+                "project_id": project, "user_id": "u", "consumer_generation": consumer_gen(),
+                "consumer_type": "INSTANCE"}}}), 204)
+
+    def custom(kind: str) -> str:
+        return f"CUSTOM_{kind}_{uuid.uuid4().hex.upper()}"
+
+    def trait_made_and_deleted() -> None:
+        name = custom("TRAIT")
+        _ok(api.call("PUT", f"/traits/{name}"), 201)
+        _ok(api.call("GET", f"/traits/{name}"), 204)
+        _ok(api.call("DELETE", f"/traits/{name}"), 204)
+
+    def class_made_renamed_and_deleted() -> None:
+        name, renamed = custom("RC"), custom("RC")
+        _ok(api.call("PUT", f"/resource_classes/{name}"), 201)
+        _ok(api.call("GET", f"/resource_classes/{name}"))
+        _ok(api.call("PUT", f"/resource_classes/{name}", body={"name": renamed}, version="1.6"))
+        _ok(api.call("DELETE", f"/resource_classes/{renamed}"), 204)
+
     put_allocation()
     put_traits()
     put_aggregates()
@@ -146,6 +171,11 @@ def _requests(api: Placement) -> list[tuple[str, Callable[[], Any]]]:
         ("PUT .../aggregates", put_aggregates),
         ("an agent's GET of its own provider", get(f"/resource_providers/{hv1}", "agent")),
         ("an agent's PUT of its own traits", lambda: put_traits(hv1, "agent")),
+        ("POST /reshaper", reshape),
+        ("GET /traits", get("/traits?name=startswith:CUSTOM_")),
+        ("GET /resource_classes", get("/resource_classes")),
+        ("PUT, GET and DELETE /traits/{name}", trait_made_and_deleted),
+        ("PUT, GET, rename and DELETE /resource_classes/{name}", class_made_renamed_and_deleted),
     ]
 
 
@@ -163,12 +193,10 @@ def test_no_placement_request_lists_the_store_after_warm_up(
         if kinds := counter.take():
             listed[name] = kinds
     assert listed == {}
-    # The counter sees Placement's lists: a whole read is one (the store is wrapped).
+    # The counter sees Placement's lists: a whole read is four (the store is wrapped).
     assert counter.take() == []
-    _ok(api.call("GET", "/traits?associated=true"))
-    _ok(api.call("PUT", "/traits/CUSTOM_COUNTED"), 201)
-    _ok(api.call("DELETE", "/traits/CUSTOM_COUNTED"), 204)
-    assert counter.take(), "a trait's delete reads the custom names: the counter must see it"
+    read_fleet(api.store)
+    assert sorted(counter.take()) == ["Hypervisor", "OvercommitPolicy", "Reservation", "ResourceProvider"]
 
 
 def _replicas(url: str) -> Iterator[tuple[Placement, Placement]]:

@@ -23,7 +23,7 @@ import contextlib
 import hashlib
 import threading
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -44,7 +44,7 @@ from hvfleet.placement.errors import (
     PlacementNotFound,
 )
 from hvfleet.placement.graph import Inventory
-from hvfleet.placement.records import Fleet, ProviderView, Source, now_text, read_fleet
+from hvfleet.placement.records import Fleet, ProviderView, Source, now_text
 from hvfleet.placement.service import INVENTORY_DEFAULTS, MANAGER, check_generation, write_provider
 from hvfleet.scheduling.claims import claim_write, reservation_labels
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit
@@ -165,7 +165,7 @@ class _Plan:
     def __init__(self, src: Source, inventories: Inventories | None = None) -> None:
         self.src = src
         self.store = src.store
-        fleet = read_fleet(self.store) if inventories else src.fleet()
+        fleet = src.fleet()
         self.known, _ = src.known_names()
         self.fleet, self.reshaped = _reshape(fleet, inventories or {})
         self.now = now_text()
@@ -405,7 +405,7 @@ def _reshape(fleet: Fleet, inventories: Mapping[str, tuple[int, Mapping[str, Map
     allocations are then checked against them), and them, complete."""
     if not inventories:
         return fleet, {}
-    providers = dict(fleet.providers)
+    providers: dict[str, ProviderView] = {}  # those whose inventories change
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for rp, (generation, invs) in inventories.items():
         p = fleet.providers.get(rp)
@@ -429,7 +429,26 @@ def _reshape(fleet: Fleet, inventories: Mapping[str, tuple[int, Mapping[str, Map
             continue
         providers[rp] = replace(p, inventories={rc: Inventory(**inv) for rc, inv in full.items()})
         out[rp] = full
-    return Fleet(providers, fleet.now), out
+    # Over the fleet as it is: its lookups (names, consumers, trees) still hold.
+    return replace(fleet, providers=_Reshaped(fleet.providers, providers)), out
+
+
+class _Reshaped(Mapping[str, ProviderView]):
+    """A fleet's providers with some of them seen with their new inventories
+    (no copy of the 10,000 others)."""
+
+    def __init__(self, base: Mapping[str, ProviderView], changed: Mapping[str, ProviderView]) -> None:
+        self.base, self.changed = base, changed
+
+    def __getitem__(self, uuid: str) -> ProviderView:
+        found = self.changed.get(uuid)
+        return self.base[uuid] if found is None else found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.base)  # the changed ones are among them
+
+    def __len__(self) -> int:
+        return len(self.base)
 
 
 def delete_allocations(src: Source, consumer: str) -> None:

@@ -318,6 +318,14 @@ def resource_classes(store: Store) -> dict[str, PlacementName | None]:
     return out
 
 
+def in_placement_order(classes: Iterable[str]) -> list[str]:
+    """Resource classes as Placement lists them: the standard ones in their
+    order, then the custom ones in the order of their records' names."""
+    standard = set(RESOURCE_CLASSES)
+    custom = sorted((c for c in classes if c not in standard), key=lambda c: name_key("resource-class", c))
+    return [*RESOURCE_CLASSES, *custom]
+
+
 def traits(store: Store) -> dict[str, PlacementName | None]:
     out: dict[str, PlacementName | None] = dict.fromkeys(sorted(TRAITS))
     out.update(custom_names(store, "trait"))

@@ -458,7 +458,7 @@ def delete_trait(src: Source, name: str) -> None:
     store = src.store
     if name in TRAITS:
         raise PlacementBadRequest(f"Cannot delete standard trait {name}.")
-    if name not in records.custom_names(store, "trait"):
+    if name not in src.known_names()[1]:
         raise PlacementNotFound(f"No such trait(s): {name}.")
     if any(name in p.traits for p in src.fleet().providers.values()):
         raise PlacementConflict(f"The trait {name} is in use by a resource provider.")
@@ -471,10 +471,10 @@ def delete_trait(src: Source, name: str) -> None:
 def rename_resource_class(src: Source, name: str, new: str) -> str:
     """PUT /resource_classes/{name} before 1.7: the custom class's new name."""
     store = src.store
-    custom = records.custom_names(store, "resource-class")
-    if name not in custom:
+    known, _ = src.known_names()
+    if name not in known or name in RESOURCE_CLASSES:
         raise PlacementNotFound(f"No such resource class {name}.")
-    if new in custom or new in RESOURCE_CLASSES:
+    if new in known:
         raise PlacementConflict(f"Resource class already exists: {new}")
     if any(name in p.inventories for p in src.fleet().providers.values()):
         raise PlacementConflict(f"Resource class {name} is in use in inventory: not renamed")
@@ -488,7 +488,7 @@ def delete_resource_class(src: Source, name: str) -> None:
     if name in RESOURCE_CLASSES:
         raise PlacementBadRequest(
             f"Error in delete resource class: Cannot delete standard resource class {name}.")
-    if name not in records.custom_names(store, "resource-class"):
+    if name not in src.known_names()[0]:
         raise PlacementNotFound(f"No such resource class {name}.")
     if any(name in p.inventories for p in src.fleet().providers.values()):
         raise PlacementConflict(

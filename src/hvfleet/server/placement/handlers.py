@@ -211,7 +211,7 @@ def usages(call: Call, _: Any) -> Any:
 
 
 def list_resource_classes(call: Call, _: Any) -> Any:
-    classes = records.resource_classes(call.store)
+    classes = records.in_placement_order(call.source().known_names()[0])
     call.last_modified = _now()
     return {"resource_classes": [{"name": n, "links": [
         {"rel": "self", "href": f"{call.mount}/resource_classes/{n}"}]} for n in classes]}
@@ -219,8 +219,7 @@ def list_resource_classes(call: Call, _: Any) -> Any:
 
 def get_resource_class(call: Call, _: Any) -> Any:
     name = call.path("name")
-    classes = records.resource_classes(call.store)
-    if name not in classes:
+    if name not in call.source().known_names()[0]:
         raise PlacementNotFound(f"No such resource class {name}.")
     call.last_modified = _now()
     return {"name": name, "links": [{"rel": "self", "href": f"{call.mount}/resource_classes/{name}"}]}
@@ -264,7 +263,7 @@ def delete_resource_class(call: Call, _: Any) -> None:
 
 def list_traits(call: Call, _: Any) -> Any:
     schemas.validate_query({k: v[0] for k, v in call.params.items()}, schemas.LIST_TRAIT)
-    names = list(records.traits(call.store))
+    names = list(call.source().known_names()[1])
     name = call.one("name")
     if name is not None:
         op, _, value = name.partition(":")
@@ -289,7 +288,7 @@ def list_traits(call: Call, _: Any) -> Any:
 
 def get_trait(call: Call, _: Any) -> Any:
     name = call.path("name")
-    if name not in records.traits(call.store):
+    if name not in call.source().known_names()[1]:
         raise PlacementNotFound(f"No such trait(s): {name}.")
     call.last_modified = _now()
     call.status = 204
