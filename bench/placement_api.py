@@ -144,11 +144,23 @@ def provider(ep: Endpoint, conn: http.client.HTTPConnection, total: int) -> str:
     return uid
 
 
-def claims(ep: Endpoint, clients: int, n: int, capacity: int) -> tuple[float, float, int, int]:
-    """(claims/s, p50 s, claims that succeeded, usage) for `n` attempts."""
+@dataclass
+class ClaimRound:
+    rate: float  # claims that succeeded per second (wall clock)
+    p50: float  # of the claims that succeeded, from the first PUT to the 204
+    won: int
+    usage: int  # what the provider's usages say afterwards
+    requests: int  # PUTs sent, retries of a lost race included
+    cpu: float  # the server process's CPU seconds over the round
+
+
+def claims(ep: Endpoint, clients: int, n: int, capacity: int) -> ClaimRound:
+    """`n` attempts from `clients` threads, each retrying a lost race (409
+    concurrent update) as Nova does, until it is taken or refused as full."""
     conn = ep.connection()
     rp = provider(ep, conn, capacity)
     won: list[float] = []
+    sent = [0]
     lock = threading.Lock()
     go = threading.Barrier(clients + 1)
 
@@ -163,6 +175,8 @@ def claims(ep: Endpoint, clients: int, n: int, capacity: int) -> tuple[float, fl
             t = time.perf_counter()
             for _attempt in range(50):
                 status, doc = ep.call(c, "PUT", f"/allocations/{consumer}", body)
+                with lock:
+                    sent[0] += 1
                 if status == 204:
                     mine.append(time.perf_counter() - t)
                     break
@@ -175,13 +189,16 @@ def claims(ep: Endpoint, clients: int, n: int, capacity: int) -> tuple[float, fl
     for t in threads:
         t.start()
     go.wait()
+    cpu = ep.cpu()
     start = time.perf_counter()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
+    cpu = ep.cpu() - cpu
     # A new connection: the first one sat idle past the server's keep-alive.
     _, usage = ep.call(ep.connection(), "GET", f"/resource_providers/{rp}/usages")
-    return len(won) / elapsed, statistics.median(won), len(won), usage["usages"].get("DISK_GB", 0)
+    return ClaimRound(len(won) / elapsed, statistics.median(won), len(won),
+                      usage["usages"].get("DISK_GB", 0), sent[0], cpu)
 
 
 INVENTORY = {"VCPU": {"total": 64, "allocation_ratio": 4.0},
@@ -328,15 +345,18 @@ def claims_round(kind: str, args: argparse.Namespace, theirs: Endpoint | None) -
         work = Path(tempfile.mkdtemp(prefix=f"bench-placement-{kind}-"))
         _, (ours,) = hvfleet_endpoints(kind, work, stack, ["https"])
         peers = [ours] if theirs is None else [ours, theirs]
-        print(f"PUT /allocations, {args.clients} clients, {args.claims} claims of 1 DISK_GB on one provider")
+        print(f"PUT /allocations, {args.clients} clients, {args.claims} claims of 1 DISK_GB on one provider "
+              "(server CPU per claim that succeeded)")
         for ep in peers:
-            rate, p50, won, usage = claims(ep, args.clients, args.claims, 10 * args.claims)
-            print(f"  {ep.name:14} {rate:7.1f} claims/s  p50 {ms(p50)}  succeeded {won}  usage {usage}")
+            r = claims(ep, args.clients, args.claims, 10 * args.claims)
+            print(f"  {ep.name:20} {r.rate:7.1f} claims/s  p50 {ms(r.p50)}  succeeded {r.won}"
+                  f"  usage {r.usage}  requests {r.requests}  CPU/claim {ms(r.cpu / r.won)}")
         print(f"contended: capacity {args.claims // 2} for {args.claims} attempts")
         for ep in peers:
-            rate, p50, won, usage = claims(ep, args.clients, args.claims, args.claims // 2)
-            over = max(0, usage - args.claims // 2) + abs(usage - won)
-            print(f"  {ep.name:14} {rate:7.1f} claims/s  succeeded {won}  usage {usage}  overbooked {over}")
+            r = claims(ep, args.clients, args.claims, args.claims // 2)
+            over = max(0, r.usage - args.claims // 2) + abs(r.usage - r.won)
+            print(f"  {ep.name:20} {r.rate:7.1f} claims/s  succeeded {r.won}  usage {r.usage}"
+                  f"  overbooked {over}  requests {r.requests}  CPU/attempt {ms(r.cpu / args.claims)}")
 
 
 def main() -> None:
