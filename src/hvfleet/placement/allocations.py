@@ -379,8 +379,11 @@ class AllocationWriter:
                     try:
                         plan.write()
                     except PlacementError:
-                        pass  # another writer came between (another replica), or a
-                        # claim check refused one of them: each on its own, below
+                        # Another writer came between (another replica), a claim
+                        # check refused one of them, or together they are more
+                        # than one store transaction takes (InvalidInput): each
+                        # on its own, below. (A store that is down fails them all.)
+                        pass
                     else:
                         self.groups += 1
                         self.grouped += len(planned)
