@@ -160,6 +160,51 @@ def test_an_hvfleet_reserve_shows_as_a_placement_allocation(
     assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}}
 
 
+def test_an_allocation_stays_as_made_when_its_instance_shows_in_libvirt_and_counts_once(
+        api: Placement) -> None:
+    """Nova's allocation of a booted instance is still its allocation: GET
+    /allocations/{consumer}, the provider's allocations and the project's
+    usages show it as made (Nova moves it on a migration, counts quota from
+    it, deletes it with the instance), while the provider's usage counts the
+    instance once (libvirt's allocation now has it; the claim holds only what
+    libvirt cannot see, here nothing)."""
+    from hvfleet.model.hypervisor import Instance
+
+    put_host(api.store, host("hv-boot", {"cpu": 8, "memory": "8Gi"}, beat=datetime.now(UTC)))
+    uid = _uuid(api.store, "hv-boot")
+    consumer, project = str(uuid.uuid4()), str(uuid.uuid4())
+    made = {"VCPU": 2, "MEMORY_MB": 1024}
+    assert api.call("PUT", f"/allocations/{consumer}", "scheduler", {
+        "allocations": {uid: {"resources": made}}, "project_id": project, "user_id": str(uuid.uuid4()),
+        "consumer_generation": None, "consumer_type": "INSTANCE"}).status_code == 204
+    before = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+
+    def boots(h: Hypervisor) -> Hypervisor:
+        cpu, memory = ResourceName.parse("cpu"), ResourceName.parse("memory")
+        used = {cpu: Quantity(2), memory: Quantity.parse("1Gi")}
+        vm = Instance(uuid=consumer, name="vm", state="running", resources=used)
+        return h.model_copy(update={"status": h.status.model_copy(update={
+            "instances": [*h.status.instances, vm], "allocation": used})})
+
+    api.store.update_hypervisor("hv-boot", boots, agent_manager("hv-boot"))
+    assert api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"] == before == made
+    got = api.call("GET", f"/allocations/{consumer}").json()
+    assert {u: a["resources"] for u, a in got["allocations"].items()} == {uid: made}
+    on_rp = api.call("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
+    assert on_rp == {consumer: {"resources": made}}
+    assert api.call("GET", f"/usages?project_id={project}").json()["usages"] == {
+        "INSTANCE": {"consumer_count": 1, **made}}
+    # The same allocation PUT again (as Nova does around a port's bandwidth) changes no claim.
+    claims = [r.name for r in api.store.list_reservations() if r.spec.consumer == consumer]
+    assert api.call("PUT", f"/allocations/{consumer}", "scheduler", {
+        "allocations": {uid: {"resources": made}}, "project_id": project, "user_id": got["user_id"],
+        "consumer_generation": 1, "consumer_type": "INSTANCE"}).status_code == 204
+    assert [r.name for r in api.store.list_reservations() if r.spec.consumer == consumer] == claims
+    assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
+    assert [r for r in api.store.list_reservations() if r.spec.consumer == consumer] == []
+    assert api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"] == made  # libvirt's
+
+
 def test_an_allocation_past_a_hypervisors_capacity_is_refused(api: Placement) -> None:
     uid = _uuid(api.store, "hv2")
     body = {"allocations": {uid: {"resources": {"VCPU": 17}}}, "project_id": "p", "user_id": "u",
