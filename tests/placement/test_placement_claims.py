@@ -218,7 +218,12 @@ def test_each_role_gets_what_the_policy_table_gives_it(api: Placement) -> None:
     consumer = str(uuid.uuid4())
     body = {"allocations": {hv1: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
             "consumer_generation": None, "consumer_type": "INSTANCE"}
-    assert api.call("GET", "/resource_providers", "viewer").status_code == 200
+    # A viewer reads what Placement's defaults let a reader read: a project's usages, nothing else.
+    assert api.call("GET", "/usages?project_id=p", "viewer").status_code == 200
+    for path in ("/resource_providers", f"/resource_providers/{hv1}/inventories", "/traits",
+                 f"/allocations/{consumer}", "/allocation_candidates?resources=VCPU:1"):
+        read = api.call("GET", path, "viewer")
+        assert read.status_code == 403 and "placement:" in read.json()["errors"][0]["detail"], path
     refused = api.call("PUT", f"/allocations/{consumer}", "viewer", body)
     assert refused.status_code == 403 and refused.json()["errors"][0]["title"] == "Forbidden"
     assert api.call("PUT", f"/allocations/{consumer}", "operator", body).status_code == 403
@@ -229,6 +234,12 @@ def test_each_role_gets_what_the_policy_table_gives_it(api: Placement) -> None:
                    {"traits": ["HW_CPU_X86_AVX2"], "resource_provider_generation": gen})
     assert put.status_code == 200 and put.json()["traits"] == ["HW_CPU_X86_AVX2"]
     assert api.call("GET", f"/resource_providers/{hv2}", "agent").status_code == 403
+    # Its own hypervisor's inventories (as nova-compute reports them: the rule above), no other's.
+    mine = api.call("GET", f"/resource_providers/{hv1}/inventories", "agent")
+    assert api.call("PUT", f"/resource_providers/{hv1}/inventories", "agent", mine.json()).status_code == 200
+    theirs = api.call("GET", f"/resource_providers/{hv2}/inventories").json()
+    assert api.call("PUT", f"/resource_providers/{hv2}/inventories", "agent", theirs).status_code == 403
+    assert api.call("GET", "/usages?project_id=p", "agent").status_code == 403
     assert api.call("GET", "/resource_providers", "agent").status_code == 403
     assert api.call("GET", "/resource_providers", "agent").json()["errors"][0]["status"] == 403
     assert api.call("GET", "/", role="viewer").status_code == 200
