@@ -157,7 +157,7 @@ def test_an_hvfleet_reserve_shows_as_a_placement_allocation(
     assert got["allocations"] == {uid: {"resources": {"VCPU": 2, "MEMORY_MB": 1024},
                                         "generation": got["allocations"][uid]["generation"]}}
     on_rp = api.call("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
-    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}}
+    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}, "consumer_generation": None}
 
 
 def test_an_allocation_stays_as_made_when_its_instance_shows_in_libvirt_and_counts_once(
@@ -191,7 +191,7 @@ def test_an_allocation_stays_as_made_when_its_instance_shows_in_libvirt_and_coun
     got = api.call("GET", f"/allocations/{consumer}").json()
     assert {u: a["resources"] for u, a in got["allocations"].items()} == {uid: made}
     on_rp = api.call("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
-    assert on_rp == {consumer: {"resources": made}}
+    assert on_rp == {consumer: {"resources": made, "consumer_generation": 1}}
     assert api.call("GET", f"/usages?project_id={project}").json()["usages"] == {
         "INSTANCE": {"consumer_count": 1, **made}}
     # The same allocation PUT again (as Nova does around a port's bandwidth) changes no claim.
