@@ -205,6 +205,35 @@ def test_an_allocation_stays_as_made_when_its_instance_shows_in_libvirt_and_coun
     assert api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"] == made  # libvirt's
 
 
+def test_a_host_in_maintenance_carries_compute_status_disabled_so_novas_scheduler_skips_it(
+        api: Placement) -> None:
+    """nova-compute marks a disabled service's node with COMPUTE_STATUS_DISABLED
+    and Nova's scheduler always asks for roots without it; a hypervisor hvfleet
+    would refuse a claim on (maintenance, not Ready) carries it, computed, and
+    loses it when it may take guests again."""
+    put_host(api.store, host("hv-cordon", {"cpu": 64, "memory": "64Gi"}, beat=datetime.now(UTC)))
+    uid = _uuid(api.store, "hv-cordon")
+    nova = "/allocation_candidates?resources=VCPU:40&root_required=!COMPUTE_STATUS_DISABLED"
+
+    def state() -> tuple[list[str], bool, bool]:
+        traits = api.call("GET", f"/resource_providers/{uid}/traits").json()["traits"]
+        offered = uid in api.call("GET", nova).json()["provider_summaries"]
+        plain = api.call("GET", "/allocation_candidates?resources=VCPU:40").json()["provider_summaries"]
+        return traits, offered, uid in plain
+
+    assert state() == ([], True, True)
+
+    def maintenance(value: str) -> None:
+        def edit(h: Hypervisor) -> Hypervisor:
+            return h.model_copy(update={"spec": h.spec.model_copy(update={"maintenance": value})})
+        api.store.update_hypervisor("hv-cordon", edit, "operator")
+
+    maintenance("drain")
+    assert state() == (["COMPUTE_STATUS_DISABLED"], False, True)  # listed, as Placement lists a disabled node
+    maintenance("")
+    assert state() == ([], True, True)
+
+
 def test_an_allocation_past_a_hypervisors_capacity_is_refused(api: Placement) -> None:
     uid = _uuid(api.store, "hv2")
     body = {"allocations": {uid: {"resources": {"VCPU": 17}}}, "project_id": "p", "user_id": "u",

@@ -22,6 +22,7 @@ from hvfleet.model.errors import NotFound
 from hvfleet.model.hypervisor import HOLDING_PHASES, Hypervisor, OvercommitPolicy, Reservation, ResourceList
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.placement.graph import Inventory, Provider, ProviderGraph
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
@@ -124,6 +125,19 @@ def _hypervisor_allocations(h: Hypervisor, reservations: list[Reservation], now:
     return held, made
 
 
+# The trait nova-compute puts on its node's provider while the service is
+# disabled; Nova's scheduler asks for roots without it (compute_status_filter).
+COMPUTE_STATUS_DISABLED = "COMPUTE_STATUS_DISABLED"
+
+
+def _disabled(h: Hypervisor) -> frozenset[str]:
+    """COMPUTE_STATUS_DISABLED while the host may take no new guest as its
+    status and spec say (maintenance, Ready not True, no heartbeat), as a claim
+    on it would be refused: judged when the host last changed (a heartbeat's
+    age and the agent's lease are not)."""
+    return frozenset() if readiness(h, None).ready else frozenset({COMPUTE_STATUS_DISABLED})
+
+
 def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: list[OvercommitPolicy],
                     record: ResourceProvider | None, now: datetime) -> ProviderView:
     uid = provider_uuid(h)
@@ -140,7 +154,7 @@ def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: li
     return ProviderView(
         uuid=uid, name=h.name, generation=spec.generation if spec else 0,
         parent_uuid=None, root_uuid=uid, inventories=inventories, allocations=allocations,
-        traits=frozenset(spec.traits) if spec else frozenset(),
+        traits=(frozenset(spec.traits) if spec else frozenset()) | _disabled(h),
         aggregates=tuple(spec.aggregates) if spec else (),
         created=created, updated=parse_time(spec.updated_at) if spec else created,
         record=record, hypervisor=h, unclaimed=unclaimed, made=made,
