@@ -148,14 +148,26 @@ def test_each_microversion_answers_as_real_placement(api: Placement, minor: int)
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.fixture(scope="module")
+def one_provider(api: Placement) -> str:
+    """A provider of the same uuid on both sides: the list below is of it
+    alone (the in-process Placement holds other modules' providers)."""
+    rp, headers = str(uuid.uuid4()), _headers("1.20")
+    body = {"name": f"edge-{rp}", "uuid": rp}
+    assert _hvfleet(api, "POST", "/resource_providers", body, headers)[0] == 200
+    assert _placement("POST", "/resource_providers", body, headers)[0] == 200
+    return f"/resource_providers?uuid={rp}"
+
+
 @pytest.mark.parametrize("version", [None, "latest", "1.40", "2.0", "0.9", "1.x", "1.05", " 1.39 "])
-@pytest.mark.parametrize("path", ["/", "/resource_providers"])
-def test_negotiation_edges_answer_as_real_placement(api: Placement, version: str | None, path: str) -> None:
-    headers = _headers(version)
+@pytest.mark.parametrize("path", ["/", "list"])
+def test_negotiation_edges_answer_as_real_placement(api: Placement, one_provider: str, version: str | None,
+                                                     path: str) -> None:
+    headers, path = _headers(version), one_provider if path == "list" else path
     assert _hvfleet(api, "GET", path, None, headers) == _placement("GET", path, None, headers)
 
 
-def test_another_services_version_header_is_ignored_as_placement_does(api: Placement) -> None:
+def test_another_services_version_header_is_ignored_as_placement_does(
+        api: Placement, one_provider: str) -> None:
     headers = {"Accept": "application/json", "OpenStack-API-Version": "compute 2.1"}
-    assert _hvfleet(api, "GET", "/resource_providers", None, headers) == _placement(
-        "GET", "/resource_providers", None, headers)
+    assert _hvfleet(api, "GET", one_provider, None, headers) == _placement("GET", one_provider, None, headers)

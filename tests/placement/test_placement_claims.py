@@ -150,9 +150,13 @@ def test_an_hvfleet_reserve_shows_as_a_placement_allocation(
         api: Placement, run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HVFLEET_STORE", api.store.url)
     consumer = str(uuid.uuid4())
+    uid = _uuid(api.store, "hv2")
+    before = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
     r = run("reserve", "hv2", "--cpu", "2", "--memory", "1Gi", "--consumer", consumer)
     assert r.code == 0, r.err
-    uid = _uuid(api.store, "hv2")
+    after = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+    grew = {rc: after[rc] - before.get(rc, 0) for rc in ("VCPU", "MEMORY_MB")}
+    assert grew == {"VCPU": 2, "MEMORY_MB": 1024}
     got = api.call("GET", f"/allocations/{consumer}").json()
     assert got["allocations"] == {uid: {"resources": {"VCPU": 2, "MEMORY_MB": 1024},
                                         "generation": got["allocations"][uid]["generation"]}}
