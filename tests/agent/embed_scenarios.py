@@ -258,7 +258,98 @@ def guest_crash(embed_uri: str, conn: libvirt.virConnect, store: Store) -> None:
         thread.join(5)
 
 
+def placement_claim(embed_uri: str, conn: libvirt.virConnect, store: Store) -> None:
+    """A claim made through hvfleet's Placement API (PUT /allocations, as
+    Nova's scheduler makes it) for an instance that is not defined yet holds
+    its cpu, memory and a VGPU (extraCapacity: libvirt cannot see it). When
+    the consumer's domain appears in libvirt, the agent's allocation counts
+    its cpu and memory and the claim no longer does: counted once, in free
+    capacity and in Placement's usages, while GET /allocations still shows
+    the allocation Nova made; the VGPU stays held while the instance exists,
+    and nothing is held once it is gone and Nova deleted its allocation."""
+    import json
+    import tempfile
+    import uuid
+    from datetime import UTC, datetime
+
+    import requests
+
+    from hvfleet.model.capacity import free_capacity
+    from hvfleet.server.app import create_app
+    from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
+    from hvfleet.store.tokens import issue_token
+    from tests.server.running import ServerThread
+    from tests.server.tls_files import make_tls_files
+
+    name = "claim-host"
+    agent = Agent(AgentConfig(uri=embed_uri, name=name), store)  # counts defined domains
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    _, token = issue_token(store, "admin", manager="test", now=datetime.now(UTC), ttl=None, name="nova")
+    app = create_app(store, TokenAuthenticator(store), RoleAuthorizer(), dashboard_pages=False)
+    files = make_tls_files(Path(tempfile.mkdtemp()) / "tls")
+    with ServerThread(app, files) as server:
+        def placement(method: str, path: str, body: object = None) -> requests.Response:
+            return requests.request(method, f"{server.url}/placement{path}", verify=str(files.ca), timeout=30,
+                                    data=None if body is None else json.dumps(body), headers={
+                                        "X-Auth-Token": token, "OpenStack-API-Version": "placement 1.39",
+                                        "Content-Type": "application/json", "Accept": "application/json"})
+
+        def free() -> dict[str, int]:
+            h = store.get_hypervisor(name)
+            got = free_capacity(h, store.list_reservations(), datetime.now(UTC))
+            return {str(r): got[r].floor() for r in ("cpu", "memory", "VGPU")}
+
+        try:
+            wait_for(store, name, lambda h: bool(h.status.capacity), 60)
+
+            def with_vgpus(h: Hypervisor) -> Hypervisor:
+                extra = {**h.spec.extra_capacity, "VGPU": 2}
+                return h.model_copy(update={"spec": h.spec.model_copy(update={"extra_capacity": extra})})
+
+            store.update_hypervisor(name, with_vgpus, "test")
+            h = store.get_hypervisor(name)
+            uid = h.metadata.uid
+            empty = free()
+            assert empty["VGPU"] == 2, empty
+            consumer = str(uuid.uuid4())
+            r = placement("PUT", f"/allocations/{consumer}", {
+                "allocations": {uid: {"resources": {"VCPU": 2, "MEMORY_MB": 64, "VGPU": 1}}},
+                "project_id": str(uuid.uuid4()), "user_id": str(uuid.uuid4()),
+                "consumer_generation": None, "consumer_type": "INSTANCE"})
+            assert r.status_code == 204, r.text
+            claimed = free()
+            assert claimed == {"cpu": empty["cpu"] - 2, "memory": empty["memory"] - 64 * MI, "VGPU": 1}, \
+                (empty, claimed)
+            base = placement("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+
+            xml = TINY.format(name="claimed-vm", vcpus=2).replace(
+                "<name>claimed-vm</name>", f"<name>claimed-vm</name><uuid>{consumer}</uuid>")
+            dom = conn.defineXML(xml)
+            _, h = wait_for(store, name, lambda h: any(i.uuid == consumer for i in h.status.instances), 5.0)
+            # libvirt's allocation now has the guest's 2 cpus and 64 MiB; the claim holds only the VGPU.
+            assert free() == claimed, (claimed, free())
+            now = placement("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+            assert now == base, (base, now)
+            got = placement("GET", f"/allocations/{consumer}").json()
+            assert got["allocations"][uid]["resources"] == {"VCPU": 2, "MEMORY_MB": 64, "VGPU": 1}, got
+            on_rp = placement("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
+            assert on_rp[consumer]["resources"] == {"VCPU": 2, "MEMORY_MB": 64, "VGPU": 1}, on_rp
+
+            # Nova deletes the instance, then its allocation: nothing is held any more.
+            dom.undefine()
+            wait_for(store, name, lambda h: all(i.uuid != consumer for i in h.status.instances), 5.0)
+            assert placement("DELETE", f"/allocations/{consumer}").status_code == 204
+            assert free() == empty, (empty, free())
+            assert [r for r in store.list_reservations() if r.spec.consumer == consumer] == []
+        finally:
+            stop.set()
+            thread.join(5)
+
+
 SCENARIOS: dict[str, Callable[[str, libvirt.virConnect, Store], None]] = {
+    "placement_claim": placement_claim,
     "events_and_spec": events_and_spec,
     "burst": burst,
     "guest_crash": guest_crash,

@@ -48,3 +48,9 @@ def test_a_real_guest_panic_is_recorded_on_the_instance_with_a_metric_and_a_dump
     # A policy-2026.2 guest whose boot sector writes to its pvpanic port: a real
     # guest crash on QEMU, reported by libvirt as lifecycle CRASHED.
     run_scenario("guest_crash", embed_root, tmp_path / "hv.db")
+
+
+def test_a_placement_claim_is_counted_once_when_its_instance_shows_in_libvirt(
+    embed_root: Path, tmp_path: Path
+) -> None:
+    run_scenario("placement_claim", embed_root, tmp_path / "hv.db")

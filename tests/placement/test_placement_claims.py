@@ -150,14 +150,92 @@ def test_an_hvfleet_reserve_shows_as_a_placement_allocation(
         api: Placement, run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HVFLEET_STORE", api.store.url)
     consumer = str(uuid.uuid4())
+    uid = _uuid(api.store, "hv2")
+    before = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
     r = run("reserve", "hv2", "--cpu", "2", "--memory", "1Gi", "--consumer", consumer)
     assert r.code == 0, r.err
-    uid = _uuid(api.store, "hv2")
+    after = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+    grew = {rc: after[rc] - before.get(rc, 0) for rc in ("VCPU", "MEMORY_MB")}
+    assert grew == {"VCPU": 2, "MEMORY_MB": 1024}
     got = api.call("GET", f"/allocations/{consumer}").json()
     assert got["allocations"] == {uid: {"resources": {"VCPU": 2, "MEMORY_MB": 1024},
                                         "generation": got["allocations"][uid]["generation"]}}
     on_rp = api.call("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
-    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}}
+    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}, "consumer_generation": None}
+
+
+def test_an_allocation_stays_as_made_when_its_instance_shows_in_libvirt_and_counts_once(
+        api: Placement) -> None:
+    """Nova's allocation of a booted instance is still its allocation: GET
+    /allocations/{consumer}, the provider's allocations and the project's
+    usages show it as made (Nova moves it on a migration, counts quota from
+    it, deletes it with the instance), while the provider's usage counts the
+    instance once (libvirt's allocation now has it; the claim holds only what
+    libvirt cannot see, here nothing)."""
+    from hvfleet.model.hypervisor import Instance
+
+    put_host(api.store, host("hv-boot", {"cpu": 8, "memory": "8Gi"}, beat=datetime.now(UTC)))
+    uid = _uuid(api.store, "hv-boot")
+    consumer, project = str(uuid.uuid4()), str(uuid.uuid4())
+    made = {"VCPU": 2, "MEMORY_MB": 1024}
+    assert api.call("PUT", f"/allocations/{consumer}", "scheduler", {
+        "allocations": {uid: {"resources": made}}, "project_id": project, "user_id": str(uuid.uuid4()),
+        "consumer_generation": None, "consumer_type": "INSTANCE"}).status_code == 204
+    before = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+
+    def boots(h: Hypervisor) -> Hypervisor:
+        cpu, memory = ResourceName.parse("cpu"), ResourceName.parse("memory")
+        used = {cpu: Quantity(2), memory: Quantity.parse("1Gi")}
+        vm = Instance(uuid=consumer, name="vm", state="running", resources=used)
+        return h.model_copy(update={"status": h.status.model_copy(update={
+            "instances": [*h.status.instances, vm], "allocation": used})})
+
+    api.store.update_hypervisor("hv-boot", boots, agent_manager("hv-boot"))
+    assert api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"] == before == made
+    got = api.call("GET", f"/allocations/{consumer}").json()
+    assert {u: a["resources"] for u, a in got["allocations"].items()} == {uid: made}
+    on_rp = api.call("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
+    assert on_rp == {consumer: {"resources": made, "consumer_generation": 1}}
+    assert api.call("GET", f"/usages?project_id={project}").json()["usages"] == {
+        "INSTANCE": {"consumer_count": 1, **made}}
+    # The same allocation PUT again (as Nova does around a port's bandwidth) changes no claim.
+    claims = [r.name for r in api.store.list_reservations() if r.spec.consumer == consumer]
+    assert api.call("PUT", f"/allocations/{consumer}", "scheduler", {
+        "allocations": {uid: {"resources": made}}, "project_id": project, "user_id": got["user_id"],
+        "consumer_generation": 1, "consumer_type": "INSTANCE"}).status_code == 204
+    assert [r.name for r in api.store.list_reservations() if r.spec.consumer == consumer] == claims
+    assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
+    assert [r for r in api.store.list_reservations() if r.spec.consumer == consumer] == []
+    assert api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"] == made  # libvirt's
+
+
+def test_a_host_in_maintenance_carries_compute_status_disabled_so_novas_scheduler_skips_it(
+        api: Placement) -> None:
+    """nova-compute marks a disabled service's node with COMPUTE_STATUS_DISABLED
+    and Nova's scheduler always asks for roots without it; a hypervisor hvfleet
+    would refuse a claim on (maintenance, not Ready) carries it, computed, and
+    loses it when it may take guests again."""
+    put_host(api.store, host("hv-cordon", {"cpu": 64, "memory": "64Gi"}, beat=datetime.now(UTC)))
+    uid = _uuid(api.store, "hv-cordon")
+    nova = "/allocation_candidates?resources=VCPU:40&root_required=!COMPUTE_STATUS_DISABLED"
+
+    def state() -> tuple[list[str], bool, bool]:
+        traits = api.call("GET", f"/resource_providers/{uid}/traits").json()["traits"]
+        offered = uid in api.call("GET", nova).json()["provider_summaries"]
+        plain = api.call("GET", "/allocation_candidates?resources=VCPU:40").json()["provider_summaries"]
+        return traits, offered, uid in plain
+
+    assert state() == ([], True, True)
+
+    def maintenance(value: str) -> None:
+        def edit(h: Hypervisor) -> Hypervisor:
+            return h.model_copy(update={"spec": h.spec.model_copy(update={"maintenance": value})})
+        api.store.update_hypervisor("hv-cordon", edit, "operator")
+
+    maintenance("drain")
+    assert state() == (["COMPUTE_STATUS_DISABLED"], False, True)  # listed, as Placement lists a disabled node
+    maintenance("")
+    assert state() == ([], True, True)
 
 
 def test_an_allocation_past_a_hypervisors_capacity_is_refused(api: Placement) -> None:
@@ -173,7 +251,12 @@ def test_each_role_gets_what_the_policy_table_gives_it(api: Placement) -> None:
     consumer = str(uuid.uuid4())
     body = {"allocations": {hv1: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
             "consumer_generation": None, "consumer_type": "INSTANCE"}
-    assert api.call("GET", "/resource_providers", "viewer").status_code == 200
+    # A viewer reads what Placement's defaults let a reader read: a project's usages, nothing else.
+    assert api.call("GET", "/usages?project_id=p", "viewer").status_code == 200
+    for path in ("/resource_providers", f"/resource_providers/{hv1}/inventories", "/traits",
+                 f"/allocations/{consumer}", "/allocation_candidates?resources=VCPU:1"):
+        read = api.call("GET", path, "viewer")
+        assert read.status_code == 403 and "placement:" in read.json()["errors"][0]["detail"], path
     refused = api.call("PUT", f"/allocations/{consumer}", "viewer", body)
     assert refused.status_code == 403 and refused.json()["errors"][0]["title"] == "Forbidden"
     assert api.call("PUT", f"/allocations/{consumer}", "operator", body).status_code == 403
@@ -184,6 +267,12 @@ def test_each_role_gets_what_the_policy_table_gives_it(api: Placement) -> None:
                    {"traits": ["HW_CPU_X86_AVX2"], "resource_provider_generation": gen})
     assert put.status_code == 200 and put.json()["traits"] == ["HW_CPU_X86_AVX2"]
     assert api.call("GET", f"/resource_providers/{hv2}", "agent").status_code == 403
+    # Its own hypervisor's inventories (as nova-compute reports them: the rule above), no other's.
+    mine = api.call("GET", f"/resource_providers/{hv1}/inventories", "agent")
+    assert api.call("PUT", f"/resource_providers/{hv1}/inventories", "agent", mine.json()).status_code == 200
+    theirs = api.call("GET", f"/resource_providers/{hv2}/inventories").json()
+    assert api.call("PUT", f"/resource_providers/{hv2}/inventories", "agent", theirs).status_code == 403
+    assert api.call("GET", "/usages?project_id=p", "agent").status_code == 403
     assert api.call("GET", "/resource_providers", "agent").status_code == 403
     assert api.call("GET", "/resource_providers", "agent").json()["errors"][0]["status"] == 403
     assert api.call("GET", "/", role="viewer").status_code == 200

@@ -486,7 +486,7 @@ def provider_allocations(fleet: Fleet, uuid: str) -> dict[str, dict[str, int]]:
     if p is None:
         raise PlacementNotFound(
             f"Resource provider '{uuid}' not found: No resource provider with uuid {uuid} found")
-    return p.allocations
+    return p.consumers
 
 
 def time_of(rec: Any) -> datetime:

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from hvfleet.model.capacity import held_resources
+from hvfleet.model.capacity import held_resources, reservation_phase
 from hvfleet.model.errors import NotFound
-from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.hypervisor import HOLDING_PHASES, Hypervisor, OvercommitPolicy, Reservation, ResourceList
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.placement.graph import Inventory, Provider, ProviderGraph
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
@@ -78,6 +79,16 @@ class ProviderView:
     hypervisor: Hypervisor | None = None
     # What libvirt shows in use beyond any claim (a hypervisor's status.allocation).
     unclaimed: dict[str, int] = field(default_factory=dict)
+    # A hypervisor's allocations as their consumers made them (its claims while
+    # Pending, Active or Confirmed), where `allocations` is what they hold now:
+    # once an instance shows in libvirt, its claim holds only what libvirt cannot
+    # see, but Placement's clients still read the allocation they made.
+    made: dict[str, dict[str, int]] | None = None
+
+    @property
+    def consumers(self) -> dict[str, dict[str, int]]:
+        """consumer -> resource class -> amount, as GET /allocations shows it."""
+        return self.allocations if self.made is None else self.made
 
     @property
     def usages(self) -> dict[str, int]:
@@ -94,24 +105,45 @@ class ProviderView:
                         traits=self.traits, aggregates=frozenset(self.aggregates))
 
 
-def _hypervisor_allocations(h: Hypervisor, reservations: list[Reservation],
-                            now: datetime) -> dict[str, dict[str, int]]:
+def _by_consumer(pairs: Iterable[tuple[str, ResourceList]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
-    for r in reservations:
-        held = held_resources(r, h, now)
-        for name, q in held.items():
+    for consumer, resources in pairs:
+        for name, q in resources.items():
             if q > 0:
-                mine = out.setdefault(r.spec.consumer, {})
+                mine = out.setdefault(consumer, {})
                 rc = name.placement.resource_class
                 mine[rc] = mine.get(rc, 0) + units_up(name, q)
     return out
+
+
+def _hypervisor_allocations(h: Hypervisor, reservations: list[Reservation], now: datetime,
+                            ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """What each consumer's claims hold now (`held_resources`), and what they
+    were made for (every claim not Released or Expired)."""
+    held = _by_consumer((r.spec.consumer, held_resources(r, h, now)) for r in reservations)
+    made = _by_consumer((r.spec.consumer, r.spec.resources) for r in reservations
+                        if reservation_phase(r, h, now) in (*HOLDING_PHASES, "Confirmed"))
+    return held, made
+
+
+# The trait nova-compute puts on its node's provider while the service is
+# disabled; Nova's scheduler asks for roots without it (compute_status_filter).
+COMPUTE_STATUS_DISABLED = "COMPUTE_STATUS_DISABLED"
+
+
+def _disabled(h: Hypervisor) -> frozenset[str]:
+    """COMPUTE_STATUS_DISABLED while the host may take no new guest as its
+    status and spec say (maintenance, Ready not True, no heartbeat), as a claim
+    on it would be refused: judged when the host last changed (a heartbeat's
+    age and the agent's lease are not)."""
+    return frozenset() if readiness(h, None).ready else frozenset({COMPUTE_STATUS_DISABLED})
 
 
 def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: list[OvercommitPolicy],
                     record: ResourceProvider | None, now: datetime) -> ProviderView:
     uid = provider_uuid(h)
     inventories = {rc: Inventory(**fields) for rc, fields in export_inventories(h, policies).items()}
-    allocations = _hypervisor_allocations(h, reservations, now)
+    allocations, made = _hypervisor_allocations(h, reservations, now)
     total = export_usages(h, reservations, now)
     claimed: dict[str, int] = {}
     for resources in allocations.values():
@@ -123,10 +155,10 @@ def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: li
     return ProviderView(
         uuid=uid, name=h.name, generation=spec.generation if spec else 0,
         parent_uuid=None, root_uuid=uid, inventories=inventories, allocations=allocations,
-        traits=frozenset(spec.traits) if spec else frozenset(),
+        traits=(frozenset(spec.traits) if spec else frozenset()) | _disabled(h),
         aggregates=tuple(spec.aggregates) if spec else (),
         created=created, updated=parse_time(spec.updated_at) if spec else created,
-        record=record, hypervisor=h, unclaimed=unclaimed,
+        record=record, hypervisor=h, unclaimed=unclaimed, made=made,
     )
 
 
@@ -187,8 +219,8 @@ class Fleet:
         out = {}
         for u in sorted(self.consumer_index.get(consumer_uuid, ())):
             p = self.providers.get(u)
-            if p is not None and consumer_uuid in p.allocations:
-                out[u] = dict(p.allocations[consumer_uuid])
+            if p is not None and consumer_uuid in p.consumers:
+                out[u] = dict(p.consumers[consumer_uuid])
         return out
 
     def children(self, uuid: str) -> frozenset[str]:
@@ -224,7 +256,7 @@ def _index(pairs: Iterable[tuple[str, str]]) -> dict[str, frozenset[str]]:
 
 
 def index_consumers(views: Iterable[ProviderView]) -> dict[str, frozenset[str]]:
-    return _index((c, p.uuid) for p in views for c in p.allocations)
+    return _index((c, p.uuid) for p in views for c in p.consumers)
 
 
 def index_children(views: Iterable[ProviderView]) -> dict[str, frozenset[str]]:

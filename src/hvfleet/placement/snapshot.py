@@ -287,7 +287,7 @@ class ProviderSnapshot:
         to the graph."""
         old = self._views.get(uid)
         if old is not None:
-            _drop(self._by_consumer, old.allocations, uid)
+            _drop(self._by_consumer, old.consumers, uid)
             _drop(self._children, [old.parent_uuid] if old.parent_uuid else [], uid)
             _drop(self._trees, [old.root_uuid], uid)
             _drop(self._by_name, [old.name], uid)
@@ -297,7 +297,7 @@ class ProviderSnapshot:
                 self._changed.add(uid)
             return
         self._views[uid] = view
-        _add(self._by_consumer, view.allocations, uid)
+        _add(self._by_consumer, view.consumers, uid)
         _add(self._children, [view.parent_uuid] if view.parent_uuid else [], uid)
         _add(self._trees, [view.root_uuid], uid)
         _add(self._by_name, [view.name], uid)

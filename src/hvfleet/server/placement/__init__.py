@@ -81,7 +81,7 @@ ROUTES: dict[str, dict[str, Op]] = {
         "GET": Op("read", h.get_allocations),
         "PUT": Op("allocations", h.put_allocations, True),
         "DELETE": Op("allocations", h.delete_allocations)},
-    "/usages": {"GET": Op("read", h.usages, since=(1, 9))},
+    "/usages": {"GET": Op("usages", h.usages, since=(1, 9))},
     "/reshaper": {"POST": Op("reshaper", h.reshape, True, since=(1, 30))},
     "/allocation_candidates": {"GET": Op("candidates", h.allocation_candidates, since=(1, 10))},
 }

@@ -456,8 +456,13 @@ def provider_allocations(call: Call, _: Any) -> Any:
     uuid = call.path("uuid")
     allocs = alloc.provider_allocations(fleet, uuid)
     call.last_modified = _now()
-    return {"resource_provider_generation": fleet.providers[uuid].generation,
-            "allocations": {c: {"resources": r} for c, r in allocs.items()}}
+    out: dict[str, dict[str, Any]] = {c: {"resources": r} for c, r in allocs.items()}
+    if call.at_least(1, 28):  # each consumer's generation (None: an hvfleet claim, no record)
+        src = call.source()
+        for c, doc in out.items():
+            rec = src.consumer(c)
+            doc["consumer_generation"] = rec.spec.generation if rec else None
+    return {"resource_provider_generation": fleet.providers[uuid].generation, "allocations": out}
 
 
 # -- allocation candidates ----------------------------------------------------------------

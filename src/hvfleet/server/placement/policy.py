@@ -10,7 +10,10 @@ role may follow which Placement rule (docs/security.md renders it).
 - agent: its own provider tree only (the providers whose root is its
   hypervisor): read them, write their inventories and traits (what Nova's
   compute service does for its node);
-- viewer: read (every GET Placement offers a reader)."""
+- viewer: what Placement's defaults let a reader do: the usages of a
+  project (`GET /usages`; Placement's reader reads its own project's, an
+  hvfleet viewer has no project and reads any). Every other Placement rule is
+  admin-or-service in Placement 16.0, so a viewer gets its 403."""
 
 from __future__ import annotations
 
@@ -21,16 +24,18 @@ from hvfleet.placement.errors import PlacementForbidden
 if TYPE_CHECKING:
     from hvfleet.server.placement.edge import Call
 
-# Rules: "read" (any GET), "names" (GET of resource classes and traits),
-# "candidates", "allocations", "providers", "inventories", "traits",
-# "aggregates", "resource_classes", "trait_names", "reshaper".
+# Rules: "read" (any GET but the two below), "names" (GET of resource classes
+# and traits), "usages" (GET /usages: a project's usages), "candidates",
+# "allocations", "providers", "inventories", "traits", "aggregates",
+# "resource_classes", "trait_names", "reshaper".
 ROLE_RULES: dict[str, frozenset[str]] = {
-    "admin": frozenset({"read", "names", "candidates", "allocations", "providers", "inventories",
-                        "traits", "aggregates", "resource_classes", "trait_names", "reshaper"}),
-    "scheduler": frozenset({"read", "names", "candidates", "allocations"}),
-    "operator": frozenset({"read", "names", "providers", "inventories", "traits", "aggregates",
-                           "resource_classes", "trait_names"}),
-    "viewer": frozenset({"read", "names"}),
+    "admin": frozenset({"read", "names", "usages", "candidates", "allocations", "providers",
+                        "inventories", "traits", "aggregates", "resource_classes", "trait_names",
+                        "reshaper"}),
+    "scheduler": frozenset({"read", "names", "usages", "candidates", "allocations"}),
+    "operator": frozenset({"read", "names", "usages", "providers", "inventories", "traits",
+                           "aggregates", "resource_classes", "trait_names"}),
+    "viewer": frozenset({"usages"}),
     "agent": frozenset(),
 }
 # What an agent may do on the providers of its own tree.
@@ -56,7 +61,7 @@ def authorize(call: Call, rule: str) -> None:
 
 def rules_markdown() -> str:
     roles = ["viewer", "operator", "scheduler", "agent", "admin"]
-    rules = ["read", "names", "candidates", "allocations", "providers", "inventories", "traits",
+    rules = ["read", "names", "usages", "candidates", "allocations", "providers", "inventories", "traits",
              "aggregates", "resource_classes", "trait_names", "reshaper"]
     lines = ["| Placement rule | " + " | ".join(roles) + " |", "|---" * (len(roles) + 1) + "|"]
     for rule in rules:
