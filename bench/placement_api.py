@@ -59,9 +59,11 @@ import argparse
 import contextlib
 import http.client
 import json
+import os
 import sqlite3
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -98,7 +100,9 @@ VERSION = "placement 1.39"
 class Got:
     """One timed GET: status, parsed body, seconds to the answer's last byte,
     the body's size, the client thread's CPU seconds over that span, and the
-    seconds json.loads then took (not counted in `took`)."""
+    seconds json.loads then took (not counted in `took`), and the server
+    process's CPU seconds over the same span (what its idle threads burn
+    while the client parses is not counted)."""
 
     status: int
     doc: Any
@@ -106,6 +110,7 @@ class Got:
     size: int
     cpu: float
     parse: float
+    server: float = 0.0
 
 
 class Endpoint:
@@ -137,10 +142,11 @@ class Endpoint:
 
     def timed_get(self, conn: http.client.HTTPConnection, path: str) -> Got:
         """GET `path`, timed from sending the request to the last byte of
-        the answer, wall and this thread's CPU (sending, receiving, TLS);
-        parsing the JSON (the same for both peers) is timed apart."""
+        the answer: wall, this thread's CPU (sending, receiving, TLS) and the
+        server's CPU; parsing the JSON (the same for both peers) is timed apart."""
         headers = {"X-Auth-Token": self.token, "OpenStack-API-Version": VERSION,
                    "Accept": "application/json"}
+        server = self.cpu()
         c = time.thread_time()
         t = time.perf_counter()
         conn.request("GET", self.prefix + path, headers=headers)
@@ -148,9 +154,10 @@ class Endpoint:
         raw = r.read()
         took = time.perf_counter() - t
         cpu = time.thread_time() - c
+        server = self.cpu() - server
         t = time.perf_counter()
         doc = json.loads(raw)
-        return Got(r.status, doc, took, len(raw), cpu, time.perf_counter() - t)
+        return Got(r.status, doc, took, len(raw), cpu, time.perf_counter() - t, server)
 
     def call(self, conn: http.client.HTTPConnection, method: str, path: str,
              body: Any = None) -> tuple[int, Any]:
@@ -272,7 +279,8 @@ class Timing:
 class Turns:
     """One peer's side of an interleaved measurement: its connection, and per
     request the wall seconds, the client's CPU and parse seconds, and the
-    server process's CPU (read from /proc around each request)."""
+    server process's CPU over the request (read from /proc before sending and
+    after the last byte: not while the client parses)."""
 
     def __init__(self, ep: Endpoint) -> None:
         self.ep, self.conn = ep, ep.connection()
@@ -282,6 +290,18 @@ class Turns:
         self.extra: list[float] = []  # the claim before each query, when there is one
         self.server = 0.0
         self.last: Got | None = None
+        self.used = time.monotonic()
+
+    def keep_open(self) -> None:
+        """Before a turn: a connection idle for more than 2 s (uvicorn drops
+        a kept-alive one after 5 s, and at 10k a round of real Placement takes
+        longer) is opened again, with one unmeasured request, so that no
+        measured request pays a new connection or TLS handshake."""
+        if time.monotonic() - self.used > 2.0:
+            self.conn.close()
+            self.conn = self.ep.connection()
+            status, doc = self.ep.call(self.conn, "GET", NOTHING_FITS)
+            assert status == 200, doc
 
     def timing(self, note: str) -> Timing:
         per_request = self.server / len(self.times)
@@ -300,10 +320,11 @@ def interleaved(eps: list[Endpoint], theirs: Endpoint, rounds: int, ours_per_rou
         assert status == 200, doc
     for r in range(rounds):
         for side in sides[r % len(sides):] + sides[:r % len(sides)]:
+            if side.ep is not theirs:  # real Placement (HTTP/1.0) opens one per request anyway
+                side.keep_open()
             for _ in range(1 if side.ep is theirs else ours_per_round):
-                before = side.ep.cpu()
                 one(side)
-                side.server += side.ep.cpu() - before
+            side.used = time.monotonic()
     return {side.ep.name: side for side in sides}
 
 
@@ -315,6 +336,7 @@ def candidates_get(path: str) -> Callable[[Turns], None]:
         side.times.append(got.took)
         side.client.append(got.cpu)
         side.parse.append(got.parse)
+        side.server += got.server
         side.last = got
     return one
 
@@ -338,9 +360,11 @@ def after_claim(size: int) -> Callable[[Turns], None]:
         rp = str(uuid.UUID(int=(k * 7919) % size + 1))
         body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
                 "consumer_generation": None, "consumer_type": "INSTANCE"}
+        server = side.ep.cpu()
         t = time.perf_counter()
         status, doc = side.ep.call(side.conn, "PUT", f"/allocations/{uuid.uuid4()}", body)
         side.extra.append(time.perf_counter() - t)
+        side.server += side.ep.cpu() - server
         assert status == 204, doc
         candidates_get(CANDIDATES)(side)
     return one
@@ -422,6 +446,8 @@ def main() -> None:
                     help="hvfleet's listeners: https (as deployed), http (plain, as real Placement here)")
     ap.add_argument("--ours-per-round", type=int, default=5,
                     help="candidates: hvfleet requests per server for each real Placement one (interleaved)")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="candidates: without bench/floor_server.py (a bare ASGI app sending the same body)")
     ap.add_argument("--sections", default="claims,candidates,gets")
     ap.add_argument("--gets-stores", default="sqlite,etcd",
                     help="where nova-compute's reads are measured")
@@ -485,6 +511,27 @@ def hvfleet_endpoints(kind: str, work: Path, stack: contextlib.ExitStack,
     return store, out
 
 
+def floor_endpoint(ours: Endpoint, stack: contextlib.ExitStack) -> Endpoint:
+    """bench/floor_server.py answering with the body `ours` gives (its warm
+    candidates answer): the same HTTP stack with nothing of hvfleet's above it."""
+    conn = ours.connection()
+    conn.request("GET", ours.prefix + CANDIDATES, headers={
+        "X-Auth-Token": ours.token, "OpenStack-API-Version": VERSION, "Accept": "application/json"})
+    answer = conn.getresponse()
+    body = answer.read()
+    assert answer.status == 200, body
+    fd, name = tempfile.mkstemp(prefix="bench-placement-floor-", suffix=".json")
+    os.write(fd, body)
+    os.close(fd)
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_server.py")), name],
+                            stdout=subprocess.PIPE, text=True)
+    stack.callback(proc.wait, 30)
+    stack.callback(proc.terminate)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
+    return Endpoint("floor/http", "127.0.0.1", port, "", "", None, proc.pid)
+
+
 def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:
     kinds = [k for k in args.candidate_stores.split(",") if k]
     transports = [t for t in args.transports.split(",") if t]
@@ -509,20 +556,22 @@ def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endp
             print(f"  placement seeded in {seeded.grow(size):.1f} s")
             have = size
             ours = [ep for _, _, eps in fleets for ep in eps]
+            floor = [] if args.no_floor else [floor_endpoint(ours[0], stack)]
             k = args.ours_per_round
-            rounds = [("warm", args.queries, candidates_get(CANDIDATES), candidates_note),
-                      ("right after a claim", max(5, args.queries // 2), after_claim(size), after_claim_note),
+            rounds = [("warm", args.queries, candidates_get(CANDIDATES), candidates_note, floor),
+                      ("right after a claim", max(5, args.queries // 2), after_claim(size), after_claim_note,
+                       []),
                       ("nothing fits (the per-request floor: an empty authenticated answer)", args.queries,
-                       candidates_get(NOTHING_FITS), candidates_note)]
-            for title, n, one, note in rounds:
-                print(f"  {title}: {n} rounds, each {k} requests to each hvfleet server and 1 to "
-                      "real Placement, interleaved")
-                sides = interleaved(ours, theirs, n, k, one)
+                       candidates_get(NOTHING_FITS), candidates_note, floor)]
+            for title, n, one, note, bare in rounds:
+                print(f"  {title}: {n} rounds, each {k} requests to each hvfleet server"
+                      f"{' and the floor' if bare else ''} and 1 to real Placement, interleaved")
+                sides = interleaved([*ours, *bare], theirs, n, k, one)
                 got = {name: side.timing(note(side)) for name, side in sides.items()}
                 for name, timing in got.items():
                     print(f"    {name:22} p50 {ms(timing.p50)}  p90 {ms(timing.p90)}  {timing.note}")
                 real = got[theirs.name]
-                for ep in ours:
+                for ep in [*ours, *bare]:
                     print(f"    ratio {ep.name:16} p50 {real.p50 / got[ep.name].p50:6.1f}x  "
                           f"p90 {real.p90 / got[ep.name].p90:6.1f}x  "
                           f"server CPU {real.cpu / max(got[ep.name].cpu, 1e-6):6.1f}x")
