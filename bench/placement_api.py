@@ -26,7 +26,10 @@ HTTPS with the CA it makes, token authentication (an admin token in
    on one of the providers (a scheduler's steady state: every answer follows a
    write). Beside them, the per-request floor (the same URL asking for more
    than any provider has: transport, token, policy, parsing, an empty
-   answer), the client's own CPU and the server process's CPU per request,
+   answer), the floor (bench/floor_server.py: a bare ASGI app on the same
+   HTTP stack sending hvfleet's answer bytes, interleaved with the rest;
+   `--no-floor` leaves it out), the client's own CPU and the server
+   process's CPU over each request,
    and, in this process over the same store, where hvfleet's time goes
    (snapshot load, first index, find, encoding). hvfleet answers over each of
    `--candidate-stores` (SQLite, a one-member etcd), each through a server
@@ -49,7 +52,7 @@ HTTPS with the CA it makes, token authentication (an admin token in
 
     .venv/bin/python bench/placement_api.py [--sizes 1000,10000] [--claims 400] [--clients 8]
         [--stores sqlite,etcd] [--queries 20] [--candidate-stores sqlite,etcd] [--transports https,http]
-        [--ours-per-round 5]
+        [--ours-per-round 5] [--no-floor]
         [--sections claims,candidates,gets] [--gets-stores sqlite,etcd]
 """
 
