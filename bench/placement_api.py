@@ -14,20 +14,29 @@ HTTPS with the CA it makes, token authentication (an admin token in
    passes the capacity).
 2. `GET /allocation_candidates?resources=VCPU:1,MEMORY_MB:1024&limit=1000`
    (what Nova's scheduler asks, with its default limit) at each of `--sizes`
-   providers (each with VCPU, MEMORY_MB and DISK_GB inventories), p50 of
-   `--queries`, timed at the client from sending the request to the answer's
-   last byte (parsing its JSON, the same for both, is not counted), p50 and
-   p90: warm (nothing changed since the last query), and right after
-   a claim on one of the providers (a scheduler's steady state: every answer
-   follows a write). Beside them, the per-request cost of the edge (the same
-   URL asking for more than any provider has: TLS, token, policy, parsing, an
-   empty answer) and, in this process over the same store, where hvfleet's
-   time goes (snapshot load, first index, find, encoding). hvfleet answers
-   over each of `--candidate-stores` (SQLite, a one-member etcd), each
-   through a server per `--transports`: HTTPS as deployed, and plain HTTP on
-   loopback, the transport real Placement is measured on (wsgiref, no TLS;
-   HTTP/1.0, a new connection per request, which costs it ~0.1 ms). Both fleets are
-   seeded straight into their databases (hvfleet's as provider records,
+   providers (each with VCPU, MEMORY_MB and DISK_GB inventories). Timed at
+   the client from sending the request to the answer's last byte; parsing its
+   JSON (the same for both, several ms for a 444 KiB body) is timed apart and
+   not counted. The peers are measured **interleaved**: `--queries` rounds,
+   each `--ours-per-round` requests to every hvfleet server and one to real
+   Placement (whose answer takes 100-1000x longer), the order turning each
+   round, so all are measured over the same minutes of a loaded machine; the
+   first request to each (hvfleet builds its index) is not measured. p50 and
+   p90: warm (nothing changed since the last query), and right after a claim
+   on one of the providers (a scheduler's steady state: every answer follows a
+   write). Beside them, the per-request floor (the same URL asking for more
+   than any provider has: transport, token, policy, parsing, an empty
+   answer), the floor (bench/floor_server.py: a bare ASGI app on the same
+   HTTP stack sending hvfleet's answer bytes, interleaved with the rest;
+   `--no-floor` leaves it out), the client's own CPU and the server
+   process's CPU over each request,
+   and, in this process over the same store, where hvfleet's time goes
+   (snapshot load, first index, find, encoding). hvfleet answers over each of
+   `--candidate-stores` (SQLite, a one-member etcd), each through a server
+   per `--transports`: HTTPS as deployed, and plain HTTP on loopback, the
+   transport real Placement is measured on (wsgiref, no TLS; HTTP/1.0, a new
+   connection per request, which costs it ~0.1 ms). Both fleets are seeded
+   straight into their databases (hvfleet's as provider records,
    Placement's as rows in its tables, as bench/placement_candidates.py does):
    10,000 providers through Placement's API would take an hour on a loaded
    machine.
@@ -43,6 +52,7 @@ HTTPS with the CA it makes, token authentication (an admin token in
 
     .venv/bin/python bench/placement_api.py [--sizes 1000,10000] [--claims 400] [--clients 8]
         [--stores sqlite,etcd] [--queries 20] [--candidate-stores sqlite,etcd] [--transports https,http]
+        [--ours-per-round 5] [--no-floor]
         [--sections claims,candidates,gets] [--gets-stores sqlite,etcd]
 """
 
@@ -56,11 +66,13 @@ import os
 import sqlite3
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +99,23 @@ from hvfleet.store.base import Write
 VERSION = "placement 1.39"
 
 
+@dataclass(frozen=True)
+class Got:
+    """One timed GET: status, parsed body, seconds to the answer's last byte,
+    the body's size, the client thread's CPU seconds over that span, and the
+    seconds json.loads then took (not counted in `took`), and the server
+    process's CPU seconds over the same span (what its idle threads burn
+    while the client parses is not counted)."""
+
+    status: int
+    doc: Any
+    took: float
+    size: int
+    cpu: float
+    parse: float
+    server: float = 0.0
+
+
 class Endpoint:
     """One Placement (hvfleet's or the real one): a connection per thread."""
 
@@ -96,29 +125,42 @@ class Endpoint:
         self.token, self.context, self.pid = token, context, pid
 
     def cpu(self) -> float:
-        """The server process's CPU seconds so far (user + system, all its threads)."""
+        """The server process's CPU seconds so far, all its threads: the sum
+        of their schedstat run times (nanoseconds; /proc/PID/stat counts
+        10 ms ticks, too coarse for a request of a millisecond). A thread
+        that ended is no longer counted: only the threads that live through
+        a measurement may be compared."""
         if self.pid is None:
             return 0.0
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total = 0
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
 
     def connection(self) -> http.client.HTTPConnection:
         if self.context is None:
             return http.client.HTTPConnection(self.host, self.port, timeout=120)
         return http.client.HTTPSConnection(self.host, self.port, timeout=120, context=self.context)
 
-    def timed_get(self, conn: http.client.HTTPConnection, path: str) -> tuple[int, Any, float, int]:
-        """GET `path`: status, parsed body, the seconds from sending the
-        request to the last byte of the answer (parsing the JSON, the same
-        for both peers, not counted), and the body's size."""
+    def timed_get(self, conn: http.client.HTTPConnection, path: str) -> Got:
+        """GET `path`, timed from sending the request to the last byte of
+        the answer: wall, this thread's CPU (sending, receiving, TLS) and the
+        server's CPU; parsing the JSON (the same for both peers) is timed apart."""
         headers = {"X-Auth-Token": self.token, "OpenStack-API-Version": VERSION,
                    "Accept": "application/json"}
+        server = self.cpu()
+        c = time.thread_time()
         t = time.perf_counter()
         conn.request("GET", self.prefix + path, headers=headers)
         r = conn.getresponse()
         raw = r.read()
         took = time.perf_counter() - t
-        return r.status, json.loads(raw), took, len(raw)
+        cpu = time.thread_time() - c
+        server = self.cpu() - server
+        t = time.perf_counter()
+        doc = json.loads(raw)
+        return Got(r.status, doc, took, len(raw), cpu, time.perf_counter() - t, server)
 
     def call(self, conn: http.client.HTTPConnection, method: str, path: str,
              body: Any = None) -> tuple[int, Any]:
@@ -254,49 +296,103 @@ class Timing:
     cpu: float = 0.0  # the server's CPU seconds per request (its idle threads' included)
 
 
-def candidates(ep: Endpoint, queries: int, path: str = CANDIDATES) -> Timing:
-    """p50/p90 of `queries` GETs of `path` on one kept-alive connection (if
-    the server keeps it), with the body's size and the client's own CPU per
-    request (sending, receiving, TLS; not parsing)."""
-    conn = ep.connection()
-    status, doc = ep.call(conn, "GET", path)  # the first builds hvfleet's index: not measured
-    assert status == 200, doc
-    times, cpu = [], []
-    size = 0
-    server = ep.cpu()
-    for _ in range(queries):
-        c = time.thread_time()
-        status, doc, took, size = ep.timed_get(conn, path)
-        cpu.append(time.thread_time() - c)
-        times.append(took)
-    per_request = (ep.cpu() - server) / queries
-    return Timing(statistics.median(times), quantile(times, 0.9),
-                  f"({len(doc['allocation_requests'])} candidates, {size / 1024:.0f} KiB; "
-                  f"client CPU {ms(statistics.median(cpu))}; server CPU {ms(per_request)})", per_request)
+class Turns:
+    """One peer's side of an interleaved measurement: its connection, and per
+    request the wall seconds, the client's CPU and parse seconds, and the
+    server process's CPU over the request (read from /proc before sending and
+    after the last byte: not while the client parses)."""
+
+    def __init__(self, ep: Endpoint) -> None:
+        self.ep, self.conn = ep, ep.connection()
+        self.times: list[float] = []
+        self.client: list[float] = []
+        self.parse: list[float] = []
+        self.extra: list[float] = []  # the claim before each query, when there is one
+        self.server = 0.0
+        self.last: Got | None = None
+        self.used = time.monotonic()
+
+    def keep_open(self) -> None:
+        """Before a turn: a connection idle for more than 2 s (uvicorn drops
+        a kept-alive one after 5 s, and at 10k a round of real Placement takes
+        longer) is opened again, with one unmeasured request, so that no
+        measured request pays a new connection or TLS handshake."""
+        if time.monotonic() - self.used > 2.0:
+            self.conn.close()
+            self.conn = self.ep.connection()
+            status, doc = self.ep.call(self.conn, "GET", NOTHING_FITS)
+            assert status == 200, doc
+
+    def timing(self, note: str) -> Timing:
+        per_request = self.server / len(self.times)
+        return Timing(statistics.median(self.times), quantile(self.times, 0.9), note, per_request)
 
 
-def after_claims(ep: Endpoint, queries: int, size: int) -> Timing:
-    """p50 of the candidates query, each right after a claim of 1 VCPU (a new
-    consumer) on one of the `size` providers; and p50 of those claims (one
-    client: the cost of a PUT /allocations at this fleet size)."""
-    conn = ep.connection()
-    times, puts = [], []
-    server = ep.cpu()
-    for k in range(queries):
+def interleaved(eps: list[Endpoint], theirs: Endpoint, rounds: int, ours_per_round: int,
+                one: Callable[[Turns], None]) -> dict[str, Turns]:
+    """`rounds` rounds; in each, `ours_per_round` requests to each of hvfleet's
+    endpoints and one to real Placement, the order turning round by round, so
+    every peer is measured over the same minutes of a loaded machine. `one`
+    makes one measured request and records it."""
+    sides = [Turns(ep) for ep in [*eps, theirs]]
+    for side in sides:  # the first request (hvfleet builds its index, both warm caches): not measured
+        status, doc = side.ep.call(side.conn, "GET", CANDIDATES)
+        assert status == 200, doc
+    for r in range(rounds):
+        for side in sides[r % len(sides):] + sides[:r % len(sides)]:
+            if side.ep is not theirs:  # real Placement (HTTP/1.0) opens one per request anyway
+                side.keep_open()
+            for _ in range(1 if side.ep is theirs else ours_per_round):
+                one(side)
+            side.used = time.monotonic()
+    return {side.ep.name: side for side in sides}
+
+
+def candidates_get(path: str) -> Callable[[Turns], None]:
+    """One GET of `path` (answered 200), recorded."""
+    def one(side: Turns) -> None:
+        got = side.ep.timed_get(side.conn, path)
+        assert got.status == 200, got.doc
+        side.times.append(got.took)
+        side.client.append(got.cpu)
+        side.parse.append(got.parse)
+        side.server += got.server
+        side.last = got
+    return one
+
+
+def candidates_note(side: Turns) -> str:
+    got = side.last
+    assert got is not None
+    return (f"({len(got.doc['allocation_requests'])} candidates, {got.size / 1024:.0f} KiB, "
+            f"{len(side.times)} queries; client CPU {ms(statistics.median(side.client))}, "
+            f"json.loads {ms(statistics.median(side.parse))} (not counted); "
+            f"server CPU {ms(side.server / len(side.times))})")
+
+
+def after_claim(size: int) -> Callable[[Turns], None]:
+    """A claim of 1 VCPU (a new consumer) on one of the `size` providers,
+    then the candidates query: the query recorded, the claim's time apart."""
+    counter = iter(range(1 << 30))
+
+    def one(side: Turns) -> None:
+        k = next(counter)
         rp = str(uuid.UUID(int=(k * 7919) % size + 1))
         body = {"allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
                 "consumer_generation": None, "consumer_type": "INSTANCE"}
+        server = side.ep.cpu()
         t = time.perf_counter()
-        status, doc = ep.call(conn, "PUT", f"/allocations/{uuid.uuid4()}", body)
-        puts.append(time.perf_counter() - t)
+        status, doc = side.ep.call(side.conn, "PUT", f"/allocations/{uuid.uuid4()}", body)
+        side.extra.append(time.perf_counter() - t)
+        side.server += side.ep.cpu() - server
         assert status == 204, doc
-        status, doc, took, _ = ep.timed_get(conn, CANDIDATES)
-        times.append(took)
-        assert status == 200, doc
-    per_pair = (ep.cpu() - server) / queries
-    return Timing(statistics.median(times), quantile(times, 0.9),
-                  f"(the claim before each, one client: p50 {ms(statistics.median(puts))}; "
-                  f"server CPU per claim + query {ms(per_pair)})", per_pair)
+        candidates_get(CANDIDATES)(side)
+    return one
+
+
+def after_claim_note(side: Turns) -> str:
+    return (f"(the claim before each, one client: p50 {ms(statistics.median(side.extra))}; "
+            f"{len(side.times)} pairs; server CPU per claim + query {ms(side.server / len(side.times))})")
 
 
 def in_process(store: Store, queries: int) -> dict[str, float]:
@@ -371,6 +467,10 @@ def main() -> None:
                     help="the stores hvfleet answers candidates over (one server each per transport)")
     ap.add_argument("--transports", default="https,http",
                     help="hvfleet's listeners: https (as deployed), http (plain, as real Placement here)")
+    ap.add_argument("--ours-per-round", type=int, default=5,
+                    help="candidates: hvfleet requests per server for each real Placement one (interleaved)")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="candidates: without bench/floor_server.py (a bare ASGI app sending the same body)")
     ap.add_argument("--sections", default="claims,candidates,gets")
     ap.add_argument("--gets-stores", default="sqlite,etcd",
                     help="where nova-compute's reads are measured")
@@ -434,6 +534,27 @@ def hvfleet_endpoints(kind: str, work: Path, stack: contextlib.ExitStack,
     return store, out
 
 
+def floor_endpoint(ours: Endpoint, stack: contextlib.ExitStack) -> Endpoint:
+    """bench/floor_server.py answering with the body `ours` gives (its warm
+    candidates answer): the same HTTP stack with nothing of hvfleet's above it."""
+    conn = ours.connection()
+    conn.request("GET", ours.prefix + CANDIDATES, headers={
+        "X-Auth-Token": ours.token, "OpenStack-API-Version": VERSION, "Accept": "application/json"})
+    answer = conn.getresponse()
+    body = answer.read()
+    assert answer.status == 200, body
+    fd, name = tempfile.mkstemp(prefix="bench-placement-floor-", suffix=".json")
+    os.write(fd, body)
+    os.close(fd)
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_server.py")), name],
+                            stdout=subprocess.PIPE, text=True)
+    stack.callback(proc.wait, 30)
+    stack.callback(proc.terminate)
+    assert proc.stdout is not None
+    port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
+    return Endpoint("floor/http", "127.0.0.1", port, "", "", None, proc.pid)
+
+
 def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:
     kinds = [k for k in args.candidate_stores.split(",") if k]
     transports = [t for t in args.transports.split(",") if t]
@@ -458,23 +579,25 @@ def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endp
             print(f"  placement seeded in {seeded.grow(size):.1f} s")
             have = size
             ours = [ep for _, _, eps in fleets for ep in eps]
-            rounds = [("warm", lambda ep: candidates(ep, args.queries)),
-                      ("right after a claim", lambda ep, n=size, k=max(5, args.queries // 2):
-                       after_claims(ep, k, n)),
-                      ("nothing fits (the per-request floor)",
-                       lambda ep: candidates(ep, args.queries, NOTHING_FITS))]
-            for title, measure in rounds:
-                print(f"  {title}:")
-                got: dict[str, Timing] = {}
-                for ep in [*ours, theirs]:
-                    got[ep.name] = timing = measure(ep)
-                    print(f"    {ep.name:22} p50 {ms(timing.p50)}  p90 {ms(timing.p90)}  {timing.note}")
-                real_p50, real_p90 = got[theirs.name].p50, got[theirs.name].p90
-                real_cpu = got[theirs.name].cpu
-                for ep in ours:
-                    print(f"    ratio {ep.name:16} p50 {real_p50 / got[ep.name].p50:6.1f}x  "
-                          f"p90 {real_p90 / got[ep.name].p90:6.1f}x  "
-                          f"server CPU {real_cpu / max(got[ep.name].cpu, 1e-6):6.1f}x")
+            floor = [] if args.no_floor else [floor_endpoint(ours[0], stack)]
+            k = args.ours_per_round
+            rounds = [("warm", args.queries, candidates_get(CANDIDATES), candidates_note, floor),
+                      ("right after a claim", max(5, args.queries // 2), after_claim(size), after_claim_note,
+                       []),
+                      ("nothing fits (the per-request floor: an empty authenticated answer)", args.queries,
+                       candidates_get(NOTHING_FITS), candidates_note, floor)]
+            for title, n, one, note, bare in rounds:
+                print(f"  {title}: {n} rounds, each {k} requests to each hvfleet server"
+                      f"{' and the floor' if bare else ''} and 1 to real Placement, interleaved")
+                sides = interleaved([*ours, *bare], theirs, n, k, one)
+                got = {name: side.timing(note(side)) for name, side in sides.items()}
+                for name, timing in got.items():
+                    print(f"    {name:22} p50 {ms(timing.p50)}  p90 {ms(timing.p90)}  {timing.note}")
+                real = got[theirs.name]
+                for ep in [*ours, *bare]:
+                    print(f"    ratio {ep.name:16} p50 {real.p50 / got[ep.name].p50:6.1f}x  "
+                          f"p90 {real.p90 / got[ep.name].p90:6.1f}x  "
+                          f"server CPU {real.cpu / max(got[ep.name].cpu, 1e-6):6.1f}x")
             for kind, store, _ in fleets:
                 if kind == "sqlite":
                     for step, took in in_process(store, args.queries).items():
@@ -509,16 +632,16 @@ def provider_reads(ep: Endpoint, queries: int, size: int) -> tuple[dict[str, flo
             "allocations": {rp: {"resources": {"VCPU": 1}}}, "project_id": project, "user_id": "u",
             "consumer_generation": None, "consumer_type": "INSTANCE"})
         assert status == 204, doc
-        status, doc, took, _ = ep.timed_get(conn, f"/resource_providers/{rp}/usages")
-        assert status == 200 and doc["usages"]["VCPU"] >= 1, doc
-        after.append(took)
+        got = ep.timed_get(conn, f"/resource_providers/{rp}/usages")
+        assert got.status == 200 and got.doc["usages"]["VCPU"] >= 1, got.doc
+        after.append(got.took)
         held.append((rp, consumer, project))
     times: dict[str, list[float]] = {name: [] for name, _ in GETS}
     for rp, consumer, project in held:
         for name, path in GETS:
-            status, doc, took, _ = ep.timed_get(conn, path.format(rp=rp, consumer=consumer, project=project))
-            assert status == 200, (name, doc)
-            times[name].append(took)
+            got = ep.timed_get(conn, path.format(rp=rp, consumer=consumer, project=project))
+            assert got.status == 200, (name, got.doc)
+            times[name].append(got.took)
     return {name: statistics.median(t) for name, t in times.items()}, statistics.median(after)
 
 

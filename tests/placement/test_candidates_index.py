@@ -32,7 +32,8 @@ from hvfleet.store.tokens import issue_token
 from tests.placement.test_candidates_differential import AGGS, TRAITS, fleets, queries
 
 
-def answer(graph: ProviderGraph, mv: tuple[int, int], params: list[tuple[str, str]]) -> tuple[int, str]:
+def answer(graph: ProviderGraph, mv: tuple[int, int],
+           params: list[tuple[str, str]]) -> tuple[int, str | bytes]:
     grouped: dict[str, list[str]] = {}
     for k, v in params:
         grouped.setdefault(k, []).append(v)
@@ -42,10 +43,11 @@ def answer(graph: ProviderGraph, mv: tuple[int, int], params: list[tuple[str, st
         return 400, e.detail
     text = render_candidates_json(a, mv)
     assert text == json.dumps(render_candidates(a, mv))
-    return 200, text
+    return 200, text.encode()  # as the server sends it
 
 
-def kept(graph: ProviderGraph, mv: tuple[int, int], params: list[tuple[str, str]]) -> tuple[int, str]:
+def kept(graph: ProviderGraph, mv: tuple[int, int],
+         params: list[tuple[str, str]]) -> tuple[int, str | bytes]:
     """The answer as the server makes it: the body kept with the graph's index."""
     grouped: dict[str, list[str]] = {}
     for k, v in params:

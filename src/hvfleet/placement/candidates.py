@@ -652,7 +652,7 @@ class _Index:
         # they depend on a provider's uuid only, so a derived index (the same
         # providers in the same order) shares them (_single_answer).
         self.single_requests: dict[tuple[object, ...], list[AllocationRequest | None]] = {}
-        self.answers: dict[tuple[object, ...], str] = {}  # candidates_json's bodies for this graph
+        self.answers: dict[tuple[object, ...], bytes] = {}  # candidates_json's bodies for this graph
         self.columns: dict[str, _ClassColumns] = {}
         self.rows: dict[str, dict[int, int]] = {}  # class -> provider -> its row in the columns
         for rc, rs in rows.items():
@@ -834,14 +834,16 @@ def candidates_json(
     *,
     resource_classes: frozenset[str] | None = None,
     traits: frozenset[str] | None = None,
-) -> str:
+) -> bytes:
     """`render_candidates_json(find_candidates(graph, parse_candidates_query(
-    params, microversion), ...), microversion)`, kept with the graph's index:
-    the same query at the same microversion, over the same graph and the same
-    known names, is the same body, so it is made once. The three are pure, so
-    this is only memoization; any change to a provider (usage, inventory,
-    trait, aggregate, ratio) is a new graph, and a new index with no bodies.
-    A refused query is refused again each time (nothing is kept for it)."""
+    params, microversion), ...), microversion)` as the bytes an HTTP answer
+    carries (UTF-8, as the edge would encode the text), kept with the
+    graph's index: the same query at the same microversion, over the same
+    graph and the same known names, is the same body, so it is made and
+    encoded once. The three are pure, so this is only memoization; any change
+    to a provider (usage, inventory, trait, aggregate, ratio) is a new graph,
+    and a new index with no bodies. A refused query is refused again each
+    time (nothing is kept for it)."""
     ix = _index(graph)
     key = (tuple((k, tuple(v)) for k, v in params.items()), microversion, resource_classes, traits)
     body = ix.answers.get(key)
@@ -849,7 +851,7 @@ def candidates_json(
         return body
     query = parse_candidates_query(params, microversion)
     answer = find_candidates(graph, query, resource_classes=resource_classes, traits=traits)
-    body = render_candidates_json(answer, microversion)
+    body = render_candidates_json(answer, microversion).encode()
     answers = ix.answers
     while len(answers) >= ANSWERS_PER_GRAPH:
         answers.pop(next(iter(answers)), None)  # the oldest

@@ -15,7 +15,6 @@ from email.utils import format_datetime
 from typing import Any
 
 from jinja2 import Environment
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -38,6 +37,7 @@ from hvfleet.server.placement.microversion import (
     negotiate,
     version_text,
 )
+from hvfleet.server.threads import in_thread
 from hvfleet.store.base import Store
 
 ERROR_CODE_VERSION = (1, 23)
@@ -136,10 +136,11 @@ class Call:
 
 @dataclass(frozen=True)
 class EncodedJSON:
-    """A handler's answer already encoded (made in the handler's thread,
-    from pieces the core keeps: the allocation candidates' body)."""
+    """A handler's answer already encoded, as the bytes the answer carries
+    (the allocation candidates' body, kept with the provider graph: sent as
+    it is, never copied or encoded again per request)."""
 
-    text: str
+    body: bytes
 
 
 Handler = Callable[[Call, Any], Any]
@@ -230,7 +231,9 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
             for k, v in request.query_params.multi_items():
                 params.setdefault(k, []).append(v)
             call = Call(request, version, who, ctx.store, params)
-            await run_in_threadpool(policy.authorize, call, rule)
+            if not policy.allowed_by_role(who, rule):
+                # An agent's own tree is looked up in the snapshot: off the event loop.
+                await in_thread(policy.authorize, call, rule)
             data: Any = None
             if wants_body:
                 raw = await request.body()
@@ -238,7 +241,7 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
                     data = json.loads(raw)
                 except ValueError as exc:
                     raise PlacementBadRequest(f"Malformed JSON: {exc}") from None
-            out = await run_in_threadpool(handler, call, data)
+            out = await in_thread(handler, call, data)
         except PlacementError as exc:
             return _error_response(exc, version, request_id, headers, request.headers.get("accept", ""))
         headers.update(call.headers)
@@ -251,8 +254,8 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
             headers["cache-control"] = "no-cache"
         if out is None:
             return Response(status_code=call.status if call.status != 200 else 204, headers=headers)
-        text = out.text if isinstance(out, EncodedJSON) else json.dumps(out)
-        return Response(text, status_code=call.status, headers=headers, media_type="application/json")
+        content = out.body if isinstance(out, EncodedJSON) else json.dumps(out)
+        return Response(content, status_code=call.status, headers=headers, media_type="application/json")
 
     return run
 
