@@ -12,14 +12,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.etcd_local import EtcdCluster, free_port
 
 from hvfleet.model import Gone, Hypervisor, InvalidInput, NotFound, Unavailable
+from hvfleet.model.lease import renewed
+from hvfleet.store import etcd as etcd_backend
 from hvfleet.store import open_store
 from hvfleet.store.etcd import EtcdStore, parse_etcd_url
+from hvfleet.store.ownership import agent_manager
 
 MakeHv = Callable[..., Hypervisor]
 
@@ -345,3 +350,42 @@ def test_a_writers_own_watch_events_equal_what_another_process_decodes(
     assert [(e.type, e.revision, e.object) for e in mine] == \
         [(e.type, e.revision, e.object) for e in theirs]
     assert [e.object.to_json() for e in mine] == [e.object.to_json() for e in theirs]
+
+
+def test_a_renewal_naming_the_stores_own_last_write_is_one_transaction_that_decodes_nothing(
+    etcd: EtcdStore, etcd_session: EtcdCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent renews its Lease naming the version its last renewal was
+    answered: the backend holds that object decoded already (its encoding
+    check read the bytes back), so the renewal reads nothing, decodes nothing
+    and is one etcd transaction; what it answers is what any reader decodes."""
+    holder, start = agent_manager("hv-renew"), datetime.now(UTC)
+    lease = etcd.create(renewed(None, "hv-renew", holder, 30, start), holder)
+    posts: list[str] = []
+    decodes: list[Any] = []
+    post, decode = etcd.transport.post, etcd_backend.decode
+
+    def counted_post(path: str, *args: Any, **kwargs: Any) -> Any:
+        posts.append(path)
+        return post(path, *args, **kwargs)
+
+    def counted_decode(*args: Any, **kwargs: Any) -> Any:
+        decodes.append(args[:2])
+        return decode(*args, **kwargs)
+
+    # The real requests and decodes, counted.
+    monkeypatch.setattr(etcd.transport, "post", counted_post)
+    monkeypatch.setattr(etcd_backend, "decode", counted_decode)
+    for i in range(1, 4):
+        current = etcd.get_for_write("Lease", "hv-renew", lease.metadata.resource_version)
+        assert current == lease
+        lease = etcd.update(renewed(current, "hv-renew", holder, 30, start + timedelta(seconds=10 * i)),
+                            holder)
+    assert posts == ["kv/txn"] * 3
+    assert decodes == []
+    other = EtcdStore(etcd_session.endpoints, etcd.prefix)
+    try:
+        stored = other.get("Lease", "hv-renew")
+    finally:
+        other.close()
+    assert stored == lease and stored.to_json() == lease.to_json()

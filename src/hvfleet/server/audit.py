@@ -31,6 +31,7 @@ Secrets never reach it: only the token's id is logged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -96,6 +97,18 @@ def _logged(event_of: Callable[P, dict[str, Any]]) -> Callable[P, None]:
         if not log.isEnabledFor(logging.INFO):
             return
         event = event_of(*args, **kwargs)
+        handler = _configured
+        if handler is not None and log.handlers == [handler] and not log.filters and not handler.filters:
+            # Only the handler configure_audit_log installed: the line it would
+            # format, written as it would write it, without a LogRecord (the
+            # logging machinery was about half of an audit line's CPU, on every write).
+            try:
+                with handler.lock or contextlib.nullcontext():
+                    handler.stream.write(_dumps(event) + handler.terminator)
+                    handler.stream.flush()
+                return
+            except Exception:  # logging's own path below reports it as it would
+                pass
         log.info("%s", _JsonLine(event), extra={"audit": event})
 
     return write
@@ -160,7 +173,14 @@ def configure_audit_log(path: str | None = None) -> logging.Handler:
     log.addHandler(handler)
     log.setLevel(logging.INFO)
     log.propagate = False
+    global _configured
+    _configured = handler
     return handler
+
+
+# The handler configure_audit_log installed last; audit_write writes to it
+# directly while it is the audit logger's only one.
+_configured: logging.StreamHandler[Any] | None = None
 
 
 class JsonAuditLog:

@@ -13,7 +13,9 @@ plus the keep-alive time), or it is dropped. A head still incomplete after
 `MAX_HEAD_BYTES` is answered 400 and the connection closed, so one
 connection's head never holds more memory: h11 refuses it itself (uvicorn's
 `h11_max_incomplete_event_size`); llhttp has no such bound, so the httptools
-protocol counts the bytes received while a head is incomplete.
+protocol counts the bytes received while a head is incomplete. When the
+server stops, a connection is dropped once it has sent its last answer, not
+held open until the client closes it.
 
 Why two: the server's CPU per write (docs/scaling.md, "The cost of a
 write") is to a large part HTTP parsing on the event loop; httptools parses
@@ -36,6 +38,9 @@ from hvfleet.model.errors import InvalidInput
 HEADER_TIMEOUT_S = 10.0
 # The largest request head (request line and headers) accepted, as h11's default.
 MAX_HEAD_BYTES = 16 * 1024
+# While the server stops: how often a connection is checked for having sent
+# its last answer, after which it is dropped rather than closed.
+STOP_CHECK_S = 0.1
 
 HTTP_IMPLEMENTATIONS = ("auto", "h11", "httptools")
 
@@ -91,6 +96,7 @@ class _HeadDeadline:
 
     header_timeout = HEADER_TIMEOUT_S
     _head_deadline: asyncio.TimerHandle | None = None
+    _stop_check: asyncio.TimerHandle | None = None
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
     timeout_keep_alive: int
@@ -108,7 +114,26 @@ class _HeadDeadline:
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_deadline()
+        if self._stop_check is not None:
+            self._stop_check.cancel()
         super().connection_lost(exc)  # type: ignore[misc]
+
+    def shutdown(self) -> None:
+        """The server is stopping: uvicorn closes the connection now when idle,
+        else once the answer in flight is complete (the server ends open
+        streams first: ApiContext.stopping). Once closing with everything sent,
+        it is dropped: a TLS close waits for the client's close_notify, which a
+        client that keeps the connection for its next request never sends, and
+        uvicorn waits for every connection to be gone, up to its graceful bound."""
+        super().shutdown()  # type: ignore[misc]
+        self._stop_check = self.loop.call_later(STOP_CHECK_S, self._drop_once_sent)
+
+    def _drop_once_sent(self) -> None:
+        if self.transport.is_closing() and not self.transport.get_write_buffer_size():
+            self._stop_check = None
+            self.transport.abort()
+        else:
+            self._stop_check = self.loop.call_later(STOP_CHECK_S, self._drop_once_sent)
 
     def _awaiting_head(self) -> bool:
         raise NotImplementedError

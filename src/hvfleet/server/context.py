@@ -4,6 +4,7 @@ state of the fleet verbs (fleet index, agent liveness)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hmac
 import secrets
@@ -108,6 +109,11 @@ class ApiContext:
         # dashboard's FleetState.hosts_snapshot), for the index's first build;
         # None, or answering None: the index lists them itself.
         self.fleet_hosts: Callable[[], tuple[list[Hypervisor], int] | None] | None = None
+        # Set when the server begins to stop (hvfleet.server.serve): every open
+        # stream (API watches, dashboard event streams) ends its answer then,
+        # complete, so its client goes on at another replica and the stop is
+        # not held until uvicorn's graceful-shutdown bound cancels it.
+        self.stopping = asyncio.Event()
 
     def authorize(self, who: Identity, action: Action, current: Resource | None = None,
                   new: Resource | None = None) -> None:

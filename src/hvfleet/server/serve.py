@@ -11,11 +11,14 @@ address printed is the one really served.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import socket
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -162,6 +165,26 @@ def event_loop(choice: str) -> str:
     return "asyncio"
 
 
+@contextlib.contextmanager
+def _sigterm_exits_0() -> Iterator[None]:
+    """Once uvicorn has shut down on SIGTERM it raises the signal again, which
+    by default kills the process (exit -15) before the store is closed: here
+    that SIGTERM ends `serve` as SystemExit(0), through its cleanup. (Only the
+    main thread can handle signals; elsewhere uvicorn leaves them alone too.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stopped(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGTERM, stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) -> None:
     """Run the API server until SIGINT/SIGTERM."""
     import uvicorn
@@ -237,13 +260,24 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
             # balancer in front passes TCP through (docs/scaling.md).
             proxy_headers=False,
             timeout_keep_alive=30,
-            # On SIGTERM, in-flight requests get this long; then open streams (watches,
-            # TLS connections whose client never says goodbye) are closed, not waited on.
+            # On SIGTERM, open streams end at once (ApiContext.stopping) and in-flight
+            # requests get this long; then what is left (TLS connections whose client
+            # never says goodbye) is closed, not waited on.
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
             # The server's own line above is the address; uvicorn's would say :0.
             server_header=False,
         )
-        uvicorn.Server(config).run(sockets=sockets)
+        stopping = app.state.ctx.stopping
+
+        class Server(uvicorn.Server):
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                # Open streams (watches, dashboard event streams) end their
+                # answers first: uvicorn then waits only for requests in flight.
+                stopping.set()
+                await super().shutdown(sockets)
+
+        with _sigterm_exits_0():
+            Server(config).run(sockets=sockets)
     finally:
         sock.close()
         if placement_sock is not None:

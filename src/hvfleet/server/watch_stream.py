@@ -11,7 +11,9 @@ Every write to the socket has a deadline (`send_timeout`) and a client whose
 queue overflowed gets an ERROR event with an Expired (410) Status and is
 dropped, so one slow reader holds nothing but its own queue. The stream ends
 after timeoutSeconds, or with an ERROR event (401) once the caller's token
-is revoked or expired (checked every `Limits.token_recheck` seconds).
+is revoked or expired (checked every `Limits.token_recheck` seconds), or as
+soon as the server begins to stop (`ApiContext.stopping`): complete, so the
+client watches again from its last resourceVersion, on another replica.
 """
 
 from __future__ import annotations
@@ -89,7 +91,13 @@ class WatchResponse(Response):
                             tg.cancel_scope.cancel()
                             return
 
+                async def on_stop() -> None:
+                    # The server is stopping: the answer ends as a timeout would end it.
+                    await self.ctx.stopping.wait()
+                    tg.cancel_scope.cancel()
+
                 tg.start_soon(on_disconnect)
+                tg.start_soon(on_stop)
                 try:
                     await self._stream()
                 except _Dropped:

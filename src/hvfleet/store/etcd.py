@@ -306,11 +306,21 @@ class EtcdStore(Store):
     def get_for_write(self, kind: str, name: str, resource_version: str | None) -> Resource:
         kind = kind_of(kind)
         if resource_version and resource_version.isdigit():
-            key = self._key(kind, name)
-            value = self._recall(key, int(resource_version))
+            key, revision = self._key(kind, name), int(resource_version)
+            known = self._decoded(key, revision)
+            if known is not None:
+                return known
+            value = self._recall(key, revision)
             if value is not None:
-                return decode(kind, value, int(resource_version), name)
+                return decode(kind, value, revision, name)
         return self.get(kind, name)
+
+    def _decoded(self, key: str, revision: int) -> Resource | None:
+        """The object at (key, revision) when this store has it decoded already:
+        one it wrote (an agent's next renewal names the version of its last),
+        or one its watches saw. Shared read-only, as the watches share them."""
+        with self._watched_lock:
+            return self._watched.get((key, revision))
 
     def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
         kind = kind_of(kind)
@@ -373,8 +383,10 @@ class EtcdStore(Store):
         )
         if result.succeeded:
             self._remember(key, result.revision, value)
-            self._watched_as(key, result.revision, with_version(read, result.revision))
-            return result, with_version(stored, result.revision)
+            written = with_version(read, result.revision)
+            self._watched_as(key, result.revision, written)
+            # What the model reads from the bytes written: what any reader gets.
+            return result, written
         applied = landed(result, [value])
         return result, (with_version(stored, applied) if applied is not None else None)
 
@@ -398,8 +410,11 @@ class EtcdStore(Store):
             if not kvs:
                 raise NotFound(f"{kind} {name!r} not found")
             old_revision, old_value = kvs[0].mod_revision, kvs[0].value
-        old, stored = prepare_update_over(functools.partial(decode, kind, old_value, old_revision, name),
-                                          obj, manager, force=force, now=_now())
+        known = self._decoded(key, old_revision)
+        old, stored = prepare_update_over(
+            (lambda: known) if known is not None else functools.partial(decode, kind, old_value, old_revision,
+                                                                        name),
+            obj, manager, force=force, now=_now())
         if old is not None and unchanged(old, stored):
             return old
         result, written = self._put(key, cmp_mod(key, old_revision), old, stored, f"update {kind} {name}")

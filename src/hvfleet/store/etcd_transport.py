@@ -21,6 +21,7 @@ import json
 import random
 import select
 import socket
+import struct
 import threading
 import time
 from collections.abc import Sequence
@@ -237,6 +238,7 @@ class GatewayConnection:
         self.api_path = api_path
         self._host_header = endpoint.encode("ascii")
         self._sock: socket.socket | None = None
+        self._timeout: float | None = None  # the kernel's timeouts set on the socket
         self._buffer = bytearray()
 
     def _socket(self, timeout: float) -> socket.socket:
@@ -252,10 +254,17 @@ class GatewayConnection:
         if sock is None:
             sock = socket.create_connection((self.host, self.port), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._sock = sock
+            # Blocking, with the kernel's timeouts: each send and each read is
+            # one system call (Python's own timeout polls before each of them).
+            sock.settimeout(None)
+            self._sock, self._timeout = sock, None
             self._buffer.clear()
-        else:
-            sock.settimeout(timeout)
+        if timeout != self._timeout:
+            whole = int(timeout)
+            value = struct.pack("ll", whole, int((timeout - whole) * 1e6))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+            self._timeout = timeout
         return sock
 
     def post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -267,7 +276,7 @@ class GatewayConnection:
             sock = self._socket(timeout)
             sock.sendall(head + data)
             status, reason, text, keep = self._answer(sock)
-        except TimeoutError as exc:
+        except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: SO_RCVTIMEO/SO_SNDTIMEO ran out
             self.close()
             raise etcd_errors.ConnectionTimeoutError(f"{self.host}:{self.port}: timed out") from exc
         except (OSError, GatewayProtocolError, ValueError) as exc:

@@ -357,17 +357,15 @@ def prepare_update(
             old.metadata.managed_fields
         if managed is not None:
             if not status_changed and managed == old.metadata.managed_fields:
-                out = _without_lease_fields(new.model_copy(update={"metadata": new.metadata.model_copy(
-                    update={"uid": old.metadata.uid,
-                            "creation_timestamp": old.metadata.creation_timestamp,
-                            "generation": old.metadata.generation,
-                            "managed_fields": managed})}))
+                out = _as_stored(old, new, old.metadata.generation, managed)
                 return old if out == old else out
-            return _without_lease_fields(new.model_copy(update={"metadata": new.metadata.model_copy(
-                update={"uid": old.metadata.uid,
-                        "creation_timestamp": old.metadata.creation_timestamp,
-                        "generation": old.metadata.generation + (1 if spec_changed else 0),
-                        "managed_fields": managed})}))
+            return _as_stored(old, new, old.metadata.generation + (1 if spec_changed else 0), managed)
+    generation = old.metadata.generation + (1 if spec_changed else 0)
+    if not kind.records_fields and (applied is None or not old.metadata.managed_fields):
+        # A Lease renewal: no managedFields are kept (one writer), so there is
+        # nothing to record, and no other manager's entry to conflict with.
+        out = _as_stored(old, new, generation, [])
+        return old if not (changed or status_changed) and out == old else out
     entries = _entries(old)
     if applied is not None:
         conflicts = sorted(
@@ -377,18 +375,20 @@ def prepare_update(
         )
         if conflicts and not force:
             raise OwnershipConflict.of(new.kind, new.metadata.name, conflicts)
-    meta = new.metadata.model_copy(
-        update={
-            "uid": old.metadata.uid,
-            "creation_timestamp": old.metadata.creation_timestamp,
-            "generation": old.metadata.generation + (1 if spec_changed else 0),
-            "managed_fields": _record(
-                entries, manager, changed, after, applied, status_written, now,
-            ),
-        }
-    )
-    out = _without_lease_fields(new.model_copy(update={"metadata": meta}))
+    out = _as_stored(old, new, generation,
+                     _record(entries, manager, changed, after, applied, status_written, now))
     return old if not (changed or status_changed) and out == old else out
+
+
+def _as_stored(old: Resource, new: Resource, generation: int,
+               managed: list[ManagedFieldsEntry]) -> Resource:
+    """`new` as an update stores it: `old`'s uid and creation time, `generation`,
+    and `managed` as its managedFields (none for a kind that records none)."""
+    return _without_lease_fields(new.model_copy(update={"metadata": new.metadata.model_copy(
+        update={"uid": old.metadata.uid,
+                "creation_timestamp": old.metadata.creation_timestamp,
+                "generation": generation,
+                "managed_fields": managed})}))
 
 
 def _status_time_moved(old: Resource, manager: str, now: datetime) -> list[ManagedFieldsEntry] | None:

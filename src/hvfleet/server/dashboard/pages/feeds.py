@@ -5,7 +5,6 @@ hosts whose row changed), limited to what the caller may see, and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from typing import Any
@@ -46,6 +45,20 @@ def may_follow(ctx: ApiContext, who: Identity, host: str | None) -> Visible:
     return visible
 
 
+async def _next_change(queue: asyncio.Queue[set[str]], stopping: asyncio.Event,
+                       wait: float) -> set[str] | None:
+    """The next change on `queue`, or None after `wait` seconds or once the
+    server begins to stop. A change not taken stays queued."""
+    get = asyncio.ensure_future(queue.get())
+    stop = asyncio.ensure_future(stopping.wait())
+    try:
+        done, _ = await asyncio.wait((get, stop), timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        get.cancel()
+        stop.cancel()
+    return get.result() if get in done else None
+
+
 @signed_in
 async def events(request: Request, who: Identity) -> Response:
     """Server-sent events: `change` with the hosts whose row changed (an empty
@@ -76,8 +89,9 @@ async def events(request: Request, who: Identity) -> Response:
                 now = time.monotonic()
                 wait = min(recheck, _KEEPALIVE_S) if pending is None else \
                     max(0.0, changed_at + COALESCE_S - now)
-                with contextlib.suppress(TimeoutError):
-                    names = await asyncio.wait_for(queue.get(), wait)
+                names = await _next_change(queue, ctx.stopping, wait)
+                if ctx.stopping.is_set():
+                    return  # the server is stopping: the answer ends, the page reconnects elsewhere
                 if time.monotonic() - checked >= recheck:
                     # A revoked or expired token ends the stream (the cache keeps this cheap).
                     checked = time.monotonic()
