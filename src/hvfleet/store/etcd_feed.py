@@ -86,6 +86,20 @@ def _for(interest: Interest, group: list[Item]) -> list[Item]:
 Sink = Callable[[list[Item]], None]
 
 
+def _decodable(items: list[Item], on_undecodable: Callable[[Undecodable], None] | None) -> list[WatchEvent]:
+    """The events among `items`; each undecodable one logged, counted and handed
+    to `on_undecodable`, as the watch's own stream would have."""
+    events: list[WatchEvent] = []
+    for item in items:
+        if isinstance(item, Undecodable):
+            skipped(item, "watch")
+            if on_undecodable is not None:
+                on_undecodable(item)
+        else:
+            events.append(item)
+    return events
+
+
 class _Joined:
     """One watch joined to the feed: the revision groups meant for it, in order,
     queued for its thread, or handed to its `sink` on the feed's thread (then
@@ -207,6 +221,20 @@ class EtcdFeed:
             self._joined.add(j)
             return j
 
+    def _received(self, j: _Joined, stop: threading.Event | None, poll: float = 0.1) -> Iterator[list[Item]]:
+        """The groups queued for `j` until `stop` is set or the feed closes
+        (looked at every `poll` seconds); raises the feed's error."""
+        while stop is None or not stop.is_set():
+            try:
+                got = j.inbox.get(timeout=poll)
+            except queue.Empty:
+                if self._closed.is_set():
+                    return
+                continue
+            if isinstance(got, HvfleetError):
+                raise got
+            yield got
+
     def _leave(self, j: _Joined) -> None:
         with self._lock:
             self._joined.discard(j)
@@ -242,21 +270,8 @@ class EtcdFeed:
                     return  # stopped
                 continue
             try:
-                while stop is None or not stop.is_set():
-                    try:
-                        got = j.inbox.get(timeout=0.1)
-                    except queue.Empty:
-                        if self._closed.is_set():
-                            return
-                        continue
-                    if isinstance(got, HvfleetError):
-                        raise got
-                    for item in got:
-                        if isinstance(item, Undecodable):
-                            skipped(item, "watch")
-                            if on_undecodable is not None:
-                                on_undecodable(item)
-                            continue
+                for got in self._received(j, stop):
+                    for item in _decodable(got, on_undecodable):
                         last = item.revision
                         yield item
                 return
@@ -271,14 +286,7 @@ class EtcdFeed:
         wait) until `stop` is set; raises what `watch` raises."""
 
         def deliver(items: list[Item]) -> None:
-            events: list[WatchEvent] = []
-            for item in items:
-                if isinstance(item, Undecodable):
-                    skipped(item, "watch")
-                    if on_undecodable is not None:
-                        on_undecodable(item)
-                else:
-                    events.append(item)
+            events = _decodable(items, on_undecodable)
             if events:
                 sink(events)
 
@@ -300,15 +308,8 @@ class EtcdFeed:
                             break
                 continue
             try:
-                while not stop.is_set():
-                    try:
-                        got = j.inbox.get(timeout=0.5)
-                    except queue.Empty:
-                        if self._closed.is_set():
-                            return
-                        continue
-                    assert isinstance(got, HvfleetError)
-                    raise got
+                for _ in self._received(j, stop, poll=0.5):  # only an error comes
+                    raise AssertionError("a watch with a sink is handed its events, not queued them")
                 return
             finally:
                 self._leave(j)
