@@ -179,6 +179,11 @@ def thread_cpu(pid: int) -> dict[int, float]:
     return out
 
 
+def kernel_cpu_of(pid: int) -> float:
+    """Seconds of system (kernel) CPU process `pid` has used."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[12]) / TICK
+
+
 def cpu_of_stat(path: Path) -> float:
     fields = path.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
@@ -381,8 +386,11 @@ def main() -> None:
                         row[kind] = sum(cpu) / args.writes
                         row[f"{kind}_rate"] = args.writes / wall
                     if n >= 2:
+                        follower = replicas.servers[1].proc.pid
+                        kernel = kernel_cpu_of(follower)
                         cpu, _ = api_phase(replicas, args.hosts, args.writes, args.clients, "status", only=0)
                         row["follow"] = cpu[1] / args.writes
+                        row["follow_kernel"] = (kernel_cpu_of(follower) - kernel) / args.writes
                         row["write_only"] = cpu[0] / args.writes - row["follow"]
                     if n == max(counts) and args.fleet_hosts:
                         fleet = fleet_phase(replicas, etcd, args.fleet_hosts, args.fleet_seconds,
@@ -413,7 +421,8 @@ def report(results: dict[int, dict[str, float]], direct: dict[str, float], args:
     for n, row in results.items():
         if "write_only" in row:
             print(f"{n} replicas, status write to one replica, its CPU less following: "
-                  f"{ms(row['write_only'])}; replica 1 following only: {ms(row['follow'])}")
+                  f"{ms(row['write_only'])}; replica 1 following only: {ms(row['follow'])} "
+                  f"(in the kernel: {ms(row['follow_kernel'])})")
     for n, row in results.items():
         if "fleet_wall" not in row:
             continue

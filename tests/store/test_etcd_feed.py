@@ -8,25 +8,29 @@ Uses the session's real etcd (conftest.etcd_session).
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.etcd_local import EtcdCluster
 
-from hvfleet.model import Gone, Hypervisor
+from hvfleet.model import Gone, Hypervisor, Reservation
 from hvfleet.model.lease import renewed
-from hvfleet.store import etcd_feed
+from hvfleet.placement.snapshot import ProviderSnapshot
+from hvfleet.store import etcd_feed, lifecycle
 from hvfleet.store.base import WatchEvent, Write
 from hvfleet.store.errors import Undecodable
 from hvfleet.store.etcd import EtcdStore
 from hvfleet.store.etcd_feed import Interest, Item, _for
+from hvfleet.store.tokens import issue_token
 
 MakeHv = Callable[..., Hypervisor]
 Seen = tuple[str, str, str, int, bool]
@@ -63,6 +67,12 @@ class Watching:
     def close(self) -> None:
         self.stop.set()
         self.thread.join(5)
+
+
+def _streams() -> int:
+    """etcd streams open in this process: one reader thread each, or the feed's
+    own thread, which reads its stream itself."""
+    return len([t for t in threading.enumerate() if t.name.startswith(("etcd-watch-", "etcd-feed"))])
 
 
 def _own(store: EtcdStore, kind: str | None, since: int, name: str | None = None) -> list[Seen]:
@@ -107,8 +117,7 @@ def test_the_long_lived_watches_of_a_process_share_one_stream_and_see_what_their
         assert [s[4] for s in expected[1] if "batch" in s[2]] == [False, True]
         for w, want in zip(watches, expected, strict=True):
             assert w.until(len(want)) == want and not w.errors
-        streams = [t for t in threading.enumerate() if t.name.startswith("etcd-watch-")]
-        assert len(streams) == 1  # the feed's; each watch with a timeout above closed its own
+        assert _streams() == 1  # the feed's; each watch with a timeout above closed its own
     finally:
         for w in watches:
             w.close()
@@ -150,7 +159,7 @@ def test_a_watch_from_before_what_the_feed_holds_catches_up_on_its_own_stream_th
         assert len(want) == total
         assert late.until(total) == want and not late.errors
         # Caught up, it joined the feed and closed its own stream.
-        assert len([t for t in threading.enumerate() if t.name.startswith("etcd-watch-")]) == 1
+        assert _streams() == 1
         assert first.until(total) == want
         first.close()
         late.close()
@@ -215,3 +224,126 @@ def test_a_watch_sees_its_own_events_of_a_group_with_each_revisions_last_marked(
     for at, item in enumerate(got):
         if isinstance(item, WatchEvent):
             assert item.last_of_revision == (at + 1 == len(got) or got[at + 1].revision != item.revision)
+
+
+def test_a_watch_into_the_feed_is_handed_each_revision_on_the_feeds_thread_as_its_own_stream_gives(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    """The API's fan-outs take their events on the feed's own thread (no thread
+    of theirs woken per event), a revision at a time, and the feed reads its
+    etcd stream itself (no reader thread before it)."""
+    since = etcd.revision()
+    got: list[tuple[str, list[Seen]]] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            etcd.watch_into("Hypervisor", since, lambda evs: got.append(
+                (threading.current_thread().name, [_seen(e) for e in evs])), stop)
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        _writes(etcd, make_hypervisor, "w")
+        want = _own(etcd, "Hypervisor", since)
+        deadline = time.monotonic() + 15
+        while sum(len(evs) for _, evs in got) < len(want) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [s for _, evs in got for s in evs] == want and not errors
+        assert {name for name, _ in got} == {"etcd-feed"}
+        # One list per revision, each ending at its revision's last event.
+        assert all(evs[-1][4] and len({s[3] for s in evs}) == 1 for _, evs in got)
+        assert _streams() == 1 and not [x for x in threading.enumerate() if x.name.startswith("etcd-watch-")]
+    finally:
+        stop.set()
+        t.join(5)
+    assert not t.is_alive()
+
+
+def test_the_placement_snapshot_follows_the_processs_one_stream(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    """`watch_objects` without a timeout (the Placement snapshot's follower) is
+    served by the feed: every stored kind, tokens and Placement records too,
+    as its own stream gives them, and no second etcd stream."""
+    since = etcd.revision()
+    seen: list[Seen] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        for e in etcd.watch_objects(since, stop=stop):
+            seen.append(_seen(e))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    snap = ProviderSnapshot.from_store(etcd)
+    snap.follow(etcd, stop)
+    try:
+        _writes(etcd, make_hypervisor, "p")
+        issue_token(etcd, "viewer", manager="test", now=datetime.now(UTC), ttl=timedelta(hours=1),
+                    name="feed-viewer")
+        want = list(etcd.watch_objects(since, timeout=1.0))
+        assert "AccessToken" in {e.object.kind for e in want}
+        deadline = time.monotonic() + 15
+        while len(seen) < len(want) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert seen == [_seen(e) for e in want]
+        assert _streams() == 1
+        snap.refresh(etcd)
+        assert snap.host_provider("p0") is not None and snap.host_provider("p1") is None  # p1 deleted
+    finally:
+        stop.set()
+        t.join(5)
+
+
+def test_the_garbage_collector_on_the_feed_wakes_only_for_what_can_concern_it(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    """Status writes of objects with no owner reach the collector's worker not
+    at all; an owner's deletion still has its dependents collected."""
+    woken: list[int] = []
+
+    class Counted(queue.SimpleQueue[Any]):
+        def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+            woken.append(1)
+            super().put(item, block, timeout)
+
+    collector = lifecycle.GarbageCollector(etcd)
+    collector._work = Counted()
+    collector.start()
+    try:
+        owner = etcd.create(make_hypervisor("gc-owner"), "op")
+        ref = {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "name": "gc-owner",
+               "uid": owner.metadata.uid}
+        etcd.create(Reservation.model_validate({
+            "metadata": {"name": "gc-dep", "ownerReferences": [ref]},
+            "spec": {"hypervisor": "gc-owner", "resources": {"cpu": 1}, "consumer": "gc-dep"}}), "op")
+        deadline = time.monotonic() + 10
+        while len(woken) < 2 and time.monotonic() < deadline:  # the sweep, the dependent
+            time.sleep(0.02)
+        before = len(woken)
+        for i in range(20):
+            etcd.create(renewed(None, f"gc-l{i}", f"agent/gc-l{i}", 30, datetime.now(UTC)), f"agent/gc-l{i}")
+        etcd.update_hypervisor("gc-owner", lambda h: h.model_copy(update={"metadata": h.metadata.model_copy(
+            update={"labels": {"x": "y"}})}), "op")
+        marker = etcd.create(make_hypervisor("gc-marker"), "op")
+        etcd.delete("Hypervisor", "gc-marker")  # a deletion: passed on, and marks the end
+        deadline = time.monotonic() + 10
+        while len(woken) == before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(woken) == before + 1 and marker.metadata.name == "gc-marker"
+        etcd.delete("Hypervisor", "gc-owner")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                etcd.get("Reservation", "gc-dep")
+            except Exception:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the dependent was not collected")
+    finally:
+        collector.close()

@@ -52,7 +52,7 @@ class Subscription:
         self.since = since
         self.name = name
         self._limit = limit
-        self._loop = loop
+        self.loop = loop
         self._items: deque[WatchEvent] = deque()
         # Set (on the loop) when something arrived; next_batch waits on a bare
         # future and a timer, not wait_for() on an Event (a Task per wait, and a
@@ -63,24 +63,30 @@ class Subscription:
         self.overflowed = False
         self.expired = False  # the fan-out itself lost history (store compacted past it)
 
-    def offer(self, event: WatchEvent) -> None:
-        if self.name is not None and event.object.metadata.name != self.name:
-            return
-        if len(self._items) >= self._limit:
-            self.overflowed = True
-        else:
-            self._items.append(event)
-        self._signal()
+    def take(self, events: list[WatchEvent]) -> bool:
+        """Queue this client's part of a revision's events (on the fan-out's
+        thread); True when its loop must be woken for them (`wake_all`): the
+        fan-out wakes each loop once for all its clients."""
+        got = False
+        for event in events:
+            if self.name is not None and event.object.metadata.name != self.name:
+                continue
+            got = True
+            if len(self._items) >= self._limit:
+                self.overflowed = True
+            else:
+                self._items.append(event)
+        if not got or self._signalled:
+            return False
+        self._signalled = True
+        return True
 
     def expire(self) -> None:
         self.expired = True
-        self._signal()
-
-    def _signal(self) -> None:
         if not self._signalled:
             self._signalled = True
             with contextlib.suppress(RuntimeError):  # the loop closed: the client is gone
-                self._loop.call_soon_threadsafe(self._wake)
+                self.loop.call_soon_threadsafe(self._wake)
 
     def _wake(self) -> None:
         self._ready = True
@@ -91,8 +97,8 @@ class Subscription:
         """Queued events (maybe none after `timeout`), and a revision up to which
         every event of this kind has been handed over (for bookmarks)."""
         if not self._ready:
-            waiter = self._waiter = self._loop.create_future()
-            timer = self._loop.call_later(timeout, _release, waiter)
+            waiter = self._waiter = self.loop.create_future()
+            timer = self.loop.call_later(timeout, _release, waiter)
             try:
                 await waiter
             finally:
@@ -112,6 +118,11 @@ class Subscription:
 def _release(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _wake_all(subs: list[Subscription]) -> None:
+    for sub in subs:
+        sub._wake()
 
 
 class KindFanout:
@@ -134,20 +145,8 @@ class KindFanout:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                for event in self.store.watch(self.kind, since=self.position, stop=self._stop):
-                    with self._lock:
-                        if len(self._history) == self._history.maxlen:
-                            # Dropping an event leaves its revision to the store's catch-up.
-                            self.horizon = self._history[0].revision
-                        self._history.append(event)
-                        subs = list(self._subs)
-                    for sub in subs:
-                        sub.offer(event)
-                    # Moved only after every queue has the event (see next_batch), and
-                    # only at the last event of a revision: a bookmark at a revision
-                    # must not leave part of that revision's batch behind.
-                    if event.last_of_revision:
-                        self.position = event.revision
+                # `_take` runs on the store's shared stream's thread where it has one.
+                self.store.watch_into(self.kind, self.position, self._take, self._stop)
             except Gone:
                 with self._lock:
                     self._history.clear()
@@ -157,6 +156,30 @@ class KindFanout:
                     sub.expire()
             except HvfleetError:
                 self._stop.wait(1.0)  # store unavailable: retry from the same revision
+
+    def _take(self, events: list[WatchEvent]) -> None:
+        """One revision's events of this kind: kept, queued for every client,
+        and each client loop woken once (one `call_soon_threadsafe` per loop,
+        not per event per client). Never waits for a client."""
+        with self._lock:
+            for event in events:
+                if len(self._history) == self._history.maxlen:
+                    # Dropping an event leaves its revision to the store's catch-up.
+                    self.horizon = self._history[0].revision
+                self._history.append(event)
+            subs = list(self._subs)
+        woken: dict[asyncio.AbstractEventLoop, list[Subscription]] = {}
+        for sub in subs:
+            if sub.take(events):
+                woken.setdefault(sub.loop, []).append(sub)
+        for loop, them in woken.items():
+            with contextlib.suppress(RuntimeError):  # the loop closed: its clients are gone
+                loop.call_soon_threadsafe(_wake_all, them)
+        # Moved only after every queue has the events (see next_batch), and only
+        # at the end of a revision: a bookmark at a revision must not leave part
+        # of that revision's batch behind.
+        if events[-1].last_of_revision:
+            self.position = events[-1].revision
 
     def subscribe(self, since: int, name: str | None, limit: int,
                   loop: asyncio.AbstractEventLoop) -> tuple[Subscription, list[WatchEvent], int | None]:

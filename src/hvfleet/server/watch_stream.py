@@ -113,10 +113,9 @@ class WatchResponse(Response):
     async def _write(self, data: bytes, more: bool = True) -> None:
         assert self._send is not None
         try:
-            await asyncio.wait_for(
-                self._send({"type": "http.response.body", "body": data, "more_body": more}),
-                self.ctx.limits.watch.send_timeout,
-            )
+            # A deadline on this task, not wait_for's task per write.
+            async with asyncio.timeout(self.ctx.limits.watch.send_timeout):
+                await self._send({"type": "http.response.body", "body": data, "more_body": more})
         except TimeoutError:
             raise _Dropped() from None
 
@@ -128,14 +127,18 @@ class WatchResponse(Response):
         return (self.name is None or n == self.name) and (self.not_name is None or n != self.not_name)
 
     async def _event(self, type_: str, obj: Resource, inputs: TableInputs | None = None) -> None:
+        if self.as_table and inputs is None:
+            inputs = await run_in_threadpool(self.ctx.table_inputs, self.kind)
+        await self._write(self._line(type_, obj, inputs))
+
+    def _line(self, type_: str, obj: Resource, inputs: TableInputs | None) -> bytes:
         if self.as_table:
-            if inputs is None:
-                inputs = await run_in_threadpool(self.ctx.table_inputs, self.kind)
+            assert inputs is not None
             body = table(self.kind, [obj], inputs, obj.metadata.resource_version or "",
                          self.include_object)
         else:
             body = obj.to_dict()
-        await self._write(json.dumps({"type": type_, "object": body}).encode() + b"\n")
+        return json.dumps({"type": type_, "object": body}).encode() + b"\n"
 
     async def _error(self, code: int, reason: str, message: str) -> None:
         await self._write(json.dumps({"type": "ERROR",
@@ -172,12 +175,15 @@ class WatchResponse(Response):
         sent_at_last: set[str] | None = None
 
         async def deliver(events: list[WatchEvent]) -> None:
+            """The events' lines, written as one chunk (a batch that arrived
+            together is one TLS record and one send, not one per event)."""
             nonlocal last, sent_at_last
             view = await run_in_threadpool(self.view) if self.view is not None and events else None
             inputs = (await run_in_threadpool(self.ctx.table_inputs, self.kind)
                       if self.as_table and events and view is None else None)
             if view is not None and self.as_table:
                 inputs = view.table_inputs
+            lines: list[bytes] = []
             for ev in events:
                 name = ev.object.metadata.name
                 if ev.revision < last or (ev.revision == last and (sent_at_last is None
@@ -194,9 +200,11 @@ class WatchResponse(Response):
                     continue
                 type_, obj = seen
                 if self.as_table or type_ != ev.type or obj is not ev.object:
-                    await self._event(type_, obj, inputs)
+                    lines.append(self._line(type_, obj, inputs))
                 else:
-                    await self._write(self.fanout.encoded(ev))
+                    lines.append(self.fanout.encoded(ev))
+            if lines:
+                await self._write(b"".join(lines))
 
         try:
             view = await run_in_threadpool(self.view) if self.view is not None else None

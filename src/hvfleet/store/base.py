@@ -297,6 +297,21 @@ class Store(ABC):
         return self._watch(kind_of(kind) if kind else None, since, name, stop, timeout,
                            on_undecodable)
 
+    def watch_into(self, kind: str | None, since: int, sink: Callable[[builtins.list[WatchEvent]], None],
+                   stop: threading.Event) -> None:
+        """`watch(kind, since, stop=stop)`, each revision's events (a list, in
+        order) handed to `sink`, until `stop` is set; raises what `watch`
+        raises. A backend that serves its watches from one shared stream
+        (`share_watches`) may call `sink` on that stream's thread, so `sink`
+        must be quick and never wait (the API's fan-out only queues events
+        for its clients): no thread of the caller is woken per event."""
+        group: builtins.list[WatchEvent] = []
+        for event in self.watch(kind, since=since, stop=stop):
+            group.append(event)
+            if event.last_of_revision:
+                sink(group)
+                group = []
+
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
                       timeout: float | None = None) -> Iterator[WatchEvent]:
         """`watch` of every stored kind, the public ones and the others

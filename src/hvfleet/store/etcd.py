@@ -726,14 +726,29 @@ class EtcdStore(Store):
         yield from (e for e in events if e.object.kind in KINDS)
 
     def _feed_stream(self, since: int, stop: threading.Event,
-                     on_undecodable: Callable[[Undecodable], None]) -> Iterator[WatchEvent]:
+                     on_undecodable: Callable[[Undecodable], None],
+                     inline: Callable[[Callable[[], None]], None]) -> Iterator[WatchEvent]:
         start = self._kind_prefix(None)
         return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
-                           stop=stop, on_undecodable=on_undecodable, log_skipped=False)
+                           stop=stop, on_undecodable=on_undecodable, log_skipped=False, inline=inline)
+
+    def watch_into(self, kind: str | None, since: int,
+                   sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event) -> None:
+        if not self._shared:
+            super().watch_into(kind, since, sink, stop)
+            return
+        kind = kind_of(kind) if kind else None
+        self._feed.watch_into(Interest(kind), since, sink, stop, None,
+                              lambda at: self._own_watch(kind, at, None, stop, None, None))
 
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
                       timeout: float | None = None) -> Iterator[WatchEvent]:
         start = self._kind_prefix(None)
+        if timeout is None and self._shared:
+            # The Placement snapshot's follower: the process's one stream, not one more.
+            return self._feed.watch(Interest(None, stored=True), since, stop, None,
+                                    lambda at: watch_range(self.transport, start, prefix_end(start), at,
+                                                           self._decode_watched, stop=stop))
         return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
                            stop=stop, timeout=timeout)
 

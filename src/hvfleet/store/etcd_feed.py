@@ -9,6 +9,12 @@ key (`watch_range`, with its resume and failover) and hands each revision's
 events to the watches whose kind (and name) they are, in order, with
 `last_of_revision` as that watch's own range would have it.
 
+The feed's thread reads the etcd stream itself (no reader thread before
+it), and a watch may be handed its events on that thread (`watch_into`: the
+API's fan-outs, which only queue them for their clients) instead of waking a
+thread of its own per event: each hand-off between threads is a wake-up and
+a GIL transfer, which on a loaded machine cost more than the event's work.
+
 A watch joins at any revision the feed still holds (the last `kept` events);
 one from further back reads its own etcd stream until it reaches what the
 feed holds and then joins, so it sees every event once and in order. Errors
@@ -20,6 +26,7 @@ streams would have, and the next watch starts the feed again.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import queue
 import threading
 from collections import deque
@@ -31,6 +38,8 @@ from hvfleet.model.hypervisor import KINDS
 from hvfleet.store.base import WatchEvent
 from hvfleet.store.undecodable import Undecodable, skipped
 
+log = logging.getLogger(__name__)
+
 # Events the feed keeps for watches that join a little behind it.
 FEED_KEPT = 4096
 
@@ -39,14 +48,16 @@ Item = WatchEvent | Undecodable
 
 @dataclass(frozen=True)
 class Interest:
-    """What one watch follows: a kind (None: every public kind) and maybe one name."""
+    """What one watch follows: a kind (None: every public kind, or with
+    `stored`, every stored kind: `Store.watch_objects`) and maybe one name."""
 
     kind: str | None
     name: str | None = None
+    stored: bool = False
 
     def wants(self, kind: str, name: str) -> bool:
         if self.kind is None:
-            return kind in KINDS  # access tokens are not in the all-kinds feed
+            return self.stored or kind in KINDS  # access tokens are not in the all-kinds watch
         return kind == self.kind and (self.name is None or name == self.name)
 
 
@@ -72,29 +83,55 @@ def _for(interest: Interest, group: list[Item]) -> list[Item]:
     return mine
 
 
-class _Joined:
-    """One watch joined to the feed: the revision groups meant for it, in order."""
+Sink = Callable[[list[Item]], None]
 
-    def __init__(self, interest: Interest, since: int) -> None:
+
+def _decodable(items: list[Item], on_undecodable: Callable[[Undecodable], None] | None) -> list[WatchEvent]:
+    """The events among `items`; each undecodable one logged, counted and handed
+    to `on_undecodable`, as the watch's own stream would have."""
+    events: list[WatchEvent] = []
+    for item in items:
+        if isinstance(item, Undecodable):
+            skipped(item, "watch")
+            if on_undecodable is not None:
+                on_undecodable(item)
+        else:
+            events.append(item)
+    return events
+
+
+class _Joined:
+    """One watch joined to the feed: the revision groups meant for it, in order,
+    queued for its thread, or handed to its `sink` on the feed's thread (then
+    only the feed's error is queued)."""
+
+    def __init__(self, interest: Interest, since: int, sink: Sink | None = None) -> None:
         self.interest = interest
         self.since = since
+        self.sink = sink
         self.inbox: queue.SimpleQueue[list[Item] | HvfleetError] = queue.SimpleQueue()
 
     def offer(self, revision: int, group: list[Item]) -> None:
         if revision <= self.since:
             return
         mine = _for(self.interest, group)
-        if mine:
+        if not mine:
+            return
+        if self.sink is not None:
+            self.sink(mine)
+        else:
             self.inbox.put(mine)
 
 
 class EtcdFeed:
     """The shared watch of every key in [start, end) (a store's objects)."""
 
-    def __init__(self, stream: Callable[[int, threading.Event, Callable[[Undecodable], None]],
+    def __init__(self, stream: Callable[[int, threading.Event, Callable[[Undecodable], None],
+                                         Callable[[Callable[[], None]], None]],
                                         Iterator[WatchEvent]],
                  kept: int | None = None) -> None:
-        # stream(since, stop, on_undecodable): the store's watch_range of every object key.
+        # stream(since, stop, on_undecodable, inline): the store's watch_range of every
+        # object key, read in the feed's thread (`inline` is given each stream's abort).
         self._stream = stream
         self._kept = FEED_KEPT if kept is None else kept
         self._lock = threading.Lock()
@@ -106,6 +143,7 @@ class EtcdFeed:
         self._running = False
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
+        self._abort: Callable[[], None] | None = None  # ends the current stream's read
 
     # -- the shared stream ---------------------------------------------------------------
 
@@ -127,8 +165,13 @@ class EtcdFeed:
             else:
                 self._publish(exc.revision, [exc])
 
+        def reading(abort: Callable[[], None]) -> None:
+            self._abort = abort
+            if self._closed.is_set():  # closed while this stream opened
+                abort()
+
         try:
-            for event in self._stream(since, self._closed, undecodable):
+            for event in self._stream(since, self._closed, undecodable, reading):
                 group.append(event)
                 if event.last_of_revision:
                     self._publish(event.revision, group)
@@ -154,13 +197,17 @@ class EtcdFeed:
             self.position = revision
             joined = list(self._joined)
         for j in joined:
-            j.offer(revision, group)
+            try:
+                j.offer(revision, group)
+            except Exception:  # a watch's sink failing must not end everyone's feed
+                log.exception("etcd feed: a watch failed to take revision %d", revision)
 
     # -- watches -------------------------------------------------------------------------
 
-    def _join(self, interest: Interest, since: int) -> _Joined | None:
+    def _join(self, interest: Interest, since: int, sink: Sink | None = None) -> _Joined | None:
         """A watch of `interest` from `since`, with what the feed holds after it
-        queued; None when `since` is older than what the feed holds."""
+        queued (or handed to `sink`); None when `since` is older than what the
+        feed holds."""
         with self._lock:
             if self._closed.is_set():
                 return None
@@ -168,11 +215,25 @@ class EtcdFeed:
                 self._start(since)
             elif since < self.horizon:
                 return None
-            j = _Joined(interest, since)
+            j = _Joined(interest, since, sink)
             for revision, group in self._groups:
                 j.offer(revision, group)
             self._joined.add(j)
             return j
+
+    def _received(self, j: _Joined, stop: threading.Event | None, poll: float = 0.1) -> Iterator[list[Item]]:
+        """The groups queued for `j` until `stop` is set or the feed closes
+        (looked at every `poll` seconds); raises the feed's error."""
+        while stop is None or not stop.is_set():
+            try:
+                got = j.inbox.get(timeout=poll)
+            except queue.Empty:
+                if self._closed.is_set():
+                    return
+                continue
+            if isinstance(got, HvfleetError):
+                raise got
+            yield got
 
     def _leave(self, j: _Joined) -> None:
         with self._lock:
@@ -209,29 +270,55 @@ class EtcdFeed:
                     return  # stopped
                 continue
             try:
-                while stop is None or not stop.is_set():
-                    try:
-                        got = j.inbox.get(timeout=0.1)
-                    except queue.Empty:
-                        if self._closed.is_set():
-                            return
-                        continue
-                    if isinstance(got, HvfleetError):
-                        raise got
-                    for item in got:
-                        if isinstance(item, Undecodable):
-                            skipped(item, "watch")
-                            if on_undecodable is not None:
-                                on_undecodable(item)
-                            continue
+                for got in self._received(j, stop):
+                    for item in _decodable(got, on_undecodable):
                         last = item.revision
                         yield item
                 return
             finally:
                 self._leave(j)
 
+    def watch_into(self, interest: Interest, since: int, sink: Callable[[list[WatchEvent]], None],
+                   stop: threading.Event, on_undecodable: Callable[[Undecodable], None] | None,
+                   own_stream: Callable[[int], Iterator[WatchEvent]]) -> None:
+        """`watch`, each revision's events of `interest` handed to `sink`
+        (on the feed's thread once joined, so `sink` must be quick and never
+        wait) until `stop` is set; raises what `watch` raises."""
+
+        def deliver(items: list[Item]) -> None:
+            events = _decodable(items, on_undecodable)
+            if events:
+                sink(events)
+
+        last = since
+        while not stop.is_set():
+            j = self._join(interest, last, deliver)
+            if j is None:
+                if self._closed.is_set():
+                    return
+                # Behind the feed: its own stream, a revision at a time, as `watch` does.
+                group: list[WatchEvent] = []
+                for event in self.watch(interest, last, stop, on_undecodable, own_stream):
+                    group.append(event)
+                    if event.last_of_revision:
+                        last = event.revision
+                        sink(group)
+                        group = []
+                        if last >= self.horizon:
+                            break
+                continue
+            try:
+                for _ in self._received(j, stop, poll=0.5):  # only an error comes
+                    raise AssertionError("a watch with a sink is handed its events, not queued them")
+                return
+            finally:
+                self._leave(j)
+
     def close(self) -> None:
         self._closed.set()
+        abort = self._abort
+        if abort is not None:
+            abort()
         thread = self._thread
         if thread is not None:
             thread.join(timeout=5)

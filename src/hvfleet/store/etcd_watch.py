@@ -5,7 +5,10 @@ the next endpoint from the last revision delivered when a stream breaks (a
 member dies, loses its leader, or the connection drops), so a consumer sees
 each event exactly once. Compacted history is Gone; an outage longer than the
 transport's `unavailable_after` is Unavailable (unless the watch has an idle
-timeout, which then ends it). `_WatchStream` is one stream, read by a thread.
+timeout, which then ends it). `_WatchStream` is one stream, read by a thread,
+or, for a watch without a timeout that is stopped by closing its stream (the
+shared feed, `inline`), read by the consuming thread itself: one thread
+hand-off less per event, which on a loaded machine costs more than parsing it.
 """
 
 from __future__ import annotations
@@ -44,13 +47,17 @@ def watch_range(
     timeout: float | None = None,
     on_undecodable: Callable[[Undecodable], None] | None = None,
     log_skipped: bool = True,
+    inline: Callable[[Callable[[], None]], None] | None = None,
 ) -> Iterator[WatchEvent]:
     """Events on keys in [start, end) with revision > since. With a `timeout`,
     history up to the revision the watch was created at is delivered first:
     until it has been, the idle timer is at least CATCH_UP_GRACE_S, as etcd
     sends the history asynchronously. Without `log_skipped`, an undecodable
     object is only handed to `on_undecodable` (the shared feed: each watch it
-    serves logs and counts it, as its own stream would)."""
+    serves logs and counts it, as its own stream would). With `inline`, the
+    stream is read in the consuming thread (no timeout then) and `inline` is
+    given each stream's abort (what unblocks that read when `stop` is set)."""
+    assert inline is None or timeout is None
     last = since
     idle_base = time.monotonic()
     created_at: int | None = None  # store revision when the current stream began
@@ -76,7 +83,10 @@ def watch_range(
         index = transport.current
         endpoint = endpoints[index]
         try:
-            stream = _WatchStream(endpoint, start, end, last + 1, transport.request_timeout)
+            stream = _WatchStream(endpoint, start, end, last + 1, transport.request_timeout,
+                                  threaded=inline is None)
+            if inline is not None:
+                inline(stream.abort)
         except OSError as exc:
             stream = None
             last_error = f"{endpoint}: {exc}"
@@ -197,10 +207,13 @@ class _WatchStream:
 
     The reader thread turns each newline-delimited JSON message into a queue
     item, so the consumer can wait with a timeout and stop at any time; closing
-    shuts the socket down, which ends the reader's blocking read."""
+    shuts the socket down, which ends the reader's blocking read. Not
+    `threaded`, the consumer reads the socket itself and is stopped by
+    `abort` (from another thread)."""
 
     def __init__(
-        self, endpoint: str, key: str, range_end: str, start_revision: int, timeout: float
+        self, endpoint: str, key: str, range_end: str, start_revision: int, timeout: float,
+        threaded: bool = True,
     ) -> None:
         host, _, port = endpoint.rpartition(":")
         self.error: str | None = None
@@ -243,28 +256,36 @@ class _WatchStream:
         except (OSError, http.client.HTTPException) as exc:
             self._conn.close()
             raise OSError(str(exc) or type(exc).__name__) from None
-        self._thread = threading.Thread(
-            target=self._read, name=f"etcd-watch-{endpoint}", daemon=True
-        )
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._thread = threading.Thread(
+                target=self._read, name=f"etcd-watch-{endpoint}", daemon=True
+            )
+            self._thread.start()
 
-    def _read(self) -> None:
+    def _results(self) -> Iterator[dict[str, Any]]:
+        """The stream's messages as they are read; at its end `error` says why."""
         try:
             while True:
                 line = self._response.readline()
                 if not line:
                     self.error = "watch stream closed"
-                    break
+                    return
                 if not line.strip():
                     continue
                 msg = json.loads(line)
                 if "error" in msg:
                     err = msg["error"]
                     self.error = str(err.get("message", err) if isinstance(err, dict) else err)
-                    break
-                self._queue.put(msg.get("result", {}))
-        except Exception as exc:  # close() from another thread can surface as any error here
+                    return
+                yield msg.get("result", {})
+        except Exception as exc:  # abort() from another thread can surface as any error here
             self.error = str(exc) or type(exc).__name__
+
+    def _read(self) -> None:
+        try:
+            for msg in self._results():
+                self._queue.put(msg)
         finally:
             self._queue.put(None)
 
@@ -273,6 +294,15 @@ class _WatchStream:
     ) -> Iterator[dict[str, Any]]:
         """Messages until the stream ends (then `error` says why), `stopped()` or the
         idle deadline passes (then `error` is None)."""
+        if self._thread is None:
+            for result in self._results():
+                if stopped():
+                    self.error = None
+                    return
+                yield result
+            if stopped():
+                self.error = None
+            return
         while not stopped():
             wait = 0.1
             idle_deadline = deadline()
@@ -291,10 +321,15 @@ class _WatchStream:
                 return
             yield msg
 
-    def close(self) -> None:
+    def abort(self) -> None:
+        """End a blocking read of the stream (from any thread)."""
         sock = self._conn.sock
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.abort()
         self._conn.close()
-        self._thread.join(timeout=2)
+        if self._thread is not None:
+            self._thread.join(timeout=2)

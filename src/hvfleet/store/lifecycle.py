@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import secrets
 import threading
 from collections.abc import Callable
@@ -36,7 +37,7 @@ from hvfleet.model.meta import (
     MAX_GENERATE_NAME_PREFIX,
     OwnerReference,
 )
-from hvfleet.store.base import StaleVersion, Store, Write
+from hvfleet.store.base import StaleVersion, Store, WatchEvent, Write
 
 log = logging.getLogger("hvfleet.store.lifecycle")
 
@@ -205,7 +206,13 @@ class GarbageCollector:
     owners are all gone: on start-up, every such object (what was left while
     no collector ran), then each time an owner is deleted. Deletion is in the
     background, as kube-apiserver's default propagation: the owner's DELETE
-    does not wait for it."""
+    does not wait for it.
+
+    Most writes concern no owner and no dependent (a status write, a Lease
+    renewal): the watch's events are sorted where they arrive (`_sort`, on
+    the store's shared stream's thread where it has one) and only the few
+    that can matter wake the collector's worker: a deletion, an object that
+    names owners, or one that named owners before."""
 
     def __init__(self, store: Store, retry: float = 1.0) -> None:
         self.store = store
@@ -214,9 +221,17 @@ class GarbageCollector:
         # uid of an owner -> (kind, name) of the objects that name it, and back.
         self._dependents: dict[str, set[tuple[str, str]]] = {}
         self._owners_of: dict[tuple[str, str], set[str]] = {}
+        # Keys that named owners at their last event `_sort` passed on (only `_sort` uses it).
+        self._named_owners: set[tuple[str, str]] = set()
+        self._position = 0  # the revision `_sort` has passed (the watch resumes after it)
+        # For the worker: events to act on, a call (the sweep), or None to stop.
+        self._work: queue.SimpleQueue[list[WatchEvent] | Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="garbage-collector", daemon=True)
+        self._worker = threading.Thread(target=self._collect, name="garbage-collector-work",
+                                        daemon=True)
 
     def start(self) -> GarbageCollector:
+        self._worker.start()
         self._thread.start()
         return self
 
@@ -244,24 +259,63 @@ class GarbageCollector:
                 if obj.metadata.owner_references:
                     self._track(obj, True)
                     collect(self.store, obj)
+        self._named_owners = set(self._owners_of)
         return revision
+
+    def _sort(self, events: list[WatchEvent]) -> None:
+        """Pass on to the worker the events that can matter to it (quick; never waits)."""
+        passed: list[WatchEvent] = []
+        for event in events:
+            obj = event.object
+            key = (obj.kind, obj.metadata.name)
+            if obj.metadata.owner_references and event.type != "DELETED":
+                self._named_owners.add(key)
+            elif key in self._named_owners:
+                self._named_owners.discard(key)
+            elif event.type != "DELETED":
+                continue
+            passed.append(event)
+        if passed:
+            self._work.put(passed)
+        self._position = events[-1].revision
+
+    def _collect(self) -> None:
+        while True:
+            events = self._work.get()
+            if events is None:
+                return
+            if callable(events):
+                events()
+                continue
+            for event in events:
+                try:
+                    self._handle(event)
+                except HvfleetError as exc:
+                    log.warning("garbage collector: %s", exc)
+                except Exception:  # never let one bad object stop collection for good
+                    log.exception("garbage collector: unexpected error")
+
+    def _handle(self, event: WatchEvent) -> None:
+        obj = event.object
+        self._track(obj, event.type != "DELETED")
+        if event.type == "DELETED" and obj.metadata.uid:
+            for kind, name in sorted(self._dependents.pop(obj.metadata.uid, set())):
+                with contextlib.suppress(NotFound):
+                    collect(self.store, self.store.get(kind, name))
+        elif obj.metadata.owner_references and event.type == "ADDED":
+            collect(self.store, obj)  # created with an owner already gone
 
     def _run(self) -> None:
         since: int | None = None
         while not self._stop.is_set():
             try:
                 if since is None:
-                    since = self._sweep()
-                for event in self.store.watch(None, since=since, stop=self._stop):
-                    obj = event.object
-                    self._track(obj, event.type != "DELETED")
-                    if event.type == "DELETED" and obj.metadata.uid:
-                        for kind, name in sorted(self._dependents.pop(obj.metadata.uid, set())):
-                            with contextlib.suppress(NotFound):
-                                collect(self.store, self.store.get(kind, name))
-                    elif obj.metadata.owner_references and event.type == "ADDED":
-                        collect(self.store, obj)  # created with an owner already gone
-                    since = event.revision
+                    since = self._swept()
+                self._position = since
+                try:
+                    self.store.watch_into(None, since, self._sort, self._stop)
+                finally:
+                    since = self._position
             except Gone:
                 since = None  # history compacted past us: index everything again
             except HvfleetError as exc:
@@ -271,6 +325,24 @@ class GarbageCollector:
                 log.exception("garbage collector: unexpected error; retrying")
                 self._stop.wait(self.retry)
 
+    def _swept(self) -> int:
+        """`_sweep` in the worker, after what it was doing (the two share the index)."""
+        done: queue.SimpleQueue[int | BaseException] = queue.SimpleQueue()
+
+        def sweep() -> None:
+            try:
+                done.put(self._sweep())
+            except BaseException as exc:
+                done.put(exc)
+
+        self._work.put(sweep)
+        got = done.get()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self._work.put(None)
+        self._worker.join(timeout=5)
