@@ -4,7 +4,6 @@ running totals equal adding every host up again after any sequence of changes
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from datetime import timedelta
@@ -16,14 +15,12 @@ from hypothesis import strategies as st
 from hvfleet.model import Hypervisor
 from hvfleet.model.errors import NotFound
 from hvfleet.model.selectors import parse_selector
-from hvfleet.server.dashboard import live
 from hvfleet.server.dashboard.feed import same_figures, shown_alike, totals_document, totals_of
 from hvfleet.server.dashboard.live import FleetState
 from hvfleet.server.dashboard.pages.overview import overview_document
 from hvfleet.server.dashboard.view import View
-from hvfleet.server.watch import WatchHub, WatchLimits
 from hvfleet.store import open_store
-from hvfleet.store.base import Store, WatchEvent
+from hvfleet.store.base import Store
 from hvfleet.store.ownership import agent_manager
 from tests.support.loops import run_on_own_thread
 
@@ -333,53 +330,3 @@ def test_the_fleet_index_built_from_the_dashboards_hosts_answers_as_from_the_sto
                 {n: [str(r) for r in rs] for n, rs in b.rejected.items()}
         assert "hv9" in from_state.fit(parse_request("12", None)).names
         assert from_state.free("hv3") == from_store.free("hv3")
-
-
-def test_with_no_page_open_the_follower_batches_and_a_page_opening_ends_the_pause(tmp_path: Path) -> None:
-    """With nobody following the rows, the Follower takes what arrives in
-    UNWATCHED_BATCH_S as one batch (not a wake-up per write); a page that
-    starts listening ends that pause at once, so it never waits for it."""
-    async def scenario() -> tuple[float, float, int]:
-        with open_store(f"sqlite:///{tmp_path}/b.db") as store:
-            state = FleetState(store)
-            hub = WatchHub(store, WatchLimits())
-            follower = live.Follower(state, hub)
-            await follower.start()
-            try:
-                while not state.loaded.is_set():
-                    await asyncio.sleep(0.02)
-                batches: list[int] = []
-                applied = state.try_apply
-
-                def counted(events: list[WatchEvent]) -> set[str] | None:
-                    batches.append(len(events))
-                    return applied(events)
-
-                state.try_apply = counted  # type: ignore[method-assign]
-                store.create(_host("hv0", 8, 0, "a"), agent_manager("hv0"))
-                while not batches:
-                    await asyncio.sleep(0.01)
-                # The follower now pauses: writes meanwhile come as one batch.
-                started = time.monotonic()
-                for i in range(1, 6):  # spread over 0.16 s: separate batches without the pause
-                    store.create(_host(f"hv{i}", 8, 0, "a"), agent_manager(f"hv{i}"))
-                    await asyncio.sleep(0.04)
-                while sum(batches) < 6:
-                    await asyncio.sleep(0.01)
-                batched = time.monotonic() - started
-                # Paused again after that batch; a page opening ends it.
-                store.create(_host("hv9", 8, 0, "a"), agent_manager("hv9"))
-                await asyncio.sleep(0.02)
-                state.listen()
-                opened = time.monotonic()
-                while "hv9" not in state.hosts:
-                    await asyncio.sleep(0.005)
-                return batched, time.monotonic() - opened, len(batches)
-            finally:
-                await follower.stop()
-                hub.close()
-
-    batched, after_open, count = asyncio.run(scenario())
-    assert count <= 3  # hv0; hv1..hv5 in one or two batches; not one per write
-    assert batched < live.UNWATCHED_BATCH_S + 1.0
-    assert after_open < live.UNWATCHED_BATCH_S / 2  # not the rest of the pause
