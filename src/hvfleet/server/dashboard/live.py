@@ -146,7 +146,6 @@ class FleetState:
         # since the history last took them.
         self.touched: set[str] = set()
         self._listeners: set[asyncio.Queue[set[str]]] = set()
-        self._page_waiters: list[asyncio.Future[None]] = []  # Follower pauses, ended by `listen`
         self.loaded = threading.Event()  # set once the first load is done
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -550,16 +549,7 @@ class FleetState:
     def listen(self) -> asyncio.Queue[set[str]]:
         q: asyncio.Queue[set[str]] = asyncio.Queue(maxsize=64)
         self._listeners.add(q)
-        for opened in self._page_waiters:
-            _resolve(opened)
-        self._page_waiters.clear()
         return q
-
-    def page_opened(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
-        """A future done when a page next starts following the rows (`listen`)."""
-        opened: asyncio.Future[None] = loop.create_future()
-        self._page_waiters = [w for w in self._page_waiters if not w.done()] + [opened]
-        return opened
 
     def unlisten(self, q: asyncio.Queue[set[str]]) -> None:
         self._listeners.discard(q)
@@ -601,17 +591,6 @@ def _next_move(h: Hypervisor, reservations: Iterable[Reservation], now: datetime
         return min(times).timestamp()
     except (OverflowError, ValueError):  # a time near the end of time: never
         return None
-
-
-# With no page open, the followed events are applied in batches at most this
-# often (rows are computed only when read anyway): not one wake-up of the
-# follower per write. A page opening ends the pause at once.
-UNWATCHED_BATCH_S = 0.25
-
-
-def _resolve(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 @dataclass
@@ -673,26 +652,11 @@ class Follower:
                         self.state.notify(touched)
                     if not (sub.overflowed or sub.expired):
                         self.state.followed(kind, position)
-                    if events and not self.state.watched:
-                        # No page follows the rows: take what comes meanwhile as one
-                        # batch (a wake-up of this task per followed write was most
-                        # of its cost; readers see the state at most this late).
-                        await self._unwatched_pause()
             finally:
                 fanout.unsubscribe(sub)
             # Lost events (a full queue or a compacted store): start again from a list.
             since = await loop.run_in_executor(None, self.state.load)
             self.state.notify(set())
-
-    async def _unwatched_pause(self) -> None:
-        """UNWATCHED_BATCH_S, or until a page starts following the rows."""
-        loop = asyncio.get_running_loop()
-        opened = self.state.page_opened(loop)
-        timer = loop.call_later(UNWATCHED_BATCH_S, _resolve, opened)
-        try:
-            await opened
-        finally:
-            timer.cancel()
 
     async def _tick(self) -> None:
         loop = asyncio.get_running_loop()
