@@ -381,8 +381,12 @@ def test_concurrent_read_modify_write_loses_no_update(
     store: Store, store_url: str, make_hypervisor: MakeHv
 ) -> None:
     store.create(make_hypervisor("counter"), "operator")
-    # fork: the worker is a function of this module, which importlib mode cannot re-import.
-    ctx = multiprocessing.get_context("fork")
+    # spawn, not fork: a fork copies only this thread, so a lock another thread of
+    # the test session held at that moment stays held in the child for ever (one
+    # full run hung here, and the child's copy of Playwright's pipe then held up
+    # the session's teardown). The workers import this module by name, as
+    # tests/store/test_etcd_claims.py's do.
+    ctx = multiprocessing.get_context("spawn")
     procs = [ctx.Process(target=_increment, args=(store_url, 200)) for _ in range(8)]
     for p in procs:
         p.start()
