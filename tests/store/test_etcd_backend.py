@@ -265,8 +265,8 @@ def test_one_batch_is_one_revision_and_a_watch_delivers_all_of_it(
     assert [e.last_of_revision for e in events] == [False, False, True]
 
 
-def test_a_lease_renewal_is_one_request(etcd: EtcdStore) -> None:
-    etcd.keepalive("hv1", 30)
+def _posts_of(etcd: EtcdStore) -> list[str]:
+    """The gateway paths `etcd` posts to from now on, in order (kept in the list returned)."""
     posts: list[str] = []
     real = etcd.transport.post
 
@@ -275,6 +275,12 @@ def test_a_lease_renewal_is_one_request(etcd: EtcdStore) -> None:
         return real(path, body, what)
 
     etcd.transport.post = counted  # type: ignore[method-assign]
+    return posts
+
+
+def test_a_lease_renewal_is_one_request(etcd: EtcdStore) -> None:
+    etcd.keepalive("hv1", 30)
+    posts = _posts_of(etcd)
     etcd.keepalive("hv1", 30)
     assert posts == ["kv/txn"]  # the CAS update, no read before it
     # Another store of the same agent renewed it: the next renewal reads, then writes.
@@ -302,14 +308,7 @@ def test_a_batch_naming_versions_this_store_holds_is_one_request_and_still_compa
     hv1, hv2 = etcd.write_all([Write("create", make_hypervisor("hv1")),
                                Write("create", make_hypervisor("hv2"))], "op")
     assert isinstance(hv1, Hypervisor) and isinstance(hv2, Hypervisor)
-    posts: list[str] = []
-    real = etcd.transport.post
-
-    def counted(path: str, body: dict, what: str) -> tuple[dict, bool]:  # type: ignore[type-arg]
-        posts.append(path)
-        return real(path, body, what)
-
-    etcd.transport.post = counted  # type: ignore[method-assign]
+    posts = _posts_of(etcd)
     etcd.write_all([Write("update", labelled(hv1, "1")), Write("create", make_hypervisor("hv3"))], "op")
     assert posts == ["kv/txn"]
     assert etcd.get_hypervisor("hv1").metadata.labels == {"x": "1"}
