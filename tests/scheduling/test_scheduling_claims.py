@@ -140,7 +140,10 @@ def _claim_worker(url: str, hosts: list[str] | None, request: Request, n: int, s
 
 
 def _run(url: str, hosts: list[str] | None, request: Request) -> list[dict[str, int]]:
-    ctx = multiprocessing.get_context("fork")
+    # spawn, not fork: a child forked while another thread of the session holds
+    # SQLite's or any other lock waits for it for ever (a forked worker of the
+    # store contract suite hung in sqlite3.connect so).
+    ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(8) as pool:
         return pool.starmap(_claim_worker, [(url, hosts, request, 50, seed) for seed in range(8)])
 
