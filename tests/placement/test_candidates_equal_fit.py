@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import itertools
 import math
-import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +26,7 @@ from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import parse_request
-from hvfleet.store import open_store
-from tests.placement.test_placement_claims import Placement, _serve
+from tests.placement.test_placement_claims import Placement, _served_sqlite
 from tests.scheduling.sched_fleet import host, put_host
 
 GI = 1024  # MiB
@@ -39,10 +36,7 @@ _fleets = itertools.count()
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[Placement]:
-    d = Path(tempfile.mkdtemp())
-    store = open_store(f"sqlite:///{d}/hvfleet.db")
-    yield from _serve(store, d)
-    store.close()
+    yield from _served_sqlite(seeded=False)
 
 
 @st.composite

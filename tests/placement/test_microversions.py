@@ -11,28 +11,22 @@ does not parse, another service's header."""
 from __future__ import annotations
 
 import json
-import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
-from hvfleet.store import open_store
 from tests.placement.inprocess_placement import app
-from tests.placement.test_placement_claims import Placement, _serve
+from tests.placement.test_placement_claims import Placement, _served_sqlite
 
 Answer = tuple[int, bool, bool, str | None, Any]
 
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[Placement]:
-    d = Path(tempfile.mkdtemp())
-    store = open_store(f"sqlite:///{d}/hvfleet.db")
-    yield from _serve(store, d)
-    store.close()
+    yield from _served_sqlite(seeded=False)
 
 
 def _shape(doc: Any, depth: int = 0) -> Any:

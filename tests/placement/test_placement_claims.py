@@ -82,13 +82,20 @@ def _fleet(store: Store) -> None:
         put_host(store, h)
 
 
-@pytest.fixture(scope="module")
-def api() -> Iterator[Placement]:
+def _served_sqlite(*, seeded: bool = True) -> Iterator[Placement]:
+    """A server over a new SQLite store (with the two-host `_fleet` when
+    `seeded`), for a module's `api` fixture."""
     d = Path(tempfile.mkdtemp())
     store = open_store(f"sqlite:///{d}/hvfleet.db")
-    _fleet(store)
+    if seeded:
+        _fleet(store)
     yield from _serve(store, d)
     store.close()
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[Placement]:
+    yield from _served_sqlite()
 
 
 def _uuid(store: Store, name: str) -> str:

@@ -23,17 +23,20 @@ from hvfleet.placement.records import Source
 from hvfleet.placement.service import create_provider, set_inventories
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.store import Store, open_store
-from tests.placement.test_placement_claims import Placement, _fleet, _race, _serve, _stored_provider
+from tests.placement.test_placement_claims import (
+    Placement,
+    _fleet,
+    _race,
+    _serve,
+    _served_sqlite,
+    _stored_provider,
+)
 from tests.support.etcd_local import EtcdCluster
 
 
 @pytest.fixture(scope="module")
 def sqlite_api() -> Iterator[Placement]:
-    d = Path(tempfile.mkdtemp())
-    store = open_store(f"sqlite:///{d}/hvfleet.db")
-    _fleet(store)
-    yield from _serve(store, d)
-    store.close()
+    yield from _served_sqlite()
 
 
 @pytest.fixture(scope="module")
