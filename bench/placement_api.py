@@ -618,10 +618,11 @@ GETS = [
 ]
 
 
-def provider_reads(ep: Endpoint, queries: int, size: int) -> tuple[dict[str, float], float]:
+def provider_reads(ep: Endpoint, queries: int, size: int) -> tuple[dict[str, float], float, list[float]]:
     """p50 of each of GETS over `queries` providers, each holding one claim
     of 1 VCPU (made first, through the API, by a consumer of a project of its
-    own); and p50 of the provider's usages read right after that claim."""
+    own); p50 of the provider's usages read right after that claim; and every
+    GET's time, in order."""
     conn = ep.connection()
     held: list[tuple[str, str, str]] = []
     after: list[float] = []
@@ -642,7 +643,8 @@ def provider_reads(ep: Endpoint, queries: int, size: int) -> tuple[dict[str, flo
             got = ep.timed_get(conn, path.format(rp=rp, consumer=consumer, project=project))
             assert got.status == 200, (name, got.doc)
             times[name].append(got.took)
-    return {name: statistics.median(t) for name, t in times.items()}, statistics.median(after)
+    every = [t for name in times for t in times[name]]
+    return {name: statistics.median(t) for name, t in times.items()}, statistics.median(after), every
 
 
 def gets_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:
@@ -666,10 +668,16 @@ def gets_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) 
                 ep.call(ep.connection(), "GET", f"/resource_providers/{uuid.UUID(int=1)}")
                 notes.append(f"{ep.name} first GET after seeding (snapshot catches up) "
                              f"{ms(time.perf_counter() - t)}")
-                rows[ep.name], right_after = provider_reads(ep, args.queries, size)
+                began = time.perf_counter()
+                rows[ep.name], right_after, every = provider_reads(ep, args.queries, size)
                 notes.append(f"{ep.name} usages of a provider right after a claim on it: "
                              f"p50 {ms(right_after)}")
-            rows[theirs.name], right_after = provider_reads(theirs, args.queries, size)
+                # A write no follower sees held a GET up to FOLLOW_WAIT_S (0.5 s): the tail shows it.
+                notes.append(f"{ep.name} all {len(every)} GETs over {time.perf_counter() - began:.1f} s: "
+                             f"p50 {ms(statistics.median(every))} p90 {ms(quantile(every, 0.9))} "
+                             f"p99 {ms(quantile(every, 0.99))} max {ms(max(every))}, "
+                             f"{sum(t >= 0.4 for t in every)} took 0.4 s or more")
+            rows[theirs.name], right_after, _ = provider_reads(theirs, args.queries, size)
             notes.append(f"{theirs.name} usages of a provider right after a claim on it: "
                          f"p50 {ms(right_after)}")
             have = size

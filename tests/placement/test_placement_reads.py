@@ -22,8 +22,11 @@ import pytest
 from hvfleet.model.hypervisor import Reservation
 from hvfleet.placement.records import read_fleet
 from hvfleet.placement.snapshot import ProviderSnapshot
+from hvfleet.server.dashboard.history import SAMPLER
 from hvfleet.store import Store, open_store
 from tests.placement.test_placement_claims import Placement, _fleet, _serve, _uuid
+from tests.scheduling.sched_fleet import host, put_host
+from tests.support import serve
 from tests.support.etcd_local import EtcdCluster
 
 # Frames of the Placement API (the core and its edge): a list made under one
@@ -295,3 +298,47 @@ def test_a_reservation_stops_counting_when_it_expires_without_an_event(tmp_path:
     assert snap.graph().providers[hv1].usages.get("VCPU", 0) == 0
     assert dict(snap.fleet().providers) == dict(read_fleet(store).providers)
     store.close()
+
+
+def test_a_write_outside_the_objects_never_holds_up_the_next_placement_read_on_etcd(
+        etcd_session: EtcdCluster, tmp_path: Path) -> None:
+    """hvfleet writes beside its objects too (the history sampler's turn, renewed
+    every 10 s, and the other server secrets): the store's revision moves on
+    with no event the snapshot's follower is handed. A Placement GET right
+    after such a write must not wait for a revision it will never see, and a
+    read after an object write (by another client: another replica) still sees
+    it, with such writes in between. Through a real `hvfleet serve` on etcd."""
+    url = etcd_session.url(prefix=f"/outside-{uuid.uuid4().hex[:12]}")
+    other = open_store(url)  # another replica's client of the same store
+    _fleet(other)
+    srv = serve.start_server(tmp_path, url)
+    try:
+        headers = {"X-Auth-Token": srv.tokens["admin"], "OpenStack-API-Version": "placement 1.39",
+                   "Accept": "application/json"}
+        session = srv.session(None)
+
+        def get(path: str) -> tuple[float, Any]:
+            began = time.monotonic()
+            r = session.get(f"{srv.url}/placement{path}", headers=headers, timeout=30)
+            took = time.monotonic() - began
+            assert r.status_code == 200, r.text
+            return took, r.json()
+
+        get("/resource_providers")  # warm-up: the snapshot loads and starts following
+        took: list[float] = []
+        for i in range(5):
+            # The sampler's turn renewed (as its holder does every 10 s), a secret written.
+            turn = other.server_secret(SAMPLER)
+            assert turn is not None and other.put_server_secret(SAMPLER, turn[0], turn[1])
+            assert other.put_server_secret(f"outside-{i}", b"x", None)
+            took.append(get("/resource_providers")[0])
+            # A read right after an object write, past those writes, sees it.
+            put_host(other, host(f"out{i}", {"cpu": 4, "memory": "8Gi"}, beat=datetime.now(UTC)))
+            _, found = get(f"/resource_providers?name=out{i}")
+            assert [p["name"] for p in found["resource_providers"]] == [f"out{i}"]
+        took.sort()
+        # Waiting for the unseen revision took FOLLOW_WAIT_S (0.5 s) each time.
+        assert took[0] < 0.1 and took[2] < 0.25, took
+    finally:
+        serve.stop_server(srv)
+        other.close()

@@ -8,6 +8,7 @@ Uses the session's real etcd (conftest.etcd_session).
 
 from __future__ import annotations
 
+import base64
 import queue
 import threading
 import time
@@ -30,6 +31,7 @@ from hvfleet.store.base import WatchEvent, Write
 from hvfleet.store.errors import Undecodable
 from hvfleet.store.etcd import EtcdStore
 from hvfleet.store.etcd_feed import Interest, Item, _for
+from hvfleet.store.etcd_watch import _within
 from hvfleet.store.tokens import issue_token
 
 MakeHv = Callable[..., Hypervisor]
@@ -347,3 +349,67 @@ def test_the_garbage_collector_on_the_feed_wakes_only_for_what_can_concern_it(
             raise AssertionError("the dependent was not collected")
     finally:
         collector.close()
+
+
+def test_a_write_beside_the_objects_reaches_a_follower_as_progress_in_order(
+    etcd: EtcdStore, make_hypervisor: MakeHv
+) -> None:
+    """The feed follows every key of the store: a server secret's write (the
+    history sampler's turn) comes to `watch_objects`' `on_progress` between the
+    events around it, dropped before any decode; a Reservation's write (with
+    its index and set keys, one revision) stays one event, its revision's last."""
+    since = etcd.revision()
+    seen: list[tuple[str, int, bool]] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        for e in etcd.watch_objects(since, stop=stop,
+                                    on_progress=lambda r: seen.append(("progress", r, True))):
+            seen.append((e.object.kind, e.revision, e.last_of_revision))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        a = etcd.create(make_hypervisor("pr-a"), "op")
+        assert etcd.put_server_secret("pr-secret", b"1", None)
+        secret = etcd.server_secret("pr-secret")
+        assert secret is not None
+        r = etcd.create(Reservation.model_validate({
+            "metadata": {"name": "pr-r"}, "spec": {"hypervisor": "pr-a", "resources": {"cpu": 1},
+                                                    "consumer": "pr-r"}}), "op")
+        assert etcd.put_server_secret("pr-secret", b"2", secret[1])
+        etcd.create(make_hypervisor("pr-b"), "op")
+        end = etcd.revision()
+        want = [("Hypervisor", int(a.metadata.resource_version or 0), True), ("progress", secret[1], True),
+                ("Reservation", int(r.metadata.resource_version or 0), True),
+                ("progress", end - 1, True), ("Hypervisor", end, True)]
+        deadline = time.monotonic() + 15
+        while len(seen) < len(want) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert seen == want
+        assert etcd._feed.position == end
+    finally:
+        stop.set()
+        t.join(5)
+
+
+_KEYS = st.sampled_from(["/p/objects/Hypervisor/a", "/p/objects/Lease/b", "/p/server-secrets/s",
+                         "/p/reservation-sets/a", "/p/reservation-index/a/r"])
+
+
+@given(st.lists(st.tuples(st.integers(1, 6), _KEYS), max_size=14))
+def test_the_stream_keeps_the_objects_events_and_marks_each_revision_without_one(
+        raw: list[tuple[int, str]]) -> None:
+    """`_within` (what the feed's stream keeps of one etcd message): the
+    events on object keys, in order, and after the last event of each
+    revision that has none of them, that revision; nothing else."""
+    raw = sorted(raw, key=lambda r: r[0])  # etcd's order: by revision, a revision's events together
+    events = [{"kv": {"key": base64.b64encode(k.encode()).decode(), "mod_revision": str(rev)}}
+              for rev, k in raw]
+    got = _within(events, b"/p/objects/")
+    kept = [e for e in got if isinstance(e, dict)]
+    assert kept == [e for e, (_, k) in zip(events, raw, strict=True) if k.startswith("/p/objects/")]
+    having = {rev for rev, k in raw if k.startswith("/p/objects/")}
+    assert [e for e in got if isinstance(e, int)] == sorted({rev for rev, _ in raw} - having)
+    order = [e if isinstance(e, int) else int(e["kv"]["mod_revision"]) for e in got]
+    assert order == sorted(order)  # each mark after its revision's events, before the next's

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 
 from hvfleet.model.capacity import reservation_phase
@@ -44,8 +44,9 @@ from hvfleet.store.base import Store, WatchEvent
 log = logging.getLogger(__name__)
 
 # How long a refresh waits for the follower to reach the store's revision
-# before it answers from what it has (a revision none of the followed events
-# carries: another prefix's write in a shared etcd).
+# before it answers from what it has (a revision the follower never sees:
+# another application's write in a shared etcd, outside hvfleet's prefix;
+# hvfleet's own writes beside the objects reach it as progress).
 FOLLOW_WAIT_S = 0.5
 
 
@@ -175,13 +176,15 @@ class ProviderSnapshot:
     # -- catching up ----------------------------------------------------------------------
 
     def _events(self, store: Store, since: int, *, stop: threading.Event | None = None,
-                timeout: float | None = None) -> Iterator[WatchEvent]:
+                timeout: float | None = None,
+                on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         """Every followed event after `since`, in revision order: one stream of
         every kind where the store has one (the event at the store's current
-        revision is then always in it, so a catch-up stops there), else a
-        stream per followed kind."""
+        revision is then always in it, so a catch-up stops there; a revision of
+        a write beside the objects comes to `on_progress`), else a stream per
+        followed kind."""
         try:
-            yield from store.watch_objects(since, stop=stop, timeout=timeout)
+            yield from store.watch_objects(since, stop=stop, timeout=timeout, on_progress=on_progress)
             return
         except NotImplementedError:
             pass
@@ -218,10 +221,19 @@ class ProviderSnapshot:
         from a past revision gets its history only at etcd's next sync of
         lagging watchers, up to 100 ms later)."""
 
+        def progressed(revision: int) -> None:
+            # A write beside the objects (a server secret, the history
+            # sampler's turn): every event before it is applied, so a refresh
+            # waiting for its revision (the store's, read after it) need not wait.
+            with self._lock:
+                if revision > self.revision:
+                    self.revision = revision
+                    self._seen.notify_all()
+
         def run() -> None:
             while not stop.is_set():
                 try:
-                    for event in self._events(store, self.revision, stop=stop):
+                    for event in self._events(store, self.revision, stop=stop, on_progress=progressed):
                         with self._lock:
                             self.apply(event)
                             if event.last_of_revision:

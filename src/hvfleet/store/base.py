@@ -313,12 +313,16 @@ class Store(ABC):
                 group = []
 
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
-                      timeout: float | None = None) -> Iterator[WatchEvent]:
+                      timeout: float | None = None,
+                      on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         """`watch` of every stored kind, the public ones and the others
         (Placement's records, tokens), in one stream in revision order: the
         event of any write of objects is in it, so a reader catching up to a
-        revision knows when it has it. NotImplementedError where the backend
-        has no such stream (the remote store)."""
+        revision knows when it has it. A backend whose revision also moves
+        with writes beside the objects (etcd: server secrets) hands each such
+        revision to `on_progress`, in order with the events, once every event
+        before it was yielded. NotImplementedError where the backend has no
+        such stream (the remote store)."""
         raise NotImplementedError(f"store {self.url} has no stream of every kind")
 
     @abstractmethod

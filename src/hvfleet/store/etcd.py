@@ -727,10 +727,16 @@ class EtcdStore(Store):
 
     def _feed_stream(self, since: int, stop: threading.Event,
                      on_undecodable: Callable[[Undecodable], None],
-                     inline: Callable[[Callable[[], None]], None]) -> Iterator[WatchEvent]:
-        start = self._kind_prefix(None)
+                     inline: Callable[[Callable[[], None]], None],
+                     on_progress: Callable[[int], None]) -> Iterator[WatchEvent]:
+        # Every key of the store, not only its objects: hvfleet's own writes beside
+        # them (server secrets, the history sampler's turn) then reach the feed as
+        # progress, dropped by their key before any decode, so a reader waiting for
+        # the store's revision (the Placement snapshot) is not left waiting for them.
+        start = self.prefix + "/"
         return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
-                           stop=stop, on_undecodable=on_undecodable, log_skipped=False, inline=inline)
+                           stop=stop, on_undecodable=on_undecodable, log_skipped=False, inline=inline,
+                           within=self._kind_prefix(None), on_progress=on_progress)
 
     def watch_into(self, kind: str | None, since: int,
                    sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event) -> None:
@@ -742,15 +748,20 @@ class EtcdStore(Store):
                               lambda at: self._own_watch(kind, at, None, stop, None, None))
 
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
-                      timeout: float | None = None) -> Iterator[WatchEvent]:
-        start = self._kind_prefix(None)
+                      timeout: float | None = None,
+                      on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
+        def own(at: int) -> Iterator[WatchEvent]:
+            # The store's every key, its objects' events yielded (see _feed_stream).
+            start = self.prefix + "/"
+            return watch_range(self.transport, start, prefix_end(start), at, self._decode_watched,
+                               stop=stop, timeout=timeout, within=self._kind_prefix(None),
+                               on_progress=on_progress)
+
         if timeout is None and self._shared:
             # The Placement snapshot's follower: the process's one stream, not one more.
-            return self._feed.watch(Interest(None, stored=True), since, stop, None,
-                                    lambda at: watch_range(self.transport, start, prefix_end(start), at,
-                                                           self._decode_watched, stop=stop))
-        return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
-                           stop=stop, timeout=timeout)
+            return self._feed.watch(Interest(None, stored=True, progress=on_progress is not None),
+                                    since, stop, None, own, on_progress)
+        return own(since)
 
     def close(self) -> None:
         self._feed.close()

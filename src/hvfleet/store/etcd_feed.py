@@ -21,6 +21,15 @@ feed holds and then joins, so it sees every event once and in order. Errors
 of the shared stream (Gone when it fell behind a compaction, Unavailable
 after an outage) end every joined watch with that error, as their own
 streams would have, and the next watch starts the feed again.
+
+The stream is of every key of the store, not only its objects: hvfleet also
+writes beside them (server secrets, among them the history sampler's turn,
+renewed every 10 s), and each such write moves the store's revision. Those
+events are dropped by their key before any decode, and a revision with no
+object event is passed on as `Progress` to the watches that ask for it (the
+Placement snapshot's follower), in order with the events: a reader waiting
+until it has seen the store's current revision is not left waiting for a
+revision no event carries.
 """
 
 from __future__ import annotations
@@ -43,17 +52,29 @@ log = logging.getLogger(__name__)
 # Events the feed keeps for watches that join a little behind it.
 FEED_KEPT = 4096
 
-Item = WatchEvent | Undecodable
+
+@dataclass(frozen=True)
+class Progress:
+    """A revision with no object event: a write beside the objects (a server
+    secret, the history sampler's turn). Handed on to the watches that wait
+    for revisions (the Placement snapshot's follower), in order."""
+
+    revision: int
+
+
+Item = WatchEvent | Undecodable | Progress
 
 
 @dataclass(frozen=True)
 class Interest:
     """What one watch follows: a kind (None: every public kind, or with
-    `stored`, every stored kind: `Store.watch_objects`) and maybe one name."""
+    `stored`, every stored kind: `Store.watch_objects`) and maybe one name;
+    with `progress`, also the revisions of the writes beside the objects."""
 
     kind: str | None
     name: str | None = None
     stored: bool = False
+    progress: bool = False
 
     def wants(self, kind: str, name: str) -> bool:
         if self.kind is None:
@@ -61,7 +82,7 @@ class Interest:
         return kind == self.kind and (self.name is None or name == self.name)
 
 
-def _kind_name(item: Item) -> tuple[str, str]:
+def _kind_name(item: WatchEvent | Undecodable) -> tuple[str, str]:
     if isinstance(item, Undecodable):
         return item.kind, item.name
     return item.object.kind, item.object.metadata.name
@@ -74,7 +95,8 @@ def _revision(item: Item) -> int:
 def _for(interest: Interest, group: list[Item]) -> list[Item]:
     """Items (of one or more whole revisions) as a watch of `interest` sees them:
     its own, each revision's last one marking the end of that revision."""
-    mine = [i for i in group if interest.wants(*_kind_name(i))]
+    mine = [i for i in group
+            if (interest.progress if isinstance(i, Progress) else interest.wants(*_kind_name(i)))]
     for at, item in enumerate(mine):
         if isinstance(item, WatchEvent):
             last = at + 1 == len(mine) or _revision(mine[at + 1]) != item.revision
@@ -86,12 +108,17 @@ def _for(interest: Interest, group: list[Item]) -> list[Item]:
 Sink = Callable[[list[Item]], None]
 
 
-def _decodable(items: list[Item], on_undecodable: Callable[[Undecodable], None] | None) -> list[WatchEvent]:
+def _decodable(items: list[Item], on_undecodable: Callable[[Undecodable], None] | None,
+               on_progress: Callable[[int], None] | None = None) -> list[WatchEvent]:
     """The events among `items`; each undecodable one logged, counted and handed
-    to `on_undecodable`, as the watch's own stream would have."""
+    to `on_undecodable`, as the watch's own stream would have; each Progress
+    handed to `on_progress`."""
     events: list[WatchEvent] = []
     for item in items:
-        if isinstance(item, Undecodable):
+        if isinstance(item, Progress):
+            if on_progress is not None:
+                on_progress(item.revision)
+        elif isinstance(item, Undecodable):
             skipped(item, "watch")
             if on_undecodable is not None:
                 on_undecodable(item)
@@ -124,14 +151,17 @@ class _Joined:
 
 
 class EtcdFeed:
-    """The shared watch of every key in [start, end) (a store's objects)."""
+    """The shared watch of every key of a store: its objects' events, and the
+    revisions of the writes beside them as Progress."""
 
     def __init__(self, stream: Callable[[int, threading.Event, Callable[[Undecodable], None],
-                                         Callable[[Callable[[], None]], None]],
+                                         Callable[[Callable[[], None]], None], Callable[[int], None]],
                                         Iterator[WatchEvent]],
                  kept: int | None = None) -> None:
-        # stream(since, stop, on_undecodable, inline): the store's watch_range of every
-        # object key, read in the feed's thread (`inline` is given each stream's abort).
+        # stream(since, stop, on_undecodable, inline, on_progress): the store's
+        # watch_range of every key of the store, its objects' events decoded, read
+        # in the feed's thread (`inline` is given each stream's abort; `on_progress`
+        # each revision that has no object event).
         self._stream = stream
         self._kept = FEED_KEPT if kept is None else kept
         self._lock = threading.Lock()
@@ -165,13 +195,20 @@ class EtcdFeed:
             else:
                 self._publish(exc.revision, [exc])
 
+        def progress(revision: int) -> None:
+            nonlocal group
+            if group:  # what an undecodable event left open ends before it
+                self._publish(_revision(group[-1]), group)
+                group = []
+            self._publish(revision, [Progress(revision)])
+
         def reading(abort: Callable[[], None]) -> None:
             self._abort = abort
             if self._closed.is_set():  # closed while this stream opened
                 abort()
 
         try:
-            for event in self._stream(since, self._closed, undecodable, reading):
+            for event in self._stream(since, self._closed, undecodable, reading, progress):
                 group.append(event)
                 if event.last_of_revision:
                     self._publish(event.revision, group)
@@ -241,11 +278,21 @@ class EtcdFeed:
 
     def watch(self, interest: Interest, since: int, stop: threading.Event | None,
               on_undecodable: Callable[[Undecodable], None] | None,
-              own_stream: Callable[[int], Iterator[WatchEvent]]) -> Iterator[WatchEvent]:
-        """Events of `interest` with revision > since until `stop` is set.
-        `own_stream(since)` is this watch's own etcd stream, read while `since`
-        is older than what the feed holds."""
+              own_stream: Callable[[int], Iterator[WatchEvent]],
+              on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
+        """Events of `interest` with revision > since until `stop` is set (and,
+        for an interest in `progress`, each revision without an object event
+        handed to `on_progress` in its place). `own_stream(since)` is this
+        watch's own etcd stream, read while `since` is older than what the feed
+        holds."""
         last = since
+
+        def progressed(revision: int) -> None:
+            nonlocal last
+            last = revision
+            if on_progress is not None:
+                on_progress(revision)
+
         while stop is None or not stop.is_set():
             j = self._join(interest, last)
             if j is None:
@@ -271,7 +318,7 @@ class EtcdFeed:
                 continue
             try:
                 for got in self._received(j, stop):
-                    for item in _decodable(got, on_undecodable):
+                    for item in _decodable(got, on_undecodable, progressed):
                         last = item.revision
                         yield item
                 return

@@ -26,7 +26,7 @@ from typing import Any
 from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import Resource
 from hvfleet.store.base import EventType, WatchEvent
-from hvfleet.store.etcd_transport import EtcdTransport, KeyValue, b64
+from hvfleet.store.etcd_transport import EtcdTransport, KeyValue, b64, unb64
 from hvfleet.store.undecodable import Undecodable, skipped
 
 # A watch with a timeout waits at least this long for etcd to send the history
@@ -48,6 +48,8 @@ def watch_range(
     on_undecodable: Callable[[Undecodable], None] | None = None,
     log_skipped: bool = True,
     inline: Callable[[Callable[[], None]], None] | None = None,
+    within: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> Iterator[WatchEvent]:
     """Events on keys in [start, end) with revision > since. With a `timeout`,
     history up to the revision the watch was created at is delivered first:
@@ -56,8 +58,14 @@ def watch_range(
     object is only handed to `on_undecodable` (the shared feed: each watch it
     serves logs and counts it, as its own stream would). With `inline`, the
     stream is read in the consuming thread (no timeout then) and `inline` is
-    given each stream's abort (what unblocks that read when `stop` is set)."""
+    given each stream's abort (what unblocks that read when `stop` is set).
+    With `within`, only the events of keys starting with it are decoded and
+    yielded, the others dropped by their key (the range is wider: the writes
+    beside the objects move the store's revision too); a revision with none
+    of them is handed to `on_progress` once every event before it has been
+    yielded, so a reader waiting for a revision knows it has it."""
     assert inline is None or timeout is None
+    keep = None if within is None else within.encode()
     last = since
     idle_base = time.monotonic()
     created_at: int | None = None  # store revision when the current stream began
@@ -110,9 +118,18 @@ def watch_range(
                         last_error = f"{endpoint}: {msg.get('cancel_reason', 'watch canceled')}"
                         break
                     # etcd never splits one revision's events over two messages.
-                    raw = msg.get("events", [])
+                    raw: list[Any] = msg.get("events", [])
+                    if keep is not None and raw:
+                        raw = _within(raw, keep)
                     for i, ev in enumerate(raw):
-                        following = raw[i + 1]["kv"] if i + 1 < len(raw) else None
+                        if isinstance(ev, int):  # a revision with nothing within
+                            if ev > floor:
+                                last = ev
+                                if on_progress is not None:
+                                    on_progress(ev)
+                            continue
+                        after = raw[i + 1] if i + 1 < len(raw) else None
+                        following = after["kv"] if isinstance(after, dict) else None
                         try:
                             event = _event(ev, decode, following)
                         except Undecodable as exc:
@@ -156,6 +173,28 @@ def watch_range(
                 stop.wait(pause)
             else:
                 time.sleep(pause)
+
+
+def _within(raw: list[dict[str, Any]], keep: bytes) -> list[Any]:
+    """The events of `raw` on keys starting with `keep` (told by the key alone,
+    before any decode), in order, and after the events of each revision none
+    of whose events is one of them, that revision (an int)."""
+    out: list[Any] = []
+    dropped: int | None = None  # the revision of the events dropped last, while none of it is kept
+    for ev in raw:
+        kv = ev["kv"]
+        at = int(kv.get("mod_revision", 0))
+        if dropped is not None and dropped != at:
+            out.append(dropped)
+            dropped = None
+        if unb64(kv["key"]).startswith(keep):
+            out.append(ev)
+            dropped = None
+        elif not out or isinstance(out[-1], int) or int(out[-1]["kv"].get("mod_revision", 0)) != at:
+            dropped = at
+    if dropped is not None:
+        out.append(dropped)
+    return out
 
 
 def _event(ev: dict[str, Any], decode: DecodeKv, following: dict[str, Any] | None) -> WatchEvent:

@@ -374,7 +374,9 @@ class SqliteStore(Store):
                                  on_undecodable)
 
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
-                      timeout: float | None = None) -> Iterator[WatchEvent]:
+                      timeout: float | None = None,
+                      on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
+        # Every write of the store's revision is an object's event here: no progress.
         return self._watch_kinds(list(STORED_KINDS), since, None, stop, timeout, None)
 
     def _watch_kinds(self, kinds: builtins.list[str], since: int, name: str | None,
