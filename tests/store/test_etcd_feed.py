@@ -413,3 +413,61 @@ def test_the_stream_keeps_the_objects_events_and_marks_each_revision_without_one
     assert [e for e in got if isinstance(e, int)] == sorted({rev for rev, _ in raw} - having)
     order = [e if isinstance(e, int) else int(e["kv"]["mod_revision"]) for e in got]
     assert order == sorted(order)  # each mark after its revision's events, before the next's
+
+
+def _switches(thread: threading.Thread) -> int:
+    """How many times `thread` gave up the CPU (waited) so far: /proc's count."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    return int(next(line for line in status.splitlines()
+                    if line.startswith("voluntary_ctxt_switches:")).split()[1])
+
+
+def test_an_idle_watch_on_the_feed_sleeps_until_an_event_its_stop_or_the_close(
+    etcd_session: EtcdCluster, make_hypervisor: MakeHv
+) -> None:
+    """A joined watch's thread with nothing to do does not wake to look (it
+    woke 10 times a second, a watch_into's twice), yet still ends at once when
+    its stop is set, and one with no stop when the store closes."""
+    store = EtcdStore(etcd_session.endpoints, f"/t-{uuid.uuid4().hex[:12]}")
+    store.share_watches()
+    try:
+        since = store.revision()
+        watches = [Watching(store, "Hypervisor", since), Watching(store, None, since),
+                   Watching(store, "Lease", since)]
+        stop = threading.Event()
+        into = threading.Thread(target=store.watch_into, args=("Hypervisor", since, lambda evs: None, stop),
+                                daemon=True)
+        into.start()
+        unstopped: list[str] = []
+
+        def run_unstopped() -> None:
+            for e in store.watch("Hypervisor", since=since):
+                unstopped.append(e.object.metadata.name)
+
+        forever = threading.Thread(target=run_unstopped, daemon=True)
+        forever.start()
+        store.create(make_hypervisor("idle0"), "op")
+        assert [len(w.until(1)) for w in watches[:2]] == [1, 1] and watches[2].seen == []
+        deadline = time.monotonic() + 10
+        while not unstopped and time.monotonic() < deadline:
+            time.sleep(0.02)
+        threads = [w.thread for w in watches] + [into, forever]
+        before = [_switches(t) for t in threads]
+        time.sleep(1.5)
+        assert all(_switches(t) - b <= 1 for t, b in zip(threads, before, strict=True))
+        # Still woken by what comes: an event, a stop.
+        store.create(make_hypervisor("idle1"), "op")
+        assert [len(w.until(2)) for w in watches[:2]] == [2, 2] and watches[2].seen == []
+        began = time.monotonic()
+        for w in watches:
+            w.stop.set()
+        stop.set()
+        for t in threads[:4]:
+            t.join(2)
+        assert not any(t.is_alive() for t in threads[:4]) and time.monotonic() - began < 1.0
+        assert forever.is_alive()
+    finally:
+        began = time.monotonic()
+        store.close()
+    forever.join(2)
+    assert not forever.is_alive() and time.monotonic() - began < 3.0

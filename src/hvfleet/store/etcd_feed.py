@@ -127,6 +127,13 @@ def _decodable(items: list[Item], on_undecodable: Callable[[Undecodable], None] 
     return events
 
 
+class _Wake:
+    """Put in a watch's inbox to wake its thread: its stop was set, or the feed closed."""
+
+
+WAKE = _Wake()
+
+
 class _Joined:
     """One watch joined to the feed: the revision groups meant for it, in order,
     queued for its thread, or handed to its `sink` on the feed's thread (then
@@ -136,7 +143,7 @@ class _Joined:
         self.interest = interest
         self.since = since
         self.sink = sink
-        self.inbox: queue.SimpleQueue[list[Item] | HvfleetError] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[list[Item] | HvfleetError | _Wake] = queue.SimpleQueue()
 
     def offer(self, revision: int, group: list[Item]) -> None:
         if revision <= self.since:
@@ -148,6 +155,41 @@ class _Joined:
             self.sink(mine)
         else:
             self.inbox.put(mine)
+
+
+class _StopWakers:
+    """Wakes the watches waiting on their inboxes when their `stop` is set, so
+    an idle watch's thread sleeps until an event, an error, its stop or the
+    feed's close, instead of waking to look (10 times a second per watch
+    before). A `threading.Event` tells no one when it is set: one thread per
+    stop Event in use waits on it (the watches of one consumer share theirs:
+    a server has a handful), and ends once it is set."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[threading.Event, set[_Joined]] = {}
+
+    def add(self, stop: threading.Event, j: _Joined) -> None:
+        with self._lock:
+            joined = self._waiting.get(stop)
+            if joined is None:
+                joined = self._waiting[stop] = set()
+                threading.Thread(target=self._wait, args=(stop,), name="feed-stop-waker",
+                                 daemon=True).start()
+            joined.add(j)
+
+    def discard(self, stop: threading.Event, j: _Joined) -> None:
+        with self._lock:
+            joined = self._waiting.get(stop)
+            if joined is not None:
+                joined.discard(j)
+
+    def _wait(self, stop: threading.Event) -> None:
+        stop.wait()
+        with self._lock:
+            joined = self._waiting.pop(stop, set())
+        for j in joined:
+            j.inbox.put(WAKE)
 
 
 class EtcdFeed:
@@ -174,6 +216,7 @@ class EtcdFeed:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._abort: Callable[[], None] | None = None  # ends the current stream's read
+        self._wakers = _StopWakers()
 
     # -- the shared stream ---------------------------------------------------------------
 
@@ -219,9 +262,8 @@ class EtcdFeed:
         with self._lock:
             self._running = False
             joined, self._joined = self._joined, set()
-        if error is not None:
-            for j in joined:
-                j.inbox.put(error)
+        for j in joined:  # its error, or (closed) a wake-up to see that it is
+            j.inbox.put(WAKE if error is None else error)
 
     def _publish(self, revision: int, group: list[Item]) -> None:
         with self._lock:
@@ -258,19 +300,25 @@ class EtcdFeed:
             self._joined.add(j)
             return j
 
-    def _received(self, j: _Joined, stop: threading.Event | None, poll: float = 0.1) -> Iterator[list[Item]]:
-        """The groups queued for `j` until `stop` is set or the feed closes
-        (looked at every `poll` seconds); raises the feed's error."""
-        while stop is None or not stop.is_set():
-            try:
-                got = j.inbox.get(timeout=poll)
-            except queue.Empty:
-                if self._closed.is_set():
-                    return
-                continue
-            if isinstance(got, HvfleetError):
-                raise got
-            yield got
+    def _received(self, j: _Joined, stop: threading.Event | None) -> Iterator[list[Item]]:
+        """The groups queued for `j` until `stop` is set or the feed closes;
+        raises the feed's error. Sleeps while nothing comes: `stop` being set
+        and the feed closing each put a wake-up in the inbox."""
+        if stop is not None:
+            self._wakers.add(stop, j)
+        try:
+            while stop is None or not stop.is_set():
+                got = j.inbox.get()
+                if isinstance(got, _Wake):
+                    if self._closed.is_set():
+                        return
+                    continue
+                if isinstance(got, HvfleetError):
+                    raise got
+                yield got
+        finally:
+            if stop is not None:
+                self._wakers.discard(stop, j)
 
     def _leave(self, j: _Joined) -> None:
         with self._lock:
@@ -355,7 +403,7 @@ class EtcdFeed:
                             break
                 continue
             try:
-                for _ in self._received(j, stop, poll=0.5):  # only an error comes
+                for _ in self._received(j, stop):  # only an error comes
                     raise AssertionError("a watch with a sink is handed its events, not queued them")
                 return
             finally:
