@@ -9,6 +9,7 @@ Uses the session's real etcd (conftest.etcd_session).
 from __future__ import annotations
 
 import base64
+import io
 import queue
 import threading
 import time
@@ -31,7 +32,7 @@ from hvfleet.store.base import WatchEvent, Write
 from hvfleet.store.errors import Undecodable
 from hvfleet.store.etcd import EtcdStore
 from hvfleet.store.etcd_feed import Interest, Item, _for
-from hvfleet.store.etcd_watch import _within
+from hvfleet.store.etcd_watch import _within, chunked_lines
 from hvfleet.store.tokens import issue_token
 
 MakeHv = Callable[..., Hypervisor]
@@ -471,3 +472,27 @@ def test_an_idle_watch_on_the_feed_sleeps_until_an_event_its_stop_or_the_close(
         store.close()
     forever.join(2)
     assert not forever.is_alive() and time.monotonic() - began < 3.0
+
+
+_LINES = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=8)
+
+
+@given(_LINES, st.lists(st.integers(1, 50), min_size=1, max_size=20), st.booleans(), st.booleans())
+def test_a_chunked_watch_body_reads_back_as_the_lines_sent_however_it_is_cut(
+        lines: list[bytes], cuts: list[int], extensions: bool, ended: bool) -> None:
+    """`chunked_lines` (how a watch stream's body is read): the gateway's lines,
+    cut into chunks anywhere (a line over several chunks, several in one),
+    come back as sent, each with its newline; a body cut off before its last
+    chunk gives what it had."""
+    body = b"".join(line + b"\n" for line in lines)
+    wire, at, k = b"", 0, 0
+    while at < len(body):
+        size = cuts[k % len(cuts)]
+        k += 1
+        piece = body[at:at + size]
+        at += size
+        wire += b"%x%s\r\n%s\r\n" % (len(piece), b";x=y" if extensions else b"", piece)
+    if ended:
+        wire += b"0\r\n\r\n"
+    got = list(chunked_lines(io.BufferedReader(io.BytesIO(wire))))
+    assert got == [line + b"\n" for line in lines]
