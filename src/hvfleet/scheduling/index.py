@@ -483,9 +483,17 @@ class FleetIndex:
         target = store.revision()
         n = 0
         if target > max(self.revision, self._caught_up):
+            # A revision with no event of ours (a server secret's write on etcd)
+            # that reaches `target` ends the catch-up as its event would.
+            reached = threading.Event()
+
+            def progressed(revision: int) -> None:
+                if revision >= target:
+                    reached.set()
+
             try:
-                for event in store.watch(None, since=self.revision, timeout=settle,
-                                         on_undecodable=self.forget):
+                for event in store.watch(None, since=self.revision, timeout=settle, stop=reached,
+                                         on_undecodable=self.forget, on_progress=progressed):
                     self.apply(event)
                     n += 1
                     if event.revision >= target and event.last_of_revision:

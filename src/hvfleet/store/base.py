@@ -284,6 +284,7 @@ class Store(ABC):
         stop: threading.Event | None = None,
         timeout: float | None = None,
         on_undecodable: Callable[[Undecodable], None] | None = None,
+        on_progress: Callable[[int], None] | None = None,
     ) -> Iterator[WatchEvent]:
         """Events with revision > since, in revision order, until `stop` is set or
         `timeout` seconds pass without an event. Gone if `since` was compacted.
@@ -291,11 +292,15 @@ class Store(ABC):
         its own Hypervisor must not receive every other host's writes. An event
         whose object does not decode is skipped (logged and counted) and handed
         to `on_undecodable`, where the backend can tell (SQLite, etcd; not the
-        remote store, whose server skips it)."""
+        remote store, whose server skips it). A backend whose revision also
+        moves with writes beside the objects (etcd: server secrets) may hand
+        such a revision to `on_progress`, once every event before it was
+        yielded, so a reader catching up to the store's revision can stop there
+        (`watch_objects` says the same)."""
         if name is not None and not kind:
             raise InvalidInput("watch: a name needs a kind")
         return self._watch(kind_of(kind) if kind else None, since, name, stop, timeout,
-                           on_undecodable)
+                           on_undecodable, on_progress)
 
     def watch_into(self, kind: str | None, since: int, sink: Callable[[builtins.list[WatchEvent]], None],
                    stop: threading.Event) -> None:
@@ -328,7 +333,8 @@ class Store(ABC):
     @abstractmethod
     def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                timeout: float | None,
-               on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+               on_undecodable: Callable[[Undecodable], None] | None,
+               on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         """`watch` of one kind (its name as objects carry it) or, with None, of
         every public kind; a name only with a kind."""
 

@@ -692,38 +692,53 @@ class EtcdStore(Store):
 
     def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                timeout: float | None,
-               on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+               on_undecodable: Callable[[Undecodable], None] | None,
+               on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         """Events with revision > since, resuming on another endpoint (from the
         last revision delivered) when a stream breaks (see `etcd_watch`)."""
         if timeout is None and self._shared:
             # A long-lived watch: served from the process's one stream of every object.
-            return self._feed.watch(Interest(kind, name), since, stop, on_undecodable,
-                                    lambda at: self._own_watch(kind, at, name, stop, None, on_undecodable))
-        return self._own_watch(kind, since, name, stop, timeout, on_undecodable)
+            return self._feed.watch(Interest(kind, name, progress=on_progress is not None), since, stop,
+                                    on_undecodable,
+                                    lambda at: self._own_watch(kind, at, name, stop, None, on_undecodable),
+                                    on_progress)
+        return self._own_watch(kind, since, name, stop, timeout, on_undecodable, on_progress)
 
     def share_watches(self) -> None:
         self._shared = True
 
     def _own_watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                    timeout: float | None,
-                   on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
-        """A watch on an etcd stream of its own."""
+                   on_undecodable: Callable[[Undecodable], None] | None,
+                   on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
+        """A watch on an etcd stream of its own. One of every public kind with
+        `on_progress` (the fleet index catching up) reads every key of the
+        store, as the feed does: a revision with no event for it (a server
+        secret's write, an access token's) goes to `on_progress`."""
+        within: str | None = None
         if name is not None:
             # One key is the range [key, key + NUL): etcd then watches just that key.
             start = self._key(kind or "", name)
             end = start + "\0"
+        elif kind is None and on_progress is not None:
+            start, within = self.prefix + "/", self._kind_prefix(None)
+            end = prefix_end(start)
         else:
             start = self._kind_prefix(kind)
             end = prefix_end(start)
         events = watch_range(
             self.transport, start, end, since, self._decode_watched, stop=stop, timeout=timeout,
-            on_undecodable=on_undecodable,
+            on_undecodable=on_undecodable, within=within, on_progress=on_progress if within else None,
         )
         if kind is not None:
             yield from events
             return
         # Access tokens live under the same prefix but are not in the all-kinds feed.
-        yield from (e for e in events if e.object.kind in KINDS)
+        for e in events:
+            if e.object.kind in KINDS:
+                yield e
+            elif on_progress is not None and e.last_of_revision:
+                on_progress(e.revision)
 
     def _feed_stream(self, since: int, stop: threading.Event,
                      on_undecodable: Callable[[Undecodable], None],

@@ -611,7 +611,8 @@ class RemoteStore(Store):
 
     def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                timeout: float | None,
-               on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+               on_undecodable: Callable[[Undecodable], None] | None,
+               on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         kinds = [kind] if kind else builtins.list(KINDS)
         return self._follow(kinds, since, name, stop, timeout)
 

@@ -369,7 +369,8 @@ class SqliteStore(Store):
 
     def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                timeout: float | None,
-               on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+               on_undecodable: Callable[[Undecodable], None] | None,
+               on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         return self._watch_kinds([kind] if kind else list(KINDS), since, name, stop, timeout,
                                  on_undecodable)
 
