@@ -23,7 +23,7 @@ from hvfleet.model.hypervisor import Reservation
 from hvfleet.placement.records import read_fleet
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.store import Store, open_store
-from tests.placement.test_placement_claims import Placement, _fleet, _serve, _uuid
+from tests.placement.support import Placement, _fleet, _serve, _uuid
 from tests.support.etcd_local import EtcdCluster
 
 # Frames of the Placement API (the core and its edge): a list made under one
