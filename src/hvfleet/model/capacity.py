@@ -204,12 +204,31 @@ def beyond_libvirt(
         if r not in seen:
             out[r] = q
         elif counted:
-            libvirt = counted.get(r)
+            libvirt = _counted_of(counted, r)
             if libvirt is None:
                 out[r] = q
             elif q > libvirt:
                 out[r] = q - libvirt
     return out
+
+
+# A guest's RAM, whichever pool backs it: Placement (and so Nova) claims a
+# hugepage-backed guest's memory as MEMORY_MB, while libvirt counts it in
+# the hugepage pool's resource and shows 0 of plain memory.
+_GUEST_MEMORY = (ResourceName("memory"), ResourceName("hugepages-2Mi"), ResourceName("hugepages-1Gi"))
+
+
+def _counted_of(counted: Mapping[ResourceName, Quantity], r: ResourceName) -> Quantity | None:
+    """libvirt's count of `r` for one instance (`counted`: its resources),
+    None where it lists none; a claim's memory is covered by the guest's RAM
+    in every page size."""
+    if r != _GUEST_MEMORY[0]:
+        return counted.get(r)
+    total: Quantity | None = None
+    for m in _GUEST_MEMORY:
+        if m in counted:
+            total = counted[m] if total is None else total + counted[m]
+    return total
 
 
 def claim_holds(
