@@ -26,7 +26,7 @@ from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import parse_request
-from tests.placement.test_placement_claims import Placement, _served_sqlite
+from tests.placement.support import Placement, _served_sqlite
 from tests.scheduling.sched_fleet import host, put_host
 
 GI = 1024  # MiB

@@ -29,7 +29,7 @@ from hvfleet.placement.graph import GraphBasis, Inventory, Provider, ProviderGra
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.store import open_store
 from hvfleet.store.tokens import issue_token
-from tests.placement.test_candidates_differential import AGGS, TRAITS, fleets, queries
+from tests.placement.candidate_cases import AGGS, TRAITS, fleets, queries
 
 
 def answer(graph: ProviderGraph, mv: tuple[int, int],

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from tests.placement.inprocess_placement import app
-from tests.placement.test_placement_claims import Placement, _served_sqlite
+from tests.placement.support import Placement, _served_sqlite
 
 Answer = tuple[int, bool, bool, str | None, Any]
 

@@ -23,7 +23,7 @@ from hvfleet.placement.records import Source
 from hvfleet.placement.service import create_provider, set_inventories
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.store import Store, open_store
-from tests.placement.test_placement_claims import (
+from tests.placement.support import (
     Placement,
     _fleet,
     _race,

@@ -24,7 +24,7 @@ from hvfleet.placement.records import read_fleet
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.server.dashboard.history import SAMPLER
 from hvfleet.store import Store, open_store
-from tests.placement.test_placement_claims import Placement, _fleet, _serve, _uuid
+from tests.placement.support import Placement, _fleet, _serve, _uuid
 from tests.scheduling.sched_fleet import host, put_host
 from tests.support import serve
 from tests.support.etcd_local import EtcdCluster

@@ -22,7 +22,7 @@ from tests.server.tls_files import TlsFiles
 
 
 class ServerThread:
-    def __init__(self, app: Any, tls: TlsFiles | None = None) -> None:
+    def __init__(self, app: Any, tls: TlsFiles | None = None, http: Any = "auto") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -31,7 +31,7 @@ class ServerThread:
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2,
                                 ssl_certfile=str(tls.cert) if tls else None,
-                                ssl_keyfile=str(tls.key) if tls else None)
+                                ssl_keyfile=str(tls.key) if tls else None, http=http)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name=f"uvicorn-{self.port}", daemon=True)

@@ -25,6 +25,7 @@ from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
     Cell,
     Hypervisor,
+    Instance,
     OvercommitPolicy,
     Reservation,
     ReservationPhase,
@@ -174,7 +175,71 @@ def discovered_resources(h: Hypervisor) -> frozenset[ResourceName]:
 
 def consumer_present(res: Reservation, h: Hypervisor | None) -> bool:
     """Whether the reservation's instance exists on its host (per the agent)."""
-    return h is not None and any(i.uuid == res.spec.consumer for i in h.status.instances)
+    return instance_of(res.spec.consumer, h) is not None
+
+
+def instance_of(consumer: str, h: Hypervisor | None) -> Instance | None:
+    """The consumer's instance on `h` as the agent lists it, or None."""
+    if h is None:
+        return None
+    return next((i for i in h.status.instances if i.uuid == consumer), None)
+
+
+def beyond_libvirt(
+    resources: Mapping[ResourceName, Quantity], instance: Instance, h: Hypervisor
+) -> ResourceList:
+    """What a claim of `resources` holds while its consumer's `instance` runs
+    on `h`: all of each resource the agent does not discover there (libvirt's
+    allocation never counts it: VGPU, VFs), and of each it does, what exceeds
+    libvirt's count of that instance (`instance.resources`), which the host's
+    allocation already has: a resize not yet applied to the domain. So the
+    instance counts once, as Placement counts an allocation once (usage − old
+    + new). An instance listed without resources (a status not written by the
+    agent, which always lists them) is taken to count all the claim has of
+    what libvirt sees."""
+    seen = discovered_resources(h)
+    counted = instance.resources
+    out: ResourceList = {}
+    for r, q in resources.items():
+        if r not in seen:
+            out[r] = q
+        elif counted:
+            libvirt = _counted_of(counted, r)
+            if libvirt is None:
+                out[r] = q
+            elif q > libvirt:
+                out[r] = q - libvirt
+    return out
+
+
+# A guest's RAM, whichever pool backs it: Placement (and so Nova) claims a
+# hugepage-backed guest's memory as MEMORY_MB, while libvirt counts it in
+# the hugepage pool's resource and shows 0 of plain memory.
+_GUEST_MEMORY = (ResourceName("memory"), ResourceName("hugepages-2Mi"), ResourceName("hugepages-1Gi"))
+
+
+def _counted_of(counted: Mapping[ResourceName, Quantity], r: ResourceName) -> Quantity | None:
+    """libvirt's count of `r` for one instance (`counted`: its resources),
+    None where it lists none; a claim's memory is covered by the guest's RAM
+    in every page size."""
+    if r != _GUEST_MEMORY[0]:
+        return counted.get(r)
+    total: Quantity | None = None
+    for m in _GUEST_MEMORY:
+        if m in counted:
+            total = counted[m] if total is None else total + counted[m]
+    return total
+
+
+def claim_holds(
+    consumer: str, resources: Mapping[ResourceName, Quantity], h: Hypervisor
+) -> ResourceList:
+    """What a new claim of `resources` for `consumer` would hold on `h` now
+    (as `held_resources` judges it once written): everything, unless the
+    consumer's instance already runs there (`beyond_libvirt`). This, not the
+    whole request, is what the claim needs free."""
+    instance = instance_of(consumer, h)
+    return dict(resources) if instance is None else beyond_libvirt(resources, instance, h)
 
 
 def reservation_phase(
@@ -227,15 +292,18 @@ def held_resources(
     res: Reservation, h: Hypervisor | None, now: datetime | None = None
 ) -> ResourceList:
     """What the reservation holds on `h` now: everything while Pending or Active;
-    while Confirmed and its instance exists on the host, the resources the agent
-    does not discover there (libvirt's allocation never counts them); nothing
-    otherwise (Released, Expired, or the instance is gone)."""
+    while Confirmed and its instance exists on the host, what libvirt's
+    allocation does not count of it (`beyond_libvirt`: the resources the agent
+    does not discover there, and what the claim has beyond the instance's own
+    count of those it does); nothing otherwise (Released, Expired, or the
+    instance is gone)."""
     phase = reservation_phase(res, h, now)
     if phase in HOLDING_PHASES:
         return dict(res.spec.resources)
-    if phase == "Confirmed" and h is not None and consumer_present(res, h):
-        seen = discovered_resources(h)
-        return {r: q for r, q in res.spec.resources.items() if r not in seen}
+    if phase == "Confirmed" and h is not None:
+        instance = instance_of(res.spec.consumer, h)
+        if instance is not None:
+            return beyond_libvirt(res.spec.resources, instance, h)
     return {}
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from hvfleet.model.capacity import claim_holds, instance_of
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import Reservation, ReservationSpec, ReservationStatus
 from hvfleet.model.meta import ObjectMeta
@@ -44,7 +45,7 @@ from hvfleet.placement.errors import (
     PlacementNotFound,
 )
 from hvfleet.placement.graph import Inventory
-from hvfleet.placement.records import Fleet, ProviderView, Source, now_text
+from hvfleet.placement.records import Fleet, ProviderView, Source, now_text, units_of
 from hvfleet.placement.service import INVENTORY_DEFAULTS, MANAGER, check_generation, write_provider
 from hvfleet.scheduling.claims import claim_write, reservation_labels
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit
@@ -91,15 +92,37 @@ def consumer_allocations(src: Source, consumer: str) -> ConsumerAllocations:
                                src.consumer(consumer))
 
 
+def _amounts(resources: Mapping[str, int]) -> dict[ResourceName, Quantity]:
+    amounts: dict[ResourceName, Quantity] = {}
+    for rc, n in resources.items():
+        r = resource_for_class(rc)
+        amounts[r] = r.quantity(r.from_placement_units(n))
+    return amounts
+
+
+def holds(p: ProviderView, consumer: str, resources: Mapping[str, int]) -> dict[str, int]:
+    """What `consumer`'s allocation of `resources` on `p` adds to its usage: all
+    of it, except on a hypervisor where the consumer's instance runs, whose
+    claim holds only what libvirt's allocation (`p.unclaimed`) does not count
+    of it (`claim_holds`): Placement's usage − old + new, counting the
+    instance once."""
+    h = p.hypervisor
+    if h is None or instance_of(consumer, h) is None:
+        return dict(resources)
+    return {rc: n for rc, n in units_of(claim_holds(consumer, _amounts(resources), h)).items() if n}
+
+
 def _check_amounts(p: ProviderView, consumer: str, working: Mapping[str, Mapping[str, int]],
                    resources: Mapping[str, int]) -> None:
     """`resources` for `consumer` on `p`, whose allocations are `working` (what
-    this request has written so far): Placement's capacity and unit checks."""
+    this request has written so far, as they hold: `holds`): Placement's
+    capacity and unit checks, the capacity judged on what the allocation adds."""
     usages = dict(p.unclaimed)
     for c, res in working.items():
         if c != consumer:
             for rc, n in res.items():
                 usages[rc] = usages.get(rc, 0) + n
+    adds = holds(p, consumer, resources)
     for rc, amount in resources.items():
         inv = p.inventories.get(rc)
         if inv is None:
@@ -110,21 +133,17 @@ def _check_amounts(p: ProviderView, consumer: str, working: Mapping[str, Mapping
             raise PlacementConflict(
                 f"Unable to allocate inventory: Unable to create allocation for '{rc}' on resource "
                 f"provider '{p.uuid}'. The requested amount would violate inventory constraints.")
-        if usages.get(rc, 0) + amount > inv.capacity:
+        if usages.get(rc, 0) + adds.get(rc, 0) > inv.capacity:
             raise PlacementConflict(
                 f"Unable to allocate inventory: Unable to create allocation for '{rc}' on resource "
                 f"provider '{p.uuid}'. The requested amount would exceed the capacity.")
 
 
 def _reservation(host: str, consumer: str, resources: Mapping[str, int], generation: int) -> Reservation:
-    amounts: dict[ResourceName, Quantity] = {}
-    for rc, n in resources.items():
-        r = resource_for_class(rc)
-        amounts[r] = r.quantity(r.from_placement_units(n))
     return Reservation(
         metadata=ObjectMeta(name=alloc_name(host, consumer, generation),
                             labels=reservation_labels(host, "hvfleet")),
-        spec=ReservationSpec(hypervisor=host, resources=amounts, consumer=consumer),
+        spec=ReservationSpec(hypervisor=host, resources=_amounts(resources), consumer=consumer),
         status=ReservationStatus(phase="Active"),
     )
 
@@ -215,7 +234,8 @@ class _Plan:
             if new:
                 _check_amounts(p, consumer, allocs, new)
                 self.grown.add(rp)
-                allocs[consumer] = dict(new)
+                # As it holds: what the next request of a group is checked against.
+                allocs[consumer] = holds(p, consumer, new)
             else:
                 allocs.pop(consumer, None)
             if p.hypervisor is not None and new != before.get(rp, {}):

@@ -105,14 +105,22 @@ class ProviderView:
                         traits=self.traits, aggregates=frozenset(self.aggregates))
 
 
+def units_of(resources: ResourceList) -> dict[str, int]:
+    """hvfleet amounts as Placement's: resource class -> whole units (rounded up)."""
+    out: dict[str, int] = {}
+    for name, q in resources.items():
+        if q > 0:
+            rc = name.placement.resource_class
+            out[rc] = out.get(rc, 0) + units_up(name, q)
+    return out
+
+
 def _by_consumer(pairs: Iterable[tuple[str, ResourceList]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for consumer, resources in pairs:
-        for name, q in resources.items():
-            if q > 0:
-                mine = out.setdefault(consumer, {})
-                rc = name.placement.resource_class
-                mine[rc] = mine.get(rc, 0) + units_up(name, q)
+        for rc, n in units_of(resources).items():
+            mine = out.setdefault(consumer, {})
+            mine[rc] = mine.get(rc, 0) + n
     return out
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
-from hvfleet.model.capacity import held_resources, reservation_phase
+from hvfleet.model.capacity import claim_holds, held_resources, reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
 from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
@@ -134,7 +134,11 @@ def claim_check(
     """The check every claim runs inside the store's atomic write: the consumer
     holds nothing else on that host, and `request` fits there (under the
     fleet's overcommit `policies` and with the agent's `lease`, both read
-    before the write; the lease is judged at the time taken inside it)."""
+    before the write; the lease is judged at the time taken inside it). What
+    must be free is what the claim will hold (`claim_holds`): where the
+    consumer's instance already runs on the host, libvirt's allocation counts
+    it, and the claim needs only what that count lacks (a changed allocation
+    of a running instance is usage − old + new, as in Placement)."""
 
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         # The time is taken inside the atomic write: what expired by now is free.
@@ -143,7 +147,8 @@ def claim_check(
             if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
                 raise ConsumerAlreadyHolds(consumer, other.name, h.name)
         live = None if lease is None else lease_live(lease, now)
-        check_claim(h, others, request, now, staleness, policies, live)
+        check_claim(h, others, request, now, staleness, policies, live,
+                    claim_holds(consumer, request.total_list(), h))
 
     return check
 

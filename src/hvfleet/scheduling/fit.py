@@ -148,15 +148,20 @@ def resource_rejections(
     request: Request,
     now: datetime | None,
     policies: Sequence[OvercommitPolicy] = (),
+    holds: Mapping[ResourceName, Quantity] | None = None,
 ) -> list[Rejection]:
-    """Per requested resource, what does not hold (empty: the request fits)."""
+    """Per requested resource, what does not hold (empty: the request fits).
+    `holds` is what a claim of the request would hold on `h` where that is
+    less than the request (`claim_holds`: its consumer's instance already
+    runs there and libvirt counts part of it): what must be free; the unit
+    constraints still judge the request."""
     free = free_capacity(h, reservations, now, policies)
     largest = max_unit(h)
     units = unit_constraints(h)
     out: list[Rejection] = []
     for r in sorted(request.resources, key=str):
         one = request.resources[r]
-        need = request.total(r)
+        need = request.total(r) if holds is None else holds.get(r, Quantity(0, one.format))
         have = free.get(r, Quantity(0, one.format))
         if need > have:
             out.append(Rejection("insufficient", f"{r}: needs {_shown(r, need)}, {_shown(r, have)} free "
@@ -184,12 +189,14 @@ def rejections(
     staleness: timedelta = DEFAULT_STALENESS,
     live: bool | None = None,
     policies: Sequence[OvercommitPolicy] = (),
+    holds: Mapping[ResourceName, Quantity] | None = None,
 ) -> list[Rejection]:
-    """Everything that keeps `request` off `h`; empty when it fits."""
+    """Everything that keeps `request` off `h`; empty when it fits (`holds`:
+    as for `resource_rejections`)."""
     not_candidate = candidacy(h, now, staleness, live)
     if not_candidate is not None:
         return [not_candidate]
-    return resource_rejections(h, reservations, request, now, policies)
+    return resource_rejections(h, reservations, request, now, policies, holds)
 
 
 def check_claim(
@@ -200,10 +207,12 @@ def check_claim(
     staleness: timedelta = DEFAULT_STALENESS,
     policies: Sequence[OvercommitPolicy] = (),
     live: bool | None = None,
+    holds: Mapping[ResourceName, Quantity] | None = None,
 ) -> None:
     """Raise DoesNotFit unless `request` fits on `h` right now. `live` is what
-    the host's agent Lease says (None: the host has none), as for `rejections`."""
-    found = rejections(h, reservations, request, now, staleness, live, policies)
+    the host's agent Lease says (None: the host has none), as for `rejections`;
+    `holds` what the claim would hold, as for `resource_rejections`."""
+    found = rejections(h, reservations, request, now, staleness, live, policies, holds)
     if found:
         raise DoesNotFit(h.name, found)
 

@@ -43,6 +43,34 @@ MAX_HEAD_BYTES = 16 * 1024
 STOP_CHECK_S = 0.1
 
 HTTP_IMPLEMENTATIONS = ("auto", "h11", "httptools")
+# The ASGI scope extension of a request handed to the app without its body
+# because its Content-Length is not a number (the app must refuse it).
+UNFRAMED = "hvfleet.unframed"
+
+
+def malformed_length(head: bytes) -> tuple[bytes, bytes] | None:
+    """(`head` without its Content-Length line, that line's value) when the
+    head's one Content-Length is not a number and no Transfer-Encoding frames
+    the body instead; else None. `head` is a request head or the start of
+    one: only its complete lines are read (a line ends in CRLF, as llhttp
+    requires), and what follows them is kept as it is."""
+    lines = head.split(b"\r\n")
+    lengths: list[int] = []
+    for i, line in enumerate(lines[1:-1], start=1):
+        name, colon, value = line.partition(b":")
+        if not colon:
+            continue
+        name = name.lower()
+        if name == b"transfer-encoding":
+            return None
+        if name == b"content-length":
+            lengths.append(i)
+    if len(lengths) != 1:
+        return None
+    value = lines[lengths[0]].partition(b":")[2].strip(b" \t")
+    if value.isdigit():
+        return None
+    return b"\r\n".join(lines[:lengths[0]] + lines[lengths[0] + 1:]), value
 
 
 class CoalescedWrites:
@@ -172,6 +200,7 @@ def httptools_protocol() -> type[asyncio.Protocol] | None:
     when httptools is not installed."""
     if importlib.util.find_spec("httptools") is None:
         return None
+    import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class HttpToolsDeadlineProtocol(_HeadDeadline, HttpToolsProtocol):
@@ -187,17 +216,73 @@ def httptools_protocol() -> type[asyncio.Protocol] | None:
         def _awaiting_head(self) -> bool:
             return self._head_open
 
+        # What arrived of the current head (at most MAX_HEAD_BYTES), kept for
+        # a head llhttp refuses for its Content-Length alone (`_hand_over`).
+        _head_seen = b""
+        # The Content-Length, not a number, of the request handed over without
+        # its body; from then on nothing more is read and the connection closes.
+        _unframed: bytes | None = None
+        # Such a head is still arriving.
+        _awaiting_rest = False
+
         def data_received(self, data: bytes) -> None:
+            if self._unframed is not None:
+                return
             if self._head_open:
                 self._head_bytes += len(data)
+                if len(self._head_seen) < MAX_HEAD_BYTES:
+                    self._head_seen += data[:MAX_HEAD_BYTES - len(self._head_seen)]
+            if self._awaiting_rest:
+                self._awaiting_rest = False
+                if not self._hand_over():
+                    HttpToolsProtocol.send_400_response(self, "Invalid HTTP request received.")
+                return
             super().data_received(data)
             if self._head_open and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
                 # llhttp keeps an incomplete header line in memory: bounded here.
                 self.send_400_response("Request head too large.")
 
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn answers every head llhttp refuses with a plain 400 of its own.
+            if msg == "Invalid HTTP request received." and self._head_open and self._hand_over():
+                return
+            super().send_400_response(msg)
+
+        def _hand_over(self) -> bool:
+            """A head whose only fault is a Content-Length that is not a number
+            goes to the app (which answers it: Placement's 400, or the API's
+            Status) without a body, whose framing is unknown, and the
+            connection closes after the answer. True when handed over, or when
+            such a head is still arriving (then the rest is awaited, within
+            the head's deadline and size); False: uvicorn's plain 400."""
+            received = self._head_seen
+            end = received.find(b"\r\n\r\n")
+            found = malformed_length(received if end < 0 else received[:end + 4])
+            if found is None:
+                return False
+            if end < 0:
+                self._awaiting_rest = self._head_bytes <= MAX_HEAD_BYTES
+                return self._awaiting_rest
+            head, value = found
+            self._unframed = value
+            self.parser = httptools.HttpRequestParser(self)  # the refusing one is in its error state
+            try:
+                self.parser.feed_data(head)
+            except httptools.HttpParserError:
+                self._unframed = None
+                return False
+            return True
+
         def on_headers_complete(self) -> None:
             self._head_open = False
             self._head_bytes = 0
+            self._head_seen = b""
+            if self._unframed is not None:
+                self.headers.append((b"content-length", self._unframed))
+                self.scope.setdefault("extensions", {})[UNFRAMED] = {}
+                super().on_headers_complete()
+                self.cycle.keep_alive = False
+                return
             self._disarm_head_deadline()  # the head is complete: the request runs
             super().on_headers_complete()
 
