@@ -39,6 +39,10 @@ class Op:
 
 
 ROUTES: dict[str, dict[str, Op]] = {
+    # First: the router tries each path in turn, and the scheduler asks this
+    # one before every boot (no other path matches it).
+    "/allocation_candidates": {"GET": Op("candidates", h.allocation_candidates, since=(1, 10),
+                                         at_once=h.kept_allocation_candidates)},
     "/": {"GET": Op("open", h.root)},
     "/resource_providers": {
         "GET": Op("read", h.list_providers),
@@ -85,8 +89,6 @@ ROUTES: dict[str, dict[str, Op]] = {
         "DELETE": Op("allocations", h.delete_allocations)},
     "/usages": {"GET": Op("usages", h.usages, since=(1, 9))},
     "/reshaper": {"POST": Op("reshaper", h.reshape, True, since=(1, 30))},
-    "/allocation_candidates": {"GET": Op("candidates", h.allocation_candidates, since=(1, 10),
-                                         at_once=h.kept_allocation_candidates)},
 }
 
 
