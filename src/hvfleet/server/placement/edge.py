@@ -29,7 +29,7 @@ from hvfleet.placement.errors import (
 from hvfleet.placement.records import Source
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.server.identity import Identity
-from hvfleet.server.placement import policy
+from hvfleet.server.placement import compression, policy
 from hvfleet.server.placement.microversion import (
     MAX_VERSION,
     MIN_VERSION,
@@ -260,11 +260,22 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
             headers["cache-control"] = "no-cache"
         if out is None:
             return Response(status_code=call.status if call.status != 200 else 204, headers=headers)
+        if isinstance(out, EncodedJSON) and len(out.body) >= compression.MIN_BYTES:
+            headers["vary"] = "openstack-api-version, accept-encoding"
+            if compression.accepts_gzip(request.headers.get("accept-encoding")):
+                # Compressed once per kept body; the first time, off the event loop.
+                packed = GZIP.kept(out.body) or await in_thread(GZIP.compress, out.body)
+                headers["content-encoding"] = "gzip"
+                return Response(packed, status_code=call.status, headers=headers,
+                                media_type="application/json")
         content = out.body if isinstance(out, EncodedJSON) else json.dumps(out)
         return Response(content, status_code=call.status, headers=headers, media_type="application/json")
 
     return run
 
+
+# The gzip bodies of the kept answers this process served last.
+GZIP = compression.GzipKept()
 
 # Who calls what needs no token (the version document).
 OPEN = Identity(subject="anonymous", role="viewer")
