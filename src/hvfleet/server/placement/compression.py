@@ -13,8 +13,9 @@ import gzip
 import threading
 
 MIN_BYTES = 128 * 1024
-# Level 1: a 444 KiB candidates body (1,000 providers) to ~10 % in a few ms,
-# once per graph; higher levels take several times longer for a few % less.
+# Level 1: the 444 KiB candidates body of 1,000 providers to 15 KiB in ~1 ms
+# of CPU, once per graph (level 6: 14 KiB in ~2.6 ms); the client decodes it
+# in ~0.5 ms.
 LEVEL = 1
 # Compressed bodies kept (by the identity of the body they encode).
 KEPT = 16
