@@ -122,6 +122,7 @@ class Got:
     parse: float
     server: float = 0.0
     encoding: str = "identity"  # the answer's Content-Encoding (decoded within `took`)
+    wire: int = 0  # the body's bytes as sent (`size` is the decoded body's)
 
 
 class Endpoint:
@@ -171,6 +172,7 @@ class Endpoint:
         conn.request("GET", self.prefix + path, headers=headers)
         r = conn.getresponse()
         raw = r.read()
+        wire = len(raw)
         encoding = r.getheader("content-encoding") or "identity"
         if encoding == "gzip":
             raw = gzip.decompress(raw)
@@ -179,7 +181,7 @@ class Endpoint:
         server = self.cpu() - server
         t = time.perf_counter()
         doc = json.loads(raw)
-        return Got(r.status, doc, took, len(raw), cpu, time.perf_counter() - t, server, encoding)
+        return Got(r.status, doc, took, len(raw), cpu, time.perf_counter() - t, server, encoding, wire)
 
     def call(self, conn: http.client.HTTPConnection, method: str, path: str,
              body: Any = None) -> tuple[int, Any]:
@@ -384,7 +386,7 @@ def candidates_note(side: Turns) -> str:
     got = side.last
     assert got is not None
     return (f"({len(got.doc['allocation_requests'])} candidates, {got.size / 1024:.0f} KiB "
-            f"sent as {got.encoding}, "
+            f"sent as {got.encoding} in {got.wire / 1024:.0f} KiB, "
             f"{len(side.times)} queries; client CPU {ms(statistics.median(side.client))}, "
             f"json.loads {ms(statistics.median(side.parse))} (not counted); "
             f"server CPU {ms(side.server / len(side.times))})")
