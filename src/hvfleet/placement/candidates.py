@@ -859,21 +859,17 @@ def candidates_json(
     return body
 
 
-def kept_candidates_json(
-    graph: ProviderGraph,
-    params: Mapping[str, Sequence[str]],
-    microversion: Microversion,
-    *,
-    resource_classes: frozenset[str] | None = None,
-    traits: frozenset[str] | None = None,
-) -> bytes | None:
-    """`candidates_json`'s body when it is kept already (None: nothing is
+def kept_candidates_json(graph: ProviderGraph, params: Mapping[str, Sequence[str]],
+                         microversion: Microversion,
+                         known: tuple[frozenset[str] | None, frozenset[str] | None]) -> bytes | None:
+    """`candidates_json(graph, params, microversion, resource_classes=known[0],
+    traits=known[1])` when that body is kept already (None: nothing is
     computed, not even the graph's index): a dict lookup, for a caller that
     must not do more (the server's event loop)."""
     ix = _held(graph)
     if ix is None:
         return None
-    return ix.answers.get(_answer_key(params, microversion, resource_classes, traits))
+    return ix.answers.get(_answer_key(params, microversion, *known))
 
 
 def _answer_key(params: Mapping[str, Sequence[str]], microversion: Microversion,

@@ -497,8 +497,7 @@ def kept_allocation_candidates(call: Call) -> EncodedJSON | None:
     known = snap.kept_known_names()
     if graph is None or known is None:
         return None
-    body = candidates.kept_candidates_json(graph, call.params, call.version,
-                                           resource_classes=known[0], traits=known[1])
+    body = candidates.kept_candidates_json(graph, call.params, call.version, known)
     if body is None:
         return None
     call.last_modified = _now()
