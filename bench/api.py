@@ -103,11 +103,12 @@ class Server:
     ca: Path | None
 
     def __init__(self, store_url: str, data_dir: Path, plain: bool = False,
-                 options: dict[str, Any] | None = None) -> None:
+                 options: dict[str, Any] | None = None, python: str = sys.executable) -> None:
+        """`python`: another checkout's interpreter (its own hvfleet) to serve with."""
         data_dir.mkdir(parents=True, exist_ok=True)
         settings = {"store": store_url, "listen": "127.0.0.1:0", "data_dir": str(data_dir),
                     "audit_log": str(data_dir / "audit.log"), "insecure_http": plain, **(options or {})}
-        self.proc = subprocess.Popen([sys.executable, "-m", "hvfleet.server", json.dumps(settings)],
+        self.proc = subprocess.Popen([python, "-m", "hvfleet.server", json.dumps(settings)],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         url: str | None = None

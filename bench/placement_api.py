@@ -35,7 +35,13 @@ HTTPS with the CA it makes, token authentication (an admin token in
    `--candidate-stores` (SQLite, a one-member etcd), each through a server
    per `--transports`: HTTPS as deployed, and plain HTTP on loopback, the
    transport real Placement is measured on (wsgiref, no TLS; HTTP/1.0, a new
-   connection per request, which costs it ~0.1 ms). Both fleets are seeded
+   connection per request, which costs it ~0.1 ms). With `--base CHECKOUT`,
+   that checkout's `hvfleet serve` answers beside each (`base/...`, its own
+   .venv, the same store), in the same rounds: a change's effect measured
+   interleaved. The client is Python's http.client; `--accept-encoding`
+   sets the header it sends (none by default; requests, Nova's client under
+   keystoneauth, sends `gzip, deflate`), and each figure says how the answer
+   came (a compressed answer is decoded within the timed span). Both fleets are seeded
    straight into their databases (hvfleet's as provider records,
    Placement's as rows in its tables, as bench/placement_candidates.py does):
    10,000 providers through Placement's API would take an hour on a loaded
@@ -52,7 +58,7 @@ HTTPS with the CA it makes, token authentication (an admin token in
 
     .venv/bin/python bench/placement_api.py [--sizes 1000,10000] [--claims 400] [--clients 8]
         [--stores sqlite,etcd] [--queries 20] [--candidate-stores sqlite,etcd] [--transports https,http]
-        [--ours-per-round 5] [--no-floor]
+        [--ours-per-round 5] [--no-floor] [--base CHECKOUT] [--accept-encoding 'gzip, deflate']
         [--sections claims,candidates,gets] [--gets-stores sqlite,etcd]
 """
 
@@ -60,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import http.client
 import json
 import os
@@ -114,10 +121,16 @@ class Got:
     cpu: float
     parse: float
     server: float = 0.0
+    encoding: str = "identity"  # the answer's Content-Encoding (decoded within `took`)
+    wire: int = 0  # the body's bytes as sent (`size` is the decoded body's)
 
 
 class Endpoint:
-    """One Placement (hvfleet's or the real one): a connection per thread."""
+    """One Placement (hvfleet's or the real one): a connection per thread.
+    `accept_encoding`, when set, is sent with every timed GET (as requests,
+    keystoneauth's HTTP client, sends `gzip, deflate`)."""
+
+    accept_encoding = ""
 
     def __init__(self, name: str, host: str, port: int, prefix: str, token: str,
                  context: ssl.SSLContext | None, pid: int | None = None) -> None:
@@ -145,22 +158,30 @@ class Endpoint:
 
     def timed_get(self, conn: http.client.HTTPConnection, path: str) -> Got:
         """GET `path`, timed from sending the request to the last byte of
-        the answer: wall, this thread's CPU (sending, receiving, TLS) and the
-        server's CPU; parsing the JSON (the same for both peers) is timed apart."""
+        the answer (decoded, when it came compressed, as requests decodes
+        it): wall, this thread's CPU (sending, receiving, TLS, decoding) and
+        the server's CPU; parsing the JSON (the same for both peers) is timed
+        apart."""
         headers = {"X-Auth-Token": self.token, "OpenStack-API-Version": VERSION,
                    "Accept": "application/json"}
+        if self.accept_encoding:
+            headers["Accept-Encoding"] = self.accept_encoding
         server = self.cpu()
         c = time.thread_time()
         t = time.perf_counter()
         conn.request("GET", self.prefix + path, headers=headers)
         r = conn.getresponse()
         raw = r.read()
+        wire = len(raw)
+        encoding = r.getheader("content-encoding") or "identity"
+        if encoding == "gzip":
+            raw = gzip.decompress(raw)
         took = time.perf_counter() - t
         cpu = time.thread_time() - c
         server = self.cpu() - server
         t = time.perf_counter()
         doc = json.loads(raw)
-        return Got(r.status, doc, took, len(raw), cpu, time.perf_counter() - t, server)
+        return Got(r.status, doc, took, len(raw), cpu, time.perf_counter() - t, server, encoding, wire)
 
     def call(self, conn: http.client.HTTPConnection, method: str, path: str,
              body: Any = None) -> tuple[int, Any]:
@@ -364,7 +385,8 @@ def candidates_get(path: str) -> Callable[[Turns], None]:
 def candidates_note(side: Turns) -> str:
     got = side.last
     assert got is not None
-    return (f"({len(got.doc['allocation_requests'])} candidates, {got.size / 1024:.0f} KiB, "
+    return (f"({len(got.doc['allocation_requests'])} candidates, {got.size / 1024:.0f} KiB "
+            f"sent as {got.encoding} in {got.wire / 1024:.0f} KiB, "
             f"{len(side.times)} queries; client CPU {ms(statistics.median(side.client))}, "
             f"json.loads {ms(statistics.median(side.parse))} (not counted); "
             f"server CPU {ms(side.server / len(side.times))})")
@@ -471,6 +493,12 @@ def main() -> None:
                     help="candidates: hvfleet requests per server for each real Placement one (interleaved)")
     ap.add_argument("--no-floor", action="store_true",
                     help="candidates: without bench/floor_server.py (a bare ASGI app sending the same body)")
+    ap.add_argument("--base", type=Path, default=None,
+                    help="candidates: also serve from this checkout (its .venv), over the same stores, "
+                         "in the same rounds")
+    ap.add_argument("--accept-encoding", default="",
+                    help="candidates: the Accept-Encoding the client sends every peer ('': none; "
+                         "requests, as keystoneauth uses it, sends 'gzip, deflate')")
     ap.add_argument("--sections", default="claims,candidates,gets")
     ap.add_argument("--gets-stores", default="sqlite,etcd",
                     help="where nova-compute's reads are measured")
@@ -516,21 +544,28 @@ def quantile(times: list[float], q: float) -> float:
 
 
 def hvfleet_endpoints(kind: str, work: Path, stack: contextlib.ExitStack,
-                      transports: list[str]) -> tuple[Store, list[Endpoint]]:
+                      transports: list[str], base: Path | None = None) -> tuple[Store, list[Endpoint]]:
     """A store of `kind` and one `hvfleet serve` over it per transport: HTTPS
     (as deployed, with its own CA) and plain HTTP on loopback (the transport
-    real Placement is measured on here: wsgiref, no TLS)."""
+    real Placement is measured on here: wsgiref, no TLS). With `base` (a
+    checkout with its own .venv), that checkout's `hvfleet serve` too, per
+    transport, over the same store: the code before a change, measured in the
+    same rounds."""
     store = open_bench_store(kind, work, stack)
     stack.callback(store.close)
     token = make_token(store, "admin", name="bench-admin")
     out = []
     for transport in transports:
         plain = transport == "http"
-        server = Server(store.url, work / f"server-{transport}", plain=plain)
-        stack.callback(server.stop)
-        context = None if plain else ssl.create_default_context(cafile=str(server.ca))
-        out.append(Endpoint(f"hvfleet/{kind}/{transport}", "127.0.0.1", server.port, "/placement", token,
-                            context, server.proc.pid))
+        checkouts = [("hvfleet", sys.executable)]
+        if base is not None:
+            checkouts.append(("base", str(base / ".venv" / "bin" / "python")))
+        for name, python in checkouts:
+            server = Server(store.url, work / f"{name}-server-{transport}", plain=plain, python=python)
+            stack.callback(server.stop)
+            context = None if plain else ssl.create_default_context(cafile=str(server.ca))
+            out.append(Endpoint(f"{name}/{kind}/{transport}", "127.0.0.1", server.port, "/placement", token,
+                                context, server.proc.pid))
     return store, out
 
 
@@ -562,11 +597,13 @@ def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endp
         fleets: list[tuple[str, Store, list[Endpoint]]] = []
         for kind in kinds:
             work = Path(tempfile.mkdtemp(prefix=f"bench-placement-candidates-{kind}-"))
-            store, eps = hvfleet_endpoints(kind, work, stack, transports)
+            store, eps = hvfleet_endpoints(kind, work, stack, transports, args.base)
             fleets.append((kind, store, eps))
         have = 0
+        Endpoint.accept_encoding = args.accept_encoding
         for size in [int(s) for s in args.sizes.split(",")]:
-            print(f"GET /allocation_candidates at {size} providers")
+            print(f"GET /allocation_candidates at {size} providers; client: Python's http.client, one "
+                  f"keep-alive connection per peer, Accept-Encoding: {args.accept_encoding or '(none)'}")
             for kind, store, eps in fleets:
                 t = time.perf_counter()
                 seed_hvfleet(store, size, have, 500 if kind == "sqlite" else 50)  # etcd: --max-txn-ops
@@ -598,6 +635,12 @@ def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endp
                     print(f"    ratio {ep.name:16} p50 {real.p50 / got[ep.name].p50:6.1f}x  "
                           f"p90 {real.p90 / got[ep.name].p90:6.1f}x  "
                           f"server CPU {real.cpu / max(got[ep.name].cpu, 1e-6):6.1f}x")
+                for ep in ours:
+                    before = got.get(ep.name.replace("hvfleet/", "base/", 1))
+                    if ep.name.startswith("hvfleet/") and before is not None:
+                        speedup = before.p50 / got[ep.name].p50
+                        print(f"    base / hvfleet {ep.name[8:]:9} p50 {speedup:5.2f}x  "
+                              f"server CPU {before.cpu / max(got[ep.name].cpu, 1e-6):5.2f}x")
             for kind, store, _ in fleets:
                 if kind == "sqlite":
                     for step, took in in_process(store, args.queries).items():

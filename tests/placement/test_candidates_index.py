@@ -191,3 +191,49 @@ def test_a_body_is_kept_per_graph_and_a_derived_graph_makes_its_own(monkeypatch:
     assert after != body and len(found) == 3
     assert u not in json.loads(after[1])["provider_summaries"]
     assert kept(first, (1, 39), params)[1] is body[1]  # first's own is still first's
+
+
+def test_a_kept_graph_is_handed_out_only_while_the_store_is_unchanged(tmp_path: Path) -> None:
+    """`kept_graph` (what the server answers a warm candidates query from on
+    its event loop) is the graph `graph()` hands out while nothing was written
+    to the store since the snapshot caught up, and None as soon as anything
+    was, by this store or another over the same file, even a write the
+    snapshot does not follow, until a refresh; None too while another thread
+    holds the snapshot, and over a store without a change mark."""
+    path = f"sqlite:///{tmp_path}/h.db"
+    store, replica = open_store(path), open_store(path)
+    records = []
+    for i in range(5):
+        u = f"00000000-0000-4000-8000-{i:012d}"
+        spec = ResourceProviderSpec(provider_name=f"cn{i}", root_uuid=u, generation=1,
+                                    inventories={"VCPU": PlacementInventory(total=4)})
+        records.append(store.create(ResourceProvider(metadata=ObjectMeta(name=u), spec=spec), "test"))
+    snap = ProviderSnapshot.from_store(store)
+    assert snap.kept_graph(store) is None  # never caught up: no mark to trust
+    snap.refresh(store)
+    assert snap.kept_graph(store) is None  # no graph made yet
+    first = snap.graph()
+    assert snap.kept_graph(store) is first
+    claimed = records[2].model_copy(update={"spec": records[2].spec.model_copy(update={
+        "allocations": {"c0": {"VCPU": 1}}, "generation": 2})})
+    replica.update(claimed, "test")  # another replica's claim
+    assert snap.kept_graph(store) is None
+    snap.refresh(store)
+    assert snap.kept_graph(store) is None  # the claim is applied: a new graph is due
+    second = snap.graph()
+    assert second is not first and snap.kept_graph(store) is second
+    issue_token(store, "viewer", manager="test", now=datetime.now(UTC), ttl=None, name="v")
+    assert snap.kept_graph(store) is None  # a write it does not follow: it cannot tell
+    snap.refresh(store)
+    assert snap.graph() is second and snap.kept_graph(store) is second
+    with snap._lock:  # another thread catching up: no waiting on the event loop
+        assert snap.kept_graph(store) is None
+    assert snap.kept_graph(store) is second
+
+    class NoMark:  # etcd's answer: only a round trip tells
+        def change_mark(self) -> None:
+            return None
+
+    assert snap.kept_graph(NoMark()) is None  # type: ignore[arg-type]
+    replica.close()
+    store.close()

@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from hvfleet.model.hypervisor import Reservation
 from hvfleet.placement.records import read_fleet
 from hvfleet.placement.snapshot import ProviderSnapshot
+from hvfleet.server import threads
 from hvfleet.server.dashboard.history import SAMPLER
 from hvfleet.store import Store, open_store
 from tests.placement.support import Placement, _fleet, _serve, _uuid
@@ -342,3 +344,59 @@ def test_a_write_outside_the_objects_never_holds_up_the_next_placement_read_on_e
     finally:
         serve.stop_server(srv)
         other.close()
+CANDIDATES = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:512"
+
+
+def _vcpu_used(doc: Any, rp: str) -> int:
+    return int(doc["provider_summaries"][rp]["resources"]["VCPU"]["used"])
+
+
+def test_a_warm_candidates_answer_follows_every_claim_on_either_replica(
+        sqlite_replicas: tuple[Placement, Placement]) -> None:
+    """Each replica answers a repeated candidates query from the body it
+    keeps, on its event loop, while the store is unchanged; a claim made
+    through the other replica (another store client over the same file), or
+    written to the store directly, shows in the very next answer."""
+    a, b = sqlite_replicas
+    hv1 = _uuid(a.store, "hv1")
+    for replica in (a, b):  # warm: the body is kept
+        _ok(replica.call("GET", CANDIDATES))
+    used = _vcpu_used(_ok(b.call("GET", CANDIDATES)), hv1)
+    for k in range(1, 5):
+        writer, reader = (a, b) if k % 2 else (b, a)
+        consumer = str(uuid.uuid4())
+        _ok(writer.call("PUT", f"/allocations/{consumer}", body={
+            "allocations": {hv1: {"resources": {"VCPU": 1}}}, "project_id": "p", "user_id": "u",
+            "consumer_generation": None, "consumer_type": "INSTANCE"}), 204)
+        for replica in (reader, writer, reader):
+            assert _vcpu_used(_ok(replica.call("GET", CANDIDATES)), hv1) == used + k
+    # A claim written to the store by another client (as `hvfleet reserve` makes one).
+    writes = open_store(a.store.url)
+    try:
+        name = f"r-{uuid.uuid4().hex[:8]}"
+        writes.create(Reservation.model_validate({"metadata": {"name": name}, "spec": {
+            "hypervisor": "hv1", "resources": {"cpu": 2}, "consumer": f"c-{name}"}}), "test")
+        for replica in (a, b):
+            assert _vcpu_used(_ok(replica.call("GET", CANDIDATES)), hv1) == used + 4 + 2
+    finally:
+        writes.close()
+
+
+def test_a_warm_candidates_answer_needs_no_worker_thread(
+        sqlite_replicas: tuple[Placement, Placement]) -> None:
+    """With every request worker thread busy, a repeated candidates query over
+    an unchanged store is still answered (from the kept body, on the event
+    loop); one that must catch up with a write waits for a worker."""
+    a, _ = sqlite_replicas
+    first = _ok(a.call("GET", CANDIDATES))
+    release = threading.Event()
+    busy = [threads._pool.submit(release.wait, 60) for _ in range(threads.WORKERS)]
+    try:
+        time.sleep(0.2)  # every worker has taken its task
+        headers = {"X-Auth-Token": a.tokens["admin"], "OpenStack-API-Version": "placement 1.39"}
+        got = requests.get(f"{a.url}/placement{CANDIDATES}", headers=headers, verify=str(a.ca), timeout=10)
+        assert got.status_code == 200 and got.json() == first
+    finally:
+        release.set()
+        for f in busy:
+            f.result(timeout=10)

@@ -100,3 +100,43 @@ def test_an_idle_watch_over_a_big_history_costs_next_to_no_cpu(tmp_path: Path) -
         # The watch from further back still delivers every event, in order.
         first = list(store.watch("Hypervisor", since=store.revision() - 3, timeout=0.2))
         assert [e.revision for e in first] == [store.revision() - 2, store.revision() - 1, store.revision()]
+
+
+def test_the_change_mark_moves_with_every_commit_from_any_connection_and_only_then(
+    tmp_path: Path, make_hypervisor: Callable[..., Hypervisor]
+) -> None:
+    """What the Placement snapshot trusts to answer without asking the
+    revision: the mark stays while nothing is written, and moves with a write
+    of this store, of another store over the same file (another replica, or
+    process), and of a bare connection; a write under way leaves it (and the
+    revision) as it was until it commits."""
+    store = SqliteStore(str(tmp_path / "db"))
+    other = SqliteStore(str(tmp_path / "db"))
+    mark = store.change_mark()
+    assert mark is not None and store.change_mark() == mark
+    store.create(make_hypervisor("a"), "test")
+    assert store.change_mark() not in (None, mark)
+    mark = store.change_mark()
+    store.get("Hypervisor", "a")
+    store.revision()
+    assert store.change_mark() == mark  # reads move nothing
+    other.create(make_hypervisor("b"), "test")
+    assert store.change_mark() != mark
+    mark, revision = store.change_mark(), store.revision()
+    bare = sqlite3.connect(tmp_path / "db", isolation_level=None)
+    bare.execute("BEGIN IMMEDIATE")
+    bare.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+    assert (store.change_mark(), store.revision()) == (mark, revision)  # not yet committed
+    bare.execute("COMMIT")
+    assert store.change_mark() != mark and store.revision() == revision + 1
+    bare.close()
+    other.close()
+    store.close()
+    assert store.change_mark() is None  # closed: ask the revision (which fails as closed)
+
+
+def test_an_in_memory_store_has_no_change_mark() -> None:
+    """Another connection to ":memory:" would be another database."""
+    store = SqliteStore(":memory:")
+    assert store.change_mark() is None
+    store.close()

@@ -845,7 +845,7 @@ def candidates_json(
     and a new index with no bodies. A refused query is refused again each
     time (nothing is kept for it)."""
     ix = _index(graph)
-    key = (tuple((k, tuple(v)) for k, v in params.items()), microversion, resource_classes, traits)
+    key = _answer_key(params, microversion, resource_classes, traits)
     body = ix.answers.get(key)
     if body is not None:
         return body
@@ -857,6 +857,24 @@ def candidates_json(
         answers.pop(next(iter(answers)), None)  # the oldest
     answers[key] = body
     return body
+
+
+def kept_candidates_json(graph: ProviderGraph, params: Mapping[str, Sequence[str]],
+                         microversion: Microversion,
+                         known: tuple[frozenset[str] | None, frozenset[str] | None]) -> bytes | None:
+    """`candidates_json(graph, params, microversion, resource_classes=known[0],
+    traits=known[1])` when that body is kept already (None: nothing is
+    computed, not even the graph's index): a dict lookup, for a caller that
+    must not do more (the server's event loop)."""
+    ix = _held(graph)
+    if ix is None:
+        return None
+    return ix.answers.get(_answer_key(params, microversion, *known))
+
+
+def _answer_key(params: Mapping[str, Sequence[str]], microversion: Microversion,
+                resource_classes: frozenset[str] | None, traits: frozenset[str] | None) -> tuple[object, ...]:
+    return (tuple((k, tuple(v)) for k, v in params.items()), microversion, resource_classes, traits)
 
 
 def _limit(inv: Inventory) -> float:

@@ -65,6 +65,9 @@ class ProviderSnapshot:
     def _reset(self) -> None:
         self.revision = 0
         self._caught_up = 0  # the store revision the last refresh waited for
+        # The store's change mark read just before that revision (None: none
+        # to trust): while the store's mark stays, the snapshot is current.
+        self._mark: int | None = None
         self._hosts: dict[str, Hypervisor] = {}
         self._reservations: dict[str, dict[str, Reservation]] = {}  # host -> name -> reservation
         self._policies: dict[str, OvercommitPolicy] = {}
@@ -195,12 +198,15 @@ class ProviderSnapshot:
         """Catch up with the store (every event up to its current revision).
         When the snapshot `follow`s the store, only wait until the follower
         has seen that revision (at most FOLLOW_WAIT_S)."""
+        mark = store.change_mark()  # before the revision: while it stays, so does the revision
         target = store.revision()
         with self._lock:
             if target <= max(self.revision, self._caught_up):
+                self._mark = mark
                 return
             if self._following:
-                self._seen.wait_for(lambda: self.revision >= target, FOLLOW_WAIT_S)
+                if self._seen.wait_for(lambda: self.revision >= target, FOLLOW_WAIT_S):
+                    self._mark = mark
                 self._caught_up = target
                 return
             if store.events_at_hand:
@@ -214,6 +220,34 @@ class ProviderSnapshot:
             except Gone:
                 self.load_from(store)
             self._caught_up = target
+            self._mark = mark
+
+    def kept_graph(self, store: Store) -> ProviderGraph | None:
+        """The graph `graph()` would hand out, when it can be had at once and
+        `refresh(store)` would change nothing: the store's change mark is the
+        one read when the snapshot last caught up (nothing written since, by
+        any replica), and there is nothing to recompute (no event applied
+        since the last graph, no reservation due to expire). None when not so,
+        or when another thread holds the snapshot: then refresh and ask
+        `graph()`. Never waits, never reads the store: safe on an event loop."""
+        mark = self._mark
+        if mark is None or store.change_mark() != mark:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            graph = self._graph
+            if graph is None or self._changed or self._dirty_hosts or self._dirty_records:
+                return None
+            if self._expiry and (self._next_expiry is None or self._next_expiry <= datetime.now(UTC)):
+                return None
+            return graph
+        finally:
+            self._lock.release()
+
+    def kept_known_names(self) -> tuple[frozenset[str], frozenset[str]] | None:
+        """`known_names()` when made already (None: ask `known_names`)."""
+        return self._known
 
     def follow(self, store: Store, stop: threading.Event) -> threading.Thread:
         """Apply the store's events as they come, in a thread, until `stop`:

@@ -163,6 +163,10 @@ class ApiContext:
                     self._placement = snap
         return snap
 
+    def loaded_placement_snapshot(self) -> ProviderSnapshot | None:
+        """The snapshot once loaded (None before: loading reads the store)."""
+        return self._placement
+
     def close(self) -> None:
         self._placement_stop.set()
         self.hub.close()

@@ -342,6 +342,15 @@ class Store(ABC):
     def revision(self) -> int:
         """The store's current revision."""
 
+    def change_mark(self) -> int | None:
+        """A number that is the same as at an earlier call only if nothing was
+        written to the store in between (by this process or any other), read
+        at once: no round trip, no waiting for a lock another thread holds.
+        None when it cannot be had so (then ask `revision`): etcd (only a
+        round trip tells), or the answer would have to wait. Read a mark
+        before `revision`: while the mark stays, so does that revision."""
+        return None
+
     def share_watches(self) -> None:
         """Say that this process keeps many long-lived watches (a server: its
         watch fan-outs, garbage collector, token records): a backend may then

@@ -123,6 +123,8 @@ class SqliteStore(Store):
         self.path = path
         self.url = f"sqlite:///{path}"
         self._lock = threading.RLock()
+        self._marks_lock = threading.Lock()
+        self._marks: sqlite3.Connection | None = None
         directory = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(directory):
             raise Unavailable(f"store {self.url}: directory {directory} does not exist")
@@ -136,6 +138,7 @@ class SqliteStore(Store):
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
+            self._marks = self._mark_connection(path)
         except sqlite3.DatabaseError as exc:
             raise Unavailable(f"store {self.url}: {exc}") from None
 
@@ -367,6 +370,29 @@ class SqliteStore(Store):
             lambda db: db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0]
         ))
 
+    # A connection of its own for `change_mark`, which never writes: SQLite's
+    # data_version on it changes with every commit of any other connection,
+    # this store's own included, in this process or another. The store's
+    # connection cannot tell (its own commits leave its data_version as it
+    # is), and its lock is held through every write.
+    @staticmethod
+    def _mark_connection(path: str) -> sqlite3.Connection | None:
+        if path == ":memory:":
+            return None  # another connection would open another database
+        db = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA busy_timeout = 0")  # busy: no mark, never a wait
+        return db
+
+    def change_mark(self) -> int | None:
+        if self._marks is None or not self._marks_lock.acquire(blocking=False):
+            return None
+        try:
+            return int(self._marks.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            return None  # busy (a WAL recovery), or closed
+        finally:
+            self._marks_lock.release()
+
     def _watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                timeout: float | None,
                on_undecodable: Callable[[Undecodable], None] | None,
@@ -473,3 +499,6 @@ class SqliteStore(Store):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        with self._marks_lock:
+            if self._marks is not None:
+                self._marks.close()

@@ -34,9 +34,15 @@ class Op:
     since: tuple[int, int] = (1, 0)
     until: tuple[int, int] | None = None
     masked: str = "404"
+    # An answer had at once, on the event loop, or None: then `handler` (edge.endpoint).
+    at_once: Callable[..., Any] | None = None
 
 
 ROUTES: dict[str, dict[str, Op]] = {
+    # First: the router tries each path in turn, and the scheduler asks this
+    # one before every boot (no other path matches it).
+    "/allocation_candidates": {"GET": Op("candidates", h.allocation_candidates, since=(1, 10),
+                                         at_once=h.kept_allocation_candidates)},
     "/": {"GET": Op("open", h.root)},
     "/resource_providers": {
         "GET": Op("read", h.list_providers),
@@ -83,7 +89,6 @@ ROUTES: dict[str, dict[str, Op]] = {
         "DELETE": Op("allocations", h.delete_allocations)},
     "/usages": {"GET": Op("usages", h.usages, since=(1, 9))},
     "/reshaper": {"POST": Op("reshaper", h.reshape, True, since=(1, 30))},
-    "/allocation_candidates": {"GET": Op("candidates", h.allocation_candidates, since=(1, 10))},
 }
 
 
@@ -117,7 +122,7 @@ def _routes() -> list[Route]:
     routes: list[Route] = []
     for path, methods in ROUTES.items():
         wrapped = {m: endpoint(op.rule, op.handler, body=op.body, sends_json=m == "GET",
-                               versions=(op.since, op.until), masked=op.masked)
+                               versions=(op.since, op.until), masked=op.masked, at_once=op.at_once)
                    for m, op in methods.items()}
         routes.append(Route(path, _dispatch(wrapped), methods=ALL_METHODS))
     routes.append(Route("/{rest:path}", _not_found, methods=ALL_METHODS))

@@ -29,7 +29,7 @@ from hvfleet.placement.errors import (
 from hvfleet.placement.records import Source
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.server.identity import Identity
-from hvfleet.server.placement import policy
+from hvfleet.server.placement import compression, policy
 from hvfleet.server.placement.microversion import (
     MAX_VERSION,
     MIN_VERSION,
@@ -187,12 +187,16 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
              body: bool | Callable[[tuple[int, int]], bool] = False,
              sends_json: bool = True,
              versions: tuple[tuple[int, int], tuple[int, int] | None] = ((1, 0), None),
-             masked: str = "404") -> Callable[[Request], Awaitable[Response]]:
+             masked: str = "404",
+             at_once: Callable[[Call], Any] | None = None) -> Callable[[Request], Awaitable[Response]]:
     """Wrap `handler(call, body)` for policy `rule` ("open": no token needed,
     as Placement's version document). With `body` (or `body(version)` true),
     the request must be application/json and its parsed body is passed; with
     `sends_json`, the caller must accept JSON. Outside `versions` (since,
-    until) the operation does not exist: 404, or 405 when `masked` says so."""
+    until) the operation does not exist: 404, or 405 when `masked` says so.
+    `at_once(call)`, asked after every check, on the event loop (it must
+    never wait), answers in place of the handler unless it says None: a
+    worker thread's hand-off costs more than a kept answer's lookup."""
 
     async def run(request: Request) -> Response:
         request_id = f"req-{uuidlib.uuid4()}"
@@ -241,7 +245,9 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
                     data = json.loads(raw)
                 except ValueError as exc:
                     raise PlacementBadRequest(f"Malformed JSON: {exc}") from None
-            out = await in_thread(handler, call, data)
+            out = at_once(call) if at_once is not None else None
+            if out is None:
+                out = await in_thread(handler, call, data)
         except PlacementError as exc:
             return _error_response(exc, version, request_id, headers, request.headers.get("accept", ""))
         headers.update(call.headers)
@@ -254,11 +260,22 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
             headers["cache-control"] = "no-cache"
         if out is None:
             return Response(status_code=call.status if call.status != 200 else 204, headers=headers)
+        if isinstance(out, EncodedJSON) and len(out.body) >= compression.MIN_BYTES:
+            headers["vary"] = "openstack-api-version, accept-encoding"
+            if compression.accepts_gzip(request.headers.get("accept-encoding")):
+                # Compressed once per kept body; the first time, off the event loop.
+                packed = GZIP.kept(out.body) or await in_thread(GZIP.compress, out.body)
+                headers["content-encoding"] = "gzip"
+                return Response(packed, status_code=call.status, headers=headers,
+                                media_type="application/json")
         content = out.body if isinstance(out, EncodedJSON) else json.dumps(out)
         return Response(content, status_code=call.status, headers=headers, media_type="application/json")
 
     return run
 
+
+# The gzip bodies of the kept answers this process served last.
+GZIP = compression.GzipKept()
 
 # Who calls what needs no token (the version document).
 OPEN = Identity(subject="anonymous", role="viewer")

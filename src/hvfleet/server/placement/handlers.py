@@ -483,4 +483,25 @@ def allocation_candidates(call: Call, _: Any) -> Any:
     return EncodedJSON(body)
 
 
+def kept_allocation_candidates(call: Call) -> EncodedJSON | None:
+    """`allocation_candidates`' answer when it is kept with the current graph
+    and that can be known at once (the store's change mark says nothing was
+    written since the snapshot caught up, on any replica; nothing waits for a
+    lock): answered on the event loop, without the hand-off to a worker
+    thread. None otherwise (etcd, a change since, a query not asked before
+    over this graph, a refusal): the edge then calls `allocation_candidates`."""
+    snap = call.request.app.state.ctx.loaded_placement_snapshot()
+    if snap is None:
+        return None
+    graph = snap.kept_graph(call.store)
+    known = snap.kept_known_names()
+    if graph is None or known is None:
+        return None
+    body = candidates.kept_candidates_json(graph, call.params, call.version, known)
+    if body is None:
+        return None
+    call.last_modified = _now()
+    return EncodedJSON(body)
+
+
 __all__ = ["TRAITS"]
