@@ -85,6 +85,9 @@ class ProviderView:
     # once an instance shows in libvirt, its claim holds only what libvirt cannot
     # see, but Placement's clients still read the allocation they made.
     made: dict[str, dict[str, int]] | None = None
+    # A hypervisor's readiness when the view was made (`host_readiness`): False
+    # puts COMPUTE_STATUS_DISABLED among its traits. True for stored providers.
+    ready: bool = True
 
     @property
     def consumers(self) -> dict[str, dict[str, int]]:
@@ -150,19 +153,19 @@ def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: li
     unclaimed = {rc: n - claimed.get(rc, 0) for rc, n in total.items() if n > claimed.get(rc, 0)}
     created = h.metadata.creation_timestamp
     spec = record.spec if record is not None else None
+    ready = host_readiness(h, lease, now, staleness).ready
     return ProviderView(
         uuid=uid, name=h.name, generation=spec.generation if spec else 0,
         parent_uuid=None, root_uuid=uid, inventories=inventories, allocations=allocations,
-        traits=(frozenset(spec.traits) if spec else frozenset()) | _disabled(h, lease, now, staleness),
+        traits=(frozenset(spec.traits) if spec else frozenset()) | (_ENABLED if ready else _DISABLED),
         aggregates=tuple(spec.aggregates) if spec else (),
         created=created, updated=parse_time(spec.updated_at) if spec else created,
-        record=record, hypervisor=h, unclaimed=unclaimed, made=made,
+        record=record, hypervisor=h, unclaimed=unclaimed, made=made, ready=ready,
     )
 
 
-def _disabled(h: Hypervisor, lease: Lease | None, now: datetime, staleness: timedelta) -> frozenset[str]:
-    ready = host_readiness(h, lease, now, staleness).ready
-    return frozenset() if ready else frozenset({COMPUTE_STATUS_DISABLED})
+_ENABLED: frozenset[str] = frozenset()
+_DISABLED = frozenset({COMPUTE_STATUS_DISABLED})
 
 
 def record_view(rec: ResourceProvider) -> ProviderView:

@@ -97,7 +97,6 @@ class ProviderSnapshot:
         self._host_uuid: dict[str, str] = {}
         self._leases: dict[str, Lease] = {}  # host -> its agent's Lease
         self._expiry: dict[str, datetime] = {}  # host -> when one of its reservations expires
-        self._ready: dict[str, bool] = {}  # host -> its readiness when its view was made
         self._turns = _Turns()  # when each host is to be looked at again
         self._rejudge: set[str] = set()  # hosts whose Lease changed since the last patch
         self._dirty_hosts: set[str] = set()
@@ -279,7 +278,9 @@ class ProviderSnapshot:
             h = self._hosts.get(name)
             if h is None:
                 continue
-            if host_readiness(h, self._leases.get(name), now, self.staleness).ready != self._ready.get(name):
+            view = self._views.get(self._host_uuid.get(name, ""))
+            ready = host_readiness(h, self._leases.get(name), now, self.staleness).ready
+            if view is None or ready != view.ready:
                 self._dirty_hosts.add(name)
             else:  # a renewal: the same judgement, until the renewed Lease lapses
                 self._turns.put(name, self._turn(name, h, now))
@@ -297,7 +298,6 @@ class ProviderSnapshot:
                 self._put(old, None)
             self._expiry.pop(name, None)
             if h is None or uid is None:
-                self._ready.pop(name, None)
                 self._turns.put(name, None)
                 continue
             mine = list(self._reservations.get(name, {}).values())
@@ -305,7 +305,6 @@ class ProviderSnapshot:
             view = hypervisor_view(h, mine, policies, self._records.get(uid), now, lease, self.staleness)
             self._put(uid, view)
             self._host_uuid[name] = uid
-            self._ready[name] = host_readiness(h, lease, now, self.staleness).ready
             expiring = [r.spec.expires_at for r in mine
                         if r.spec.expires_at is not None and holds_space(r, h, now)]
             if expiring:
