@@ -3,9 +3,9 @@ snapshot (hvfleet.placement.snapshot) to catch up with the store: in this
 process, over a real one-member etcd, p50 of `refresh()` with nothing new,
 and right after a write of each kind the snapshot follows (a Placement
 record: ResourceProvider; a public kind: a Hypervisor's Lease, which the
-snapshot reads and ignores). Each write is checked to be in the snapshot's
-graph after the refresh. Wall time per refresh and this process's CPU time
-per refresh.
+snapshot follows to judge that host's readiness). Each write is checked to
+be in the snapshot's graph after the refresh. Wall time per refresh and this
+process's CPU time per refresh.
 
 Runs against any checkout: a snapshot without `follow` (before c14129f) is
 measured as it is, opening its streams per refresh:

@@ -8,10 +8,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hvfleet import views
 from hvfleet.model import Condition, Hypervisor
-from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
+from hvfleet.model.lease import Lease, LeaseSpec
+from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.readiness import (
+    DEFAULT_STALENESS,
+    Readiness,
+    fresh_until,
+    host_readiness,
+    readiness,
+    readiness_turn,
+)
 from hvfleet.scheduling.fit import candidacy
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import parse_request
@@ -140,3 +151,42 @@ def test_every_reader_agrees_with_readiness() -> None:
             # The index compares fresh_until; readiness compares the age: same instant.
             until = fresh_until(h)
             assert until is not None and until < NOW
+
+
+def _judged(r: Readiness) -> tuple[str, bool, str]:
+    return r.state, r.ready, r.reason  # the message says a heartbeat's age: it moves on
+
+
+@settings(max_examples=300, deadline=None)
+@given(cond=st.sampled_from(["True", "False", "Unknown", None]),
+       beat=st.one_of(st.none(), st.integers(-400, 10)),  # seconds from NOW
+       beat_us=st.integers(0, 999_999),
+       maintenance=st.sampled_from(["", "", "drain"]),
+       lease=st.one_of(st.none(), st.tuples(st.integers(-120, 0), st.integers(1, 120), st.booleans())),
+       later=st.lists(st.integers(0, 600), min_size=1, max_size=8),
+       later_us=st.sampled_from([0, 1, 999_999]))
+def test_readiness_turn_is_the_first_moment_host_readiness_may_change(
+        cond: str | None, beat: int | None, beat_us: int, maintenance: str,
+        lease: tuple[int, int, bool] | None, later: list[int], later_us: int) -> None:
+    """Before `readiness_turn` (or ever, when there is none) `host_readiness`
+    judges the host as at NOW with nothing written; the turn is after NOW;
+    and at the turn a Ready host is no longer Ready (a turn is never late)."""
+    h = hv(cond, None if beat is None else NOW + timedelta(seconds=beat, microseconds=beat_us), maintenance)
+    held: Lease | None = None
+    if lease is not None:
+        renew, duration, holds = lease
+        at = NOW + timedelta(seconds=renew)
+        held = Lease(metadata=ObjectMeta(name="hv"), spec=LeaseSpec(
+            holder_identity="agent/hv" if holds else "", lease_duration_seconds=duration,
+            acquire_time=at, renew_time=at))
+    first = _judged(host_readiness(h, held, NOW))
+    turn = readiness_turn(h, held, NOW)
+    assert turn is None or turn > NOW
+    for s in later:
+        t = NOW + timedelta(seconds=s, microseconds=later_us)
+        if turn is None or t < turn:
+            assert _judged(host_readiness(h, held, t)) == first, t
+    if turn is not None:
+        assert _judged(host_readiness(h, held, turn - timedelta(microseconds=1))) == first
+        if first[1]:
+            assert not host_readiness(h, held, turn).ready

@@ -2,8 +2,10 @@
 `fit` returns (the fleet index) are exactly the hypervisor providers in
 hvfleet's served `GET /allocation_candidates` as Nova's scheduler asks it
 (`root_required=!COMPUTE_STATUS_DISABLED`: a host in maintenance or not
-Ready carries that trait). Hypothesis draws hosts (Ready, drained, NotReady)
-with capacities, libvirt allocations, reserves and overcommit ratios, and
+Ready carries that trait, and so does one whose agent's Lease lapsed or,
+without a Lease, whose heartbeat is older than the staleness). Hypothesis
+draws hosts (Ready, drained, NotReady; a live, lapsed, released or no Lease;
+a fresh, stale or no heartbeat) with capacities, libvirt allocations, reserves and overcommit ratios, and
 claims in every phase (Active, Confirmed with its instance running, expired),
 then asks both for cpu and memory amounts, many at a host's last free unit."""
 
@@ -21,11 +23,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from hvfleet.model.hypervisor import Reservation, ReservationSpec, ReservationStatus
+from hvfleet.model.lease import Lease, LeaseSpec
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.resources import ResourceName
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import parse_request
+from hvfleet.store.ownership import agent_manager
 from tests.placement.support import Placement, _served_sqlite
 from tests.scheduling.sched_fleet import host, put_host
 
@@ -48,9 +53,26 @@ def hosts(draw: st.DrawFn) -> dict[str, Any]:
         "reserved": (draw(st.integers(0, min(cpu - 1, 2))), draw(st.sampled_from([0, 0, 1]))),
         "ratios": (draw(st.sampled_from([1.0, 1.5, 2.0, 4.0, 0.5])), draw(st.sampled_from([1.0, 1.5]))),
         "state": draw(st.sampled_from(["Ready", "Ready", "Ready", "drain", "NotReady"])),
+        "lease": draw(st.sampled_from(["none", "none", "live", "lapsed", "released"])),
+        "beat": draw(st.sampled_from(["fresh", "fresh", "stale", "none"])),
         "claims": draw(st.lists(st.tuples(st.sampled_from(["Active", "running", "expired"]),
                                           st.integers(1, 4), st.integers(0, 4)), max_size=3)),
     }
+
+
+def _lease(name: str, state: str) -> Lease | None:
+    """The agent's Lease of host `name`: renewed just now (live), two minutes
+    ago for 30 s (lapsed), or let go (released)."""
+    if state == "none":
+        return None
+    now = datetime.now(UTC)
+    renew = now - timedelta(minutes=2) if state == "lapsed" else now
+    holder = "" if state == "released" else agent_manager(name)
+    return Lease(metadata=ObjectMeta(name=name), spec=LeaseSpec(
+        holder_identity=holder, lease_duration_seconds=30, acquire_time=renew, renew_time=renew))
+
+
+_BEATS = {"fresh": timedelta(0), "stale": DEFAULT_STALENESS + timedelta(minutes=1)}
 
 
 def _claim(name: str, hv: str, phase: str, cpu: int, memory: int) -> tuple[Reservation, str | None]:
@@ -83,10 +105,14 @@ def test_fit_and_served_allocation_candidates_name_the_same_hosts(
                     allocation={"cpu": h["allocation"][0], "memory": f"{h['allocation'][1]}Gi"},
                     reserved={"cpu": h["reserved"][0], "memory": f"{h['reserved'][1]}Gi"},
                     overcommit={"cpu": h["ratios"][0], "memory": h["ratios"][1]},
-                    beat=datetime.now(UTC), instances=running,
+                    beat=None if h["beat"] == "none" else datetime.now(UTC) - _BEATS[h["beat"]],
+                    instances=running,
                     maintenance="drain" if h["state"] == "drain" else "",
                     ready="False" if h["state"] == "NotReady" else "True")
         names[put_host(api.store, made).metadata.uid] = name
+        lease = _lease(name, h["lease"])
+        if lease is not None:
+            api.store.create(lease, agent_manager(name))
         for r, _ in claims:
             api.store.create(r, "test")
     index = FleetIndex()

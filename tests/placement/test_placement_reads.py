@@ -198,10 +198,11 @@ def test_no_placement_request_lists_the_store_after_warm_up(
         if kinds := counter.take():
             listed[name] = kinds
     assert listed == {}
-    # The counter sees Placement's lists: a whole read is four (the store is wrapped).
+    # The counter sees Placement's lists: a whole read is five (the store is wrapped).
     assert counter.take() == []
     read_fleet(api.store)
-    assert sorted(counter.take()) == ["Hypervisor", "OvercommitPolicy", "Reservation", "ResourceProvider"]
+    assert sorted(counter.take()) == ["Hypervisor", "Lease", "OvercommitPolicy", "Reservation",
+                                      "ResourceProvider"]
 
 
 def _replicas(url: str) -> Iterator[tuple[Placement, Placement]]:
@@ -344,6 +345,8 @@ def test_a_write_outside_the_objects_never_holds_up_the_next_placement_read_on_e
     finally:
         serve.stop_server(srv)
         other.close()
+
+
 CANDIDATES = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:512"
 
 

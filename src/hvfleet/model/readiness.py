@@ -35,6 +35,12 @@ store without leases). A live lease is the agent's heartbeat: its renewals
 are more recent than any status write, so the heartbeat's age is judged only
 where there is no live lease.
 
+`host_readiness(h, lease, now, staleness)` is the same judgement with the
+agent's Lease judged at `now` (`lease_live`), as the claim makes it; and
+`readiness_turn` says when that judgement may next change with nothing
+written (a live Lease lapsing, a heartbeat growing old), so a reader that
+keeps judgements (the Placement snapshot) knows when to judge again.
+
 The staleness default is three agent resync periods (the agent's default
 resync is `DEFAULT_RESYNC`): one missed resync is no reason to distrust a host.
 """
@@ -46,6 +52,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from hvfleet.model.hypervisor import Hypervisor
+from hvfleet.model.lease import Lease, lease_expiry, lease_live
 from hvfleet.model.meta import find_condition
 
 ReadinessState = Literal["Ready", "NotReady", "Stale", "Unknown", "Maintenance"]
@@ -138,6 +145,34 @@ def readiness(
     if h.spec.maintenance:
         return _not("Maintenance", MAINTENANCE, _maintenance(h))
     return Readiness("Ready", True, cond.reason or "Ready", cond.message or "ready")
+
+
+def host_readiness(
+    h: Hypervisor, lease: Lease | None, now: datetime, staleness: timedelta = DEFAULT_STALENESS
+) -> Readiness:
+    """`readiness` at `now` with the agent's Lease (None: it never held one)
+    judged at `now` too, as a claim judges it inside its write."""
+    return readiness(h, now, None if lease is None else lease_live(lease, now), staleness)
+
+
+def readiness_turn(
+    h: Hypervisor, lease: Lease | None, now: datetime, staleness: timedelta = DEFAULT_STALENESS
+) -> datetime | None:
+    """The first instant after `now` at which `host_readiness` may answer
+    otherwise with nothing written (the host and its Lease as they are):
+    when a live Lease lapses, or, with no Lease, when the heartbeat grows
+    older than `staleness`. None: only a write changes the answer (a lapsed
+    or released Lease stays so until it is renewed; no heartbeat, or an old
+    one, until the next)."""
+    if lease is not None:
+        return lease_expiry(lease) if lease_live(lease, now) else None
+    fresh = fresh_until(h, staleness)
+    if fresh is None or fresh < now:
+        return None
+    try:
+        return fresh + timedelta(microseconds=1)  # stale once older than `staleness`, not at it
+    except OverflowError:
+        return None
 
 
 def _quiet_maintenance(h: Hypervisor, staleness: str) -> Readiness:

@@ -14,15 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from hvfleet.model.capacity import held_resources, reservation_phase
 from hvfleet.model.errors import NotFound
 from hvfleet.model.hypervisor import HOLDING_PHASES, Hypervisor, OvercommitPolicy, Reservation, ResourceList
+from hvfleet.model.lease import Lease
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.readiness import readiness
+from hvfleet.model.readiness import DEFAULT_STALENESS, host_readiness
 from hvfleet.model.resources import ResourceName
 from hvfleet.placement.graph import Inventory, Provider, ProviderGraph
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
@@ -84,6 +85,9 @@ class ProviderView:
     # once an instance shows in libvirt, its claim holds only what libvirt cannot
     # see, but Placement's clients still read the allocation they made.
     made: dict[str, dict[str, int]] | None = None
+    # A hypervisor's readiness when the view was made (`host_readiness`): False
+    # puts COMPUTE_STATUS_DISABLED among its traits. True for stored providers.
+    ready: bool = True
 
     @property
     def consumers(self) -> dict[str, dict[str, int]]:
@@ -139,16 +143,13 @@ def _hypervisor_allocations(h: Hypervisor, reservations: list[Reservation], now:
 COMPUTE_STATUS_DISABLED = "COMPUTE_STATUS_DISABLED"
 
 
-def _disabled(h: Hypervisor) -> frozenset[str]:
-    """COMPUTE_STATUS_DISABLED while the host may take no new guest as its
-    status and spec say (maintenance, Ready not True, no heartbeat), as a claim
-    on it would be refused: judged when the host last changed (a heartbeat's
-    age and the agent's lease are not)."""
-    return frozenset() if readiness(h, None).ready else frozenset({COMPUTE_STATUS_DISABLED})
-
-
 def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: list[OvercommitPolicy],
-                    record: ResourceProvider | None, now: datetime) -> ProviderView:
+                    record: ResourceProvider | None, now: datetime, lease: Lease | None = None,
+                    staleness: timedelta = DEFAULT_STALENESS) -> ProviderView:
+    """The provider of `h` at `now`. It carries COMPUTE_STATUS_DISABLED while
+    the host may take no new guest (maintenance, Ready not True, its agent's
+    `lease` lapsed, or without a Lease no heartbeat younger than `staleness`),
+    as `fit` and a claim judge it (`host_readiness`)."""
     uid = provider_uuid(h)
     inventories = {rc: Inventory(**fields) for rc, fields in export_inventories(h, policies).items()}
     allocations, made = _hypervisor_allocations(h, reservations, now)
@@ -160,14 +161,19 @@ def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: li
     unclaimed = {rc: n - claimed.get(rc, 0) for rc, n in total.items() if n > claimed.get(rc, 0)}
     created = h.metadata.creation_timestamp
     spec = record.spec if record is not None else None
+    ready = host_readiness(h, lease, now, staleness).ready
     return ProviderView(
         uuid=uid, name=h.name, generation=spec.generation if spec else 0,
         parent_uuid=None, root_uuid=uid, inventories=inventories, allocations=allocations,
-        traits=(frozenset(spec.traits) if spec else frozenset()) | _disabled(h),
+        traits=(frozenset(spec.traits) if spec else frozenset()) | (_ENABLED if ready else _DISABLED),
         aggregates=tuple(spec.aggregates) if spec else (),
         created=created, updated=parse_time(spec.updated_at) if spec else created,
-        record=record, hypervisor=h, unclaimed=unclaimed, made=made,
+        record=record, hypervisor=h, unclaimed=unclaimed, made=made, ready=ready,
     )
+
+
+_ENABLED: frozenset[str] = frozenset()
+_DISABLED = frozenset({COMPUTE_STATUS_DISABLED})
 
 
 def record_view(rec: ResourceProvider) -> ProviderView:
@@ -275,9 +281,10 @@ def index_trees(views: Iterable[ProviderView]) -> dict[str, frozenset[str]]:
     return _index((p.root_uuid, p.uuid) for p in views)
 
 
-def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
+def read_fleet(store: Store, now: datetime | None = None, staleness: timedelta = DEFAULT_STALENESS) -> Fleet:
     now = now or datetime.now(UTC)
     records = [r for r in store.list("ResourceProvider").items if isinstance(r, ResourceProvider)]
+    leases = store.agent_leases()
     hosts = store.list_hypervisors()
     reservations = store.list_reservations()
     policies = store.list_overcommit_policies()
@@ -288,7 +295,8 @@ def read_fleet(store: Store, now: datetime | None = None) -> Fleet:
     hv_records = {r.name: r for r in records if r.spec.hypervisor is not None}
     for h in hosts:
         uid = provider_uuid(h)
-        providers[uid] = hypervisor_view(h, by_host.get(h.name, []), policies, hv_records.get(uid), now)
+        providers[uid] = hypervisor_view(h, by_host.get(h.name, []), policies, hv_records.get(uid), now,
+                                         leases.get(h.name), staleness)
     for rec in records:
         if rec.spec.hypervisor is None:
             providers[rec.name] = record_view(rec)

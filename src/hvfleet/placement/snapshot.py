@@ -20,20 +20,32 @@ candidates index (hvfleet.placement.candidates) is patched for those
 providers instead of being built again for 10,000; and `fleet()`, the
 providers' full views (records.Fleet) with lookups by name, consumer, parent
 and tree patched per change, for the other GETs, the policy check and the
-writes' reads. What a reservation holds is judged when its host last changed
-or when one of its reservations expires, whichever is first."""
+writes' reads.
+
+What changes with the clock alone is judged as `fit` and the claim judge it,
+with the same model functions: a host's view is made again at its next turn
+(`_Turns`), the soonest of when one of its reservations expires
+(`holds_space` stops) and when its readiness may turn (`readiness_turn`: its
+agent's Lease lapsing, or, without a Lease, its heartbeat aging past the
+staleness), so an expired claim stops counting and a host whose agent went
+quiet carries COMPUTE_STATUS_DISABLED at the first request after, with
+nothing written. The agents' Leases are followed from the same stream; a
+renewal that changes no judgement moves the host's turn and nothing else."""
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from hvfleet.model.capacity import reservation_phase
+from hvfleet.model.capacity import holds_space
 from hvfleet.model.errors import Gone
-from hvfleet.model.hypervisor import HOLDING_PHASES, Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.lease import Lease
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
+from hvfleet.model.readiness import DEFAULT_STALENESS, host_readiness, readiness_turn
 from hvfleet.placement.cow import CowDict
 from hvfleet.placement.graph import GraphBasis, Provider, ProviderGraph
 from hvfleet.placement.records import Fleet, ProviderView, hypervisor_view, record_view
@@ -55,7 +67,9 @@ class ProviderSnapshot:
     # the public kinds, then each Placement record kind.
     STREAMS: tuple[str | None, ...] = (None, "ResourceProvider", "PlacementName", "PlacementConsumer")
 
-    def __init__(self) -> None:
+    def __init__(self, staleness: timedelta = DEFAULT_STALENESS) -> None:
+        # How old a heartbeat may be (hosts without a Lease): the server's fit and claims' own.
+        self.staleness = staleness
         self._lock = threading.Lock()
         self._seen = threading.Condition(self._lock)
         self._following = False
@@ -85,8 +99,10 @@ class ProviderSnapshot:
         self._trees: CowDict[str, frozenset[str]] = CowDict()
         self._fleet: Fleet | None = None  # the views handed out last
         self._host_uuid: dict[str, str] = {}
+        self._leases: dict[str, Lease] = {}  # host -> its agent's Lease
         self._expiry: dict[str, datetime] = {}  # host -> when one of its reservations expires
-        self._next_expiry: datetime | None = None  # the soonest of them (None: work it out)
+        self._turns = _Turns()  # when each host is to be looked at again
+        self._rejudge: set[str] = set()  # hosts whose Lease changed since the last patch
         self._dirty_hosts: set[str] = set()
         self._dirty_records: set[str] = set()
         self._changed: set[str] = set()  # providers changed since the last graph
@@ -96,8 +112,8 @@ class ProviderSnapshot:
         self._known: tuple[frozenset[str], frozenset[str]] | None = None  # made again when a name changes
 
     @classmethod
-    def from_store(cls, store: Store) -> ProviderSnapshot:
-        snap = cls()
+    def from_store(cls, store: Store, staleness: timedelta = DEFAULT_STALENESS) -> ProviderSnapshot:
+        snap = cls(staleness)
         snap.load_from(store)
         return snap
 
@@ -111,6 +127,7 @@ class ProviderSnapshot:
             self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
         for p in store.list_overcommit_policies():
             self._policies[p.name] = p
+        self._leases = store.agent_leases()
         for kind in ("ResourceProvider", "PlacementName", "PlacementConsumer"):
             for obj in store.list(kind).items:
                 self.apply(WatchEvent(type="ADDED", object=obj, revision=revision))
@@ -160,6 +177,14 @@ class ProviderSnapshot:
             self._known = None
         elif isinstance(obj, PlacementConsumer):
             self._apply_consumer(obj, gone)
+        elif isinstance(obj, Lease):
+            # Judged at the next patch: most renewals change no view at all.
+            if gone:
+                self._leases.pop(obj.name, None)
+            else:
+                self._leases[obj.name] = obj
+            self._rejudge.add(obj.name)
+            return
         else:
             return
         self._graph = None
@@ -227,7 +252,8 @@ class ProviderSnapshot:
         `refresh(store)` would change nothing: the store's change mark is the
         one read when the snapshot last caught up (nothing written since, by
         any replica), and there is nothing to recompute (no event applied
-        since the last graph, no reservation due to expire). None when not so,
+        since the last graph, no host whose turn has come: a reservation
+        expiring, a Lease lapsing, a heartbeat growing stale). None when not so,
         or when another thread holds the snapshot: then refresh and ask
         `graph()`. Never waits, never reads the store: safe on an event loop."""
         mark = self._mark
@@ -237,9 +263,9 @@ class ProviderSnapshot:
             return None
         try:
             graph = self._graph
-            if graph is None or self._changed or self._dirty_hosts or self._dirty_records:
+            if graph is None or self._changed or self._dirty_hosts or self._dirty_records or self._rejudge:
                 return None
-            if self._expiry and (self._next_expiry is None or self._next_expiry <= datetime.now(UTC)):
+            if self._turns.any_due(datetime.now(UTC)):
                 return None
             return graph
         finally:
@@ -290,14 +316,22 @@ class ProviderSnapshot:
     # -- the values handed out ------------------------------------------------------------
 
     def _patch(self, now: datetime) -> None:
-        """Recompute the providers the events since the last patch touched
-        (and the hosts one of whose reservations expired since); call with
-        the lock held."""
-        if self._expiry:
-            if self._next_expiry is None:
-                self._next_expiry = min(self._expiry.values())
-            if self._next_expiry <= now:
-                self._dirty_hosts |= {h for h, t in self._expiry.items() if t <= now}
+        """Recompute the providers the events since the last patch touched,
+        the hosts whose turn came (a reservation expired, or their readiness
+        may have turned with the clock) and those whose Lease changed their
+        readiness; call with the lock held."""
+        self._dirty_hosts |= self._turns.due(now)
+        for name in self._rejudge - self._dirty_hosts:
+            h = self._hosts.get(name)
+            if h is None:
+                continue
+            view = self._views.get(self._host_uuid.get(name, ""))
+            ready = host_readiness(h, self._leases.get(name), now, self.staleness).ready
+            if view is None or ready != view.ready:
+                self._dirty_hosts.add(name)
+            else:  # a renewal: the same judgement, until the renewed Lease lapses
+                self._turns.put(name, self._turn(name, h, now))
+        self._rejudge.clear()
         if not self._dirty_hosts and not self._dirty_records:
             return
         self._fleet = None  # its readers keep it as it is (CowDict)
@@ -309,23 +343,31 @@ class ProviderSnapshot:
             if old is not None and old != uid:
                 del self._host_uuid[name]
                 self._put(old, None)
-            if self._expiry.pop(name, None) is not None:
-                self._next_expiry = None
+            self._expiry.pop(name, None)
             if h is None or uid is None:
+                self._turns.put(name, None)
                 continue
             mine = list(self._reservations.get(name, {}).values())
-            self._put(uid, hypervisor_view(h, mine, policies, self._records.get(uid), now))
+            lease = self._leases.get(name)
+            view = hypervisor_view(h, mine, policies, self._records.get(uid), now, lease, self.staleness)
+            self._put(uid, view)
             self._host_uuid[name] = uid
-            expiring = [r.spec.expires_at for r in mine if r.spec.expires_at is not None
-                        and r.spec.expires_at > now and reservation_phase(r, h, now) in HOLDING_PHASES]
+            expiring = [r.spec.expires_at for r in mine
+                        if r.spec.expires_at is not None and holds_space(r, h, now)]
             if expiring:
                 self._expiry[name] = min(expiring)
-                self._next_expiry = None
+            self._turns.put(name, self._turn(name, h, now))
         for uid in self._dirty_records:
             rec = self._records.get(uid)
             self._put(uid, None if rec is None else record_view(rec))
         self._dirty_hosts.clear()
         self._dirty_records.clear()
+
+    def _turn(self, name: str, h: Hypervisor, now: datetime) -> datetime | None:
+        """When host `name`'s view may next differ with nothing written."""
+        turns = [t for t in (self._expiry.get(name),
+                             readiness_turn(h, self._leases.get(name), now, self.staleness)) if t is not None]
+        return min(turns, default=None)
 
     def _put(self, uid: str, view: ProviderView | None) -> None:
         """`view` in place of the provider `uid`'s (None: it is gone), its
@@ -354,11 +396,12 @@ class ProviderSnapshot:
             self._providers[uid] = provider
             self._changed.add(uid)
 
-    def fleet(self) -> Fleet:
-        """Every provider's view as of the last refresh, with its lookups: one
-        value per change, shared by its readers (who must not change it)."""
+    def fleet(self, now: datetime | None = None) -> Fleet:
+        """Every provider's view as of the last refresh, judged at `now` (by
+        default the time of the call), with its lookups: one value per
+        change, shared by its readers (who must not change it)."""
         with self._lock:
-            now = datetime.now(UTC)
+            now = now or datetime.now(UTC)
             self._patch(now)
             if self._fleet is None:
                 self._fleet = Fleet(self._views.view(), now, names=self._by_name.view(),
@@ -380,9 +423,11 @@ class ProviderSnapshot:
             return [self._consumers[c] for c in sorted(self._by_project.get(project_id, ()))
                     if c in self._consumers]
 
-    def graph(self) -> ProviderGraph:
+    def graph(self, now: datetime | None = None) -> ProviderGraph:
+        """The providers as the candidates search reads them, judged at `now`
+        (by default the time of the call)."""
         with self._lock:
-            self._patch(datetime.now(UTC))
+            self._patch(now or datetime.now(UTC))
             if self._graph is not None and not self._changed:
                 return self._graph
             changed, self._changed = self._changed, set()
@@ -428,6 +473,44 @@ class ProviderSnapshot:
                 traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
                 known = self._known = (frozenset(classes), frozenset(traits))
             return known
+
+
+class _Turns:
+    """When each host is to be looked at again, and which are due: a heap of
+    (time, host), an entry counting only while it is the host's current turn
+    (a renewed Lease moves a turn on without a pass over the fleet)."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, datetime] = {}
+        self._heap: list[tuple[datetime, str]] = []
+
+    def put(self, host: str, when: datetime | None) -> None:
+        if when is None:
+            self._at.pop(host, None)
+            return
+        if self._at.get(host) == when:
+            return
+        self._at[host] = when
+        heapq.heappush(self._heap, (when, host))
+        if len(self._heap) > 2 * len(self._at) + 64:  # mostly moved-on entries: keep the current
+            self._heap = [(t, h) for h, t in self._at.items()]
+            heapq.heapify(self._heap)
+
+    def any_due(self, now: datetime) -> bool:
+        """Whether some entry is at or before `now` (a moved-on one too: then
+        `due` has only not dropped it yet, and saying so is merely cautious)."""
+        return bool(self._heap) and self._heap[0][0] <= now
+
+    def due(self, now: datetime) -> set[str]:
+        """The hosts whose turn is at or before `now` (each then has none)."""
+        out: set[str] = set()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            when, host = heapq.heappop(heap)
+            if self._at.get(host) == when:
+                del self._at[host]
+                out.add(host)
+        return out
 
 
 def _drop(index: CowDict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:

@@ -157,7 +157,7 @@ class ApiContext:
             with self._placement_lock:
                 snap = self._placement
                 if snap is None:
-                    snap = ProviderSnapshot.from_store(self.store)
+                    snap = ProviderSnapshot.from_store(self.store, self.limits.claim_staleness)
                     if not self.store.events_at_hand:
                         snap.follow(self.store, self._placement_stop)
                     self._placement = snap
