@@ -20,11 +20,11 @@ class Watcher:
     """Reads one watch stream in a thread; keeps (arrival time, event)."""
 
     def __init__(self, api: Api, params: dict[str, Any], token: str = "ops-token",
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, path: str = HV) -> None:
         self.events: list[tuple[float, dict[str, Any]]] = []
         self.conn = http.client.HTTPConnection("127.0.0.1", api.server.port, timeout=60)
         query = urllib.parse.urlencode({"watch": "true", **params})
-        self.conn.request("GET", f"{HV}?{query}",
+        self.conn.request("GET", f"{path}?{query}",
                           headers={"Authorization": f"Bearer {token}", **(headers or {})})
         self.response = self.conn.getresponse()
         self.status = self.response.status

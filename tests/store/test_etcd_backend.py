@@ -388,3 +388,41 @@ def test_a_renewal_naming_the_stores_own_last_write_is_one_transaction_that_deco
     finally:
         other.close()
     assert stored == lease and stored.to_json() == lease.to_json()
+
+
+def test_an_update_awaited_on_an_event_loop_is_the_same_write_as_update(etcd: EtcdStore) -> None:
+    """`update_on_loop` (a server's Lease renewal with no thread crossed) over
+    the object `at_hand` answers: the same stored object as `update` would
+    answer and any reader decodes, a watch event, the store's own rules
+    (only the Lease's agent writes it) and its compare-and-swap (a version
+    that moved on is StaleVersion, nothing written)."""
+    from tests.support.loops import run_on_own_thread
+
+    from hvfleet.model.errors import Forbidden
+    from hvfleet.store.base import StaleVersion
+
+    holder, start = agent_manager("hv-loop"), datetime.now(UTC)
+    first = etcd.create(renewed(None, "hv-loop", holder, 30, start), holder)
+    assert etcd.writes_on_loop
+    assert etcd.at_hand("Lease", "hv-loop", first.metadata.resource_version) == first
+    assert etcd.at_hand("Lease", "hv-loop", "999999") is None  # never seen: not at hand
+    since = etcd.revision()
+
+    async def renew(current: Any, at: datetime, manager: str = holder) -> Any:
+        return await etcd.update_on_loop(current, renewed(current, "hv-loop", holder, 30, at), manager)
+
+    second = run_on_own_thread(renew(first, start + timedelta(seconds=10)))
+    assert second == etcd.get("Lease", "hv-loop")
+    assert int(second.metadata.resource_version) > int(first.metadata.resource_version)
+    assert second.spec.renew_time is not None and first.spec.renew_time is not None
+    assert second.spec.renew_time > first.spec.renew_time
+    with pytest.raises(Forbidden, match="written only by 'agent/hv-loop'"):
+        run_on_own_thread(renew(second, start + timedelta(seconds=20), manager=agent_manager("hv-other")))
+    # The version the first renewal replaced is still at hand (the store wrote
+    # it), but it moved on: the transaction refuses it.
+    with pytest.raises(StaleVersion, match="is stale"):
+        run_on_own_thread(renew(first, start + timedelta(seconds=30)))
+    assert etcd.get("Lease", "hv-loop") == second  # neither refusal wrote
+    events = list(etcd.watch("Lease", since=since, timeout=1.0))
+    assert [(e.type, e.object.metadata.resource_version) for e in events] == [
+        ("MODIFIED", second.metadata.resource_version)]

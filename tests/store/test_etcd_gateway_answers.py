@@ -1,4 +1,5 @@
-"""The etcd gateway client's own HTTP/1.1 reading (`etcd_transport.GatewayConnection`):
+"""The etcd gateway client's own HTTP/1.1 reading (`etcd_transport.GatewayConnection`,
+and `AsyncGatewayConnection`, its asyncio twin, through the same parser):
 whatever the framing (Content-Length, chunked with extensions and trailers, or
 the end of the connection) and however the bytes are cut into reads, the body
 read is the body sent and the connection is kept exactly when it may be; a
@@ -8,6 +9,7 @@ test (tests/store/test_etcd_*.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 
@@ -15,8 +17,9 @@ import pytest
 from etcd3gw import exceptions as etcd_errors
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.support.loops import run_on_own_thread
 
-from hvfleet.store.etcd_transport import GatewayConnection, GatewayProtocolError
+from hvfleet.store.etcd_transport import AsyncGatewayConnection, GatewayConnection, GatewayProtocolError
 
 
 def framed(body: bytes, framing: str, chunks: list[int]) -> bytes:
@@ -37,8 +40,10 @@ def framed(body: bytes, framing: str, chunks: list[int]) -> bytes:
     return b"".join(out)
 
 
-def read_answer(raw: bytes, cuts: list[int], close_after: bool) -> tuple[int, str, bytes, bool]:
-    """`raw` sent in pieces cut at `cuts` over a socket pair; what the client reads."""
+def read_answer(raw: bytes, cuts: list[int], close_after: bool,
+                on_loop: bool = False) -> tuple[int, str, bytes, bool]:
+    """`raw` sent in pieces cut at `cuts` over a socket pair; what the client
+    reads (`on_loop`: the asyncio connection, on an event loop of its own)."""
     ours, theirs = socket.socketpair()
     ours.settimeout(5)
 
@@ -53,9 +58,18 @@ def read_answer(raw: bytes, cuts: list[int], close_after: bool) -> tuple[int, st
 
     sender = threading.Thread(target=send)
     sender.start()
-    conn = GatewayConnection("127.0.0.1:1")
     try:
-        return conn._answer(ours)
+        if on_loop:
+            async def read() -> tuple[int, str, bytes, bool]:
+                ours.setblocking(False)
+                reader, writer = await asyncio.open_connection(sock=ours)
+                try:
+                    return await AsyncGatewayConnection("127.0.0.1:1")._answer(reader)
+                finally:
+                    writer.close()
+
+            return run_on_own_thread(read(), timeout=20)
+        return GatewayConnection("127.0.0.1:1")._answer(ours)
     finally:
         sender.join()
         ours.close()
@@ -72,6 +86,17 @@ def test_the_body_read_is_the_body_sent_whatever_the_framing_and_the_reads(
     assert keep == (framing != "close")
 
 
+@settings(max_examples=40, deadline=None)
+@given(body=st.binary(max_size=3000), framing=st.sampled_from(["length", "chunked", "close"]),
+       chunks=st.lists(st.integers(1, 700), max_size=8), cuts=st.lists(st.integers(1, 4000), max_size=6))
+def test_the_connection_on_an_event_loop_reads_the_same_body(
+        body: bytes, framing: str, chunks: list[int], cuts: list[int]) -> None:
+    status, reason, got, keep = read_answer(framed(body, framing, chunks), cuts, framing == "close",
+                                            on_loop=True)
+    assert (status, reason, got) == (200, "OK", body)
+    assert keep == (framing != "close")
+
+
 @pytest.mark.parametrize("raw", [
     b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",       # the connection ends early
     b"SSH-2.0-OpenSSH\r\n\r\n",                                    # not HTTP
@@ -79,9 +104,10 @@ def test_the_body_read_is_the_body_sent_whatever_the_framing_and_the_reads(
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcdef\r\n0\r\n\r\n",  # chunk overrun
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # no chunk size
 ])
-def test_a_malformed_or_cut_answer_is_an_error_not_a_body(raw: bytes) -> None:
+@pytest.mark.parametrize("on_loop", [False, True], ids=["thread", "loop"])
+def test_a_malformed_or_cut_answer_is_an_error_not_a_body(raw: bytes, on_loop: bool) -> None:
     with pytest.raises((GatewayProtocolError, ValueError)):
-        read_answer(raw, [], close_after=True)
+        read_answer(raw, [], close_after=True, on_loop=on_loop)
 
 
 def test_a_gateway_that_answers_garbage_is_a_connection_failure_and_the_connection_is_dropped() -> None:
@@ -106,3 +132,47 @@ def test_a_gateway_that_answers_garbage_is_a_connection_failure_and_the_connecti
         t.join()
         listener.close()
         conn.close()
+
+
+def test_on_an_event_loop_garbage_is_a_connection_failure_and_a_closed_connection_is_not_reused() -> None:
+    """The asyncio connection fails as the threaded one does, and a kept
+    connection the member closed meanwhile is replaced before a request is sent
+    into it (not reported as a lost answer)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    answer = b'HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{"ok": "1"}'
+    served: list[bytes] = []
+
+    def serve() -> None:
+        for reply in (answer, b"garbage that is no HTTP\r\n\r\n", answer):
+            peer, _ = listener.accept()  # one connection per request: each is closed after it
+            served.append(peer.recv(65536))
+            peer.sendall(reply)
+            peer.close()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    conn = AsyncGatewayConnection(f"127.0.0.1:{port}")
+
+    async def requests() -> tuple[dict[str, str], str, bool, dict[str, str]]:
+        first = await conn.post("kv/range", {"key": "a"}, timeout=5)
+        await asyncio.sleep(0.2)  # the member closes the kept connection meanwhile
+        try:
+            await conn.post("kv/range", {"key": "b"}, timeout=5)
+            failed = ""
+        except etcd_errors.ConnectionFailedError as exc:
+            failed = exc.detail_text
+        dropped = conn._writer is None
+        third = await conn.post("kv/range", {"key": "c"}, timeout=5)
+        conn.close()
+        return first, failed, dropped, third
+
+    try:
+        first, failed, dropped, third = run_on_own_thread(requests(), timeout=20)
+    finally:
+        t.join()
+        listener.close()
+    assert first == third == {"ok": "1"}
+    assert "not an HTTP/1.1 answer" in failed
+    assert dropped
+    assert [r.split(b"\r\n\r\n")[1] for r in served] == [b'{"key":"a"}', b'{"key":"b"}', b'{"key":"c"}']

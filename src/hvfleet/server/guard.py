@@ -26,8 +26,9 @@ an HTML page (`dashboard.pages.common.error_page`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from starlette.applications import Starlette
@@ -180,26 +181,62 @@ def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | N
     write, a refusal by the store's own rules (only agent/<name> writes that
     host's status, agents never write spec) is worded as kube-apiserver words
     a refusal, with the store's reason after it."""
-    rv_before = before.metadata.resource_version if before is not None else None
-    try:
+    with _refusal_audited(ctx, who, action, before):
         if check is not None:
             check()
-        try:
+        with _store_refusal_worded(action, check is not None):
             out = write()
-        except Forbidden as exc:
-            if check is None:
-                raise
-            target = f'{action.resource}.{API_GROUP} "{action.name}"' if action.name else action.resource
-            raise Forbidden(f"{target} is forbidden: {exc}") from None
+    _audit_success(ctx, who, action, before, out)
+    return out
+
+
+async def audited_on_loop(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
+                          write: Callable[[], Awaitable[T]], *, check: Callable[[], None]) -> T:
+    """`audited` for a write awaited on the event loop (`Store.update_on_loop`):
+    the same authorization, wording and audit line."""
+    with _refusal_audited(ctx, who, action, before):
+        check()
+        with _store_refusal_worded(action, True):
+            out = await write()
+    _audit_success(ctx, who, action, before, out)
+    return out
+
+
+@contextlib.contextmanager
+def _refusal_audited(ctx: ApiContext, who: Identity, action: Action,
+                     before: Resource | None) -> Iterator[None]:
+    try:
+        yield
     except Exception as exc:
-        if ctx.audit is not None:
-            code, reason = code_of(exc)
-            ctx.audit.record(who, action, before=rv_before, after=None, code=code, reason=reason)
+        _audit_refusal(ctx, who, action, before, exc)
         raise
+
+
+@contextlib.contextmanager
+def _store_refusal_worded(action: Action, worded: bool) -> Iterator[None]:
+    try:
+        yield
+    except Forbidden as exc:
+        if not worded:
+            raise
+        target = f'{action.resource}.{API_GROUP} "{action.name}"' if action.name else action.resource
+        raise Forbidden(f"{target} is forbidden: {exc}") from None
+
+
+def _audit_refusal(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
+                   exc: Exception) -> None:
+    if ctx.audit is not None:
+        code, reason = code_of(exc)
+        rv_before = before.metadata.resource_version if before is not None else None
+        ctx.audit.record(who, action, before=rv_before, after=None, code=code, reason=reason)
+
+
+def _audit_success(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
+                   out: object) -> None:
     if ctx.audit is not None:
         # Any object the write returns carries the version it was stored at.
         meta = getattr(out, "metadata", None)
         after = meta.resource_version if meta is not None and action.verb != "delete" else None
         code, reason = (201, "Created") if before is None and action.verb == "create" else (200, "OK")
+        rv_before = before.metadata.resource_version if before is not None else None
         ctx.audit.record(who, action, before=rv_before, after=after, code=code, reason=reason)
-    return out

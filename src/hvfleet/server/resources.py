@@ -45,7 +45,7 @@ from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
 from hvfleet.server.context import CONTINUE_MISMATCH, ApiContext
 from hvfleet.server.discovery import BY_KIND, RESOURCES, ResourceInfo
-from hvfleet.server.guard import about, audited, authenticate, precheck
+from hvfleet.server.guard import about, audited, audited_on_loop, authenticate, precheck
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.narrowing import get_visible, view_of
 from hvfleet.server.read_options import EXACT, check_not_newer, read_options
@@ -475,8 +475,10 @@ async def item(request: Request) -> Response:
     if request.method == "PUT":
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
         _same_name(obj, name)
-        out = await in_thread(replace, ctx, who, info, obj, sub, force, dry_run)
-        return render(request, ctx, info, out, 200, warnings)
+        replaced = await replace_on_loop(ctx, who, info, obj, sub, force, dry_run)
+        if replaced is None:  # not on the loop: in a worker thread
+            replaced = await in_thread(replace, ctx, who, info, obj, sub, force, dry_run)
+        return render(request, ctx, info, replaced, 200, warnings)
     if media == bodies.APPLY_PATCH:
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
         _same_name(obj, name)
@@ -524,17 +526,48 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
                       check=lambda: ctx.authorize(who, action, None, obj))
         assert out is not None
         return out
-    if sub is None:
-        new = _with_status_of(obj, current)
-    else:
-        new = _with_status_of(current, obj)
-        new = new.model_copy(update={"metadata": current.metadata.model_copy(
-            update={"resource_version": obj.metadata.resource_version})})
-
+    new = _replacement(current, obj, sub)
     out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
                   check=lambda: authorize_write(ctx, who, action, current, new))
     assert out is not None
     return out
+
+
+def _replacement(current: Resource, obj: Resource, sub: str | None) -> Resource:
+    """What a PUT writes over `current`: the main resource keeps the stored
+    status, /status keeps everything but status (at the body's version)."""
+    if sub is None:
+        return _with_status_of(obj, current)
+    new = _with_status_of(current, obj)
+    return new.model_copy(update={"metadata": current.metadata.model_copy(
+        update={"resource_version": obj.metadata.resource_version})})
+
+
+async def replace_on_loop(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource,
+                          sub: str | None, force: bool, dry_run: bool) -> Resource | None:
+    """`replace` with no thread crossed, where the store can await its write on
+    the event loop (etcd) and already holds the object at the version the PUT
+    names: an agent's Lease renewal or status write names the version of its
+    own last write (docs/scaling.md, "The lease fast path"). The same
+    authorization, ownership rules, compare-and-swap and audit line as
+    `replace`. None when it cannot be done here (not at hand, a dry run, an
+    object being deleted): `replace` in a thread does it."""
+    store = ctx.store
+    if dry_run or not store.writes_on_loop:
+        return None
+    action = Action("update", info.plural, obj.metadata.name, sub, force, dry_run)
+    precheck(ctx, who, action)
+    try:
+        current = store.at_hand(info.kind, obj.metadata.name, obj.metadata.resource_version)
+    except Undecodable:
+        return None
+    if current is None or current.metadata.deletion_timestamp is not None:
+        # (Being deleted: the write that removes the last finalizer also deletes.)
+        return None
+    new = lifecycle.deletion_kept(current, _replacement(current, obj, sub))
+    return await audited_on_loop(
+        ctx, who, action, current, lambda: store.update_on_loop(current, new, who.manager, force=force),
+        check=lambda: authorize_write(ctx, who, action, current, new))
 
 
 def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: Any,

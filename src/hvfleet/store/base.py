@@ -367,6 +367,28 @@ class Store(ABC):
         fails its compare-and-swap (StaleVersion)."""
         return self.get(kind, name)
 
+    # -- a write awaited on an event loop ---------------------------------------------
+    # A backend whose one round trip of an update can be awaited on an event
+    # loop (etcd's gateway) lets a server make a write whose stored object is at
+    # hand (an agent's Lease renewal) without crossing to a worker thread and
+    # back (docs/scaling.md, "The lease fast path"). Every other backend keeps
+    # `update` in a thread.
+    writes_on_loop: bool = False
+
+    def at_hand(self, kind: str, name: str, resource_version: str | None) -> Resource | None:
+        """The object at `resource_version` when this store holds it already
+        (its own last read or write, decoded), without I/O; None otherwise.
+        As for `get_for_write`, the write's compare-and-swap is what decides."""
+        return None
+
+    async def update_on_loop(self, current: Resource, obj: Resource, manager: str, *,
+                             force: bool = False) -> Resource:
+        """`update` of `obj` over `current` (the stored object at the version
+        `obj` names, from `at_hand`), awaited on the running event loop: the
+        same ownership rules, compare-and-swap and errors, the same object
+        answered and the same watch events. Only where `writes_on_loop`."""
+        raise NotImplementedError(f"store {self.url} writes in a thread, not on an event loop")
+
     # -- what the servers over this store share -------------------------------------
 
     def server_secret(self, name: str) -> tuple[bytes, int] | None:

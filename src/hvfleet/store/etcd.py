@@ -305,15 +305,21 @@ class EtcdStore(Store):
 
     def get_for_write(self, kind: str, name: str, resource_version: str | None) -> Resource:
         kind = kind_of(kind)
-        if resource_version and resource_version.isdigit():
-            key, revision = self._key(kind, name), int(resource_version)
-            known = self._decoded(key, revision)
-            if known is not None:
-                return known
-            value = self._recall(key, revision)
-            if value is not None:
-                return decode(kind, value, revision, name)
-        return self.get(kind, name)
+        known = self.at_hand(kind, name, resource_version)
+        return known if known is not None else self.get(kind, name)
+
+    writes_on_loop = True
+
+    def at_hand(self, kind: str, name: str, resource_version: str | None) -> Resource | None:
+        if not resource_version or not resource_version.isdigit():
+            return None
+        kind = kind_of(kind)
+        key, revision = self._key(kind, name), int(resource_version)
+        known = self._decoded(key, revision)
+        if known is not None:
+            return known
+        value = self._recall(key, revision)
+        return decode(kind, value, revision, name) if value is not None else None
 
     def _decoded(self, key: str, revision: int) -> Resource | None:
         """The object at (key, revision) when this store has it decoded already:
@@ -381,14 +387,18 @@ class EtcdStore(Store):
         result = self.transport.txn(
             [compare], [op_put(key, value), *self._reservation_ops(old, stored)], [op_get(key)], what=what,
         )
+        return result, self._put_answer(key, result, value, read, stored)
+
+    def _put_answer(self, key: str, result: TxnResult, value: bytes, read: Resource,
+                    stored: Resource) -> Resource | None:
         if result.succeeded:
             self._remember(key, result.revision, value)
             written = with_version(read, result.revision)
             self._watched_as(key, result.revision, written)
             # What the model reads from the bytes written: what any reader gets.
-            return result, written
+            return written
         applied = landed(result, [value])
-        return result, (with_version(stored, applied) if applied is not None else None)
+        return with_version(stored, applied) if applied is not None else None
 
     def create(self, obj: Resource, manager: str) -> Resource:
         key = self._key(obj.kind, obj.metadata.name)
@@ -418,8 +428,32 @@ class EtcdStore(Store):
         if old is not None and unchanged(old, stored):
             return old
         result, written = self._put(key, cmp_mod(key, old_revision), old, stored, f"update {kind} {name}")
+        return self._updated(key, obj, result, written)
+
+    async def update_on_loop(self, current: Resource, obj: Resource, manager: str, *,
+                             force: bool = False) -> Resource:
+        """`update`, its one transaction awaited on the loop: `current` is the
+        object at the version the transaction compares (`at_hand`)."""
+        kind, name = obj.kind, obj.metadata.name
+        key = self._key(kind, name)
+        rv = current.metadata.resource_version
+        if kind != current.kind or name != current.metadata.name or rv is None or not rv.isdigit():
+            raise InvalidInput(f"update {kind} {name}: not over the stored object")
+        old, stored = prepare_update_over(lambda: current, obj, manager, force=force, now=_now())
+        if old is not None and unchanged(old, stored):
+            return old
+        value, read = encode_and_read(stored)
+        result = await self.transport.txn_async(
+            [cmp_mod(key, int(rv))], [op_put(key, value), *self._reservation_ops(old, stored)], [op_get(key)],
+            what=f"update {kind} {name}",
+        )
+        return self._updated(key, obj, result, self._put_answer(key, result, value, read, stored))
+
+    def _updated(self, key: str, obj: Resource, result: TxnResult, written: Resource | None) -> Resource:
+        """An update's answer: the object written, or why not."""
         if written is not None:
             return written
+        kind, name = obj.kind, obj.metadata.name
         current = result.first()
         if current is None:
             raise NotFound(f"{kind} {name!r} not found")

@@ -15,6 +15,7 @@ whether that earlier attempt was this very write.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -24,7 +25,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -222,7 +224,121 @@ class GatewayProtocolError(Exception):
     """The gateway's answer is not HTTP/1.1 as this client reads it."""
 
 
-class GatewayConnection:
+def _result(status: int, reason: str, text: bytes) -> dict[str, Any]:
+    """The answer's JSON, or its status as etcd3gw's error class."""
+    if status != 200:
+        error = _ERRORS_BY_STATUS.get(status, etcd_errors.Etcd3Exception)
+        raise error(text.decode("utf-8", "replace"), reason)
+    out: dict[str, Any] = json.loads(text)
+    return out
+
+
+def _failed(exc: Exception, endpoint: str) -> etcd_errors.Etcd3Exception:
+    """A connection's failure as etcd3gw's error class (the failover's input)."""
+    if isinstance(exc, (TimeoutError, BlockingIOError)):  # BlockingIOError: SO_RCVTIMEO/SO_SNDTIMEO ran out
+        return etcd_errors.ConnectionTimeoutError(f"{endpoint}: timed out")
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
+    return etcd_errors.ConnectionFailedError(f"{endpoint}: {why}")
+
+
+# An answer is read by one parser for both connections (sans I/O): a generator
+# over the connection's buffer that yields whenever it needs the next read and
+# is sent what was read (b"" once the connection ended).
+Reading = Generator[None, bytes, Any]
+
+
+def _more(buf: bytearray) -> Generator[None, bytes, None]:
+    chunk = yield
+    if not chunk:
+        raise GatewayProtocolError("the connection closed before the answer was complete")
+    buf += chunk
+
+
+def _until(buf: bytearray, mark: bytes) -> Generator[None, bytes, bytes]:
+    """The buffered bytes up to `mark` (taken, with the mark)."""
+    while (end := buf.find(mark)) < 0:
+        if len(buf) > _MAX_ANSWER_HEAD:
+            raise GatewayProtocolError("the answer's head or a chunk size line is too long")
+        yield from _more(buf)
+    out = bytes(buf[:end])
+    del buf[: end + len(mark)]
+    return out
+
+
+def _exactly(buf: bytearray, size: int) -> Generator[None, bytes, bytes]:
+    while len(buf) < size:
+        yield from _more(buf)
+    out = bytes(buf[:size])
+    del buf[:size]
+    return out
+
+
+def _chunked(buf: bytearray) -> Generator[None, bytes, bytes]:
+    parts: list[bytes] = []
+    while True:
+        size = int((yield from _until(buf, b"\r\n")).split(b";", 1)[0].strip(), 16)
+        if size == 0:
+            while (yield from _until(buf, b"\r\n")):  # trailers, up to the empty line
+                pass
+            return b"".join(parts)
+        parts.append((yield from _exactly(buf, size)))
+        if (yield from _until(buf, b"\r\n")):
+            raise GatewayProtocolError("a chunk is longer than its size says")
+
+
+def _read_answer(buf: bytearray) -> Generator[None, bytes, tuple[int, str, bytes, bool]]:
+    """(status, reason, body, whether the connection may be kept)."""
+    lines = (yield from _until(buf, b"\r\n\r\n")).split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    code, _, reason = rest.partition(b" ")
+    if not version.startswith(b"HTTP/1.") or not code.isdigit():
+        raise GatewayProtocolError(f"not an HTTP/1.1 answer: {lines[0][:80]!r}")
+    length: int | None = None
+    chunked = False
+    keep = version == b"HTTP/1.1"
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+        elif name == b"connection":
+            token = value.strip().lower()
+            keep = False if token == b"close" else True if token == b"keep-alive" else keep
+    if chunked:
+        body = yield from _chunked(buf)
+    elif length is not None:
+        body = yield from _exactly(buf, length)
+    else:  # delimited by the end of the connection
+        while chunk := (yield):
+            buf += chunk
+        body, keep = bytes(buf), False
+        buf.clear()
+    return int(code), reason.decode("latin-1"), body, keep
+
+
+class _Member:
+    """What both connections to one member's gateway keep: its address, and
+    the buffer an answer is read into."""
+
+    def __init__(self, endpoint: str, api_path: str) -> None:
+        host, _, port = endpoint.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.api_path = api_path
+        self._host_header = endpoint.encode("ascii")
+        self._buffer = bytearray()
+
+    def _request(self, path: str, body: dict[str, Any]) -> bytes:
+        """One gateway request, head and body, as one buffer to send."""
+        data = json.dumps(body, separators=(",", ":")).encode()
+        head = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                b"Accept: application/json\r\nContent-Length: %d\r\n\r\n"
+                % ((self.api_path + path).encode("ascii"), self._host_header, len(data)))
+        return head + data
+
+
+class GatewayConnection(_Member):
     """One keep-alive HTTP/1.1 connection to one member's JSON gateway, used by
     one thread: a request is one `sendall` of its head and body, the answer
     is read from the socket into one buffer (Content-Length or chunked). First
@@ -233,13 +349,9 @@ class GatewayConnection:
     classes, as before, so the failover above is unchanged."""
 
     def __init__(self, endpoint: str, api_path: str = "/v3/") -> None:
-        host, _, port = endpoint.rpartition(":")
-        self.host, self.port = host.strip("[]"), int(port)
-        self.api_path = api_path
-        self._host_header = endpoint.encode("ascii")
+        super().__init__(endpoint, api_path)
         self._sock: socket.socket | None = None
         self._timeout: float | None = None  # the kernel's timeouts set on the socket
-        self._buffer = bytearray()
 
     def _socket(self, timeout: float) -> socket.socket:
         sock = self._sock
@@ -268,101 +380,28 @@ class GatewayConnection:
         return sock
 
     def post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        data = json.dumps(body, separators=(",", ":")).encode()
-        head = (b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                b"Accept: application/json\r\nContent-Length: %d\r\n\r\n"
-                % ((self.api_path + path).encode("ascii"), self._host_header, len(data)))
+        request = self._request(path, body)
         try:
             sock = self._socket(timeout)
-            sock.sendall(head + data)
+            sock.sendall(request)
             status, reason, text, keep = self._answer(sock)
-        except (TimeoutError, BlockingIOError) as exc:  # BlockingIOError: SO_RCVTIMEO/SO_SNDTIMEO ran out
-            self.close()
-            raise etcd_errors.ConnectionTimeoutError(f"{self.host}:{self.port}: timed out") from exc
         except (OSError, GatewayProtocolError, ValueError) as exc:
             self.close()
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else repr(exc)
-            raise etcd_errors.ConnectionFailedError(f"{self.host}:{self.port}: {why}") from exc
+            raise _failed(exc, f"{self.host}:{self.port}") from exc
         if not keep:
             self.close()
-        if status != 200:
-            error = _ERRORS_BY_STATUS.get(status, etcd_errors.Etcd3Exception)
-            raise error(text.decode("utf-8", "replace"), reason)
-        out: dict[str, Any] = json.loads(text)
-        return out
-
-    # -- reading an answer -----------------------------------------------------------
-
-    def _fill(self, sock: socket.socket) -> None:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise GatewayProtocolError("the connection closed before the answer was complete")
-        self._buffer += chunk
-
-    def _until(self, sock: socket.socket, mark: bytes) -> bytes:
-        """The buffered bytes up to `mark` (taken, with the mark)."""
-        buf = self._buffer
-        while (end := buf.find(mark)) < 0:
-            if len(buf) > _MAX_ANSWER_HEAD:
-                raise GatewayProtocolError("the answer's head or a chunk size line is too long")
-            self._fill(sock)
-        out = bytes(buf[:end])
-        del buf[: end + len(mark)]
-        return out
-
-    def _exactly(self, sock: socket.socket, size: int) -> bytes:
-        buf = self._buffer
-        while len(buf) < size:
-            self._fill(sock)
-        out = bytes(buf[:size])
-        del buf[:size]
-        return out
+        return _result(status, reason, text)
 
     def _answer(self, sock: socket.socket) -> tuple[int, str, bytes, bool]:
         """(status, reason, body, whether the connection may be kept)."""
-        lines = self._until(sock, b"\r\n\r\n").split(b"\r\n")
-        version, _, rest = lines[0].partition(b" ")
-        code, _, reason = rest.partition(b" ")
-        if not version.startswith(b"HTTP/1.") or not code.isdigit():
-            raise GatewayProtocolError(f"not an HTTP/1.1 answer: {lines[0][:80]!r}")
-        length: int | None = None
-        chunked = False
-        keep = version == b"HTTP/1.1"
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-            elif name == b"connection":
-                token = value.strip().lower()
-                keep = False if token == b"close" else True if token == b"keep-alive" else keep
-        if chunked:
-            body = self._chunked(sock)
-        elif length is not None:
-            body = self._exactly(sock, length)
-        else:  # delimited by the end of the connection
-            try:
-                while True:
-                    self._fill(sock)
-            except GatewayProtocolError:
-                pass
-            body, keep = bytes(self._buffer), False
-            self._buffer.clear()
-        return int(code), reason.decode("latin-1"), body, keep
-
-    def _chunked(self, sock: socket.socket) -> bytes:
-        parts: list[bytes] = []
-        while True:
-            size = int(self._until(sock, b"\r\n").split(b";", 1)[0].strip(), 16)
-            if size == 0:
-                while self._until(sock, b"\r\n"):  # trailers, up to the empty line
-                    pass
-                return b"".join(parts)
-            parts.append(self._exactly(sock, size))
-            if self._until(sock, b"\r\n"):
-                raise GatewayProtocolError("a chunk is longer than its size says")
+        reading = _read_answer(self._buffer)
+        try:
+            next(reading)
+            while True:
+                reading.send(sock.recv(65536))
+        except StopIteration as done:
+            answer: tuple[int, str, bytes, bool] = done.value
+            return answer
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
@@ -370,6 +409,154 @@ class GatewayConnection:
         if sock is not None:
             with contextlib.suppress(Exception):
                 sock.close()
+
+
+class AsyncGatewayConnection(_Member):
+    """The same connection for an asyncio event loop: a request awaited on the
+    loop itself, no thread crossed (a Lease renewal's one transaction,
+    docs/scaling.md "The lease fast path"). Used by one request at a time (the
+    transport keeps idle ones per loop); the answer is read by the same
+    parser as GatewayConnection's; failures are the same error classes."""
+
+    def __init__(self, endpoint: str, api_path: str = "/v3/") -> None:
+        super().__init__(endpoint, api_path)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def _stream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = self._reader, self._writer
+        if reader is not None and writer is not None and (reader.at_eof() or writer.is_closing()):
+            # Kept, but the member closed it meanwhile: a new one, rather than a
+            # lost answer reported for a request that never left.
+            self.close()
+            reader = writer = None
+        if reader is None or writer is None:
+            reader, writer = await asyncio.open_connection(self.host, self.port)
+            with contextlib.suppress(OSError):
+                writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._reader, self._writer = reader, writer
+            self._buffer.clear()
+        return reader, writer
+
+    async def post(self, path: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        request = self._request(path, body)
+        try:
+            async with asyncio.timeout(timeout):
+                reader, writer = await self._stream()
+                writer.write(request)
+                status, reason, text, keep = await self._answer(reader)
+        except (OSError, GatewayProtocolError, ValueError) as exc:  # TimeoutError is an OSError
+            self.close()
+            raise _failed(exc, f"{self.host}:{self.port}") from exc
+        except BaseException:
+            self.close()  # cancelled mid-answer: the connection's state is unknown
+            raise
+        if not keep:
+            self.close()
+        return _result(status, reason, text)
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, str, bytes, bool]:
+        reading = _read_answer(self._buffer)
+        try:
+            next(reading)
+            while True:
+                reading.send(await reader.read(65536))
+        except StopIteration as done:
+            answer: tuple[int, str, bytes, bool] = done.value
+            return answer
+
+    def close(self) -> None:
+        writer, self._reader, self._writer = self._writer, None, None
+        self._buffer.clear()
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+def _close_all(connections: list[AsyncGatewayConnection]) -> None:
+    for c in connections:
+        c.close()
+
+
+def _txn_result(out: dict[str, Any], ambiguous: bool) -> TxnResult:
+    ranges = [
+        [KeyValue.from_json(kv) for kv in r["response_range"].get("kvs", [])]
+        for r in out.get("responses", [])
+        if "response_range" in r
+    ]
+    return TxnResult(
+        succeeded=bool(out.get("succeeded", False)),
+        revision=int(out["header"]["revision"]),
+        ranges=ranges,
+        ambiguous=ambiguous,
+    )
+
+
+class _Attempts:
+    """One request's failover over the endpoints (shared by `post` and
+    `post_async`): a member that is down, has no leader or timed out is left
+    for the next one until `unavailable_after` seconds have passed; after a
+    full round a short pause (an election takes about one election timeout)."""
+
+    def __init__(self, transport: EtcdTransport, what: str) -> None:
+        if transport.closed:
+            raise Unavailable(f"store {transport.url}: closed")
+        self.transport, self.what = transport, what
+        self.deadline = time.monotonic() + transport.unavailable_after
+        self.ambiguous = False  # an earlier attempt failed without an answer
+        self.tried = 0
+        self.refused = 0  # consecutive "connection refused" answers
+
+    def timeout(self) -> float:
+        return max(0.05, min(self.transport.request_timeout, self.deadline - time.monotonic()))
+
+    def failed(self, exc: etcd_errors.Etcd3Exception, index: int, body: dict[str, Any]) -> float:
+        """After attempt `index` failed with `exc`: raise what the caller gets,
+        or move on to the next endpoint and return how long to pause first."""
+        t, what = self.transport, self.what
+        text = exc.detail_text or ""
+        if "compacted" in text:
+            raise Gone(f"store {t.url}: {what}: revision was compacted") from None
+        if "request is too large" in text or "larger than max" in text:
+            raise TooLarge(
+                f"store {t.url}: {what}: {len(json.dumps(body))} bytes is more than "
+                "etcd accepts in one request (--max-request-bytes, 1.5 MiB by default)"
+            ) from None
+        if "too many operations in txn" in text:
+            raise TooLarge(
+                f"store {t.url}: {what}: more operations than etcd accepts in one "
+                "transaction (--max-txn-ops, 128 by default)"
+            ) from None
+        if "database space exceeded" in text:
+            raise Unavailable(
+                f"store {t.url}: {what}: etcd's database quota is full (compact and "
+                "defragment, or raise --quota-backend-bytes)"
+            ) from None
+        if not retryable(exc):
+            raise Unavailable(
+                f"store {t.url}: {what}: etcd {t.endpoints[index]} refused the "
+                f"request: {reason(exc)}"
+            ) from None
+        self.ambiguous = True
+        why = reason(exc)
+        last = f"{t.endpoints[index]}: {why}"
+        self.refused = self.refused + 1 if why == "connection refused" else 0
+        if time.monotonic() >= self.deadline:
+            raise t.unavailable(what, last)
+        if self.refused >= REFUSED_ROUNDS * len(t.endpoints):
+            # Nothing listens on any endpoint (a wrong address, or the whole
+            # cluster is down): say so now rather than after the full wait.
+            raise Unavailable(
+                f"store {t.url}: {what}: every etcd endpoint refused the connection "
+                f"(last: {last})"
+            )
+        t.move_on(index)
+        self.tried += 1
+        if self.tried % len(t.endpoints):
+            return 0.0
+        rounds = self.tried // len(t.endpoints)
+        pause = min(0.02 * 2.0**rounds, 0.5) * (0.5 + random.random())
+        return min(pause, max(0.0, self.deadline - time.monotonic()))
 
 
 class EtcdTransport:
@@ -393,6 +580,8 @@ class EtcdTransport:
         self._local = threading.local()
         self._sessions_lock = threading.Lock()
         self._clients: list[GatewayConnection] = []
+        self._async_idle: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[int, list[AsyncGatewayConnection]]] = weakref.WeakKeyDictionary()
         self.closed = False
 
     @property
@@ -429,63 +618,45 @@ class EtcdTransport:
     def post(self, path: str, body: dict[str, Any], what: str) -> tuple[dict[str, Any], bool]:
         """POST to the first endpoint that answers. Returns the answer and whether an
         earlier attempt failed without one (it may have been applied)."""
-        if self.closed:
-            raise Unavailable(f"store {self.url}: closed")
-        deadline = time.monotonic() + self.unavailable_after
-        ambiguous = False
-        tried = 0
-        refused = 0  # consecutive "connection refused" answers
+        attempts = _Attempts(self, what)
         while True:
             index = self.current
-            client = self._client(index)
-            timeout = max(0.05, min(self.request_timeout, deadline - time.monotonic()))
             try:
-                return client.post(path, body, timeout), ambiguous
+                return self._client(index).post(path, body, attempts.timeout()), attempts.ambiguous
             except etcd_errors.Etcd3Exception as exc:
-                text = exc.detail_text or ""
-                if "compacted" in text:
-                    raise Gone(f"store {self.url}: {what}: revision was compacted") from None
-                if "request is too large" in text or "larger than max" in text:
-                    raise TooLarge(
-                        f"store {self.url}: {what}: {len(json.dumps(body))} bytes is more than "
-                        "etcd accepts in one request (--max-request-bytes, 1.5 MiB by default)"
-                    ) from None
-                if "too many operations in txn" in text:
-                    raise TooLarge(
-                        f"store {self.url}: {what}: more operations than etcd accepts in one "
-                        "transaction (--max-txn-ops, 128 by default)"
-                    ) from None
-                if "database space exceeded" in text:
-                    raise Unavailable(
-                        f"store {self.url}: {what}: etcd's database quota is full (compact and "
-                        "defragment, or raise --quota-backend-bytes)"
-                    ) from None
-                if not retryable(exc):
-                    raise Unavailable(
-                        f"store {self.url}: {what}: etcd {self.endpoints[index]} refused the "
-                        f"request: {reason(exc)}"
-                    ) from None
-                ambiguous = True
-                why = reason(exc)
-                last = f"{self.endpoints[index]}: {why}"
-                refused = refused + 1 if why == "connection refused" else 0
-            if time.monotonic() >= deadline:
-                raise self.unavailable(what, last)
-            if refused >= REFUSED_ROUNDS * len(self.endpoints):
-                # Nothing listens on any endpoint (a wrong address, or the whole
-                # cluster is down): say so now rather than after the full wait.
-                raise Unavailable(
-                    f"store {self.url}: {what}: every etcd endpoint refused the connection "
-                    f"(last: {last})"
-                )
-            # Next endpoint; after a full round, back off a little (an election
-            # takes about one election timeout).
-            self.move_on(index)
-            tried += 1
-            if tried % len(self.endpoints) == 0:
-                rounds = tried // len(self.endpoints)
-                pause = min(0.02 * 2**rounds, 0.5) * (0.5 + random.random())
-                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = attempts.failed(exc, index, body)
+            if pause:
+                time.sleep(pause)
+
+    async def post_async(self, path: str, body: dict[str, Any], what: str) -> tuple[dict[str, Any], bool]:
+        """`post`, awaited on the running event loop (its own connections, one
+        per request in flight), with the same failover and errors."""
+        attempts = _Attempts(self, what)
+        idle = self._idle_async()
+        while True:
+            index = self.current
+            waiting = idle.setdefault(index, [])
+            client = waiting.pop() if waiting else AsyncGatewayConnection(self.endpoints[index])
+            try:
+                answer = await client.post(path, body, attempts.timeout())
+            except etcd_errors.Etcd3Exception as exc:
+                pause = attempts.failed(exc, index, body)
+            else:
+                if not self.closed:
+                    waiting.append(client)
+                else:
+                    client.close()
+                return answer, attempts.ambiguous
+            if pause:
+                await asyncio.sleep(pause)
+
+    def _idle_async(self) -> dict[int, list[AsyncGatewayConnection]]:
+        """The running loop's idle connections, by endpoint."""
+        if self.closed:
+            raise Unavailable(f"store {self.url}: closed")
+        loop = asyncio.get_running_loop()
+        with self._sessions_lock:
+            return self._async_idle.setdefault(loop, {})
 
     def range(
         self,
@@ -523,18 +694,13 @@ class EtcdTransport:
         what: str = "write",
     ) -> TxnResult:
         body = {"compare": compare, "success": success, "failure": failure or []}
-        out, ambiguous = self.post("kv/txn", body, what)
-        ranges = [
-            [KeyValue.from_json(kv) for kv in r["response_range"].get("kvs", [])]
-            for r in out.get("responses", [])
-            if "response_range" in r
-        ]
-        return TxnResult(
-            succeeded=bool(out.get("succeeded", False)),
-            revision=int(out["header"]["revision"]),
-            ranges=ranges,
-            ambiguous=ambiguous,
-        )
+        return _txn_result(*self.post("kv/txn", body, what))
+
+    async def txn_async(self, compare: list[dict[str, Any]], success: list[dict[str, Any]],
+                        failure: list[dict[str, Any]], what: str) -> TxnResult:
+        """`txn`, awaited on the running event loop (`post_async`)."""
+        return _txn_result(*await self.post_async(
+            "kv/txn", {"compare": compare, "success": success, "failure": failure}, what))
 
     def close(self) -> None:
         self.closed = True
@@ -542,3 +708,10 @@ class EtcdTransport:
             for client in self._clients:
                 client.close()
             self._clients.clear()
+            pools = list(self._async_idle.items())
+            self._async_idle.clear()
+        for loop, idle in pools:
+            kept = [c for waiting in idle.values() for c in waiting]
+            # A loop's connections are closed on that loop (a stream is not thread-safe).
+            with contextlib.suppress(RuntimeError):  # the loop has stopped: nothing to close on
+                loop.call_soon_threadsafe(_close_all, kept)

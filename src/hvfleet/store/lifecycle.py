@@ -155,6 +155,16 @@ def delete(store: Store, current: Resource, manager: str, resource_version: str 
     return current, True
 
 
+def deletion_kept(current: Resource, new: Resource) -> Resource:
+    """`new` with the stored deletion fields: only a deletion sets these, and a
+    client's write keeps the stored ones."""
+    keep = {"deletion_timestamp": current.metadata.deletion_timestamp,
+            "deletion_grace_period_seconds": current.metadata.deletion_grace_period_seconds}
+    if any(getattr(new.metadata, k) != v for k, v in keep.items()):
+        new = new.model_copy(update={"metadata": new.metadata.model_copy(update=keep)})
+    return new
+
+
 def update(store: Store, current: Resource, new: Resource, write: Callable[[Resource], Resource],
            *, dry_run: bool = False) -> Resource:
     """`write(new)` — the caller's compare-and-swap write of `new` over `current`
@@ -162,12 +172,7 @@ def update(store: Store, current: Resource, new: Resource, write: Callable[[Reso
     fields whatever the client sent; when the object is being deleted and this
     write leaves it without finalizers, it is deleted right after (its last
     state is returned)."""
-    # Only a deletion sets these: a client's write keeps the stored ones.
-    keep = {"deletion_timestamp": current.metadata.deletion_timestamp,
-            "deletion_grace_period_seconds": current.metadata.deletion_grace_period_seconds}
-    if any(getattr(new.metadata, k) != v for k, v in keep.items()):
-        new = new.model_copy(update={"metadata": new.metadata.model_copy(update=keep)})
-    out = write(new)
+    out = write(deletion_kept(current, new))
     if not dry_run and out.metadata.deletion_timestamp is not None and not out.metadata.finalizers:
         # Deleted meanwhile, or changed again: that write decides.
         with contextlib.suppress(NotFound, StaleVersion):
