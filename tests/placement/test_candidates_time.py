@@ -28,7 +28,7 @@ import requests
 from hvfleet.model.hypervisor import Reservation
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.store import open_store
-from tests.placement.test_placement_claims import Placement, _serve, _served_sqlite, _uuid
+from tests.placement.support import Placement, _serve, _served_sqlite, _uuid
 from tests.scheduling.sched_fleet import host, put_host
 from tests.support.etcd_local import EtcdCluster
 

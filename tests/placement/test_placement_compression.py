@@ -19,7 +19,7 @@ from hvfleet.model.placement import PlacementInventory, ResourceProvider, Resour
 from hvfleet.server.placement import compression
 from hvfleet.server.placement.compression import GzipKept, accepts_gzip
 from hvfleet.store.base import Write
-from tests.placement.test_placement_claims import Placement, _served_sqlite
+from tests.placement.support import Placement, _served_sqlite
 
 LARGE = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:1024"
 SMALL = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:1024&limit=2"
