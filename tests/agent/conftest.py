@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -84,3 +86,12 @@ def start_agent(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [str(script), "agent", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+def stop(agent: subprocess.Popen[str], sig: signal.Signals) -> tuple[int, float, str]:
+    """Send `sig` to an agent process: its exit code, how long it took to
+    exit, and what it wrote to stderr."""
+    started = time.monotonic()
+    agent.send_signal(sig)
+    rc = agent.wait(10)
+    return rc, time.monotonic() - started, agent.stderr.read() if agent.stderr else ""

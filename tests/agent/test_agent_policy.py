@@ -11,8 +11,7 @@ from pathlib import Path
 
 from hvfleet.store import open_store
 
-from .conftest import GI, fleet_uri, hvfleet, start_agent, wait_for
-from .test_agent_process import stop
+from .conftest import GI, fleet_uri, hvfleet, start_agent, stop, wait_for
 
 POLICY = """\
 apiVersion: hvfleet.io/v1

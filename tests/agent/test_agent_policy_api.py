@@ -35,8 +35,7 @@ from tests.server.tls_files import make_tls_files
 from tests.support.etcd_local import EtcdCluster
 from tests.support.serve import SETUP, Server, start_server, stop_server
 
-from .conftest import GI, fleet_uri, hvfleet, start_agent, wait_for
-from .test_agent_process import stop
+from .conftest import GI, fleet_uri, hvfleet, start_agent, stop, wait_for
 
 HOSTS = ("compute-01", "compute-02")  # 32 CPUs and 128Gi each
 # Seconds a change may take to reach status.effectiveCapacity: event-driven

@@ -5,7 +5,6 @@ and status heartbeats."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,14 +14,7 @@ from hvfleet.model.errors import NotFound
 from hvfleet.model.lease import Lease
 from hvfleet.store import Store, open_store
 
-from .conftest import GI, fleet_uri, free_port, hvfleet, scrape, start_agent, wait_for
-
-
-def stop(agent: subprocess.Popen[str], sig: signal.Signals) -> tuple[int, float, str]:
-    started = time.monotonic()
-    agent.send_signal(sig)
-    rc = agent.wait(10)
-    return rc, time.monotonic() - started, agent.stderr.read() if agent.stderr else ""
+from .conftest import GI, fleet_uri, free_port, hvfleet, scrape, start_agent, stop, wait_for
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
