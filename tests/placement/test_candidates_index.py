@@ -27,7 +27,7 @@ from hvfleet.placement.candidates import (
 )
 from hvfleet.placement.graph import GraphBasis, Inventory, Provider, ProviderGraph
 from hvfleet.placement.snapshot import ProviderSnapshot
-from hvfleet.store import open_store
+from hvfleet.store import Store, open_store
 from hvfleet.store.tokens import issue_token
 from tests.placement.candidate_cases import AGGS, TRAITS, fleets, queries
 
@@ -138,14 +138,20 @@ def test_a_claim_patches_the_index_and_a_new_provider_rebuilds_it(monkeypatch: o
     assert built == [50, 51]  # a provider more: built whole
 
 
-def test_the_snapshot_hands_out_a_graph_derived_from_the_last_one_after_a_claim(tmp_path: Path) -> None:
-    store = open_store(f"sqlite:///{tmp_path}/h.db")
+def _providers(store: Store, n: int) -> list[ResourceProvider]:
+    """`n` stored root providers cn0… with 4 VCPU each."""
     records = []
-    for i in range(20):
+    for i in range(n):
         u = f"00000000-0000-4000-8000-{i:012d}"
         spec = ResourceProviderSpec(provider_name=f"cn{i}", root_uuid=u, generation=1,
                                     inventories={"VCPU": PlacementInventory(total=4)})
         records.append(store.create(ResourceProvider(metadata=ObjectMeta(name=u), spec=spec), "test"))
+    return records
+
+
+def test_the_snapshot_hands_out_a_graph_derived_from_the_last_one_after_a_claim(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/h.db")
+    records = _providers(store, 20)
     snap = ProviderSnapshot.from_store(store)
     q = parse_candidates_query({"resources": ["VCPU:4"]}, (1, 39))
     first = snap.graph()
@@ -202,12 +208,7 @@ def test_a_kept_graph_is_handed_out_only_while_the_store_is_unchanged(tmp_path: 
     holds the snapshot, and over a store without a change mark."""
     path = f"sqlite:///{tmp_path}/h.db"
     store, replica = open_store(path), open_store(path)
-    records = []
-    for i in range(5):
-        u = f"00000000-0000-4000-8000-{i:012d}"
-        spec = ResourceProviderSpec(provider_name=f"cn{i}", root_uuid=u, generation=1,
-                                    inventories={"VCPU": PlacementInventory(total=4)})
-        records.append(store.create(ResourceProvider(metadata=ObjectMeta(name=u), spec=spec), "test"))
+    records = _providers(store, 5)
     snap = ProviderSnapshot.from_store(store)
     assert snap.kept_graph(store) is None  # never caught up: no mark to trust
     snap.refresh(store)
