@@ -28,6 +28,7 @@ from hvfleet.placement.errors import (
 )
 from hvfleet.placement.records import Source
 from hvfleet.placement.snapshot import ProviderSnapshot
+from hvfleet.server.auth import authenticate_request
 from hvfleet.server.identity import Identity
 from hvfleet.server.placement import compression, policy
 from hvfleet.server.placement.microversion import (
@@ -207,7 +208,7 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
             version = negotiate(request.headers)
             headers["openstack-api-version"] = f"placement {version_text(version)}"
             ctx = request.app.state.ctx
-            who = OPEN if rule == "open" else _identity(ctx, request)
+            who = OPEN if rule == "open" else await _identity(ctx, request)
             clen = request.headers.get("content-length")
             try:
                 if clen and int(clen) > 0 and not request.headers.get("content-type"):
@@ -281,11 +282,14 @@ GZIP = compression.GzipKept()
 OPEN = Identity(subject="anonymous", role="viewer")
 
 
-def _identity(ctx: Any, request: Request) -> Identity:
+async def _identity(ctx: Any, request: Request) -> Identity:
+    """The caller, as `X-Auth-Token` (or `Authorization`) says: on the event
+    loop when its token record is cached, else in a worker thread, which may
+    read the store (`authenticate_request`, as the guard does)."""
     token = request.headers.get("x-auth-token")
     authorization = f"Bearer {token}" if token else request.headers.get("authorization")
     try:
-        who: Identity = ctx.authenticator.authenticate(authorization)
+        who: Identity = await authenticate_request(ctx.authenticator, authorization)
     except Unauthorized as exc:
         raise Unauthenticated(str(exc)) from None
     except Forbidden as exc:
