@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from hvfleet.model.capacity import claim_holds, instance_of
+from hvfleet.model.capacity import beyond_libvirt, instance_of
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import Reservation, ReservationSpec, ReservationStatus
 from hvfleet.model.meta import ObjectMeta
@@ -104,12 +104,13 @@ def holds(p: ProviderView, consumer: str, resources: Mapping[str, int]) -> dict[
     """What `consumer`'s allocation of `resources` on `p` adds to its usage: all
     of it, except on a hypervisor where the consumer's instance runs, whose
     claim holds only what libvirt's allocation (`p.unclaimed`) does not count
-    of it (`claim_holds`): Placement's usage − old + new, counting the
+    of it (`beyond_libvirt`, as `claim_holds` judges a claim): Placement's usage − old + new, counting the
     instance once."""
     h = p.hypervisor
-    if h is None or instance_of(consumer, h) is None:
+    instance = instance_of(consumer, h)
+    if h is None or instance is None:
         return dict(resources)
-    return {rc: n for rc, n in units_of(claim_holds(consumer, _amounts(resources), h)).items() if n}
+    return {rc: n for rc, n in units_of(beyond_libvirt(_amounts(resources), instance, h)).items() if n}
 
 
 def _check_amounts(p: ProviderView, consumer: str, working: Mapping[str, Mapping[str, int]],
