@@ -9,8 +9,15 @@ request. `--base-src DIR` runs the same server from another checkout's
 alternating), and prints each figure's median and the head/base ratio's
 median and range over the rounds.
 
+`--h11-parse` measures, in this process and without a socket, what h11 alone
+spends per request with uvicorn's `h11.Connection` and with the one
+server/connection.py uses (`_HeadKeepingConnection`, which keeps each head's
+start): 16 requests in one buffer, parsed and answered, process CPU, medians
+of `--rounds` interleaved runs.
+
     .venv/bin/python bench/connection_cpu.py [--impl httptools] [--requests 4000] [--rounds 5] \\
         [--base-src DIR]
+    .venv/bin/python bench/connection_cpu.py --h11-parse [--rounds 7]
 """
 
 from __future__ import annotations
@@ -96,6 +103,44 @@ CASES = [("GET", False, False), ("POST 4 KiB", True, False),
          ("GET x16 pipelined", False, True), ("POST 4 KiB x16 pipelined", True, True)]
 
 
+def h11_parse(cls: type[Any], post: bool, reps: int = 300) -> float:
+    """µs of process CPU per request for `cls` to parse PIPELINE requests held
+    in one buffer and answer each (h11 reads the next head once answered)."""
+    import time
+
+    import h11
+
+    data = _request(post) * PIPELINE
+    started = time.process_time()
+    for _ in range(reps):
+        conn = cls(h11.SERVER)
+        conn.receive_data(data)
+        for _ in range(PIPELINE):
+            while not isinstance(conn.next_event(), h11.EndOfMessage):
+                pass
+            conn.send(h11.Response(status_code=200, headers=[(b"content-length", b"0")]))
+            conn.send(h11.EndOfMessage())
+            conn.start_next_cycle()
+    return (time.process_time() - started) / (reps * PIPELINE) * 1e6
+
+
+def h11_parse_figures(rounds: int) -> None:
+    import h11
+
+    from hvfleet.server.connection import _HeadKeepingConnection
+
+    print(f"h11 CPU per request (µs), {PIPELINE} requests in one buffer, median of {rounds} rounds")
+    for post in (False, True):
+        plain, keeping = [], []
+        for _ in range(rounds):
+            plain.append(h11_parse(h11.Connection, post))
+            keeping.append(h11_parse(_HeadKeepingConnection, post))
+        ratios = [k / p for k, p in zip(keeping, plain, strict=True)]
+        print(f"  {'POST 4 KiB' if post else 'GET':12s} h11.Connection {statistics.median(plain):6.2f}  "
+              f"_HeadKeepingConnection {statistics.median(keeping):6.2f}  ratio "
+              f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
+
+
 def one_run(src: Path, impl: str, requests: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     proc = subprocess.Popen([sys.executable, __file__, "--serve", impl], env=env,
@@ -122,9 +167,14 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--base-src", help="also run the server from this src directory, in turns")
+    ap.add_argument("--h11-parse", action="store_true", help="h11's parse alone, in this process")
     args = ap.parse_args()
     if args.serve:
         serve(args.serve)
+        return
+    if args.h11_parse:
+        sys.path.insert(0, str(ROOT / "src"))
+        h11_parse_figures(args.rounds)
         return
     checkouts = {"head": ROOT / "src"}
     if args.base_src:
