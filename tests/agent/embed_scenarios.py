@@ -12,6 +12,7 @@ the suite depend on test order.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import threading
@@ -21,16 +22,18 @@ from pathlib import Path
 
 import libvirt
 
-from hvfleet.agent.reconcile import CountMode
 from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.discovery.libvirt_conn import ensure_event_loop
 from hvfleet.model import Hypervisor
+from hvfleet.model.hypervisor import CountMode
+from hvfleet.model.resources import ResourceName
 from hvfleet.store import open_store
 from hvfleet.store.base import Store
 
 from .waiting import wait_for as wait_until
 
 MI = 2**20
+R_CPU, R_MEMORY = ResourceName("cpu"), ResourceName("memory")
 
 
 def wait_for(
@@ -348,8 +351,116 @@ def placement_claim(embed_uri: str, conn: libvirt.virConnect, store: Store) -> N
             thread.join(5)
 
 
+def shutoff_claim(count: CountMode, embed_uri: str, conn: libvirt.virConnect, store: Store) -> None:
+    """A claim (PUT /allocations through hvfleet's Placement API) for a guest
+    that is defined but shut off, larger than the guest: under `--count
+    running` libvirt's allocation leaves the guest out, so the claim holds
+    all it asks; under `--count defined` the allocation counts the guest and
+    the claim holds only what exceeds it. Either way the guest and its claim
+    count once, at the claim's size, in free capacity, `fit`, the capacity
+    view and Placement's usages, and stay so when the guest starts and stops
+    again; another consumer's claim for what is left plus one CPU is
+    refused (`hvfleet reserve`'s check)."""
+    import json
+    import tempfile
+    import uuid
+    from datetime import UTC, datetime
+
+    import requests
+
+    from hvfleet.model.capacity import free_capacity
+    from hvfleet.model.errors import HvfleetError
+    from hvfleet.model.quantity import Quantity
+    from hvfleet.ops.fit import FitQuery, fit
+    from hvfleet.scheduling.claims import reserve
+    from hvfleet.scheduling.index import FleetIndex
+    from hvfleet.scheduling.request import parse_request
+    from hvfleet.server.app import create_app
+    from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
+    from hvfleet.store.tokens import issue_token
+    from hvfleet.views import fleet_summary
+    from tests.server.running import ServerThread
+    from tests.server.tls_files import make_tls_files
+
+    name = f"shutoff-{count}"
+    _, stop, thread = start_agent(embed_uri, store, name, count)
+    _, token = issue_token(store, "admin", manager="test", now=datetime.now(UTC), ttl=None, name="nova")
+    app = create_app(store, TokenAuthenticator(store), RoleAuthorizer(), dashboard_pages=False)
+    files = make_tls_files(Path(tempfile.mkdtemp()) / "tls")
+    with ServerThread(app, files) as server:
+        def placement(method: str, path: str, body: object = None) -> requests.Response:
+            return requests.request(method, f"{server.url}/placement{path}", verify=str(files.ca), timeout=30,
+                                    data=None if body is None else json.dumps(body), headers={
+                                        "X-Auth-Token": token, "OpenStack-API-Version": "placement 1.39",
+                                        "Content-Type": "application/json", "Accept": "application/json"})
+
+        def views() -> tuple[dict[str, int], ...]:
+            """free cpu and memory (MiB) as free capacity, fit and the
+            capacity view have them, and the provider's Placement usages."""
+            now = datetime.now(UTC)
+            h = store.get_hypervisor(name)
+            got = free_capacity(h, store.list_reservations(), now)
+            model = {"cpu": got[R_CPU].floor(), "memory": got[R_MEMORY].floor() // MI}
+            answer = fit(FleetIndex.from_store(store), FitQuery.from_plain({"memory": "1Mi"}))
+            [candidate] = answer.document()["candidates"]
+            fitted = {"cpu": Quantity.parse(candidate["free"]["cpu"]).floor(),
+                      "memory": Quantity.parse(candidate["free"]["memory"]).floor() // MI}
+            summary = fleet_summary([h], store.list_reservations(), store.agent_liveness(), now)
+            [row] = summary.to_dict()["hosts"]
+            viewed = {"cpu": Quantity.parse(row["free"]["cpu"]).floor(),
+                      "memory": Quantity.parse(row["free"]["memory"]).floor() // MI}
+            usages = placement("GET", f"/resource_providers/{h.metadata.uid}/usages").json()["usages"]
+            return model, fitted, viewed, {"cpu": usages.get("VCPU", 0), "memory": usages.get("MEMORY_MB", 0)}
+
+        try:
+            _, h = wait_for(store, name, lambda h: bool(h.status.capacity), 60)
+            cpus = h.status.capacity[R_CPU].floor()
+            memory = h.status.capacity[R_MEMORY].floor() // MI
+            guest = str(uuid.uuid4())
+            xml = TINY.format(name=f"off-{count}", vcpus=1).replace(
+                f"<name>off-{count}</name>", f"<name>off-{count}</name><uuid>{guest}</uuid>")
+            dom = conn.defineXML(xml)  # 1 vCPU, 64 MiB, shut off
+            _, h = wait_for(store, name, lambda h: any(i.uuid == guest for i in h.status.instances), 5.0)
+            assert h.status.count_mode == count, h.status.count_mode
+            in_allocation = 1 if count == "defined" else 0
+            assert h.status.allocation[R_CPU] == in_allocation, h.status.allocation
+
+            # The claim: every CPU of the host (its max_unit) and 128 MiB.
+            r = placement("PUT", f"/allocations/{guest}", {
+                "allocations": {h.metadata.uid: {"resources": {"VCPU": cpus, "MEMORY_MB": 128}}},
+                "project_id": str(uuid.uuid4()), "user_id": str(uuid.uuid4()),
+                "consumer_generation": None, "consumer_type": "INSTANCE"})
+            assert r.status_code == 204, r.text
+            # The guest and its claim count once, at the claim's size.
+            expected = ({"cpu": 0, "memory": memory - 128},) * 3 + ({"cpu": cpus, "memory": 128},)
+            assert views() == expected, (count, views(), expected)
+            # Nothing is left for another consumer's CPU.
+            try:
+                reserve(store, name, parse_request("1", None), str(uuid.uuid4()))
+            except HvfleetError as exc:
+                assert "cpu" in str(exc), exc
+            else:
+                raise AssertionError(f"a claim of 1 cpu fit beside the shut-off guest's claim ({count})")
+
+            dom.create()  # the guest runs: libvirt's allocation counts it in either mode
+            wait_for(store, name, lambda h: h.status.allocation[R_CPU] == 1, 10.0)
+            assert views() == expected, (count, "running", views(), expected)
+            dom.destroy()  # shut off again
+            wait_for(store, name, lambda h: h.status.allocation[R_CPU] == in_allocation
+                     and any(i.uuid == guest and i.state == "shutoff" for i in h.status.instances), 10.0)
+            assert views() == expected, (count, "shut off again", views(), expected)
+            print(f"{count}: claim of {cpus} cpu, 128 MiB beside a shut-off guest of 1 cpu, 64 MiB: "
+                  f"free {expected[0]}, usages {expected[3]}")
+            dom.undefine()
+        finally:
+            stop.set()
+            thread.join(5)
+
+
 SCENARIOS: dict[str, Callable[[str, libvirt.virConnect, Store], None]] = {
     "placement_claim": placement_claim,
+    "shutoff_claim_running": functools.partial(shutoff_claim, "running"),
+    "shutoff_claim_defined": functools.partial(shutoff_claim, "defined"),
     "events_and_spec": events_and_spec,
     "burst": burst,
     "guest_crash": guest_crash,

@@ -54,3 +54,12 @@ def test_a_placement_claim_is_counted_once_when_its_instance_shows_in_libvirt(
     embed_root: Path, tmp_path: Path
 ) -> None:
     run_scenario("placement_claim", embed_root, tmp_path / "hv.db")
+
+
+@pytest.mark.parametrize("count", ["running", "defined"])
+def test_a_claim_for_a_shut_off_guest_holds_what_libvirts_allocation_leaves_out(
+    embed_root: Path, tmp_path: Path, count: str
+) -> None:
+    # --count running leaves the shut-off guest out of the allocation: its
+    # claim holds all it asks. --count defined counts it: the claim holds the rest.
+    run_scenario(f"shutoff_claim_{count}", embed_root, tmp_path / "hv.db")

@@ -65,6 +65,9 @@ def test_add_allocation_counts_defined_or_running_per_host_and_cell() -> None:
     assert running.allocation["cpu"] == 4
     assert running.allocation["memory"] == 0
     assert [c.allocation["cpu"] for c in running.cells] == [4, 0]
+    # The status says which domains its allocation counts, so a claim for the
+    # shut-off "straddle" holds all it has (model.capacity.counted_in_allocation).
+    assert (defined.count_mode, running.count_mode) == ("defined", "running")
 
 
 def test_add_instances_lists_every_domain_with_state_and_resources() -> None:

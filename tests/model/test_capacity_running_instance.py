@@ -62,3 +62,59 @@ def test_a_hugepage_backed_guests_memory_claim_is_covered_by_its_hugepages() -> 
 def test_an_instance_listed_without_resources_counts_all_its_claim_has_of_what_libvirt_sees() -> None:
     h = _host({})
     assert cap.held_resources(_claim({"cpu": 8, "memory": GI, "VGPU": 1}), h, NOW) == {R("VGPU"): Quantity(1)}
+
+
+# Every word `status.instances[].state` takes (discovery.domains.DOMAIN_STATES),
+# and one the agent writes for a number libvirt may add.
+_STATES = ["nostate", "running", "blocked", "paused", "shutdown", "shutoff", "crashed",
+           "pmsuspended", "unknown(9)"]
+
+
+def _host_in(state: str, count_mode: str | None, instance: dict[str, int]) -> Hypervisor:
+    status: dict[str, object] = {
+        "capacity": {"cpu": 64, "memory": 64 * GI}, "allocation": {"cpu": 0, "memory": 0},
+        "instances": [{"uuid": "vm", "name": "vm", "state": state, "resources": instance}]}
+    if count_mode is not None:
+        status["countMode"] = count_mode
+    return Hypervisor.model_validate({"metadata": {"name": "hv1"}, "status": status})
+
+
+@given(state=st.sampled_from(_STATES), count_mode=st.sampled_from(["defined", "running", None]),
+       claim_cpu=st.integers(1, 16), vm_cpu=st.integers(0, 16), vgpu=st.integers(0, 2))
+def test_a_claim_holds_all_it_has_while_libvirts_allocation_leaves_its_instance_out(
+        state: str, count_mode: str | None, claim_cpu: int, vm_cpu: int, vgpu: int) -> None:
+    # The agent counts an active domain in every mode, a shut-off or crashed
+    # one only under --count defined; a status that does not say its mode
+    # (written before the agent recorded it) counts only what is active.
+    counted = state not in ("shutoff", "crashed") or count_mode == "defined"
+    resources = {"cpu": claim_cpu, "memory": GI, **({"VGPU": vgpu} if vgpu else {})}
+    h = _host_in(state, count_mode, {"cpu": vm_cpu, "memory": GI})
+    claim = _claim(resources)
+    if counted:
+        expected = {R("VGPU"): Quantity(vgpu)} if vgpu else {}
+        if claim_cpu > vm_cpu:
+            expected[R("cpu")] = Quantity(claim_cpu - vm_cpu)
+    else:
+        expected = dict(claim.spec.resources)
+    assert cap.held_resources(claim, h, NOW) == expected
+    assert cap.claim_holds("vm", claim.spec.resources, h) == expected
+    assert cap.counted_in_allocation(h.status.instances[0], h) is counted
+    # Listed in any state, the instance is there: the claim is Confirmed and
+    # no longer expires, so a shut-off guest's claim outlives its TTL.
+    expiring = claim.model_copy(update={"spec": claim.spec.model_copy(update={"expires_at": NOW})})
+    assert cap.reservation_phase(expiring, h, NOW) == "Confirmed"
+    assert cap.held_resources(expiring, h, NOW) == expected
+    # Free capacity counts the instance once: in the allocation, or in the claim.
+    in_allocation = vm_cpu if counted else 0
+    allocation = {R("cpu"): Quantity(in_allocation), R("memory"): Quantity(GI if counted else 0)}
+    h = h.model_copy(update={"status": h.status.model_copy(update={"allocation": allocation})})
+    free = cap.free_capacity(h, [claim], NOW)
+    assert free[R("cpu")] == Quantity(64 - (max(claim_cpu, vm_cpu) if counted else claim_cpu))
+    assert free[R("memory")] == Quantity(63 * GI)
+
+
+def test_a_status_without_its_count_mode_counts_a_shut_off_instance_as_not_in_the_allocation() -> None:
+    # Written before the agent recorded its mode: the claim holds all it has.
+    h = _host_in("shutoff", None, {"cpu": 4, "memory": GI})
+    claim = _claim({"cpu": 4, "memory": GI})
+    assert cap.held_resources(claim, h, NOW) == claim.spec.resources

@@ -193,6 +193,87 @@ def test_placement_sync_keeps_the_mirror_of_a_running_instance_with_a_vgpu(
         assert _free(run)["VGPU"] == "8"
 
 
+def test_placement_sync_keeps_what_a_listed_instances_mirror_holds_beyond_libvirts_count(
+    store: Store, run: Any
+) -> None:
+    """A mirror stays for as long as its claim holds something
+    (`beyond_libvirt`), not only while it has a resource libvirt cannot see:
+    a resize not yet applied to the domain, or a shut-off instance that the
+    allocation leaves out (`--count running`). Free capacity and the usages
+    then agree with real Placement's; once libvirt counts it all, it goes."""
+    from real_placement import RealPlacement
+
+    doc = json.loads(run("placement", "export", "-o", "json").out)
+    [rp] = doc["resource_providers"]
+    resized, stopped, plain = VM, VM2, "00000000-0000-0000-0000-00000000a003"
+    asked = {resized: (8, 8192), stopped: (2, 2048), plain: (2, 2048)}  # VCPU, MEMORY_MB
+    with RealPlacement() as p:
+        c = p.client("1.27")
+        c.request("POST", "/resource_providers", {"name": rp["name"], "uuid": rp["uuid"]})
+        inventories = {k: v for k, v in rp["inventories"].items() if k in ("VCPU", "MEMORY_MB")}
+        c.request("PUT", f"/resource_providers/{rp['uuid']}/inventories",
+                  {"resource_provider_generation": 0, "inventories": inventories})
+        for consumer, (vcpu, mb) in asked.items():
+            c.request("PUT", f"/allocations/{consumer}", {
+                "allocations": {rp["uuid"]: {"resources": {"VCPU": vcpu, "MEMORY_MB": mb}}},
+                "project_id": "p", "user_id": "u"})
+
+        def sync() -> dict[str, Any]:
+            r = run("placement", "sync", "--url", p.url, "-o", "json")
+            assert r.code == 0, r.err
+            return json.loads(r.out)  # type: ignore[no-any-return]
+
+        def agent_sees(resized_cpus: int, stopped_state: str) -> None:
+            """The agent's status under --count running: `resized` runs with
+            `resized_cpus` vCPUs, `stopped` is in `stopped_state`, `plain` runs
+            as allocated."""
+            def observe(h: Hypervisor) -> Hypervisor:
+                def vm(uuid: str, state: str, cpus: int, gib: int) -> Instance:
+                    return Instance(uuid=uuid, name=uuid[-4:], state=state, resources={
+                        ResourceName("cpu"): Quantity(cpus), ResourceName("memory"): Quantity(gib * 2**30)})
+                vms = [vm(resized, "running", resized_cpus, 8), vm(stopped, stopped_state, 2, 2),
+                       vm(plain, "running", 2, 2)]
+                counted = [i for i in vms if i.state == "running"]
+                allocation = {r: Quantity(sum(i.resources[r].floor() for i in counted))
+                              for r in (ResourceName("cpu"), ResourceName("memory"))}
+                status = h.status.model_copy(update={
+                    "instances": vms, "allocation": allocation, "count_mode": "running",
+                    "last_heartbeat_time": now()})
+                return h.model_copy(update={"status": status})
+
+            store.update_hypervisor("gpu-01", observe, agent_manager("gpu-01"))
+
+        def usages_agree() -> dict[str, Any]:
+            ours = json.loads(run("placement", "export", "-o", "json").out)["resource_providers"][0]["usages"]
+            theirs = c.get(f"/resource_providers/{rp['uuid']}/usages")["usages"]
+            core = ("VCPU", "MEMORY_MB")
+            assert {k: ours[k] for k in core} == {k: theirs[k] for k in core}, (ours, theirs)
+            return {k: theirs[k] for k in core}
+
+        assert len(sync()["created"]) == 3
+        # libvirt shows the three: the resize to 8 vCPUs is not applied yet
+        # (the domain has 4), the stopped one is shut off, the plain one runs.
+        agent_sees(resized_cpus=4, stopped_state="shutoff")
+        report = sync()
+        assert len(report["deleted"]) == 1, report  # the plain one: libvirt counts all of it
+        kept = {r.spec.consumer: r for r in store.list_reservations()}
+        assert set(kept) == {resized, stopped}, kept
+        assert held_resources(kept[resized], store.get_hypervisor("gpu-01"), now()) == {
+            ResourceName("cpu"): Quantity(4)}
+        assert held_resources(kept[stopped], store.get_hypervisor("gpu-01"), now()) == {
+            ResourceName("cpu"): Quantity(2), ResourceName("memory"): Quantity(2 * 2**30)}
+        # 16 cpus − 6 counted by libvirt − 4 (the resize) − 2 (the stopped one).
+        assert _free(run)["cpu"] == "4" and _free(run)["memory"] == "52Gi", _free(run)
+        assert usages_agree() == {"VCPU": 12, "MEMORY_MB": 12288}
+        assert sync()["unchanged"] == 2
+        # The resize is applied and the stopped one starts: libvirt counts all.
+        agent_sees(resized_cpus=8, stopped_state="running")
+        assert len(sync()["deleted"]) == 2
+        assert store.list_reservations() == []
+        assert _free(run)["cpu"] == "4" and _free(run)["memory"] == "52Gi", _free(run)
+        assert usages_agree() == {"VCPU": 12, "MEMORY_MB": 12288}
+
+
 def test_releasing_a_recorded_confirmed_claim_frees_its_vgpu(store: Store, run: Any) -> None:
     name = run("reserve", "gpu-01", "--cpu", "4", "--memory", "8Gi", "--resource", "VGPU=2",
                "--consumer", VM).out.strip()

@@ -25,7 +25,6 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Literal
 
 from hvfleet.discovery.domains import (
     CellUnits,
@@ -37,10 +36,17 @@ from hvfleet.discovery.domains import (
     units_to_resources,
 )
 from hvfleet.discovery.host import HostTopology, NodeInfo, host_capacity, parse_host_topology
-from hvfleet.model.capacity import add, with_effective_capacity
+from hvfleet.model.capacity import add, counts_in_allocation, with_effective_capacity
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCapabilities
-from hvfleet.model.hypervisor import Cell, Hypervisor, Instance, OvercommitPolicy, ResourceList
+from hvfleet.model.hypervisor import (
+    Cell,
+    CountMode,
+    Hypervisor,
+    Instance,
+    OvercommitPolicy,
+    ResourceList,
+)
 from hvfleet.model.meta import Condition, set_condition
 from hvfleet.model.overcommit import (
     RATIOS_RESOLVED,
@@ -53,8 +59,6 @@ from hvfleet.model.resources import ResourceName
 
 log = logging.getLogger(__name__)
 
-CountMode = Literal["defined", "running"]
-COUNT_MODES: tuple[CountMode, ...] = ("defined", "running")
 
 LIBVIRT_CONNECTED = "LibvirtConnected"
 READY = "Ready"
@@ -63,9 +67,6 @@ READY = "Ready"
 # (virDomainEventCrashedDetailType), as libvirt numbers them.
 CRASHED_EVENT = 8
 CRASH_REASONS = {0: "panicked", 1: "crashloaded"}
-
-# virDomainState values of a domain with no QEMU process holding resources.
-_INACTIVE_STATES = frozenset({5, 6})  # shutoff, crashed
 
 CapabilitiesParser = Callable[[str, str | None], HostCapabilities]
 
@@ -111,10 +112,6 @@ class ParsedDomain:
     demand: DomainDemand
     # host cell → its share in whole units (millicpu, bytes); see cell_units
     cells: CellUnits = field(default_factory=dict)
-
-    @property
-    def active(self) -> bool:
-        return self.record.state not in _INACTIVE_STATES
 
 
 @dataclass(frozen=True)
@@ -263,15 +260,17 @@ def add_instances(h: Hypervisor, facts: Facts) -> Hypervisor:
 
 
 def counted(facts: Facts) -> list[ParsedDomain]:
-    """The domains that hold resources: all defined ones, or only active ones."""
-    if facts.count == "running":
-        return [d for d in facts.domains if d.active]
-    return list(facts.domains)
+    """The domains that hold resources: all defined ones, or only active ones,
+    judged as every reader of the status judges it (`counts_in_allocation`)."""
+    return [d for d in facts.domains
+            if counts_in_allocation(state_name(d.record.state), facts.count)]
 
 
 def add_allocation(h: Hypervisor, facts: Facts) -> Hypervisor:
     """Σ of the counted domains, per host and per cell; every resource the host
-    has appears, at 0 if nothing uses it."""
+    has appears, at 0 if nothing uses it. `status.countMode` says which
+    domains it counts, so a reader can tell whether a listed instance is in
+    it (a claim for a shut-off one under `--count running` holds all it has)."""
     # Summed in whole units (ints), turned into quantities once: a 500-domain
     # host would otherwise do thousands of exact-fraction additions per pass.
     host: dict[ResourceName, int] = defaultdict(int)
@@ -286,7 +285,7 @@ def add_allocation(h: Hypervisor, facts: Facts) -> Hypervisor:
     for cell in h.status.cells:
         alloc = add([_zeros(cell.capacity), units_to_resources(per_cell.get(cell.id, {}))])
         cells.append(cell.model_copy(update={"allocation": _sorted(alloc)}))
-    return _status(h, allocation=_sorted(allocation), cells=cells)
+    return _status(h, allocation=_sorted(allocation), cells=cells, count_mode=facts.count)
 
 
 def add_host_capabilities(h: Hypervisor, facts: Facts) -> Hypervisor:

@@ -41,7 +41,6 @@ from hvfleet.agent.reconcile import (
     CRASH_REASONS,
     CRASHED_EVENT,
     CapabilitiesParser,
-    CountMode,
     CrashEvent,
     DomainParseCache,
     Facts,
@@ -56,7 +55,7 @@ from hvfleet.agent.status_writer import StatusWriter, WriteResult
 from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_uri
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
-from hvfleet.model.hypervisor import Hypervisor, HypervisorSpec, OvercommitPolicy
+from hvfleet.model.hypervisor import CountMode, Hypervisor, HypervisorSpec, OvercommitPolicy
 from hvfleet.model.meta import validate_name
 from hvfleet.model.readiness import DEFAULT_RESYNC
 from hvfleet.store.base import Store

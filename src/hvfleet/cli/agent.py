@@ -25,12 +25,11 @@ import typer
 import typer.main
 
 from hvfleet.agent.metrics import AgentMetrics
-from hvfleet.agent.reconcile import COUNT_MODES, CountMode
 from hvfleet.agent.runner import Agent, AgentConfig
 from hvfleet.cli.main import PLAIN, app, error_line, with_connection_options
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import HvfleetError, InvalidInput
-from hvfleet.model.hypervisor import Hypervisor
+from hvfleet.model.hypervisor import COUNT_MODES, CountMode, Hypervisor
 from hvfleet.model.readiness import readiness
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.ops.quantities import readable

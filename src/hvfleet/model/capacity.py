@@ -24,6 +24,7 @@ from fractions import Fraction
 from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
     Cell,
+    CountMode,
     Hypervisor,
     Instance,
     OvercommitPolicy,
@@ -174,29 +175,58 @@ def discovered_resources(h: Hypervisor) -> frozenset[ResourceName]:
 
 
 def consumer_present(res: Reservation, h: Hypervisor | None) -> bool:
-    """Whether the reservation's instance exists on its host (per the agent)."""
+    """Whether the reservation's instance exists on its host (per the agent),
+    in any state: from then on the reservation is Confirmed and no longer
+    expires (`reservation_phase`); what it holds depends on whether libvirt's
+    allocation counts the instance (`held_resources`)."""
     return instance_of(res.spec.consumer, h) is not None
 
 
 def instance_of(consumer: str, h: Hypervisor | None) -> Instance | None:
-    """The consumer's instance on `h` as the agent lists it, or None."""
+    """The consumer's instance on `h` as the agent lists it (in any state), or None."""
     if h is None:
         return None
     return next((i for i in h.status.instances if i.uuid == consumer), None)
 
 
+# Domain states (as `status.instances[].state` words them: virsh's, with
+# "shut off" as "shutoff") with no QEMU process holding resources. The agent
+# leaves these out of the allocation under `--count running`.
+INACTIVE_STATES: frozenset[str] = frozenset({"shutoff", "crashed"})
+
+
+def counts_in_allocation(state: str, count_mode: CountMode | None) -> bool:
+    """Whether the agent counts a domain in `state` in the host's allocation
+    under `count_mode`: an active one always; a shut-off or crashed one only
+    under `--count defined`. Where the mode is not known (a status written
+    before the agent recorded it), a shut-off one is taken as not counted, so
+    a claim for it holds all it asks rather than nothing."""
+    return state not in INACTIVE_STATES or count_mode == "defined"
+
+
+def counted_in_allocation(instance: Instance, h: Hypervisor) -> bool:
+    """Whether `h`'s `status.allocation` counts `instance` (one of its
+    `status.instances`), judged from what the status says: the instance's
+    state and the agent's count mode (`counts_in_allocation`)."""
+    return counts_in_allocation(instance.state, h.status.count_mode)
+
+
 def beyond_libvirt(
     resources: Mapping[ResourceName, Quantity], instance: Instance, h: Hypervisor
 ) -> ResourceList:
-    """What a claim of `resources` holds while its consumer's `instance` runs
-    on `h`: all of each resource the agent does not discover there (libvirt's
-    allocation never counts it: VGPU, VFs), and of each it does, what exceeds
-    libvirt's count of that instance (`instance.resources`), which the host's
-    allocation already has: a resize not yet applied to the domain. So the
-    instance counts once, as Placement counts an allocation once (usage − old
-    + new). An instance listed without resources (a status not written by the
-    agent, which always lists them) is taken to count all the claim has of
-    what libvirt sees."""
+    """What a claim of `resources` holds while its consumer's `instance` is
+    listed on `h`: all of it while libvirt's allocation does not count the
+    instance (shut off or crashed under `--count running`:
+    `counted_in_allocation`); otherwise all of each resource the agent does
+    not discover there (libvirt's allocation never counts it: VGPU, VFs), and
+    of each it does, what exceeds libvirt's count of that instance
+    (`instance.resources`), which the host's allocation already has: a resize
+    not yet applied to the domain. So the instance counts once, as Placement
+    counts an allocation once (usage − old + new). An instance listed without
+    resources (a status not written by the agent, which always lists them) is
+    taken to count all the claim has of what libvirt sees."""
+    if not counted_in_allocation(instance, h):
+        return dict(resources)
     seen = discovered_resources(h)
     counted = instance.resources
     out: ResourceList = {}
@@ -236,7 +266,8 @@ def claim_holds(
 ) -> ResourceList:
     """What a new claim of `resources` for `consumer` would hold on `h` now
     (as `held_resources` judges it once written): everything, unless the
-    consumer's instance already runs there (`beyond_libvirt`). This, not the
+    consumer's instance is already listed there (`beyond_libvirt`: still
+    everything while libvirt's allocation does not count it). This, not the
     whole request, is what the claim needs free."""
     instance = instance_of(consumer, h)
     return dict(resources) if instance is None else beyond_libvirt(resources, instance, h)
@@ -246,9 +277,11 @@ def reservation_phase(
     res: Reservation, h: Hypervisor | None, now: datetime | None = None
 ) -> ReservationPhase:
     """The phase a reservation is in now, derived the same way everywhere:
-    Confirmed once its consumer shows up in the host's instances (the allocation
-    counts what libvirt sees of it from then on), Expired once expiresAt has
-    passed. A stored Confirmed (recorded by gc) stays Confirmed; it holds
+    Confirmed once its consumer shows up in the host's instances, in any state
+    (it then covers that instance for its lifetime and no longer expires;
+    what it holds is `held_resources`: all of it while libvirt's allocation
+    does not count the instance, e.g. shut off under `--count running`),
+    Expired once expiresAt has passed. A stored Confirmed (recorded by gc) stays Confirmed; it holds
     nothing once the instance is gone (`held_resources`)."""
     phase = res.status.phase
     if phase not in HOLDING_PHASES:
@@ -293,9 +326,10 @@ def held_resources(
 ) -> ResourceList:
     """What the reservation holds on `h` now: everything while Pending or Active;
     while Confirmed and its instance exists on the host, what libvirt's
-    allocation does not count of it (`beyond_libvirt`: the resources the agent
-    does not discover there, and what the claim has beyond the instance's own
-    count of those it does); nothing otherwise (Released, Expired, or the
+    allocation does not count of it (`beyond_libvirt`: everything while the
+    allocation leaves the instance out, else the resources the agent does not
+    discover there, and what the claim has beyond the instance's own count of
+    those it does); nothing otherwise (Released, Expired, or the
     instance is gone)."""
     phase = reservation_phase(res, h, now)
     if phase in HOLDING_PHASES:

@@ -158,9 +158,19 @@ class Instance(Model):
     last_crash_reason: str | None = Field(default=None, max_length=MAX_NAME)
 
 
+# What the node agent counts in `status.allocation` (`hvfleet agent --count`):
+# every defined domain, or only active ones (shut-off and crashed left out).
+CountMode = Literal["defined", "running"]
+COUNT_MODES: tuple[CountMode, ...] = ("defined", "running")
+
+
 class HypervisorStatus(Model):
     capacity: ResourceList = Field(default_factory=dict)
     allocation: ResourceList = Field(default_factory=dict)
+    # Which domains `allocation` counts. Absent in statuses written before the
+    # agent recorded it: then only an active instance is known to be counted
+    # (`model.capacity.counted_in_allocation`), so a claim never holds too little.
+    count_mode: CountMode | None = None
     effective_capacity: EffectiveList = Field(default_factory=dict)
     cells: list[Cell] = Field(default_factory=list, max_length=MAX_CELLS)
     instances: list[Instance] = Field(default_factory=list, max_length=MAX_INSTANCES)

@@ -102,10 +102,12 @@ def _amounts(resources: Mapping[str, int]) -> dict[ResourceName, Quantity]:
 
 def holds(p: ProviderView, consumer: str, resources: Mapping[str, int]) -> dict[str, int]:
     """What `consumer`'s allocation of `resources` on `p` adds to its usage: all
-    of it, except on a hypervisor where the consumer's instance runs, whose
-    claim holds only what libvirt's allocation (`p.unclaimed`) does not count
-    of it (`beyond_libvirt`, as `claim_holds` judges a claim): Placement's usage − old + new, counting the
-    instance once."""
+    of it, except on a hypervisor where the consumer's instance is listed,
+    whose claim holds only what libvirt's allocation (`p.unclaimed`) does not
+    count of it (all of it while that allocation leaves the instance out, e.g.
+    shut off under `--count running`; `beyond_libvirt`, as `claim_holds`
+    judges a claim): Placement's usage − old + new, counting the instance
+    once."""
     h = p.hypervisor
     instance = instance_of(consumer, h)
     if h is None or instance is None:

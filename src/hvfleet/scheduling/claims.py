@@ -135,9 +135,9 @@ def claim_check(
     holds nothing else on that host, and `request` fits there (under the
     fleet's overcommit `policies` and with the agent's `lease`, both read
     before the write; the lease is judged at the time taken inside it). What
-    must be free is what the claim will hold (`claim_holds`): where the
-    consumer's instance already runs on the host, libvirt's allocation counts
-    it, and the claim needs only what that count lacks (a changed allocation
+    must be free is what the claim will hold (`claim_holds`): where
+    libvirt's allocation already counts the consumer's instance on the host
+    (`counted_in_allocation`), the claim needs only what that count lacks (a changed allocation
     of a running instance is usage − old + new, as in Placement)."""
 
     def check(h: Hypervisor, others: list[Reservation]) -> None:

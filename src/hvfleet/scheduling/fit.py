@@ -152,8 +152,8 @@ def resource_rejections(
 ) -> list[Rejection]:
     """Per requested resource, what does not hold (empty: the request fits).
     `holds` is what a claim of the request would hold on `h` where that is
-    less than the request (`claim_holds`: its consumer's instance already
-    runs there and libvirt counts part of it): what must be free; the unit
+    less than the request (`claim_holds`: its consumer's instance is already
+    there and libvirt's allocation counts part of it): what must be free; the unit
     constraints still judge the request."""
     free = free_capacity(h, reservations, now, policies)
     largest = max_unit(h)

@@ -32,7 +32,7 @@ from typing import Any
 
 from hvfleet.model.capacity import (
     add,
-    discovered_resources,
+    claim_holds,
     held_resources,
     overcommit_ratios,
     usable_capacity,
@@ -220,9 +220,13 @@ def desired_mirrors(
     allocations: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[dict[tuple[str, str], dict[ResourceName, Quantity]], list[str]]:
     """(host, consumer) → resources Placement has allocated that libvirt does not
-    count: every allocation before its instance shows up, and after that the
-    allocations that have resources the agent does not discover (kept whole;
-    `held_resources` holds only that part while the instance runs). Plus the
+    count: every allocation before its instance shows up, and after that each
+    allocation whose claim would still hold something (`claim_holds`, as every
+    claim is judged: resources the agent does not discover, what exceeds
+    libvirt's count of the instance, such as a resize not yet applied, or all
+    of it while the allocation leaves the instance out). A mirror is kept
+    whole; `held_resources` holds only that part while the instance is
+    listed. Plus the
     names of providers that match no hypervisor. A nested provider (a GPU or
     NIC under a compute node) belongs to the hypervisor of its root, and a
     consumer's allocations on a host's providers add up.
@@ -256,12 +260,11 @@ def desired_mirrors(
                 for r, q in resources.items():
                     mine[r] = mine[r] + q if r in mine else q
     for (host, consumer), resources in list(desired.items()):
-        h = hosts[host]
-        seen = discovered_resources(h)
-        if any(i.uuid == consumer for i in h.status.instances) and all(r in seen for r in resources):
+        if not claim_holds(consumer, resources, hosts[host]):
             # libvirt shows the instance and its allocation counts all of it. A
-            # running instance with a VGPU or VF keeps its mirror: that part
-            # holds space (held_resources) until the instance is gone.
+            # running instance with a VGPU or VF, a resize not yet applied or
+            # an instance the allocation leaves out keeps its mirror: that
+            # part holds space (held_resources) while the instance is there.
             del desired[(host, consumer)]
         elif skip(consumer):
             del desired[(host, consumer)]  # hvfleet's own claim: a mirror would count it twice
