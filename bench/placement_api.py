@@ -27,7 +27,9 @@ HTTPS with the CA it makes, token authentication (an admin token in
    write). Beside them, the per-request floor (the same URL asking for more
    than any provider has: transport, token, policy, parsing, an empty
    answer), the floor (bench/floor_server.py: a bare ASGI app on the same
-   HTTP stack sending hvfleet's answer bytes, interleaved with the rest;
+   HTTP stack sending hvfleet's answer bytes, gzip-encoded when the client
+   takes it, over plain HTTP and over HTTPS with hvfleet's certificate,
+   interleaved with the rest;
    `--no-floor` leaves it out), the client's own CPU and the server
    process's CPU over each request,
    and, in this process over the same store, where hvfleet's time goes
@@ -133,9 +135,10 @@ class Endpoint:
     accept_encoding = ""
 
     def __init__(self, name: str, host: str, port: int, prefix: str, token: str,
-                 context: ssl.SSLContext | None, pid: int | None = None) -> None:
+                 context: ssl.SSLContext | None, pid: int | None = None, tls: Path | None = None) -> None:
         self.name, self.host, self.port, self.prefix = name, host, port, prefix
         self.token, self.context, self.pid = token, context, pid
+        self.tls = tls  # the server's TLS directory (server.crt, server.key), when HTTPS
 
     def cpu(self) -> float:
         """The server process's CPU seconds so far, all its threads: the sum
@@ -565,29 +568,41 @@ def hvfleet_endpoints(kind: str, work: Path, stack: contextlib.ExitStack,
             stack.callback(server.stop)
             context = None if plain else ssl.create_default_context(cafile=str(server.ca))
             out.append(Endpoint(f"{name}/{kind}/{transport}", "127.0.0.1", server.port, "/placement", token,
-                                context, server.proc.pid))
+                                context, server.proc.pid,
+                                None if plain else work / f"{name}-server-{transport}" / "tls"))
     return store, out
 
 
-def floor_endpoint(ours: Endpoint, stack: contextlib.ExitStack) -> Endpoint:
-    """bench/floor_server.py answering with the body `ours` gives (its warm
-    candidates answer): the same HTTP stack with nothing of hvfleet's above it."""
-    conn = ours.connection()
-    conn.request("GET", ours.prefix + CANDIDATES, headers={
-        "X-Auth-Token": ours.token, "OpenStack-API-Version": VERSION, "Accept": "application/json"})
+def floor_endpoints(ours: list[Endpoint], stack: contextlib.ExitStack) -> list[Endpoint]:
+    """bench/floor_server.py answering with the body the first of `ours`
+    gives (its warm candidates answer): the same HTTP stack with nothing of
+    hvfleet's above it, over plain HTTP, and over HTTPS (with an hvfleet
+    server's own certificate and key) when one of `ours` is HTTPS."""
+    first = ours[0]
+    conn = first.connection()
+    conn.request("GET", first.prefix + CANDIDATES, headers={
+        "X-Auth-Token": first.token, "OpenStack-API-Version": VERSION, "Accept": "application/json"})
     answer = conn.getresponse()
     body = answer.read()
     assert answer.status == 200, body
     fd, name = tempfile.mkstemp(prefix="bench-placement-floor-", suffix=".json")
     os.write(fd, body)
     os.close(fd)
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_server.py")), name],
-                            stdout=subprocess.PIPE, text=True)
-    stack.callback(proc.wait, 30)
-    stack.callback(proc.terminate)
-    assert proc.stdout is not None
-    port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
-    return Endpoint("floor/http", "127.0.0.1", port, "", "", None, proc.pid)
+    out = []
+    secure = next((ep for ep in ours if ep.tls is not None), None)
+    for transport, tls in (("http", []), ("https", [] if secure is None else [secure.tls])):
+        if transport == "https" and not tls:
+            continue
+        files = [str(tls[0] / "server.crt"), str(tls[0] / "server.key")] if tls else []
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_server.py")), name,
+                                 *files], stdout=subprocess.PIPE, text=True)
+        stack.callback(proc.wait, 30)
+        stack.callback(proc.terminate)
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
+        out.append(Endpoint(f"floor/{transport}", "127.0.0.1", port, "", "",
+                            secure.context if tls and secure is not None else None, proc.pid))
+    return out
 
 
 def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:
@@ -616,7 +631,7 @@ def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endp
             print(f"  placement seeded in {seeded.grow(size):.1f} s")
             have = size
             ours = [ep for _, _, eps in fleets for ep in eps]
-            floor = [] if args.no_floor else [floor_endpoint(ours[0], stack)]
+            floor = [] if args.no_floor else floor_endpoints(ours, stack)
             k = args.ours_per_round
             rounds = [("warm", args.queries, candidates_get(CANDIDATES), candidates_note, floor),
                       ("right after a claim", max(5, args.queries // 2), after_claim(size), after_claim_note,

@@ -164,10 +164,14 @@ class RecordingTransport:
 
     def __init__(self) -> None:
         self.written: list[bytes] = []
+        self.lines: list[list[bytes]] = []  # each writelines() call's pieces
         self.closed = self.aborted = False
 
     def write(self, data: bytes) -> None:
         self.written.append(data)
+
+    def writelines(self, lines: list[bytes]) -> None:
+        self.lines.append(list(lines))
 
     def is_closing(self) -> bool:
         return self.closed or self.aborted
@@ -210,3 +214,23 @@ def test_writes_in_one_turn_of_the_loop_go_out_as_one_and_close_sends_what_is_pe
     assert after == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
     assert closed == [b"HTTP/1.1 200 OK\r\n\r\nbody", b"last"]
     assert aborted == []
+
+
+def test_a_large_answer_goes_out_in_one_call_without_its_body_copied() -> None:
+    """A head and a body of 444 KiB written in one turn are handed to the
+    transport together (one `send` over TLS) as the very objects written:
+    joining them copied the body once more per answer."""
+    head, body = b"HTTP/1.1 200 OK\r\ncontent-length: 454656\r\n\r\n", b"x" * (444 * 1024)
+
+    async def scenario() -> RecordingTransport:
+        t = RecordingTransport()
+        w = CoalescedWrites(t, asyncio.get_running_loop())  # type: ignore[arg-type]
+        w.write(head)
+        w.write(body)
+        await asyncio.sleep(0)
+        return t
+
+    t = run_on_own_thread(scenario())
+    assert t.written == [] and len(t.lines) == 1
+    sent_head, sent_body = t.lines[0]
+    assert sent_head == head and sent_body is body

@@ -29,6 +29,7 @@ from hvfleet.server.dashboard.history import HistorySettings
 from hvfleet.server.guard import authenticate
 from hvfleet.server.identity import Authenticator, Authorizer
 from hvfleet.server.openapi_proto import PROTOBUF_CONTENT_TYPE, PROTOBUF_MEDIA, openapi_v2_protobuf
+from hvfleet.server.placement.edge import catch_up_store
 from hvfleet.server.resources import collection, item
 from hvfleet.server.status import ApiError
 from hvfleet.server.token_api import token_routes
@@ -151,8 +152,11 @@ def create_app(
             await run_in_threadpool(collector.close)
             ctx.close()
 
-    app = Starlette(routes=routes(dashboard_pages), lifespan=lifespan)
+    # The Placement API's candidates GET is answered before the router (placement.Direct).
+    app = placement_api.PlacementApp(placement_api.MOUNT, routes=routes(dashboard_pages), lifespan=lifespan)
     guard.install(app)  # handlers raise; the guard answers (server/guard.py)
     app.state.ctx = ctx
+    # The Placement API's catch-up reads of etcd's revision, shared by concurrent requests.
+    app.state.placement_store = catch_up_store(store)
     app.state.history_settings = history  # the dashboard's history tiers and retention
     return app

@@ -52,6 +52,10 @@ MAX_HEAD_BYTES = 16 * 1024
 # While the server stops: how often a connection is checked for having sent
 # its last answer, after which it is dropped rather than closed.
 STOP_CHECK_S = 0.1
+# Writes of one turn smaller than this in all are joined into one (one TLS
+# record for a small answer); larger ones go out as they are (`writelines`):
+# joining a 444 KiB body to its head copied it once more per answer.
+JOIN_BELOW = 64 * 1024
 
 HTTP_IMPLEMENTATIONS = ("auto", "h11", "httptools")
 # The ASGI scope extension of a request handed to the app without its body
@@ -142,8 +146,9 @@ class CoalescedWrites:
     """The connection's transport, with the writes made in one turn of the
     event loop sent as one. An answer is written as its head, then its body
     (uvicorn writes each ASGI message at once): over TLS that was two
-    records and two `send` calls per answer, now one of each. Everything but
-    writing and closing is the transport's own."""
+    records and two `send` calls per answer, now one of each (a large answer:
+    one `send`, its pieces handed over uncopied). Everything but writing and
+    closing is the transport's own."""
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
@@ -164,10 +169,18 @@ class CoalescedWrites:
     def flush(self) -> None:
         if not self._pending:
             return
-        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        self._pending.clear()
-        if not self._transport.is_closing():
-            self._transport.write(data)
+        pending, self._pending = self._pending, []
+        if self._transport.is_closing():
+            return
+        if len(pending) == 1:
+            self._transport.write(pending[0])
+        elif sum(map(len, pending)) < JOIN_BELOW:
+            self._transport.write(b"".join(pending))
+        else:
+            # A large body is not copied to be joined to its head: the TLS
+            # transport encrypts each piece in turn into its one outgoing
+            # buffer (one `send` still), the plain one sends them in one writev.
+            self._transport.writelines(pending)
 
     def close(self) -> None:
         self.flush()

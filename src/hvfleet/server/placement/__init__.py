@@ -13,9 +13,10 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hvfleet.placement.errors import PlacementNotFound
+from hvfleet.server.guard import Guard
 from hvfleet.server.placement import handlers as h
 from hvfleet.server.placement.edge import MethodNotAllowed, endpoint
 
@@ -118,26 +119,84 @@ async def _not_found(request: Request) -> Response:
                           sends_json=False)(request)
 
 
+def _wrapped(methods: dict[str, Op]) -> dict[str, Callable[[Request], Awaitable[Response]]]:
+    return {m: endpoint(op.rule, op.handler, body=op.body, sends_json=m == "GET",
+                        versions=(op.since, op.until), masked=op.masked, at_once=op.at_once)
+            for m, op in methods.items()}
+
+
 def _routes() -> list[Route]:
     routes: list[Route] = []
     for path, methods in ROUTES.items():
-        wrapped = {m: endpoint(op.rule, op.handler, body=op.body, sends_json=m == "GET",
-                               versions=(op.since, op.until), masked=op.masked, at_once=op.at_once)
-                   for m, op in methods.items()}
-        routes.append(Route(path, _dispatch(wrapped), methods=ALL_METHODS))
+        routes.append(Route(path, _dispatch(_wrapped(methods)), methods=ALL_METHODS))
     routes.append(Route("/{rest:path}", _not_found, methods=ALL_METHODS))
     return routes
 
 
+MOUNT = "/placement"
+# The GETs answered before the app's middleware and router (`Direct`): the
+# one a scheduler asks before every boot.
+DIRECT = ("/allocation_candidates",)
+
+
 def mount() -> Mount:
-    return Mount("/placement", routes=_routes())
+    return Mount(MOUNT, routes=_routes())
+
+
+class Direct:
+    """The Placement GETs of `DIRECT`, answered by their endpoint straight
+    from the server's ASGI entry, with the guard around it: what Starlette's
+    middleware, router and mount would add to them is a search through some
+    50 routes, three middleware layers and a scope per layer, per request
+    (`bench/placement_edge.py`). The endpoint is the one the router reaches
+    (`edge.endpoint`: microversion, token, policy, Placement's errors, the
+    headers), and the scope is what the mount would make of it (`root_path`
+    the mount, no path parameters). Any other method, or a server under a
+    root path of its own, goes through the router as before."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._runs = {prefix + path: Guard(self._answer(_wrapped(ROUTES[path])["GET"]))
+                      for path in DIRECT}
+
+    def find(self, scope: Scope) -> ASGIApp | None:
+        """The app answering `scope` directly, or None (then the router)."""
+        if scope["type"] != "http" or scope["method"] != "GET" or scope.get("root_path"):
+            return None
+        return self._runs.get(scope["path"])
+
+    def _answer(self, run: Callable[[Request], Awaitable[Response]]) -> ASGIApp:
+        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+            scope["root_path"] = self.prefix
+            scope["path_params"] = {}
+            response = await run(Request(scope, receive, send))
+            await response(scope, receive, send)
+
+        return answer
+
+
+class PlacementApp(Starlette):
+    """A Starlette app that answers the Placement GETs of `DIRECT` under
+    `prefix` before its middleware and router (`Direct`)."""
+
+    def __init__(self, prefix: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.direct = Direct(prefix)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        run = self.direct.find(scope)
+        if run is None:
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        await run(scope, receive, send)
 
 
 def root_app(main: Starlette) -> Starlette:
     """The Placement API at `/`, as Placement's own endpoint is usually
     reached (port 8778), over `main`'s state: the same store, tokens, policy
     and provider snapshot."""
-    app = Starlette(routes=_routes())
+    app = PlacementApp("", routes=_routes())
     app.state = main.state
     return app
 

@@ -7,12 +7,13 @@ HTTP statuses."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime
-from typing import Any
+from typing import Any, cast
 
 from jinja2 import Environment
 from starlette.requests import Request
@@ -107,7 +108,9 @@ class Call:
         reads what it wrote."""
         snap: ProviderSnapshot = self.request.app.state.ctx.placement_snapshot()
         if catch_up and not self._caught_up:
-            snap.refresh(self.store)
+            # Over a remote store, the revision read is shared with the
+            # requests asking at the same time (SharedRevision).
+            snap.refresh(getattr(self.request.app.state, "placement_store", None) or self.store)
             self._caught_up = self.request.method in ("GET", "HEAD")
         return snap
 
@@ -133,6 +136,86 @@ class Call:
     def one(self, name: str) -> str | None:
         values = self.params.get(name)
         return values[0] if values else None
+
+
+class SharedRevision:
+    """The store's current revision for the Placement requests of one
+    server, read once for all the requests that ask while a read is under
+    way. On etcd each read is a round trip (and its CPU on the server), made
+    before every GET so that it sees every write acknowledged before it, on
+    any replica. Sharing keeps that: a caller takes only a read *begun after
+    it asked*, whose answer is at or past every write acknowledged before
+    then. A caller that finds no read under way begins its own at once (a
+    lone client waits no longer than before); one that finds a read under
+    way (begun before it asked: its answer may predate a write the caller
+    must see) waits for the next read, begun as soon as that one ends, which
+    answers every caller that asked meanwhile: under N concurrent requests
+    the store sees about one read per round trip instead of N, and a request
+    waits at most two round trips. kube-apiserver's consistent reads from its
+    watch cache batch their progress requests to etcd alike."""
+
+    def __init__(self, read: Callable[[], int]) -> None:
+        self._read = read
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._begun = 0  # reads begun so far
+        self._running = False  # the last begun is under way
+        self._ended = 0  # the last read that ended (its number)
+        self._outcome: int | BaseException = 0  # what it answered
+
+    def revision(self) -> int:
+        with self._changed:
+            need = self._begun + 1  # the first read that begins after now
+            while self._ended < need:
+                if not self._running:
+                    self._running = True
+                    self._begun += 1
+                    mine = self._begun
+                    break
+                self._changed.wait()
+            else:
+                return self._taken(self._outcome)
+        outcome: int | BaseException
+        try:
+            outcome = self._read()
+        except BaseException as exc:  # handed to every caller that waited for this read
+            outcome = exc
+        with self._changed:
+            self._running = False
+            self._ended, self._outcome = mine, outcome
+            self._changed.notify_all()
+        return self._taken(outcome)
+
+    @staticmethod
+    def _taken(outcome: int | BaseException) -> int:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+class SharedRevisionStore:
+    """`store` as a provider snapshot's catch-up sees it: its `revision()`
+    shared (SharedRevision), everything else the store's own."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._shared = SharedRevision(store.revision)
+
+    def revision(self) -> int:
+        return self._shared.revision()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def catch_up_store(store: Store) -> Store | None:
+    """What the Placement API's requests catch up with: `store` with its
+    revision read shared between concurrent requests when that read is a
+    round trip (etcd, a remote store); None for a store whose events are at
+    hand (SQLite: a local read, and the warm path needs none, Store.change_mark)."""
+    if store.events_at_hand:
+        return None
+    return cast(Store, SharedRevisionStore(store))
 
 
 @dataclass(frozen=True)
