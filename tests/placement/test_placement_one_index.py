@@ -51,7 +51,7 @@ def test_the_snapshot_takes_hosts_from_the_index_and_follows_none_itself(tmp_pat
     store = open_store(f"sqlite:///{tmp_path}/h.db")
     _fleet(store)
     index = FleetIndex.from_store(store)
-    snap = ProviderSnapshot.from_store(store, index=index, catch_up=index.refresh)
+    snap = ProviderSnapshot.from_store(store, index=index)
     uid = provider_uuid(store.get_hypervisor("hv2"))
     first = snap.graph()
     assert first.providers[uid].inventories["VCPU"].allocation_ratio == 1.0
@@ -120,3 +120,56 @@ def test_in_serve_placement_and_fit_share_one_index_and_see_a_write_at_one_versi
     # fit's catch-up found nothing new: Placement already had this version of the index.
     assert index.placement_version == version
     assert snap.fleet().providers[hv2].hypervisor is index.host("hv2")
+
+
+def test_after_the_index_reloads_the_snapshot_takes_every_root_again(tmp_path: Path) -> None:
+    """A reload of the index (a watch that lost its history lists the store
+    again) starts a new run of versions: a reader from before it is handed
+    every root, and the snapshot's providers stay what they were."""
+    store = open_store(f"sqlite:///{tmp_path}/h.db")
+    _fleet(store)
+    index = FleetIndex.from_store(store)
+    snap = ProviderSnapshot.from_store(store, index=index)
+    before = dict(snap.fleet().providers)
+    version = snap.index_version
+    assert version is not None
+    now = datetime.now(UTC)
+    assert index.placement_roots(version, now)[1] == {}  # nothing made since
+    index.load_from(store)
+    assert index.placement_roots(version, now)[1] is None  # from before the reload: take them all
+    assert dict(snap.fleet().providers) == before
+    assert snap.index_version == index.placement_version != version
+    h = index.host("hv1")
+    assert h is not None and snap.fleet().providers[provider_uuid(h)].hypervisor is h
+    store.close()
+
+
+def test_a_catch_up_of_the_index_starts_where_the_last_one_ended(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Placement's writes are not of the index's kinds, yet each Placement
+    request catches the index up: on SQLite a catch-up reads from the
+    revision the last one reached, not from the index's last event (which
+    walked every revision since, a whole fleet's seeding at 10k providers)."""
+    store = open_store(f"sqlite:///{tmp_path}/h.db")
+    _fleet(store)
+    index = FleetIndex.from_store(store)
+    sinces: list[int] = []
+    real = store.watch
+
+    def watch(kind: str | None = None, since: int = 0, **kw: Any) -> Any:
+        sinces.append(since)
+        return real(kind, since, **kw)
+
+    monkeypatch.setattr(store, "watch", watch)
+    reached = []
+    for i in range(3):
+        issue_token(store, "viewer", manager="test", now=datetime.now(UTC), ttl=None, name=f"v{i}")
+        reached.append(store.revision())
+        index.refresh(store)
+    assert sinces[1:] == reached[:-1]
+    _overcommit(store, "hv1", 2.0)  # one of its own kinds still comes
+    index.refresh(store)
+    assert sinces[-1] == reached[-1]
+    h = index.host("hv1")
+    assert h is not None and h.spec.overcommit["cpu"] == 2.0
+    store.close()

@@ -70,18 +70,18 @@ class ProviderSnapshot:
     # the public kinds, then each Placement record kind.
     STREAMS: tuple[str | None, ...] = (None, "ResourceProvider", "PlacementName", "PlacementConsumer")
 
-    def __init__(self, index: FleetIndex, catch_up: Callable[[Store], object] | None = None) -> None:
+    def __init__(self, index: FleetIndex, catch_up: Callable[[Store, int], object] | None = None) -> None:
         # The fleet index whose hosts are the graph's hypervisor roots: the
-        # server's, which its fit reads. `catch_up(store)` brings it up to the
-        # store (the server's holds the lock its fit holds); by default
-        # `index.refresh`, one at a time.
+        # server's, which its fit reads. `catch_up(store, revision)` brings it
+        # up to the store's `revision` (the server's holds the lock its fit
+        # holds); by default `index.refresh`, one at a time.
         self.index = index
         if catch_up is None:
             one_at_a_time = threading.Lock()
 
-            def refresh(store: Store) -> None:
+            def refresh(store: Store, target: int) -> None:
                 with one_at_a_time:
-                    index.refresh(store, liveness=False)
+                    index.refresh(store, liveness=False, target=target)
 
             catch_up = refresh
         self._catch_up_index = catch_up
@@ -130,7 +130,7 @@ class ProviderSnapshot:
     @classmethod
     def from_store(cls, store: Store, staleness: timedelta = DEFAULT_STALENESS,
                    index: FleetIndex | None = None,
-                   catch_up: Callable[[Store], object] | None = None) -> ProviderSnapshot:
+                   catch_up: Callable[[Store, int], object] | None = None) -> ProviderSnapshot:
         """The snapshot of `store` over `index` (by default one of its own,
         loaded from the store: a process without a server's index)."""
         if index is None:
@@ -213,7 +213,7 @@ class ProviderSnapshot:
         has seen that revision (at most FOLLOW_WAIT_S)."""
         mark = store.change_mark()  # before the revision: while it stays, so does the revision
         target = store.revision()
-        self._catch_up_index(store)
+        self._catch_up_index(store, target)
         with self._lock:
             if target <= max(self.revision, self._caught_up):
                 self._mark = mark

@@ -17,6 +17,16 @@ liveness (Lease objects) is read when the index loads, then follows the
 Leases' watch events and is judged (`lease_live`) at each refresh, never per
 query: a host whose lease expired is no candidate, a live lease stands for a
 fresh heartbeat.
+
+The index is also the Placement API's hosts (issue 18: one truth, not two
+copies): beside each row it keeps that host's root provider in Placement's
+units (`HostProvider`, by `host_provider`: `placement export`'s inventories
+and usages, claims by consumer, readiness), made at the first Placement read
+after a write that touched the host, after a Lease change that turns its
+readiness, or when its turn on the clock comes (a holding claim expiring,
+`readiness_turn`), each with a version (`placement_roots`). Placement's
+arithmetic is done over those records (hvfleet.placement), `fit`'s over the
+exact columns: the two never share a rounding.
 """
 
 from __future__ import annotations
@@ -508,7 +518,8 @@ class FleetIndex:
             if row is not None and host in self._hosts:
                 self._compute(row, now)
 
-    def refresh(self, store: Store, settle: float = 0.25, *, liveness: bool = True) -> int:
+    def refresh(self, store: Store, settle: float = 0.25, *, liveness: bool = True,
+                target: int | None = None) -> int:
         """Catch up with the store: apply every event up to the store's current
         revision; returns how many. Stops as soon as that revision is delivered
         (SQLite has every event at hand; an etcd watch streams them), waiting at
@@ -517,8 +528,11 @@ class FleetIndex:
         a fresh list. Agent liveness is then judged from the Leases the watch
         delivered (renewals are events; an expiry is the clock), so a refresh
         reads no Lease list; not with `liveness` False (the Placement roots
-        judge each Lease at the time asked, and a fit's refresh judges them all)."""
-        target = store.revision()
+        judge each Lease at the time asked, and a fit's refresh judges them all).
+        `target`: the store's revision, when the caller has just read it (on
+        etcd each read is a round trip)."""
+        if target is None:
+            target = store.revision()
         n = 0
         if self._following:
             with self._lock:
@@ -528,8 +542,15 @@ class FleetIndex:
             if liveness:
                 self.set_liveness(self._lease_liveness(datetime.now(UTC)))
             return n
+        since = self.revision
         if store.events_at_hand:
             settle = 0.0  # every event up to the revision is in the first read
+            # And each catch-up read every event up to its target: the next
+            # starts there, not at the index's last event (when the writes
+            # since were not of its kinds, a Placement record's, a token's,
+            # each read walked every revision since: 10k stored providers'
+            # claims paid a walk over the fleet's seeding).
+            since = max(since, self._caught_up)
         if target > max(self.revision, self._caught_up):
             # A revision with no event of ours (a server secret's write on etcd)
             # that reaches `target` ends the catch-up as its event would.
@@ -540,7 +561,7 @@ class FleetIndex:
                     reached.set()
 
             try:
-                for event in store.watch(None, since=self.revision, timeout=settle, stop=reached,
+                for event in store.watch(None, since=since, timeout=settle, stop=reached,
                                          on_undecodable=self.forget, on_progress=progressed):
                     self.apply(event)
                     n += 1

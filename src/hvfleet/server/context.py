@@ -153,7 +153,7 @@ class ApiContext:
         self._index.refresh(self.store)
         return self._index
 
-    def _catch_up_index(self, store: Store) -> None:
+    def _catch_up_index(self, store: Store, target: int) -> None:
         """The Placement snapshot's catch-up of the index: as `fleet_index`,
         but agent liveness is left for the next fit to judge (Placement judges
         each host's Lease itself, at the time asked)."""
@@ -161,7 +161,7 @@ class ApiContext:
             if self._index is None:
                 self.fleet_index()
             else:
-                self._index.refresh(store, liveness=False)
+                self._index.refresh(store, liveness=False, target=target)
 
     def placement_snapshot(self) -> ProviderSnapshot:
         """The Placement API's provider snapshot (hvfleet.placement.snapshot),
