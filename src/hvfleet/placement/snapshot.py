@@ -3,9 +3,9 @@ every other Placement read answer from memory in milliseconds at 10,000
 providers instead of reading the store per request.
 
 Who owns what. The hypervisors are the fleet index's (hvfleet.scheduling
-.index.FleetIndex, the one object `fit`, the claim and the dashboard read in
-a server): it follows the Hypervisors, Reservations, OvercommitPolicies and
-the agents' Leases, and keeps beside each host's row that host's root
+.index.FleetIndex, the one object a server's `fit` reads too): it follows
+the Hypervisors, Reservations, OvercommitPolicies and the agents' Leases,
+and keeps beside each host's row that host's root
 provider in Placement's units (`HostProvider`: inventories, usages, claims,
 readiness), made once per write that touched the host, per Lease change
 that turns its readiness and per turn of the clock that changes it (a
