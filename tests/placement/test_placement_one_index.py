@@ -4,11 +4,14 @@ store. In `hvfleet serve` the Placement snapshot and `fit` hold the same
 FleetIndex object; the snapshot applies no Hypervisor event itself (a host
 write reaches Placement only through the index); the providers it hands out
 carry the index's own Hypervisor objects; and a host write shows in
-`allocation_candidates` and in `fit` at the same index version."""
+`allocation_candidates` and in `fit` at the same index version (SQLite, and
+etcd, where the index follows the store's one stream in a thread)."""
 
 from __future__ import annotations
 
 import tempfile
+import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +32,7 @@ from hvfleet.store.tokens import issue_token
 from tests.scheduling.sched_fleet import OPERATOR, host, put_host
 from tests.server.running import ServerThread
 from tests.server.tls_files import make_tls_files
+from tests.support.etcd_local import EtcdCluster
 
 GV = "/apis/hvfleet.io/v1"
 CANDIDATES = "/placement/allocation_candidates?resources=VCPU:10"
@@ -72,10 +76,14 @@ def test_the_snapshot_takes_hosts_from_the_index_and_follows_none_itself(tmp_pat
     store.close()
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[str, Path, Store, dict[str, str], Any]]:
+@pytest.fixture(params=["sqlite", "etcd"])
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, Path, Store, dict[str, str], Any]]:
     d = Path(tempfile.mkdtemp())
-    store = open_store(f"sqlite:///{d}/hvfleet.db")
+    if request.param == "sqlite":
+        store = open_store(f"sqlite:///{d}/hvfleet.db")
+    else:
+        etcd: EtcdCluster = request.getfixturevalue("etcd_session")
+        store = open_store(etcd.url(prefix=f"/one-index-{uuid.uuid4().hex[:12]}"))
     _fleet(store)
     now = datetime.now(UTC)
     tokens = {role: issue_token(store, role, manager="test", now=now, ttl=None, name=f"t-{role}")[1]
@@ -111,6 +119,8 @@ def test_in_serve_placement_and_fit_share_one_index_and_see_a_write_at_one_versi
     with ctx.index_lock:
         index = ctx.fleet_index()
     assert isinstance(index, FleetIndex) and snap.index is index  # one object
+    if not store.events_at_hand:  # etcd: the index follows the process's one stream, as the snapshot does
+        assert "fleet-index-stream" in {t.name for t in threading.enumerate()}
     h = index.host("hv1")
     assert isinstance(h, Hypervisor) and snap.fleet().providers[hv1].hypervisor is h
     _overcommit(store, "hv2", 2.0)  # 16 × 2 less 10: now 10 fit on hv2 too
