@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -210,16 +211,20 @@ class ProviderSnapshot:
     def refresh(self, store: Store, settle: float = 0.05) -> None:
         """Catch up with the store (every event up to its current revision).
         When the snapshot `follow`s the store, only wait until the follower
-        has seen that revision (at most FOLLOW_WAIT_S)."""
+        has seen that revision (at most FOLLOW_WAIT_S, the fleet index's
+        catch-up first included: a revision neither ever sees, another
+        application's write in a shared etcd, is waited for once, not twice)."""
         mark = store.change_mark()  # before the revision: while it stays, so does the revision
         target = store.revision()
+        started = time.monotonic()
         self._catch_up_index(store, target)
         with self._lock:
             if target <= max(self.revision, self._caught_up):
                 self._mark = mark
                 return
             if self._following:
-                if self._seen.wait_for(lambda: self.revision >= target, FOLLOW_WAIT_S):
+                left = max(0.0, FOLLOW_WAIT_S - (time.monotonic() - started))
+                if self._seen.wait_for(lambda: self.revision >= target, left):
                     self._mark = mark
                 self._caught_up = target
                 return
