@@ -11,23 +11,20 @@ time, never written."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from hvfleet.model.capacity import held_resources, reservation_phase
 from hvfleet.model.errors import NotFound
-from hvfleet.model.hypervisor import HOLDING_PHASES, Hypervisor, OvercommitPolicy, Reservation, ResourceList
+from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.lease import Lease
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
-from hvfleet.model.quantity import Quantity
-from hvfleet.model.readiness import DEFAULT_STALENESS, host_readiness
-from hvfleet.model.resources import ResourceName
+from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.placement.graph import Inventory, Provider, ProviderGraph
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
-from hvfleet.scheduling.placement import export_inventories, export_usages, provider_uuid
+from hvfleet.scheduling.placement import HostProvider, host_provider, provider_uuid
+from hvfleet.scheduling.placement import units_of as units_of  # hvfleet.placement.allocations reads it here
 from hvfleet.store.base import Store
 
 if TYPE_CHECKING:
@@ -56,10 +53,6 @@ def name_key(of: str, name: str) -> str:
     """The store name of a custom trait or resource class record: CUSTOM_FOO_BAR
     → trait.custom-foo-bar (Placement's names are [A-Z0-9_], so this is one to one)."""
     return f"{of}.{name.lower().replace('_', '-')}"
-
-
-def units_up(r: ResourceName, q: Quantity) -> int:
-    return math.ceil(q.value / r.placement.base_per_unit)
 
 
 @dataclass
@@ -109,35 +102,6 @@ class ProviderView:
                         traits=self.traits, aggregates=frozenset(self.aggregates))
 
 
-def units_of(resources: ResourceList) -> dict[str, int]:
-    """hvfleet amounts as Placement's: resource class -> whole units (rounded up)."""
-    out: dict[str, int] = {}
-    for name, q in resources.items():
-        if q > 0:
-            rc = name.placement.resource_class
-            out[rc] = out.get(rc, 0) + units_up(name, q)
-    return out
-
-
-def _by_consumer(pairs: Iterable[tuple[str, ResourceList]]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for consumer, resources in pairs:
-        for rc, n in units_of(resources).items():
-            mine = out.setdefault(consumer, {})
-            mine[rc] = mine.get(rc, 0) + n
-    return out
-
-
-def _hypervisor_allocations(h: Hypervisor, reservations: list[Reservation], now: datetime,
-                            ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
-    """What each consumer's claims hold now (`held_resources`), and what they
-    were made for (every claim not Released or Expired)."""
-    held = _by_consumer((r.spec.consumer, held_resources(r, h, now)) for r in reservations)
-    made = _by_consumer((r.spec.consumer, r.spec.resources) for r in reservations
-                        if reservation_phase(r, h, now) in (*HOLDING_PHASES, "Confirmed"))
-    return held, made
-
-
 # The trait nova-compute puts on its node's provider while the service is
 # disabled; Nova's scheduler asks for roots without it (compute_status_filter).
 COMPUTE_STATUS_DISABLED = "COMPUTE_STATUS_DISABLED"
@@ -150,25 +114,26 @@ def hypervisor_view(h: Hypervisor, reservations: list[Reservation], policies: li
     the host may take no new guest (maintenance, Ready not True, its agent's
     `lease` lapsed, or without a Lease no heartbeat younger than `staleness`),
     as `fit` and a claim judge it (`host_readiness`)."""
-    uid = provider_uuid(h)
-    inventories = {rc: Inventory(**fields) for rc, fields in export_inventories(h, policies).items()}
-    allocations, made = _hypervisor_allocations(h, reservations, now)
-    total = export_usages(h, reservations, now)
-    claimed: dict[str, int] = {}
-    for resources in allocations.values():
-        for rc, n in resources.items():
-            claimed[rc] = claimed.get(rc, 0) + n
-    unclaimed = {rc: n - claimed.get(rc, 0) for rc, n in total.items() if n > claimed.get(rc, 0)}
+    return root_view(host_provider(h, reservations, policies, now, lease, staleness), record)
+
+
+def root_view(root: HostProvider, record: ResourceProvider | None) -> ProviderView:
+    """A hypervisor's provider: what its host decides (`root`, as
+    hvfleet.scheduling.placement.host_provider made it: inventories, usages,
+    claims, readiness) with what its stored record adds (traits, aggregates,
+    generation)."""
+    h = root.hypervisor
     created = h.metadata.creation_timestamp
     spec = record.spec if record is not None else None
-    ready = host_readiness(h, lease, now, staleness).ready
     return ProviderView(
-        uuid=uid, name=h.name, generation=spec.generation if spec else 0,
-        parent_uuid=None, root_uuid=uid, inventories=inventories, allocations=allocations,
-        traits=(frozenset(spec.traits) if spec else frozenset()) | (_ENABLED if ready else _DISABLED),
+        uuid=root.uuid, name=h.name, generation=spec.generation if spec else 0,
+        parent_uuid=None, root_uuid=root.uuid,
+        inventories={rc: Inventory(**fields) for rc, fields in root.inventories.items()},
+        allocations=root.allocations,
+        traits=(frozenset(spec.traits) if spec else frozenset()) | (_ENABLED if root.ready else _DISABLED),
         aggregates=tuple(spec.aggregates) if spec else (),
         created=created, updated=parse_time(spec.updated_at) if spec else created,
-        record=record, hypervisor=h, unclaimed=unclaimed, made=made, ready=ready,
+        record=record, hypervisor=h, unclaimed=root.unclaimed, made=root.made, ready=root.ready,
     )
 
 

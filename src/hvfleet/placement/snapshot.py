@@ -1,17 +1,28 @@
-"""The provider graph kept current from the store's watch, so
-`GET /allocation_candidates` and every other Placement read answer from
-memory in milliseconds at 10,000 providers instead of reading the store per
-request.
+"""The provider graph kept current, so `GET /allocation_candidates` and
+every other Placement read answer from memory in milliseconds at 10,000
+providers instead of reading the store per request.
 
-`ProviderSnapshot.refresh(store)` applies the events since its revision (as
-the fleet index does, hvfleet.scheduling.index), read from one stream of
-every stored kind (`Store.watch_objects`), and recomputes only the providers
-they touch: a Hypervisor or its Reservations → that host's provider; a
-ResourceProvider record → that provider; an OvercommitPolicy → every
-hypervisor (their allocation ratios); a provider whose value did not change
-is no change. On a store whose events are not at hand (etcd) the server
-`follow`s the store in a thread instead, and a refresh only waits until that
-thread has seen the store's current revision.
+Who owns what. The hypervisors are the fleet index's (hvfleet.scheduling
+.index.FleetIndex, the one object a server's `fit` reads too): it follows
+the Hypervisors, Reservations, OvercommitPolicies and the agents' Leases,
+and keeps beside each host's row that host's root
+provider in Placement's units (`HostProvider`: inventories, usages, claims,
+readiness), made once per write that touched the host, per Lease change
+that turns its readiness and per turn of the clock that changes it (a
+holding claim expiring, a Lease lapsing, a heartbeat growing stale), each
+with a version. The snapshot follows only what the index does not hold: the
+stored Placement records (ResourceProvider: stored providers, and a
+hypervisor's traits, aggregates and generation; PlacementName; consumers),
+and asks the index for the roots made again since the version it last had.
+
+`ProviderSnapshot.refresh(store)` catches the index up (with the server's
+`catch_up`: its fit's), then applies its own events since its revision,
+read from one stream of every stored kind (`Store.watch_objects`; the
+index's kinds pass by), and recomputes only the providers they touch; a
+provider whose value did not change is no change. On a store whose events
+are not at hand (etcd) the server has both follow the store in a thread
+instead, and a refresh only waits until they have seen the store's current
+revision.
 
 Two values come out of it, each made again only after a change and then
 shared by every reader: `graph()`, one ProviderGraph per change naming the
@@ -20,37 +31,30 @@ candidates index (hvfleet.placement.candidates) is patched for those
 providers instead of being built again for 10,000; and `fleet()`, the
 providers' full views (records.Fleet) with lookups by name, consumer, parent
 and tree patched per change, for the other GETs, the policy check and the
-writes' reads.
-
-What changes with the clock alone is judged as `fit` and the claim judge it,
-with the same model functions: a host's view is made again at its next turn
-(`_Turns`), the soonest of when one of its reservations expires
-(`holds_space` stops) and when its readiness may turn (`readiness_turn`: its
-agent's Lease lapsing, or, without a Lease, its heartbeat aging past the
-staleness), so an expired claim stops counting and a host whose agent went
-quiet carries COMPUTE_STATUS_DISABLED at the first request after, with
-nothing written. The agents' Leases are followed from the same stream; a
-renewal that changes no judgement moves the host's turn and nothing else."""
+writes' reads. Both are judged at the time asked (by default the time of
+the call), as `fit` and the claim judge it: the index makes a host's root
+again when its turn has come, so an expired claim stops counting and a host
+whose agent went quiet carries COMPUTE_STATUS_DISABLED at the first request
+after, with nothing written."""
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 
-from hvfleet.model.capacity import holds_space
 from hvfleet.model.errors import Gone
-from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
-from hvfleet.model.lease import Lease
+from hvfleet.model.hypervisor import Reservation
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
-from hvfleet.model.readiness import DEFAULT_STALENESS, host_readiness, readiness_turn
+from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.placement.cow import CowDict
 from hvfleet.placement.graph import GraphBasis, Provider, ProviderGraph
-from hvfleet.placement.records import Fleet, ProviderView, hypervisor_view, record_view
+from hvfleet.placement.records import Fleet, ProviderView, record_view, root_view
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
-from hvfleet.scheduling.placement import provider_uuid
+from hvfleet.scheduling.index import FleetIndex
+from hvfleet.scheduling.placement import HostProvider, provider_uuid
 from hvfleet.store.base import Store, WatchEvent
 
 log = logging.getLogger(__name__)
@@ -67,9 +71,21 @@ class ProviderSnapshot:
     # the public kinds, then each Placement record kind.
     STREAMS: tuple[str | None, ...] = (None, "ResourceProvider", "PlacementName", "PlacementConsumer")
 
-    def __init__(self, staleness: timedelta = DEFAULT_STALENESS) -> None:
-        # How old a heartbeat may be (hosts without a Lease): the server's fit and claims' own.
-        self.staleness = staleness
+    def __init__(self, index: FleetIndex, catch_up: Callable[[Store, int], object] | None = None) -> None:
+        # The fleet index whose hosts are the graph's hypervisor roots: the
+        # server's, which its fit reads. `catch_up(store, revision)` brings it
+        # up to the store's `revision` (the server's holds the lock its fit
+        # holds); by default `index.refresh`, one at a time.
+        self.index = index
+        if catch_up is None:
+            one_at_a_time = threading.Lock()
+
+            def refresh(store: Store, target: int) -> None:
+                with one_at_a_time:
+                    index.refresh(store, liveness=False, target=target)
+
+            catch_up = refresh
+        self._catch_up_index = catch_up
         self._lock = threading.Lock()
         self._seen = threading.Condition(self._lock)
         self._following = False
@@ -82,9 +98,10 @@ class ProviderSnapshot:
         # The store's change mark read just before that revision (None: none
         # to trust): while the store's mark stays, the snapshot is current.
         self._mark: int | None = None
-        self._hosts: dict[str, Hypervisor] = {}
-        self._reservations: dict[str, dict[str, Reservation]] = {}  # host -> name -> reservation
-        self._policies: dict[str, OvercommitPolicy] = {}
+        # The index's root providers as of version `_index_version` (None: take
+        # them all), by host name: the index's own values, not copies.
+        self._index_version: int | None = None
+        self._roots: dict[str, HostProvider] = {}
         self._records: dict[str, ResourceProvider] = {}
         self._names: dict[str, PlacementName] = {}
         self._consumers: dict[str, PlacementConsumer] = {}
@@ -99,21 +116,27 @@ class ProviderSnapshot:
         self._trees: CowDict[str, frozenset[str]] = CowDict()
         self._fleet: Fleet | None = None  # the views handed out last
         self._host_uuid: dict[str, str] = {}
-        self._leases: dict[str, Lease] = {}  # host -> its agent's Lease
-        self._expiry: dict[str, datetime] = {}  # host -> when one of its reservations expires
-        self._turns = _Turns()  # when each host is to be looked at again
-        self._rejudge: set[str] = set()  # hosts whose Lease changed since the last patch
         self._dirty_hosts: set[str] = set()
         self._dirty_records: set[str] = set()
         self._changed: set[str] = set()  # providers changed since the last graph
         self._graph: ProviderGraph | None = None
         self._last: ProviderGraph | None = None  # the graph handed out last
-        self._uuids: dict[str, str] | None = None  # provider uuid -> hypervisor name
         self._known: tuple[frozenset[str], frozenset[str]] | None = None  # made again when a name changes
 
+    @property
+    def staleness(self) -> timedelta:
+        """How long a heartbeat may be (hosts without a Lease): the index's."""
+        return self.index.staleness
+
     @classmethod
-    def from_store(cls, store: Store, staleness: timedelta = DEFAULT_STALENESS) -> ProviderSnapshot:
-        snap = cls(staleness)
+    def from_store(cls, store: Store, staleness: timedelta = DEFAULT_STALENESS,
+                   index: FleetIndex | None = None,
+                   catch_up: Callable[[Store, int], object] | None = None) -> ProviderSnapshot:
+        """The snapshot of `store` over `index` (by default one of its own,
+        loaded from the store: a process without a server's index)."""
+        if index is None:
+            index = FleetIndex.from_store(store, staleness)
+        snap = cls(index, catch_up)
         snap.load_from(store)
         return snap
 
@@ -121,46 +144,20 @@ class ProviderSnapshot:
         revision = store.revision()
         self._reset()
         self.loads += 1
-        for h in store.list_hypervisors():
-            self._hosts[h.name] = h
-        for r in store.list_reservations():
-            self._reservations.setdefault(r.spec.hypervisor, {})[r.name] = r
-        for p in store.list_overcommit_policies():
-            self._policies[p.name] = p
-        self._leases = store.agent_leases()
         for kind in ("ResourceProvider", "PlacementName", "PlacementConsumer"):
             for obj in store.list(kind).items:
                 self.apply(WatchEvent(type="ADDED", object=obj, revision=revision))
-        self._dirty_hosts = set(self._hosts)
         # A hypervisor's record (its traits, aggregates) is part of its host's view.
         self._dirty_records = {u for u, r in self._records.items() if r.spec.hypervisor is None}
         self.revision = revision
 
     def apply(self, event: WatchEvent) -> None:
+        """One event of the stored Placement records; the index's kinds
+        (Hypervisor, Reservation, OvercommitPolicy, Lease) are the index's to
+        follow, and pass by."""
         obj = event.object
         gone = event.type == "DELETED"
-        if isinstance(obj, Hypervisor):
-            if gone or obj.name not in self._hosts:
-                self._uuids = None
-            if gone:
-                self._hosts.pop(obj.name, None)
-            else:
-                self._hosts[obj.name] = obj
-            self._dirty_hosts.add(obj.name)
-        elif isinstance(obj, Reservation):
-            mine = self._reservations.setdefault(obj.spec.hypervisor, {})
-            if gone:
-                mine.pop(obj.name, None)
-            else:
-                mine[obj.name] = obj
-            self._dirty_hosts.add(obj.spec.hypervisor)
-        elif isinstance(obj, OvercommitPolicy):
-            if gone:
-                self._policies.pop(obj.name, None)
-            else:
-                self._policies[obj.name] = obj
-            self._dirty_hosts |= set(self._hosts)
-        elif isinstance(obj, ResourceProvider):
+        if isinstance(obj, ResourceProvider):
             if gone:
                 self._records.pop(obj.name, None)
             else:
@@ -177,14 +174,6 @@ class ProviderSnapshot:
             self._known = None
         elif isinstance(obj, PlacementConsumer):
             self._apply_consumer(obj, gone)
-        elif isinstance(obj, Lease):
-            # Judged at the next patch: most renewals change no view at all.
-            if gone:
-                self._leases.pop(obj.name, None)
-            else:
-                self._leases[obj.name] = obj
-            self._rejudge.add(obj.name)
-            return
         else:
             return
         self._graph = None
@@ -222,15 +211,20 @@ class ProviderSnapshot:
     def refresh(self, store: Store, settle: float = 0.05) -> None:
         """Catch up with the store (every event up to its current revision).
         When the snapshot `follow`s the store, only wait until the follower
-        has seen that revision (at most FOLLOW_WAIT_S)."""
+        has seen that revision (at most FOLLOW_WAIT_S, the fleet index's
+        catch-up first included: a revision neither ever sees, another
+        application's write in a shared etcd, is waited for once, not twice)."""
         mark = store.change_mark()  # before the revision: while it stays, so does the revision
         target = store.revision()
+        started = time.monotonic()
+        self._catch_up_index(store, target)
         with self._lock:
             if target <= max(self.revision, self._caught_up):
                 self._mark = mark
                 return
             if self._following:
-                if self._seen.wait_for(lambda: self.revision >= target, FOLLOW_WAIT_S):
+                left = max(0.0, FOLLOW_WAIT_S - (time.monotonic() - started))
+                if self._seen.wait_for(lambda: self.revision >= target, left):
                     self._mark = mark
                 self._caught_up = target
                 return
@@ -263,9 +257,10 @@ class ProviderSnapshot:
             return None
         try:
             graph = self._graph
-            if graph is None or self._changed or self._dirty_hosts or self._dirty_records or self._rejudge:
+            if graph is None or self._changed or self._dirty_hosts or self._dirty_records:
                 return None
-            if self._turns.any_due(datetime.now(UTC)):
+            version = self._index_version
+            if version is None or not self.index.placement_settled(version, datetime.now(UTC)):
                 return None
             return graph
         finally:
@@ -315,59 +310,54 @@ class ProviderSnapshot:
 
     # -- the values handed out ------------------------------------------------------------
 
+    @property
+    def index_version(self) -> int | None:
+        """The version of the index's root providers the snapshot last took
+        (`FleetIndex.placement_version` then; None before the first)."""
+        return self._index_version
+
+    def _pull_roots(self, now: datetime) -> None:
+        """Take the index's root providers made again since the version last
+        taken (all of them the first time, or after the index reloaded)."""
+        index = self.index
+        changes = None
+        if self._index_version is not None:
+            version, changes = index.placement_roots(self._index_version, now)
+        if changes is None:
+            version, roots = index.placement_all(now)
+            changes = {name: roots.get(name) for name in set(roots) | set(self._roots)}
+        self._index_version = version
+        for name, root in changes.items():
+            if root is None:
+                self._roots.pop(name, None)
+            else:
+                self._roots[name] = root
+        self._dirty_hosts |= set(changes)
+
     def _patch(self, now: datetime) -> None:
-        """Recompute the providers the events since the last patch touched,
-        the hosts whose turn came (a reservation expired, or their readiness
-        may have turned with the clock) and those whose Lease changed their
-        readiness; call with the lock held."""
-        self._dirty_hosts |= self._turns.due(now)
-        for name in self._rejudge - self._dirty_hosts:
-            h = self._hosts.get(name)
-            if h is None:
-                continue
-            view = self._views.get(self._host_uuid.get(name, ""))
-            ready = host_readiness(h, self._leases.get(name), now, self.staleness).ready
-            if view is None or ready != view.ready:
-                self._dirty_hosts.add(name)
-            else:  # a renewal: the same judgement, until the renewed Lease lapses
-                self._turns.put(name, self._turn(name, h, now))
-        self._rejudge.clear()
+        """Recompute the providers the changes since the last patch touched:
+        the roots the index made again (a write, a Lease, the clock) and the
+        records applied since; call with the lock held."""
+        self._pull_roots(now)
         if not self._dirty_hosts and not self._dirty_records:
             return
         self._fleet = None  # its readers keep it as it is (CowDict)
-        policies = list(self._policies.values())
         for name in self._dirty_hosts:
-            h = self._hosts.get(name)
-            uid = provider_uuid(h) if h is not None else None
+            root = self._roots.get(name)
+            uid = root.uuid if root is not None else None
             old = self._host_uuid.get(name)
             if old is not None and old != uid:
                 del self._host_uuid[name]
                 self._put(old, None)
-            self._expiry.pop(name, None)
-            if h is None or uid is None:
-                self._turns.put(name, None)
+            if root is None or uid is None:
                 continue
-            mine = list(self._reservations.get(name, {}).values())
-            lease = self._leases.get(name)
-            view = hypervisor_view(h, mine, policies, self._records.get(uid), now, lease, self.staleness)
-            self._put(uid, view)
+            self._put(uid, root_view(root, self._records.get(uid)))
             self._host_uuid[name] = uid
-            expiring = [r.spec.expires_at for r in mine
-                        if r.spec.expires_at is not None and holds_space(r, h, now)]
-            if expiring:
-                self._expiry[name] = min(expiring)
-            self._turns.put(name, self._turn(name, h, now))
         for uid in self._dirty_records:
             rec = self._records.get(uid)
             self._put(uid, None if rec is None else record_view(rec))
         self._dirty_hosts.clear()
         self._dirty_records.clear()
-
-    def _turn(self, name: str, h: Hypervisor, now: datetime) -> datetime | None:
-        """When host `name`'s view may next differ with nothing written."""
-        turns = [t for t in (self._expiry.get(name),
-                             readiness_turn(h, self._leases.get(name), now, self.staleness)) if t is not None]
-        return min(turns, default=None)
 
     def _put(self, uid: str, view: ProviderView | None) -> None:
         """`view` in place of the provider `uid`'s (None: it is gone), its
@@ -415,8 +405,7 @@ class ProviderSnapshot:
             return self._consumers.get(name.lower())
 
     def reservations_of(self, host: str) -> list[Reservation]:
-        with self._lock:
-            return list(self._reservations.get(host, {}).values())
+        return self.index.reservations_of(host)
 
     def project_consumers(self, project_id: str) -> list[PlacementConsumer]:
         with self._lock:
@@ -447,18 +436,14 @@ class ProviderSnapshot:
             return self._graph
 
     def hypervisor_uuids(self) -> dict[str, str]:
-        """Provider uuid -> hypervisor name, as of the last refresh (made again
+        """Provider uuid -> hypervisor name, as the index has them (made again
         only when a hypervisor came or went: a host's uid never changes)."""
-        with self._lock:
-            if self._uuids is None:
-                self._uuids = {provider_uuid(h): name for name, h in self._hosts.items()}
-            return self._uuids
+        return self.index.provider_uuids()
 
     def host_provider(self, host: str) -> str | None:
-        """The provider uuid of hypervisor `host`, as of the last refresh."""
-        with self._lock:
-            h = self._hosts.get(host)
-            return None if h is None else provider_uuid(h)
+        """The provider uuid of hypervisor `host`, as the index has it."""
+        h = self.index.host(host)
+        return None if h is None else provider_uuid(h)
 
     def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
         """(resource classes, traits) Placement knows: standard and custom.
@@ -473,44 +458,6 @@ class ProviderSnapshot:
                 traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
                 known = self._known = (frozenset(classes), frozenset(traits))
             return known
-
-
-class _Turns:
-    """When each host is to be looked at again, and which are due: a heap of
-    (time, host), an entry counting only while it is the host's current turn
-    (a renewed Lease moves a turn on without a pass over the fleet)."""
-
-    def __init__(self) -> None:
-        self._at: dict[str, datetime] = {}
-        self._heap: list[tuple[datetime, str]] = []
-
-    def put(self, host: str, when: datetime | None) -> None:
-        if when is None:
-            self._at.pop(host, None)
-            return
-        if self._at.get(host) == when:
-            return
-        self._at[host] = when
-        heapq.heappush(self._heap, (when, host))
-        if len(self._heap) > 2 * len(self._at) + 64:  # mostly moved-on entries: keep the current
-            self._heap = [(t, h) for h, t in self._at.items()]
-            heapq.heapify(self._heap)
-
-    def any_due(self, now: datetime) -> bool:
-        """Whether some entry is at or before `now` (a moved-on one too: then
-        `due` has only not dropped it yet, and saying so is merely cautious)."""
-        return bool(self._heap) and self._heap[0][0] <= now
-
-    def due(self, now: datetime) -> set[str]:
-        """The hosts whose turn is at or before `now` (each then has none)."""
-        out: set[str] = set()
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            when, host = heapq.heappop(heap)
-            if self._at.get(host) == when:
-                del self._at[host]
-                out.add(host)
-        return out
 
 
 def _drop(index: CowDict[str, frozenset[str]], keys: Iterable[str], uid: str) -> None:

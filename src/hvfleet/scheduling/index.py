@@ -17,10 +17,22 @@ liveness (Lease objects) is read when the index loads, then follows the
 Leases' watch events and is judged (`lease_live`) at each refresh, never per
 query: a host whose lease expired is no candidate, a live lease stands for a
 fresh heartbeat.
+
+The index is also the Placement API's hosts (issue 18: one truth, not two
+copies): beside each row it keeps that host's root provider in Placement's
+units (`HostProvider`, by `host_provider`: `placement export`'s inventories
+and usages, claims by consumer, readiness), made at the first Placement read
+after a write that touched the host, after a Lease change that turns its
+readiness, or when its turn on the clock comes (a holding claim expiring,
+`readiness_turn`), each with a version (`placement_roots`). Placement's
+arithmetic is done over those records (hvfleet.placement), `fit`'s over the
+exact columns: the two never share a rounding.
 """
 
 from __future__ import annotations
 
+import heapq
+import logging
 import math
 import threading
 import time
@@ -43,20 +55,26 @@ from hvfleet.model.capacity import (
 from hvfleet.model.errors import Gone, InvalidInput
 from hvfleet.model.hypervisor import STORED_KINDS, Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.lease import Lease, lease_live
-from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, readiness
+from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, host_readiness, readiness, readiness_turn
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.model.spec_sync import SpecSync, spec_sync
 from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
+from hvfleet.scheduling.placement import HostProvider, host_provider, provider_uuid
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent
 from hvfleet.store.undecodable import Undecodable
+
+log = logging.getLogger(__name__)
 
 Weigher = Literal["binpack", "spread"]
 WEIGHERS: tuple[Weigher, ...] = ("binpack", "spread")
 _INT64_LIMIT = 2**62
 _NEVER = np.iinfo(np.int64).max
 _NO_BEAT = np.iinfo(np.int64).min
+# How long a refresh waits for the follower (`follow_stream`) to reach the
+# store's revision before it answers from what it has.
+FOLLOW_WAIT_S = 0.5
 
 
 def micros(t: datetime) -> int:
@@ -221,6 +239,13 @@ class FleetIndex:
         # Per host, its agent's Lease as last seen (loaded, then from the watch):
         # liveness is judged from these at each refresh, without a store read.
         self._leases: dict[str, Lease] = {}
+        # Set while a thread follows the store (`follow_stream`): a refresh then
+        # waits for it instead of reading a stream of its own.
+        self._following = False
+        self._seen = threading.Condition(self._lock)
+        # The version of the Placement roots (`placement_roots`): it moves on
+        # with each host whose provider was made again, also across a reload.
+        self._pversion = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -253,6 +278,20 @@ class FleetIndex:
         self._name_by_rank: npt.NDArray[np.object_] = np.zeros(0, dtype=object)
         self._labels_version = 0
         self._selector_cache: dict[str, tuple[int, npt.NDArray[np.bool_]]] = {}
+        # Placement's view of each host (HostProvider), made at the first
+        # Placement read after a write that touched the host (`_pdirty`), after
+        # its agent's Lease changed its readiness (`_prejudge`), or when its
+        # turn comes (a holding claim expires, its readiness may turn).
+        self._proots: dict[str, HostProvider] = {}
+        self._pdirty: set[str] = set()
+        self._prejudge: set[str] = set()
+        self._pturns = Turns()
+        # Which host each version after `_pbase` made again (a reload starts a
+        # new base: a reader from before it takes every root).
+        self._pversion += 1
+        self._pbase = self._pversion
+        self._plog: list[str] = []
+        self._uuids: dict[str, str] | None = None  # provider uuid -> host name
 
     # -- building -----------------------------------------------------------------
 
@@ -366,6 +405,8 @@ class FleetIndex:
             self._labels_version += 1
         elif old is None or old.metadata.labels != h.metadata.labels:
             self._labels_version += 1
+        if old is None or old.metadata.uid != h.metadata.uid:
+            self._uuids = None
         self._hosts[h.name] = h
         self._present[row] = True
         self._compute(row, now)
@@ -377,6 +418,7 @@ class FleetIndex:
             h, self._reservations.get(name, {}).values(), now, self.staleness, self._policy_list
         )
         self._rows[row] = data
+        self._pdirty.add(name)
         self._ready[row] = data.ready
         self._fresh_until[row] = data.fresh_until
         self._next_expiry[row] = data.next_expiry
@@ -401,8 +443,10 @@ class FleetIndex:
         row = self._row.get(name)
         if row is not None:
             self._present[row] = False
-            self._hosts.pop(name, None)
+            if self._hosts.pop(name, None) is not None:
+                self._uuids = None
             self._labels_version += 1
+            self._pdirty.add(name)
 
     # -- following the store --------------------------------------------------------
 
@@ -413,6 +457,8 @@ class FleetIndex:
             if handler is not None:
                 handler(event.type, event.object, event.revision, now)
             self.revision = max(self.revision, event.revision)
+            if event.last_of_revision:
+                self._seen.notify_all()
 
     def _apply_host(self, kind: str, h: Hypervisor, revision: int, now: datetime) -> None:
         current = self._hosts.get(h.name)
@@ -427,6 +473,7 @@ class FleetIndex:
             self._leases.pop(lease.name, None)
         else:
             self._leases[lease.name] = lease
+        self._prejudge.add(lease.name)
 
     def forget(self, unreadable: Undecodable) -> None:
         """A write the store could not decode (hvfleet.store.undecodable): a host
@@ -471,7 +518,8 @@ class FleetIndex:
             if row is not None and host in self._hosts:
                 self._compute(row, now)
 
-    def refresh(self, store: Store, settle: float = 0.25) -> int:
+    def refresh(self, store: Store, settle: float = 0.25, *, liveness: bool = True,
+                target: int | None = None) -> int:
         """Catch up with the store: apply every event up to the store's current
         revision; returns how many. Stops as soon as that revision is delivered
         (SQLite has every event at hand; an etcd watch streams them), waiting at
@@ -479,9 +527,30 @@ class FleetIndex:
         under every prefix). A watch that lost its history (Gone) rebuilds from
         a fresh list. Agent liveness is then judged from the Leases the watch
         delivered (renewals are events; an expiry is the clock), so a refresh
-        reads no Lease list."""
-        target = store.revision()
+        reads no Lease list; not with `liveness` False (the Placement roots
+        judge each Lease at the time asked, and a fit's refresh judges them all).
+        `target`: the store's revision, when the caller has just read it (on
+        etcd each read is a round trip)."""
+        if target is None:
+            target = store.revision()
         n = 0
+        if self._following:
+            with self._lock:
+                if target > max(self.revision, self._caught_up):
+                    self._seen.wait_for(lambda: self.revision >= target, FOLLOW_WAIT_S)
+                    self._caught_up = target
+            if liveness:
+                self.set_liveness(self._lease_liveness(datetime.now(UTC)))
+            return n
+        since = self.revision
+        if store.events_at_hand:
+            settle = 0.0  # every event up to the revision is in the first read
+            # And each catch-up read every event up to its target: the next
+            # starts there, not at the index's last event (when the writes
+            # since were not of its kinds, a Placement record's, a token's,
+            # each read walked every revision since: 10k stored providers'
+            # claims paid a walk over the fleet's seeding).
+            since = max(since, self._caught_up)
         if target > max(self.revision, self._caught_up):
             # A revision with no event of ours (a server secret's write on etcd)
             # that reaches `target` ends the catch-up as its event would.
@@ -492,7 +561,7 @@ class FleetIndex:
                     reached.set()
 
             try:
-                for event in store.watch(None, since=self.revision, timeout=settle, stop=reached,
+                for event in store.watch(None, since=since, timeout=settle, stop=reached,
                                          on_undecodable=self.forget, on_progress=progressed):
                     self.apply(event)
                     n += 1
@@ -501,7 +570,8 @@ class FleetIndex:
             except Gone:
                 self.load_from(store)
             self._caught_up = target
-        self.set_liveness(self._lease_liveness(datetime.now(UTC)))
+        if liveness:
+            self.set_liveness(self._lease_liveness(datetime.now(UTC)))
         return n
 
     def follow(
@@ -528,6 +598,136 @@ class FleetIndex:
         t.start()
         return t
 
+    def follow_stream(self, store: Store, stop: threading.Event) -> threading.Thread:
+        """Keep the index current in a thread until `stop` is set, from one
+        long watch (on etcd the process's shared feed, hvfleet.store.etcd_feed):
+        a `refresh` then only waits until this thread has seen the store's
+        revision (a new stream from a past revision gets etcd's history only
+        at its next sync of lagging watchers, up to 100 ms later). Agent
+        liveness is judged at each refresh."""
+
+        def progressed(revision: int) -> None:
+            # A write beside the objects: every event before it is applied.
+            with self._lock:
+                if revision > self.revision:
+                    self.revision = revision
+                    self._seen.notify_all()
+
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    for event in store.watch(None, since=self.revision, stop=stop,
+                                             on_undecodable=self.forget, on_progress=progressed):
+                        with self._lock:
+                            handler = self._follow.get(event.object.kind)
+                            if handler is not None:
+                                handler(event.type, event.object, event.revision, datetime.now(UTC))
+                            if event.last_of_revision:  # not before: one atomic write's events share it
+                                self.revision = max(self.revision, event.revision)
+                                self._seen.notify_all()
+                except Gone:
+                    with self._lock:
+                        self.load_from(store)
+                        self._seen.notify_all()
+                except Exception:  # the store is down: follow again after a pause
+                    log.warning("fleet index: following the store failed", exc_info=True)
+                    stop.wait(0.5)
+
+        with self._lock:
+            self._following = True
+        t = threading.Thread(target=run, name="fleet-index-stream", daemon=True)
+        t.start()
+        return t
+
+    # -- Placement's view of the hosts ------------------------------------------------
+
+    def placement_roots(self, since: int | None, now: datetime
+                        ) -> tuple[int, dict[str, HostProvider | None] | None]:
+        """Placement's root provider of each host (hvfleet.scheduling.placement
+        .HostProvider), judged at `now`: (the version they are of, the hosts
+        whose provider was made again after version `since`, by name, None
+        where the host is gone). The changes are None when `since` is None or
+        from before a reload: then take them all (`placement_all`). Each
+        provider is made once per write that touched its host (the host, its
+        reservations, a policy that selects it), per Lease change that turns
+        its readiness and per turn of the clock that changes it (a holding
+        claim expiring, `readiness_turn`), at the first call after it."""
+        with self._lock:
+            self._make_roots(now)
+            version = self._pversion
+            if since is None or since < self._pbase:
+                return version, None
+            return version, {n: self._proots.get(n) for n in set(self._plog[since - self._pbase:])}
+
+    def placement_all(self, now: datetime) -> tuple[int, dict[str, HostProvider]]:
+        """Every host's root provider at `now`, and the version it is of."""
+        with self._lock:
+            self._make_roots(now)
+            return self._pversion, dict(self._proots)
+
+    @property
+    def placement_version(self) -> int:
+        """The version of the root providers made so far (`placement_roots`)."""
+        return self._pversion
+
+    def placement_settled(self, version: int, now: datetime) -> bool:
+        """Whether `placement_roots(version, now)` would hand out nothing new:
+        no write applied since version `version`, no Lease to judge again, no
+        host whose turn has come. False when another thread holds the index
+        (never waits: safe on an event loop)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            return (version == self._pversion and not self._pdirty and not self._prejudge
+                    and not self._pturns.any_due(now))
+        finally:
+            self._lock.release()
+
+    def _make_roots(self, now: datetime) -> None:
+        """Make again the providers of the hosts a write touched, whose turn
+        has come, or whose Lease changed their readiness; with the lock held."""
+        dirty = self._pdirty | self._pturns.due(now)
+        for name in self._prejudge - dirty:
+            h = self._hosts.get(name)
+            root = self._proots.get(name)
+            if h is None or root is None:
+                continue
+            lease = self._leases.get(name)
+            if host_readiness(h, lease, now, self.staleness).ready != root.ready:
+                dirty.add(name)
+            else:  # a renewal: the same judgement, until the renewed Lease lapses
+                self._pturns.put(name, _soonest(root.expires, readiness_turn(h, lease, now, self.staleness)))
+        self._prejudge.clear()
+        self._pdirty = set()
+        for name in dirty:
+            h = self._hosts.get(name)
+            if h is None:
+                self._pturns.put(name, None)
+                if self._proots.pop(name, None) is not None:
+                    self._log_root(name)
+                continue
+            root = host_provider(h, list(self._reservations.get(name, {}).values()), self._policy_list,
+                                 now, self._leases.get(name), self.staleness)
+            self._proots[name] = root
+            lease = self._leases.get(name)
+            self._pturns.put(name, _soonest(root.expires, readiness_turn(h, lease, now, self.staleness)))
+            self._log_root(name)
+
+    def _log_root(self, name: str) -> None:
+        self._pversion += 1
+        self._plog.append(name)
+        if len(self._plog) > 4 * len(self._hosts) + 1024:  # readers keep up: drop the older half
+            cut = len(self._plog) // 2
+            del self._plog[:cut]
+            self._pbase += cut
+
+    def provider_uuids(self) -> dict[str, str]:
+        """Provider uuid -> host name (made again only when a host comes or goes)."""
+        with self._lock:
+            if self._uuids is None:
+                self._uuids = {provider_uuid(h): name for name, h in self._hosts.items()}
+            return self._uuids
+
     # -- reading ----------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -545,7 +745,8 @@ class FleetIndex:
         return spec_sync(self._hosts[name], self._policy_list)
 
     def reservations_of(self, name: str) -> list[Reservation]:
-        return list(self._reservations.get(name, {}).values())
+        with self._lock:
+            return list(self._reservations.get(name, {}).values())
 
     def free(self, name: str) -> dict[ResourceName, Fraction]:
         """The host's free capacity as stored in the index (for tests and display)."""
@@ -716,6 +917,49 @@ class FleetIndex:
                     )
                     result.rejected[name] = found
             return result
+
+
+def _soonest(*times: datetime | None) -> datetime | None:
+    return min((t for t in times if t is not None), default=None)
+
+
+class Turns:
+    """When each host is to be looked at again, and which are due: a heap of
+    (time, host), an entry counting only while it is the host's current turn
+    (a renewed Lease moves a turn on without a pass over the fleet)."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, datetime] = {}
+        self._heap: list[tuple[datetime, str]] = []
+
+    def put(self, host: str, when: datetime | None) -> None:
+        if when is None:
+            self._at.pop(host, None)
+            return
+        if self._at.get(host) == when:
+            return
+        self._at[host] = when
+        heapq.heappush(self._heap, (when, host))
+        if len(self._heap) > 2 * len(self._at) + 64:  # mostly moved-on entries: keep the current
+            self._heap = [(t, h) for h, t in self._at.items()]
+            heapq.heapify(self._heap)
+
+    def any_due(self, now: datetime) -> bool:
+        """Whether some entry is at or before `now` (a moved-on one too: then
+        `due` has only not dropped it yet, and saying so is merely cautious)."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] <= now
+
+    def due(self, now: datetime) -> set[str]:
+        """The hosts whose turn is at or before `now` (each then has none)."""
+        out: set[str] = set()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            when, host = heapq.heappop(heap)
+            if self._at.get(host) == when:
+                del self._at[host]
+                out.add(host)
+        return out
 
 
 def _rv(obj: Hypervisor | Reservation | OvercommitPolicy) -> int:

@@ -26,7 +26,7 @@ import math
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
@@ -34,19 +34,25 @@ from hvfleet.model.capacity import (
     add,
     claim_holds,
     held_resources,
+    holds_space,
     overcommit_ratios,
+    reservation_phase,
     usable_capacity,
 )
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.hypervisor import (
+    HOLDING_PHASES,
     Hypervisor,
     OvercommitPolicy,
     Reservation,
     ReservationSpec,
     ReservationStatus,
+    ResourceList,
 )
+from hvfleet.model.lease import Lease
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.quantity import Quantity
+from hvfleet.model.readiness import DEFAULT_STALENESS, host_readiness
 from hvfleet.model.resources import WELL_KNOWN, ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
@@ -119,6 +125,76 @@ def export_usages(h: Hypervisor, reservations: Iterable[Reservation], now: datet
         for r, q in sorted(used.items(), key=lambda kv: str(kv[0]))
         if q > 0
     }
+
+
+def units_of(resources: ResourceList) -> dict[str, int]:
+    """hvfleet amounts as Placement's: resource class -> whole units (rounded up)."""
+    out: dict[str, int] = {}
+    for name, q in resources.items():
+        if q > 0:
+            rc = name.placement.resource_class
+            out[rc] = out.get(rc, 0) + _units_up(name, q)
+    return out
+
+
+def _by_consumer(pairs: Iterable[tuple[str, ResourceList]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for consumer, resources in pairs:
+        for rc, n in units_of(resources).items():
+            mine = out.setdefault(consumer, {})
+            mine[rc] = mine.get(rc, 0) + n
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class HostProvider:
+    """A hypervisor as Placement's root provider, judged at one time: what the
+    host itself decides of it (everything but the stored record's traits,
+    aggregates and generation, which the Placement core adds). Made by
+    `host_provider`, kept per host by the fleet index (one per host write, or
+    per turn of the clock that changes it), read by the Placement core."""
+
+    uuid: str
+    hypervisor: Hypervisor
+    # resource class -> inventory fields (`export_inventories`)
+    inventories: Mapping[str, Mapping[str, Any]]
+    # consumer -> resource class -> amount its claims hold now (`held_resources`)
+    allocations: dict[str, dict[str, int]]
+    # consumer -> resource class -> amount its claims were made for (every
+    # claim Pending, Active or Confirmed): what Placement's clients read back
+    made: dict[str, dict[str, int]]
+    # What libvirt shows in use beyond any claim (`export_usages` less `allocations`).
+    unclaimed: dict[str, int]
+    # `host_readiness` at `at`: False puts COMPUTE_STATUS_DISABLED on the provider.
+    ready: bool
+    at: datetime
+    # When the first of its holding claims expires (None: none will): the
+    # provider is then another with nothing written, as when its readiness
+    # turns (`readiness_turn`, judged by the keeper with the agent's Lease).
+    expires: datetime | None
+
+
+def host_provider(h: Hypervisor, reservations: Sequence[Reservation], policies: Sequence[OvercommitPolicy],
+                  now: datetime, lease: Lease | None = None,
+                  staleness: timedelta = DEFAULT_STALENESS) -> HostProvider:
+    """The root provider of `h` at `now`, with `placement export`'s inventories
+    and usages, and readiness as `fit` and a claim judge it (`host_readiness`)."""
+    allocations = _by_consumer((r.spec.consumer, held_resources(r, h, now)) for r in reservations)
+    made = _by_consumer((r.spec.consumer, r.spec.resources) for r in reservations
+                        if reservation_phase(r, h, now) in (*HOLDING_PHASES, "Confirmed"))
+    total = export_usages(h, reservations, now)
+    claimed: dict[str, int] = {}
+    for resources in allocations.values():
+        for rc, n in resources.items():
+            claimed[rc] = claimed.get(rc, 0) + n
+    unclaimed = {rc: n - claimed.get(rc, 0) for rc, n in total.items() if n > claimed.get(rc, 0)}
+    expiring = [r.spec.expires_at for r in reservations
+                if r.spec.expires_at is not None and holds_space(r, h, now)]
+    return HostProvider(
+        uuid=provider_uuid(h), hypervisor=h, inventories=export_inventories(h, policies),
+        allocations=allocations, made=made, unclaimed=unclaimed,
+        ready=host_readiness(h, lease, now, staleness).ready, at=now, expires=min(expiring, default=None),
+    )
 
 
 def export_provider(

@@ -143,21 +143,40 @@ class ApiContext:
         Each use catches up with the store first, so a fit sees every earlier write."""
         if self._index is None:
             hosts = self.fleet_hosts() if self.fleet_hosts is not None else None
-            self._index = FleetIndex.from_store(self.store, self.limits.claim_staleness, hosts)
+            index = FleetIndex.from_store(self.store, self.limits.claim_staleness, hosts)
+            if not self.store.events_at_hand:
+                # etcd: one long watch (the process's shared feed) keeps it current;
+                # a refresh waits for it instead of opening a stream of its own.
+                index.follow_stream(self.store, self._placement_stop)
+            self._index = index
             gc.freeze()  # kept for the process's life: see dashboard.live.Follower
         self._index.refresh(self.store)
         return self._index
 
+    def _catch_up_index(self, store: Store, target: int) -> None:
+        """The Placement snapshot's catch-up of the index: as `fleet_index`,
+        but agent liveness is left for the next fit to judge (Placement judges
+        each host's Lease itself, at the time asked)."""
+        with self.index_lock:
+            if self._index is None:
+                self.fleet_index()
+            else:
+                self._index.refresh(store, liveness=False, target=target)
+
     def placement_snapshot(self) -> ProviderSnapshot:
         """The Placement API's provider snapshot (hvfleet.placement.snapshot),
-        loaded on first use; over a store whose events are not at hand (etcd)
-        it follows the store in a thread until the server stops."""
+        loaded on first use, over the fleet index `fit` reads; over a store
+        whose events are not at hand (etcd) it follows the store's Placement
+        records in a thread until the server stops."""
         snap = self._placement
         if snap is None:
             with self._placement_lock:
                 snap = self._placement
                 if snap is None:
-                    snap = ProviderSnapshot.from_store(self.store, self.limits.claim_staleness)
+                    # Over the fit's own index: one truth for both (hvfleet.placement.snapshot).
+                    with self.index_lock:
+                        index = self.fleet_index()
+                    snap = ProviderSnapshot.from_store(self.store, index=index, catch_up=self._catch_up_index)
                     if not self.store.events_at_hand:
                         snap.follow(self.store, self._placement_stop)
                     self._placement = snap
