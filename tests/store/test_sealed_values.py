@@ -252,3 +252,21 @@ def test_a_lease_renewal_is_sealed_on_every_write(etcd: EtcdStore) -> None:
     etcd.create(lease, "agent/sealed-lease")
     kvs, _, _ = etcd.transport.range(etcd._key("Lease", "sealed-lease"))
     assert vouched("Lease", "sealed-lease", kvs[0].value) is not None
+
+
+def test_a_followed_write_stays_at_hand_for_the_next_write_naming_its_version(
+    etcd: EtcdStore, etcd_session: EtcdCluster, make_hypervisor: Callable[..., Hypervisor]
+) -> None:
+    """A replica following another's write (undecoded) still has the object at
+    hand when a client names that version to it (an agent that moved to this
+    replica), as it had when the follow path decoded it: no read again."""
+    other = EtcdStore(etcd_session.endpoints, etcd.prefix)
+    try:
+        since = etcd.revision()
+        written = other.create(make_hypervisor("moved"), "op")
+        events = _followed(etcd, "Hypervisor", since, 1)
+        assert [(e.name, e.decoded) for e in events] == [("moved", False)]
+        rv = written.metadata.resource_version
+        assert etcd.at_hand("Hypervisor", "moved", rv) == written
+    finally:
+        other.close()

@@ -246,6 +246,10 @@ class EtcdStore(Store):
         raw = vouched(kind, name, kv.value)
         if raw is None:
             return self._decode_watched(kv)
+        # Not decoded, so not at hand for `at_hand` as a decoded event was; its
+        # value is (a writer naming this version through this replica decodes
+        # it then instead of reading it again).
+        self._remember(kv.key, kv.mod_revision, kv.value)
         return Stored(kind, name, raw, kv.mod_revision, lambda: self._decode_watched(kv))
 
     def _decode_watched(self, kv: KeyValue) -> Resource:
