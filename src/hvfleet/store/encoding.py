@@ -50,6 +50,8 @@ __all__ = ["Undecodable", "decode", "encode", "encode_and_read", "vouched", "wit
 _SEAL_DIGITS = b" \t\n\r"
 _SEAL_LEN = 16
 _FROM_SEAL = bytes.maketrans(_SEAL_DIGITS, b"0123")
+# Each byte's four seal characters, most significant pair first.
+_SEAL_OF_BYTE = [bytes(_SEAL_DIGITS[(byte >> shift) & 3] for shift in (6, 4, 2, 0)) for byte in range(256)]
 
 
 def _model_fingerprint() -> int:
@@ -75,7 +77,8 @@ def _crc(kind: str, name: str, raw: bytes) -> int:
 def _seal(kind: str, name: str, raw: bytes) -> bytes:
     """`raw` followed by its seal (see the module's docstring)."""
     crc = _crc(kind, name, raw)
-    return raw + bytes(_SEAL_DIGITS[(crc >> shift) & 3] for shift in range(30, -2, -2))
+    of = _SEAL_OF_BYTE
+    return b"".join((raw, of[crc >> 24], of[(crc >> 16) & 255], of[(crc >> 8) & 255], of[crc & 255]))
 
 
 def vouched(kind: str, name: str, value: bytes) -> bytes | None:
