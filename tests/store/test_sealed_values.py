@@ -132,6 +132,15 @@ def etcd(etcd_session: EtcdCluster) -> Iterator[EtcdStore]:
     store.close()
 
 
+@pytest.fixture
+def writer(etcd: EtcdStore, etcd_session: EtcdCluster) -> Iterator[EtcdStore]:
+    """Another replica's store over the same objects: what it writes, `etcd`
+    follows without having it decoded (its own writes it has at hand)."""
+    store = EtcdStore(etcd_session.endpoints, etcd.prefix)
+    yield store
+    store.close()
+
+
 def _put(store: EtcdStore, kind: str, name: str, value: bytes) -> int:
     """`value` stored as `kind` `name` behind hvfleet's back (as etcdctl would);
     the revision it was stored at."""
@@ -157,13 +166,13 @@ def _followed(store: EtcdStore, kind: str, since: int, count: int, seconds: floa
 
 
 def test_a_followed_write_reaches_the_feeds_watches_undecoded_and_reads_as_the_store_does(
-    etcd: EtcdStore, make_hypervisor: Callable[..., Hypervisor]
+    etcd: EtcdStore, writer: EtcdStore, make_hypervisor: Callable[..., Hypervisor]
 ) -> None:
     since = etcd.revision()
-    etcd.create(make_hypervisor("f1", metadata={"labels": {"az": "a"}}), "op")
-    written = etcd.update_hypervisor("f1", lambda h: h.model_copy(update={"metadata": h.metadata.model_copy(
+    writer.create(make_hypervisor("f1", metadata={"labels": {"az": "a"}}), "op")
+    written = writer.update_hypervisor("f1", lambda h: h.model_copy(update={"metadata": h.metadata.model_copy(
         update={"labels": {"az": "b"}})}), "op")
-    etcd.delete("Hypervisor", "f1")
+    writer.delete("Hypervisor", "f1")
     events = _followed(etcd, "Hypervisor", since, 3)
     assert [(e.type, e.name) for e in events] == [("ADDED", "f1"), ("MODIFIED", "f1"), ("DELETED", "f1")]
     assert not any(e.decoded for e in events)  # the watch took them without a decode
@@ -171,6 +180,19 @@ def test_a_followed_write_reaches_the_feeds_watches_undecoded_and_reads_as_the_s
         assert json.loads(e.object_json()) == json.loads(e.object.to_json())
     assert events[1].object == written
     assert events[2].object.metadata.resource_version == str(events[2].revision)
+
+
+def test_a_stores_own_write_reaches_its_watches_with_the_object_it_wrote(
+    etcd: EtcdStore, make_hypervisor: Callable[..., Hypervisor]
+) -> None:
+    """Its own writes a store has decoded already (the encoding check read them
+    back): the event carries that object, and still the stored bytes for the line."""
+    since = etcd.revision()
+    written = etcd.create(make_hypervisor("own"), "op")
+    events = _followed(etcd, "Hypervisor", since, 1)
+    assert [(e.name, e.decoded) for e in events] == [("own", True)]
+    assert events[0].object == written and events[0].stored is not None
+    assert json.loads(events[0].object_json()) == json.loads(written.to_json())
 
 
 def test_a_poisoned_value_under_a_copied_seal_is_still_skipped(
@@ -212,7 +234,7 @@ def test_an_object_of_an_older_model_reaches_watchers_with_the_new_defaults(etcd
 
 
 def test_the_fanouts_line_from_the_stored_bytes_is_the_line_from_the_object(
-    etcd: EtcdStore, make_hypervisor: Callable[..., Hypervisor]
+    etcd: EtcdStore, writer: EtcdStore, make_hypervisor: Callable[..., Hypervisor]
 ) -> None:
     """What an API watcher receives (KindFanout.encoded, shared by its clients)
     for an undecoded event equals, in content, the line of the decoded object."""
@@ -230,8 +252,8 @@ def test_the_fanouts_line_from_the_stored_bytes_is_the_line_from_the_object(
             fanout.unsubscribe(sub)
             return got
 
-        etcd.create(make_hypervisor("line1", metadata={"annotations": {"note": '"metadata":{ }\n'}}), "op")
-        etcd.update_hypervisor("line1", lambda h: h.model_copy(update={"spec": h.spec.model_copy(
+        writer.create(make_hypervisor("line1", metadata={"annotations": {"note": '"metadata":{ }\n'}}), "op")
+        writer.update_hypervisor("line1", lambda h: h.model_copy(update={"spec": h.spec.model_copy(
             update={"overcommit": {ResourceName.parse("cpu"): 2.5}})}), "op")
         events = run_on_own_thread(follow())
         assert [e.type for e in events] == ["ADDED", "MODIFIED"]
@@ -255,18 +277,13 @@ def test_a_lease_renewal_is_sealed_on_every_write(etcd: EtcdStore) -> None:
 
 
 def test_a_followed_write_stays_at_hand_for_the_next_write_naming_its_version(
-    etcd: EtcdStore, etcd_session: EtcdCluster, make_hypervisor: Callable[..., Hypervisor]
+    etcd: EtcdStore, writer: EtcdStore, make_hypervisor: Callable[..., Hypervisor]
 ) -> None:
     """A replica following another's write (undecoded) still has the object at
     hand when a client names that version to it (an agent that moved to this
     replica), as it had when the follow path decoded it: no read again."""
-    other = EtcdStore(etcd_session.endpoints, etcd.prefix)
-    try:
-        since = etcd.revision()
-        written = other.create(make_hypervisor("moved"), "op")
-        events = _followed(etcd, "Hypervisor", since, 1)
-        assert [(e.name, e.decoded) for e in events] == [("moved", False)]
-        rv = written.metadata.resource_version
-        assert etcd.at_hand("Hypervisor", "moved", rv) == written
-    finally:
-        other.close()
+    since = etcd.revision()
+    written = writer.create(make_hypervisor("moved"), "op")
+    events = _followed(etcd, "Hypervisor", since, 1)
+    assert [(e.name, e.decoded) for e in events] == [("moved", False)]
+    assert etcd.at_hand("Hypervisor", "moved", written.metadata.resource_version) == written

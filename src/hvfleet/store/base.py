@@ -72,16 +72,18 @@ class Stored:
     model code checks: every other value is decoded when it is read, so one
     that does not decode is skipped there (hvfleet.store.undecodable)."""
 
-    __slots__ = ("_decode", "_json", "_raw", "kind", "name", "revision")
+    __slots__ = ("_decode", "_json", "_raw", "kind", "known", "name", "revision")
 
     def __init__(self, kind: str, name: str, raw: bytes, revision: int,
-                 decode: Callable[[], Resource]) -> None:
+                 decode: Callable[[], Resource], known: Resource | None = None) -> None:
         self.kind = kind
         self.name = name
         self.revision = revision
         self._raw = raw
         self._json: bytes | None = None
         self._decode = decode
+        # The object when the store has it decoded already (one it wrote itself).
+        self.known = known
 
     def json(self) -> bytes:
         if self._json is None:
@@ -125,7 +127,7 @@ class WatchEvent:
         # was never in it.
         self.before = before
         if isinstance(object, Stored):
-            self._object: Resource | None = None
+            self._object: Resource | None = object.known
             self._stored: Stored | None = object
             self.kind, self.name = object.kind, object.name
         else:

@@ -244,13 +244,16 @@ class EtcdStore(Store):
         before (Undecodable)."""
         kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
         raw = vouched(kind, name, kv.value)
+        with self._watched_lock:
+            known = self._watched.get((kv.key, kv.mod_revision))  # this store's own write
         if raw is None:
-            return self._decode_watched(kv)
-        # Not decoded, so not at hand for `at_hand` as a decoded event was; its
-        # value is (a writer naming this version through this replica decodes
-        # it then instead of reading it again).
-        self._remember(kv.key, kv.mod_revision, kv.value)
-        return Stored(kind, name, raw, kv.mod_revision, lambda: self._decode_watched(kv))
+            return known if known is not None else self._decode_watched(kv)
+        if known is None:
+            # Not decoded, so not at hand for `at_hand` as a decoded event was;
+            # its value is (a writer naming this version through this replica
+            # decodes it then instead of reading it again).
+            self._remember(kv.key, kv.mod_revision, kv.value)
+        return Stored(kind, name, raw, kv.mod_revision, lambda: self._decode_watched(kv), known)
 
     def _decode_watched(self, kv: KeyValue) -> Resource:
         """A watch event's object, decoded once however many watches of this
