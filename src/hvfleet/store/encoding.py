@@ -15,8 +15,8 @@ A stored object that still does not decode raises `Undecodable` from
 The JSON is followed by a seal in its trailing whitespace (`vouched`): 16
 characters of space, tab, CR and LF that spell a CRC-32 of the object's kind,
 name and JSON, seeded with a fingerprint of the model code (and pydantic's)
-that checked them. Every JSON reader ignores trailing whitespace (an older
-hvfleet, `etcdctl get | jq`), so the stored value is still just the object;
+that checked them. JSON readers ignore trailing whitespace (an older
+hvfleet's pydantic, Python's `json`), so the stored value is still the object;
 a reader running the same model code knows from the seal, without decoding,
 that the bytes are the API's JSON of an object it accepts (the follow path
 sends them to watchers as they are: docs/etcd.md, "Sealed values"). Bytes
