@@ -69,7 +69,7 @@ class Subscription:
         fan-out wakes each loop once for all its clients."""
         got = False
         for event in events:
-            if self.name is not None and event.object.metadata.name != self.name:
+            if self.name is not None and event.name != self.name:
                 continue
             got = True
             if len(self._items) >= self._limit:
@@ -189,7 +189,7 @@ class KindFanout:
         sub = Subscription(self, since, name, limit, loop)
         with self._lock:
             replay = [e for e in self._history if e.revision > since
-                      and (name is None or e.object.metadata.name == name)]
+                      and (name is None or e.name == name)]
             catch_up = self.horizon if since < self.horizon else None
             self._subs.add(sub)
         return sub, replay, catch_up
@@ -199,14 +199,16 @@ class KindFanout:
             self._subs.discard(sub)
 
     def encoded(self, event: WatchEvent) -> bytes:
-        """The event's JSON line, built once however many clients receive it."""
+        """The event's JSON line, built once however many clients receive it:
+        from the stored bytes when the store vouched for them (no decode, no
+        encode), else from the object."""
         # One etcd batch is one revision for all its objects: the name is part of the key.
-        key = (event.revision, event.object.metadata.name)
+        key = (event.revision, event.name)
         with self._lock:
             line = self._encoded.get(key)
         if line is None:
             line = (b'{"type":"%s","object":' % event.type.encode()
-                    + event.object.to_json() + b"}\n")
+                    + event.object_json() + b"}\n")
             with self._lock:
                 self._encoded[key] = line
                 while len(self._encoded) > _ENCODED_KEPT:

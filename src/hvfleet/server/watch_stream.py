@@ -123,7 +123,9 @@ class WatchResponse(Response):
         return self._named(obj) and self.selector.matches(obj.metadata.labels)
 
     def _named(self, obj: Resource) -> bool:
-        n = obj.metadata.name
+        return self._is_named(obj.metadata.name)
+
+    def _is_named(self, n: str) -> bool:
         return (self.name is None or n == self.name) and (self.not_name is None or n != self.not_name)
 
     async def _event(self, type_: str, obj: Resource, inputs: TableInputs | None = None) -> None:
@@ -184,8 +186,12 @@ class WatchResponse(Response):
             if view is not None and self.as_table:
                 inputs = view.table_inputs
             lines: list[bytes] = []
+            # Sent as the fan-out encoded it when nothing here looks into the
+            # object (no selector, no narrowing, no table): from the stored
+            # bytes, without a decode, when the store vouched for them.
+            as_is = not self.as_table and view is None and not self.selector.requirements
             for ev in events:
-                name = ev.object.metadata.name
+                name = ev.name
                 if ev.revision < last or (ev.revision == last and (sent_at_last is None
                                                                    or name in sent_at_last)):
                     continue
@@ -193,7 +199,10 @@ class WatchResponse(Response):
                     last, sent_at_last = ev.revision, set()
                 assert sent_at_last is not None
                 sent_at_last.add(name)
-                if not self._named(ev.object):
+                if not self._is_named(name):
+                    continue
+                if as_is:
+                    lines.append(self.fanout.encoded(ev))
                     continue
                 seen = seen_through(ev, self.selector, None if view is None else view.visible)
                 if seen is None:

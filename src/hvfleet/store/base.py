@@ -64,24 +64,121 @@ _LEASE_ATTEMPTS = 20
 ClaimCheck = Callable[[Hypervisor, list[Reservation]], None]
 
 
-@dataclass(frozen=True)
+class Stored:
+    """A watched object not decoded yet: its kind and name (from its key), the
+    API's JSON of it (the stored JSON that `hvfleet.store.encoding.vouched`
+    vouched for, its resourceVersion spliced in on first use), and how to
+    decode it when someone needs the model. Only for values whose seal this
+    model code checks: every other value is decoded when it is read, so one
+    that does not decode is skipped there (hvfleet.store.undecodable)."""
+
+    __slots__ = ("_decode", "_json", "_raw", "kind", "known", "name", "revision")
+
+    def __init__(self, kind: str, name: str, raw: bytes, revision: int,
+                 decode: Callable[[], Resource], known: Resource | None = None) -> None:
+        self.kind = kind
+        self.name = name
+        self.revision = revision
+        self._raw = raw
+        self._json: bytes | None = None
+        self._decode = decode
+        # The object when the store has it decoded already (one it wrote itself).
+        self.known = known
+
+    def json(self) -> bytes:
+        if self._json is None:
+            from hvfleet.store.encoding import with_json_version
+
+            self._json = with_json_version(self._raw, self.revision)
+        return self._json
+
+    @property
+    def raw(self) -> bytes:
+        """The stored JSON, without its resourceVersion."""
+        return self._raw
+
+    def decoded(self) -> Resource:
+        return self._decode()
+
+
 class WatchEvent:
-    type: EventType
-    object: Resource
-    revision: int
-    # Several events share a revision when one atomic write (`write_all` on
-    # etcd) changed several objects; they are delivered one after the other,
-    # and this is True on the last of them. A consumer that stops at a
-    # revision must stop only here, or it loses the rest of that write.
-    last_of_revision: bool = True
-    # The object as it was just before this event, decoded on first use (only a
-    # watch filtering on something that can change, labels, needs it): None
-    # when the backend cannot tell. Backends that keep history give it (etcd
-    # from prev_kv, SQLite from its event log, which keeps each object's last
-    # write below its compaction floor), so a watch resumed from any revision
-    # still in history can tell an object leaving a selection from one that
-    # was never in it.
-    before: Callable[[], Resource] | None = field(default=None, compare=False, repr=False)
+    """One change of one object. `object` is the model, decoded on first use
+    when the backend handed over a `Stored` (the etcd feed does, for values it
+    can vouch for): a consumer that needs only the kind and name (`kind`,
+    `name`) or the JSON (`object_json`) never decodes it."""
+
+    __slots__ = ("_object", "_stored", "before", "kind", "last_of_revision", "name", "revision", "type")
+
+    def __init__(self, type: EventType, object: Resource | Stored, revision: int,
+                 last_of_revision: bool = True, before: Callable[[], Resource] | None = None) -> None:
+        self.type = type
+        self.revision = revision
+        # Several events share a revision when one atomic write (`write_all` on
+        # etcd) changed several objects; they are delivered one after the other,
+        # and this is True on the last of them. A consumer that stops at a
+        # revision must stop only here, or it loses the rest of that write.
+        self.last_of_revision = last_of_revision
+        # The object as it was just before this event, decoded on first use (only a
+        # watch filtering on something that can change, labels, needs it): None
+        # when the backend cannot tell. Backends that keep history give it (etcd
+        # from prev_kv, SQLite from its event log, which keeps each object's last
+        # write below its compaction floor), so a watch resumed from any revision
+        # still in history can tell an object leaving a selection from one that
+        # was never in it.
+        self.before = before
+        if isinstance(object, Stored):
+            self._object: Resource | None = object.known
+            self._stored: Stored | None = object
+            self.kind, self.name = object.kind, object.name
+        else:
+            self._object, self._stored = object, None
+            self.kind, self.name = object.kind, object.metadata.name
+
+    @property
+    def object(self) -> Resource:
+        obj = self._object
+        if obj is None:
+            assert self._stored is not None
+            obj = self._object = self._stored.decoded()
+        return obj
+
+    @property
+    def stored(self) -> Stored | None:
+        """The undecoded object, when the backend handed one over."""
+        return self._stored
+
+    @property
+    def decoded(self) -> bool:
+        """Whether `object` is at hand without a decode."""
+        return self._object is not None
+
+    def object_json(self) -> bytes:
+        """The object's JSON as the API sends it (equal in content to
+        `object.to_json()`), without a decode when the backend vouched for
+        the stored bytes."""
+        if self._stored is not None:
+            return self._stored.json()
+        return self.object.to_json()
+
+    def with_last(self, last_of_revision: bool) -> WatchEvent:
+        """This event, `last_of_revision` as given (undecoded if it was)."""
+        out = WatchEvent.__new__(WatchEvent)
+        for slot in WatchEvent.__slots__:
+            setattr(out, slot, getattr(self, slot))
+        out.last_of_revision = last_of_revision
+        return out
+
+    def __eq__(self, other: builtins.object) -> bool:
+        if not isinstance(other, WatchEvent):
+            return NotImplemented
+        return (self.type, self.revision, self.last_of_revision, self.object) == \
+            (other.type, other.revision, other.last_of_revision, other.object)
+
+    __hash__ = None  # type: ignore[assignment]  # as the frozen dataclass of a model: unhashable
+
+    def __repr__(self) -> str:
+        return (f"WatchEvent(type={self.type!r}, kind={self.kind!r}, name={self.name!r}, "
+                f"revision={self.revision}, last_of_revision={self.last_of_revision})")
 
     @property
     def knows_previous(self) -> bool:

@@ -39,6 +39,7 @@ from hvfleet.store.base import (
     ListResult,
     StaleVersion,
     Store,
+    Stored,
     WatchEvent,
     Write,
     as_selector,
@@ -46,7 +47,7 @@ from hvfleet.store.base import (
     in_batch,
     kind_of,
 )
-from hvfleet.store.encoding import decode, encode, encode_and_read, with_version
+from hvfleet.store.encoding import decode, encode, encode_and_read, vouched, with_version
 from hvfleet.store.etcd_feed import EtcdFeed, Interest
 from hvfleet.store.etcd_transport import (
     EtcdTransport,
@@ -233,6 +234,26 @@ class EtcdStore(Store):
     def _decode_kv(self, kv: KeyValue) -> Resource:
         kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
         return decode(kind, kv.value, kv.mod_revision, name)
+
+    def _watched_value(self, kv: KeyValue) -> Resource | Stored:
+        """A watch event's object: left undecoded when its seal vouches for the
+        stored bytes (`encoding.vouched`: the API's JSON of an object this model
+        accepts), so a consumer that only forwards it (the API's watch fan-out)
+        or looks at its key (the garbage collector) never decodes it; any other
+        value decoded now, so that one that does not decode is skipped as
+        before (Undecodable)."""
+        kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
+        raw = vouched(kind, name, kv.value)
+        with self._watched_lock:
+            known = self._watched.get((kv.key, kv.mod_revision))  # this store's own write
+        if raw is None:
+            return known if known is not None else self._decode_watched(kv)
+        if known is None:
+            # Not decoded, so not at hand for `at_hand` as a decoded event was;
+            # its value is (a writer naming this version through this replica
+            # decodes it then instead of reading it again).
+            self._remember(kv.key, kv.mod_revision, kv.value)
+        return Stored(kind, name, raw, kv.mod_revision, lambda: self._decode_watched(kv), known)
 
     def _decode_watched(self, kv: KeyValue) -> Resource:
         """A watch event's object, decoded once however many watches of this
@@ -761,7 +782,7 @@ class EtcdStore(Store):
             start = self._kind_prefix(kind)
             end = prefix_end(start)
         events = watch_range(
-            self.transport, start, end, since, self._decode_watched, stop=stop, timeout=timeout,
+            self.transport, start, end, since, self._watched_value, stop=stop, timeout=timeout,
             on_undecodable=on_undecodable, within=within, on_progress=on_progress if within else None,
         )
         if kind is not None:
@@ -769,7 +790,7 @@ class EtcdStore(Store):
             return
         # Access tokens live under the same prefix but are not in the all-kinds feed.
         for e in events:
-            if e.object.kind in KINDS:
+            if e.kind in KINDS:
                 yield e
             elif on_progress is not None and e.last_of_revision:
                 on_progress(e.revision)
@@ -783,7 +804,7 @@ class EtcdStore(Store):
         # progress, dropped by their key before any decode, so a reader waiting for
         # the store's revision (the Placement snapshot) is not left waiting for them.
         start = self.prefix + "/"
-        return watch_range(self.transport, start, prefix_end(start), since, self._decode_watched,
+        return watch_range(self.transport, start, prefix_end(start), since, self._watched_value,
                            stop=stop, on_undecodable=on_undecodable, log_skipped=False, inline=inline,
                            within=self._kind_prefix(None), on_progress=on_progress)
 
@@ -802,7 +823,7 @@ class EtcdStore(Store):
         def own(at: int) -> Iterator[WatchEvent]:
             # The store's every key, its objects' events yielded (see _feed_stream).
             start = self.prefix + "/"
-            return watch_range(self.transport, start, prefix_end(start), at, self._decode_watched,
+            return watch_range(self.transport, start, prefix_end(start), at, self._watched_value,
                                stop=stop, timeout=timeout, within=self._kind_prefix(None),
                                on_progress=on_progress)
 

@@ -34,7 +34,6 @@ revision no event carries.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import queue
 import threading
@@ -83,9 +82,7 @@ class Interest:
 
 
 def _kind_name(item: WatchEvent | Undecodable) -> tuple[str, str]:
-    if isinstance(item, Undecodable):
-        return item.kind, item.name
-    return item.object.kind, item.object.metadata.name
+    return item.kind, item.name  # an event's are told by its key: no decode
 
 
 def _revision(item: Item) -> int:
@@ -101,7 +98,7 @@ def _for(interest: Interest, group: list[Item]) -> list[Item]:
         if isinstance(item, WatchEvent):
             last = at + 1 == len(mine) or _revision(mine[at + 1]) != item.revision
             if item.last_of_revision != last:
-                mine[at] = dataclasses.replace(item, last_of_revision=last)
+                mine[at] = item.with_last(last)
     return mine
 
 

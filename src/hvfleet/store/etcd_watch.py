@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import Resource
-from hvfleet.store.base import EventType, WatchEvent
+from hvfleet.store.base import EventType, Stored, WatchEvent
 from hvfleet.store.etcd_transport import EtcdTransport, KeyValue, b64, unb64
 from hvfleet.store.undecodable import Undecodable, skipped
 
@@ -33,7 +33,8 @@ from hvfleet.store.undecodable import Undecodable, skipped
 # it asked for (etcd syncs lagging watchers every 100 ms).
 CATCH_UP_GRACE_S = 0.5
 
-DecodeKv = Callable[[KeyValue], Resource]
+# A value's object: decoded, or (a value the store can vouch for) left to decode on first use.
+DecodeKv = Callable[[KeyValue], Resource | Stored]
 
 # The longest chunk-size line read (hex size, extensions, CRLF).
 _CHUNK_HEAD_MAX = 1024
@@ -238,7 +239,8 @@ class _Previous:
 
     def __call__(self) -> Resource:
         if self._raw is not None:
-            self._obj = self._decode(KeyValue.from_json(self._raw))  # Undecodable: raised on each call
+            got = self._decode(KeyValue.from_json(self._raw))  # Undecodable: raised on each call
+            self._obj = got.decoded() if isinstance(got, Stored) else got
             self._raw = None
         assert self._obj is not None
         return self._obj

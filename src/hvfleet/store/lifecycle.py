@@ -206,6 +206,19 @@ def collect(store: Store, obj: Resource) -> bool:
     return True
 
 
+def _names_owners(event: WatchEvent) -> bool:
+    """Whether the event's object names owners; told from the stored JSON
+    when the event was not decoded (an owner reference is always written as
+    `"ownerReferences":[{`, so an object without that text has none)."""
+    stored = event.stored
+    if stored is not None and not event.decoded and _OWNED not in stored.raw:
+        return False
+    return bool(event.object.metadata.owner_references)
+
+
+_OWNED = b'"ownerReferences":[{'
+
+
 class GarbageCollector:
     """Follows the store's watch of every kind and deletes dependents whose
     owners are all gone: on start-up, every such object (what was left while
@@ -271,9 +284,8 @@ class GarbageCollector:
         """Pass on to the worker the events that can matter to it (quick; never waits)."""
         passed: list[WatchEvent] = []
         for event in events:
-            obj = event.object
-            key = (obj.kind, obj.metadata.name)
-            if obj.metadata.owner_references and event.type != "DELETED":
+            key = (event.kind, event.name)
+            if event.type != "DELETED" and _names_owners(event):
                 self._named_owners.add(key)
             elif key in self._named_owners:
                 self._named_owners.discard(key)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import http.client
 import ipaddress
 import json
@@ -645,7 +644,7 @@ class RemoteStore(Store):
                         break
                     held.pop(0)
                     idle_since = now
-                    yield ev if last else dataclasses.replace(ev, last_of_revision=False)
+                    yield ev if last else ev.with_last(False)
                     if stop is not None and stop.is_set():
                         return
                 if timeout is not None and not held and now - idle_since >= timeout:

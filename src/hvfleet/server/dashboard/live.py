@@ -10,6 +10,14 @@ CPU). It also keeps, in bounded memory, each host's recent
 changes, notes which hosts' figures changed for the history (history.py keeps
 that in the store: a change of readiness alone is not history), and tells the
 page's event streams (SSE) which hosts changed.
+
+A followed Hypervisor write that the store vouched for (its sealed bytes:
+hvfleet.store.encoding.vouched) is not decoded here: its recent change is
+told from the stored JSON (json.loads, not the model), the host is kept as
+that event, and decoded when something reads it (a page, /metrics, the
+history's sample, the fleet index, the readiness pass of a host whose moment
+came). A replica with no page open follows a host written 100 times between
+two reads with one decode, and a read of one host decodes that host only.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import asyncio
 import contextlib
 import gc
 import heapq
+import json
 import threading
 import time
 from collections import deque
@@ -27,7 +36,13 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from hvfleet.model.errors import HvfleetError
-from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
+from hvfleet.model.hypervisor import (
+    Hypervisor,
+    HypervisorSpec,
+    HypervisorStatus,
+    OvercommitPolicy,
+    Reservation,
+)
 from hvfleet.model.readiness import fresh_until
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
@@ -105,6 +120,37 @@ def _changed_fields(before: Hypervisor | None, after: Hypervisor) -> list[str]:
     return out or ["heartbeat"]
 
 
+# The spec's and status' fields by the name the stored JSON gives them.
+_FIELD_OF = {part: {(f.alias or n): n for n, f in model.model_fields.items()}
+             for part, model in (("spec", HypervisorSpec), ("status", HypervisorStatus))}
+
+
+def _changed_fields_stored(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
+    """`_changed_fields` told from two stored JSON documents of a host (parsed),
+    not from the models: the same list, since the stored JSON is the model's
+    own dump (a field left out is its None)."""
+    if before is None:
+        return ["created"]
+    out = []
+    for part, fields in _FIELD_OF.items():
+        a, b = before.get(part) or {}, after.get(part) or {}
+        out += sorted(f"{part}.{fields[k]}" for k in a.keys() | b.keys()
+                      if k != "lastHeartbeatTime" and a.get(k) != b.get(k) and k in fields)
+    return sorted(out) or ["heartbeat"]
+
+
+def _last_writer_stored(doc: dict[str, Any]) -> str:
+    """`_last_writer` from a stored JSON document."""
+    latest, at = "-", datetime.min.replace(tzinfo=UTC)
+    entries = (doc.get("metadata") or {}).get("managedFields") or []
+    for entry in entries:
+        when = entry.get("time")
+        t = datetime.fromisoformat(when) if isinstance(when, str) else datetime.min.replace(tzinfo=UTC)
+        if latest == "-" or t > at:
+            latest, at = str(entry.get("manager", "-")), t
+    return latest
+
+
 class FleetState:
     def __init__(self, store: Store, refresh_seconds: float = 5.0,
                  history: HistoryLimits | None = None) -> None:
@@ -112,7 +158,14 @@ class FleetState:
         self.refresh_seconds = refresh_seconds
         self.limits = history or HistoryLimits()
         self.lock = threading.RLock()
-        self.hosts: dict[str, Hypervisor] = {}
+        self._hosts: dict[str, Hypervisor] = {}
+        # A host's last event when it came undecoded (the store vouched for its
+        # bytes): it stands for the host until something reads the host
+        # (`_host`, `hosts`), which decodes it once.
+        self._undecoded: dict[str, WatchEvent] = {}
+        # Each host's last stored JSON as its last event brought it, for telling
+        # the next event's changed fields without a decode.
+        self._stored: dict[str, bytes] = {}
         self.reservations: dict[str, Reservation] = {}
         self.policies: dict[str, OvercommitPolicy] = {}
         self._rows: dict[str, HostRow] = {}
@@ -148,6 +201,40 @@ class FleetState:
         self._listeners: set[asyncio.Queue[set[str]]] = set()
         self.loaded = threading.Event()  # set once the first load is done
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- the hosts, decoded when read --------------------------------------------------------------
+
+    @property
+    def hosts(self) -> dict[str, Hypervisor]:
+        """Every host, by name (read it under `lock`): the ones an undecoded event
+        left are decoded now."""
+        if self._undecoded:
+            for name in list(self._undecoded):
+                self._host(name)
+        return self._hosts
+
+    @hosts.setter
+    def hosts(self, hosts: dict[str, Hypervisor]) -> None:
+        self._hosts = hosts
+        self._undecoded.clear()
+        self._stored.clear()
+
+    def _host(self, name: str) -> Hypervisor | None:
+        """One host, decoded now if its last event came undecoded (lock held)."""
+        event = self._undecoded.pop(name, None)
+        if event is not None:
+            obj = event.object
+            assert isinstance(obj, Hypervisor)
+            self._hosts[name] = obj
+            return obj
+        return self._hosts.get(name)
+
+    def _host_revision(self, name: str) -> int | None:
+        event = self._undecoded.get(name)
+        if event is not None:
+            return event.revision
+        h = self._hosts.get(name)
+        return None if h is None else int(h.metadata.resource_version or 0)
 
     # -- loading and refreshing ----------------------------------------------------------------
 
@@ -226,7 +313,7 @@ class FleetState:
 
     def _schedule(self, name: str, reservations: Iterable[Reservation], now: datetime) -> None:
         """Note when the clock alone next moves `name`'s row (lock held)."""
-        h = self.hosts.get(name)
+        h = self._host(name)
         when = _next_move(h, reservations, now) if h is not None else None
         if when is None:
             self._due.pop(name, None)
@@ -239,7 +326,7 @@ class FleetState:
         by_host = self._by_host()
         policies = self.policy_list()
         for n in names:
-            h = self.hosts.get(n)
+            h = self._host(n)
             if h is None:
                 self.touched.add(n)
                 self._account(self._rows.pop(n, None), None)
@@ -368,7 +455,9 @@ class FleetState:
         now = datetime.now(UTC)
         liveness = self.store.agent_liveness(now)
         with self.lock:
-            self._settle()
+            # The rows events left pending are not computed here: whoever reads
+            # the rows does that (`_settle`), at that moment's time. (Only when no
+            # page follows are any pending: an open page has them computed at once.)
             self._refreshed = time.monotonic()
             due = {n for n in liveness.keys() | self._liveness.keys()
                    if liveness.get(n) != self._liveness.get(n)}
@@ -379,15 +468,15 @@ class FleetState:
                 if self._due.get(n) == when:
                     del self._due[n]
                     due.add(n)
-            due &= self.hosts.keys()
+            due = {n for n in due if (n in self._hosts or n in self._undecoded) and n not in self._pending}
             if not due:
                 return set()
             by_host: dict[str, list[Reservation]] = {}
             for r in self.reservations.values():
                 if r.spec.hypervisor in due:
                     by_host.setdefault(r.spec.hypervisor, []).append(r)
-            rows = _judged(now, {n: self.hosts[n] for n in due}, self._rows, by_host, self.policy_list(),
-                           liveness, False)
+            due_hosts = {n: h for n in due if (h := self._host(n)) is not None}
+            rows = _judged(now, due_hosts, self._rows, by_host, self.policy_list(), liveness, False)
             changed: set[str] = set()
             for n, x in rows.items():
                 old = self._rows.get(n)
@@ -411,7 +500,7 @@ class FleetState:
         again only when its state may change."""
         now = datetime.now(UTC)
         with self.lock:
-            pairs = [(x, self.hosts.get(x.name)) for x in rows]
+            pairs = [(x, self._host(x.name)) for x in rows]
             liveness = self._liveness
         return [x if h is None else with_readiness(x, h, now, liveness.get(x.name)) for x, h in pairs]
 
@@ -428,7 +517,7 @@ class FleetState:
         """`apply` if that is quick, i.e. leaves the rows pending (no page
         follows, no policy among the events) and the lock is free now; None
         otherwise (then `apply` it on a worker thread). For the event loop."""
-        if self._listeners or any(isinstance(e.object, OvercommitPolicy) for e in events):
+        if self._listeners or any(e.kind == "OvercommitPolicy" for e in events):
             return None
         if not self.lock.acquire(blocking=False):
             return None
@@ -441,18 +530,31 @@ class FleetState:
         touched: set[str] = set()
         policy_changed = False
         for e in events:
-            obj = e.object
-            name = obj.metadata.name
-            if isinstance(obj, Hypervisor):
-                before = self.hosts.get(name)
-                if before is not None and e.type != "DELETED" and \
-                        int(before.metadata.resource_version or 0) >= e.revision:
+            if e.kind == "Hypervisor":
+                name = e.name
+                known = self._host_revision(name)
+                if known is not None and e.type != "DELETED" and known >= e.revision:
                     continue
-                _apply_one(self.hosts, e, obj)
-                fields = _changed_fields(before, obj) if e.type != "DELETED" else []
-                self._note(name, _change(e, obj, fields))
+                stored = e.stored
+                if stored is not None and not e.decoded:
+                    self._apply_undecoded(e, stored.raw)
+                else:
+                    obj = e.object
+                    assert isinstance(obj, Hypervisor)
+                    before = self._host(name)
+                    self._undecoded.pop(name, None)
+                    _apply_one(self._hosts, e, obj)
+                    if e.type == "DELETED" or stored is None:
+                        self._stored.pop(name, None)
+                    else:
+                        self._stored[name] = stored.raw
+                    fields = _changed_fields(before, obj) if e.type != "DELETED" else []
+                    self._note(name, _change(e, obj, fields))
                 touched.add(name)
-            elif isinstance(obj, Reservation):
+                self.revision = max(self.revision, e.revision)
+                continue
+            obj = e.object
+            if isinstance(obj, Reservation):
                 host = obj.spec.hypervisor
                 _apply_one(self.reservations, e, obj)
                 self._note(host, _change(e, obj, [f"phase={obj.status.phase}"]))
@@ -468,6 +570,32 @@ class FleetState:
             if self._listeners:
                 self._settle()
         return touched
+
+    def _apply_undecoded(self, e: WatchEvent, raw: bytes) -> None:
+        """A Hypervisor event the store vouched for, applied without a decode:
+        the host stands as the event until read; its change is told from the
+        stored JSON, against the host's last stored JSON (decoded, or dumped
+        once, when it came another way)."""
+        name = e.name
+        after = json.loads(raw)
+        fields: list[str] = []
+        if e.type != "DELETED":
+            last = self._stored.get(name)
+            if last is not None:
+                before: dict[str, Any] | None = json.loads(last)
+            else:
+                h = self._hosts.get(name) if name not in self._undecoded else None
+                before = None if h is None else h.to_dict()
+            fields = _changed_fields_stored(before, after)
+        self._note(name, Change(datetime.now(UTC).isoformat(timespec="seconds"), e.type, "Hypervisor", name,
+                                str(e.revision), _last_writer_stored(after), fields))
+        if e.type == "DELETED":
+            self._hosts.pop(name, None)
+            self._undecoded.pop(name, None)
+            self._stored.pop(name, None)
+        else:
+            self._undecoded[name] = e
+            self._stored[name] = raw
 
     def _note(self, host: str, change: Change) -> None:
         ring = self.recent.get(host)
@@ -539,7 +667,7 @@ class FleetState:
 
     def owners_of(self, name: str) -> dict[str, str]:
         with self.lock:
-            h = self.hosts.get(name)
+            h = self._host(name)
         if h is None:
             return {}
         return {".".join(p): m for p, m in owners(h).items()}
