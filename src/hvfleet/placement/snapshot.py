@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 # another application's write in a shared etcd, outside hvfleet's prefix;
 # hvfleet's own writes beside the objects reach it as progress).
 FOLLOW_WAIT_S = 0.5
+# The kinds the snapshot follows; the index follows the hosts' kinds.
+_RECORD_KINDS = ("ResourceProvider", "PlacementName", "PlacementConsumer")
 
 
 class ProviderSnapshot:
@@ -144,7 +146,7 @@ class ProviderSnapshot:
         revision = store.revision()
         self._reset()
         self.loads += 1
-        for kind in ("ResourceProvider", "PlacementName", "PlacementConsumer"):
+        for kind in _RECORD_KINDS:
             for obj in store.list(kind).items:
                 self.apply(WatchEvent(type="ADDED", object=obj, revision=revision))
         # A hypervisor's record (its traits, aggregates) is part of its host's view.
@@ -154,7 +156,9 @@ class ProviderSnapshot:
     def apply(self, event: WatchEvent) -> None:
         """One event of the stored Placement records; the index's kinds
         (Hypervisor, Reservation, OvercommitPolicy, Lease) are the index's to
-        follow, and pass by."""
+        follow, and pass by undecoded (`event.kind`: sealed values)."""
+        if event.kind not in _RECORD_KINDS:
+            return
         obj = event.object
         gone = event.type == "DELETED"
         if isinstance(obj, ResourceProvider):

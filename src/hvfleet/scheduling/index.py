@@ -453,7 +453,7 @@ class FleetIndex:
     def apply(self, event: WatchEvent, now: datetime | None = None) -> None:
         with self._lock:
             now = now or datetime.now(UTC)
-            handler = self._follow.get(event.object.kind)
+            handler = self._follow.get(event.kind)
             if handler is not None:
                 handler(event.type, event.object, event.revision, now)
             self.revision = max(self.revision, event.revision)
@@ -619,7 +619,9 @@ class FleetIndex:
                     for event in store.watch(None, since=self.revision, stop=stop,
                                              on_undecodable=self.forget, on_progress=progressed):
                         with self._lock:
-                            handler = self._follow.get(event.object.kind)
+                            # `event.kind`, not the object's: an event of a kind
+                            # the index does not keep stays undecoded (sealed values).
+                            handler = self._follow.get(event.kind)
                             if handler is not None:
                                 handler(event.type, event.object, event.revision, datetime.now(UTC))
                             if event.last_of_revision:  # not before: one atomic write's events share it
