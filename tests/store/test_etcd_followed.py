@@ -40,31 +40,55 @@ followed_events = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(events=followed_events, budget=st.integers(0, 200))
-def test_followed_values_answer_only_the_latest_value_at_its_revision_within_the_budget(
-        events: list[tuple[str, bytes, bool]], budget: int) -> None:
+@given(events=followed_events, budget=st.integers(0, 200), replayed=st.integers(0, 60))
+def test_followed_values_answer_only_the_value_at_its_revision_within_the_budget(
+        events: list[tuple[str, bytes, bool]], budget: int, replayed: int) -> None:
     """Whatever is followed (puts and deletes at rising revisions, values of any
-    size) and however small the budget: a key of another kind is never kept;
-    the bytes held stay within the budget and are counted exactly; a value is
-    answered only at the revision it was written at and only while it is the
-    key's latest (never an older one, never one after its delete)."""
+    size, then the first `replayed` of them again, as a feed started again from
+    further back sends them) and however small the budget: a key of another
+    kind is never kept; the bytes held stay within the budget and are counted
+    exactly; a value is answered only at the revision it was written at, never
+    for a deleted key's revision; and before any replay, only while it is the
+    key's latest."""
     kept = FollowedValues(PREFIXES, budget)
-    latest: dict[str, tuple[int, bytes | None]] = {}  # key -> (revision, value; None: deleted)
-    for revision, (key, value, deleted) in enumerate(events, start=1):
-        # A delete comes as the watch hands it on: version 0, the value before it.
-        kept.record(KeyValue(key, value, revision, 1, 0 if deleted else 1))
-        latest[key] = (revision, None if deleted else value)
+    written: dict[tuple[str, int], bytes] = {}  # (key, revision) -> the value put there
+    latest: dict[str, int] = {}  # key -> revision of its last put or delete
+
+    def check(only_latest: bool) -> None:
+        held = 0
+        for key in KEYS:
+            for revision in range(len(events) + 2):
+                answer = kept.value_at(key, revision)
+                if answer is None:
+                    continue
+                assert key.startswith(tuple(PREFIXES))
+                assert written[key, revision] == answer
+                if only_latest:
+                    assert latest[key] == revision
+                held += len(answer)
+        assert held == kept.held <= budget
+
+    # A delete comes as the watch hands it on: version 0, the value before it.
+    followed = [KeyValue(key, value, revision, 1, 0 if deleted else 1)
+                for revision, (key, value, deleted) in enumerate(events, start=1)]
+    for kv in followed:
+        kept.record(kv)
+        latest[kv.key] = kv.mod_revision
+        if kv.version:
+            written[kv.key, kv.mod_revision] = kv.value
         assert 0 <= kept.held <= budget
-    held = 0
-    for key in KEYS:
-        for revision in range(len(events) + 2):
-            answer = kept.value_at(key, revision)
-            if answer is None:
-                continue
-            assert key.startswith(tuple(PREFIXES))
-            assert latest[key] == (revision, answer)
-            held += len(answer)
-    assert held == kept.held
+    check(only_latest=True)
+    for kv in followed[:replayed]:
+        kept.record(kv)
+    check(only_latest=False)
+
+
+def test_a_feed_started_again_from_further_back_leaves_the_newer_value_kept() -> None:
+    kept = FollowedValues(PREFIXES, 100)
+    key = PREFIXES[0] + "a"
+    kept.record(KeyValue(key, b"new", 5, 1, 2))
+    kept.record(KeyValue(key, b"old", 3, 1, 1))  # the same key's event at an older revision, sent again
+    assert (kept.value_at(key, 5), kept.value_at(key, 3), kept.held) == (b"new", None, 3)
 
 
 @pytest.fixture

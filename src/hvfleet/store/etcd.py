@@ -83,8 +83,10 @@ WATCH_DECODED_KEPT = 4096
 # gone through another replica (a load balancer, a failover), so this one has
 # that object at hand without a read (docs/scaling.md, "Renewals through any
 # replica"). Bytes, not objects: decoded only for the write that names them.
-FOLLOWED_KINDS = ("Lease", "Hypervisor")
-FOLLOWED_BYTES = 32 * 1024 * 1024
+# A budget per kind, so a burst of large status writes never pushes the Leases
+# out: a stored Lease is about 420 bytes, so 64 MiB holds those of 150,000 hosts.
+FOLLOWED_BYTES = {"Lease": 64 * 1024 * 1024, "Hypervisor": 64 * 1024 * 1024}
+FOLLOWED_KINDS = tuple(FOLLOWED_BYTES)
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
@@ -138,8 +140,11 @@ class FollowedValues:
         if not kv.key.startswith(self.prefixes):
             return
         with self._lock:
-            old = self._values.pop(kv.key, None)
+            old = self._values.get(kv.key)
+            if old is not None and old[0] > kv.mod_revision:
+                return  # a feed started again from further back: what it holds is newer
             if old is not None:
+                del self._values[kv.key]
                 self.held -= len(old[1])
             if kv.version == 0 or len(kv.value) > self.budget:
                 return
@@ -195,7 +200,8 @@ class EtcdStore(Store):
         self._watched: OrderedDict[tuple[str, int], Resource] = OrderedDict()
         self._watched_lock = threading.Lock()
         # The latest stored bytes of the often-written kinds' keys, from the feed.
-        self._followed = FollowedValues([self._kind_prefix(k) for k in FOLLOWED_KINDS], FOLLOWED_BYTES)
+        self._followed = tuple(FollowedValues([self._kind_prefix(kind)], budget)
+                               for kind, budget in FOLLOWED_BYTES.items())
         # The one etcd stream of every object that this store's long-lived watches share.
         self._feed = EtcdFeed(self._feed_stream)
         self._shared = False  # share_watches()
@@ -284,7 +290,11 @@ class EtcdStore(Store):
             hit = self._seen.get(key)
         if hit is not None and hit[0] == revision:
             return hit[1]
-        return self._followed.value_at(key, revision)
+        for followed in self._followed:
+            value = followed.value_at(key, revision)
+            if value is not None:
+                return value
+        return None
 
     def _decode_kv(self, kv: KeyValue) -> Resource:
         kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
@@ -845,7 +855,8 @@ class EtcdStore(Store):
 
     def _followed_decode(self, kv: KeyValue) -> Resource:
         """The feed's decode: its stored bytes kept first (`FollowedValues`)."""
-        self._followed.record(kv)
+        for followed in self._followed:
+            followed.record(kv)
         return self._decode_watched(kv)
 
     def watch_into(self, kind: str | None, since: int,
