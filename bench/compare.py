@@ -11,8 +11,10 @@ ratio is the median over rounds of head/base within the round, and its range
   settings, its printed figures parsed; plus the user+sys CPU of the whole
   bench process (os.wait4), a figure that the machine's load barely moves.
 - replicas, replicas_sqlite: the checkout's `bench/replicas.py` without its
-  fleet phase (`--writes`, `--replicas`): server CPU per lease renewal, per
-  status write and per followed event, over a 3-member etcd / one SQLite file.
+  fleet phase (`--writes`, `--replicas`, `--far-hosts`): server CPU per lease
+  renewal (agents pinned to a replica; alternating replicas; with
+  `--far-hosts`, a large fleet through any replica), per status write and per
+  followed event, over a 3-member etcd / one SQLite file.
 - cli_startup: whole-process timings of the same `hvfleet` commands as
   bench/cli_startup.py (each a fresh process, output discarded, on a SQLite
   store of the demo fleet written by that checkout's agent), base and head
@@ -241,6 +243,14 @@ def parse_replicas(out: str) -> Figures:
             figs[f"{where}: {n} replicas, CPU per followed event"] = Figure(num(m.group(4)), "ms")
         figs[f"{where}: {n} replica(s), status writes/s"] = Figure(num(m.group(5)), "/s",
                                                                   lower_is_better=False)
+    for m in re.finditer(rf"^(\d+) replicas, lease renewal alternating replicas, sum of all: {NUM} ms$",
+                         out, re.M):
+        figs[f"{where}: {m.group(1)} replicas, server CPU per lease renewal, alternating replicas"] = Figure(
+            num(m.group(2)), "ms")
+    for m in re.finditer(rf"^(\d+) replicas, lease renewal in a fleet of (\d+) through any replica, "
+                         rf"sum of all: {NUM} ms$", out, re.M):
+        figs[f"{where}: {m.group(1)} replicas, server CPU per lease renewal, fleet of {m.group(2)}"] = Figure(
+            num(m.group(3)), "ms")
     return figs
 
 
@@ -372,6 +382,7 @@ class CliStartup:
 
 def script_benches(args: argparse.Namespace) -> dict[str, ScriptBench]:
     sizes = args.fit_sizes
+    far = ("--far-hosts", str(args.far_hosts)) if args.far_hosts else ()
     return {
         "scheduling": ScriptBench("scheduling", ("--sizes", sizes, "--placement-sizes", "",
                                                  "--queries", "200", "--claims", str(args.claims)),
@@ -380,7 +391,8 @@ def script_benches(args: argparse.Namespace) -> dict[str, ScriptBench]:
         "api": ScriptBench("api", ("--quick", *(() if args.etcd else ("--no-etcd",))), parse_api),
         # Server CPU per write over a 3-member etcd, and over one SQLite file.
         "replicas": ScriptBench("replicas", ("--hosts", "40", "--writes", str(args.writes),
-                                             "--fleet-hosts", "0", "--replicas", args.replicas),
+                                             "--fleet-hosts", "0", "--replicas", args.replicas,
+                                             *far),
                                 parse_replicas),
         "replicas_sqlite": ScriptBench("replicas", ("--hosts", "40", "--writes", str(args.writes),
                                                     "--fleet-hosts", "0", "--replicas", "1",
@@ -453,6 +465,9 @@ def main() -> None:
     ap.add_argument("--etcd", action="store_true", help="api: also over a one-member etcd")
     ap.add_argument("--writes", type=int, default=1000, help="replicas: writes per measured phase")
     ap.add_argument("--replicas", default="1,2,3", help="replicas: the replica counts")
+    ap.add_argument("--far-hosts", type=int, default=0,
+                    help="replicas: also renew the Leases of a fleet of this many agents through any "
+                         "replica (bench/replicas.py --far-hosts; the base checkout's bench must have it)")
     ap.add_argument("--save", type=Path, help="write every round's figures as JSON")
     ap.add_argument("--log", type=Path, help="a directory for what each bench run printed")
     args = ap.parse_args()

@@ -20,7 +20,18 @@ not wall time:
 - "per followed event": with 2 or 3 replicas, writes go to replica 0 only and
   replica 1, which serves nothing but its watcher, is measured;
 - "direct store": the same writes by this process on EtcdStore (CAS update),
-  this process's CPU (time.process_time) per write.
+  this process's CPU (time.process_time) per write;
+- "alternating" (2 or more replicas): the same lease renewals, each through
+  the replica after the one the agent's last renewal went through, as a
+  load balancer spreading requests sends them (the rows above pin agent a to
+  replica a % n, so each renewal names a version its replica wrote);
+- "fleet of F" (--far-hosts F, 2 or more replicas): F agents whose Leases the
+  bench wrote directly in the store, each renewed once through replica
+  a % n: every renewal names a version at least F - 500 writes back, written
+  by none of the replicas, as a renewal every 10 s does in a fleet writing
+  more than the replicas keep decoded (in blocks of 500 agents, each agent's
+  token used once on every replica just before, outside the measured phase,
+  by a GET of something else than its Lease).
 
 The fleet phase runs --fleet-hosts simulated agents for --fleet-seconds:
 each renews its Lease every 10 s and changes its status every
@@ -30,6 +41,7 @@ and extrapolates the per-write figures to 10,000 and 100,000 hosts.
 
     .venv/bin/python bench/replicas.py [--hosts 200] [--writes 1500] [--clients 4]
         [--fleet-hosts 600] [--fleet-seconds 40] [--replicas 1,2,3] [--store etcd|sqlite]
+        [--far-hosts 5000]
 """
 
 from __future__ import annotations
@@ -52,12 +64,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from api import Agents, Server, agent_of, host, read_ok, run_clients, seed, status_of
+from api import Agents, Server, agent_of, host, make_token, read_ok, run_clients, seed, status_of
 
 # The repository root: tests.support holds the test and bench tooling (local etcd).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.support.etcd_local import EtcdCluster
 
+from hvfleet.model.errors import NotFound
 from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.model.lease import Lease, renewed
 from hvfleet.store import Store, open_store
@@ -83,6 +96,12 @@ class LeaseClients:
     def __init__(self, tokens: list[str]) -> None:
         self.tokens = tokens
         self.rv: list[str | None] = [None] * len(tokens)
+        self.turns = [0] * len(tokens)  # renewals made, to alternate replicas by
+
+    def alternating(self, conns: list[http.client.HTTPConnection], a: int) -> None:
+        """Agent a's renewal through the replica after its last one's."""
+        self.turns[a] += 1
+        self.renew(conns[(a + self.turns[a]) % len(conns)], a)
 
     def renew(self, conn: http.client.HTTPConnection, a: int) -> None:
         auth = {"Authorization": f"Bearer {self.tokens[a]}", "Content-Type": "application/json"}
@@ -213,7 +232,13 @@ def api_phase(replicas: Replicas, n: int, writes: int, clients: int, kind: str,
     count = len(replicas.servers)
     pick = (lambda a: a % count) if only is None else (lambda a: only)
     tokens = AGENT_TOKENS
-    if kind == "lease":
+    if kind == "lease-alternating":
+        alt = LeaseClients(tokens[:n])
+        run_clients(clients, n, lambda a, conns: alt.alternating(conns, a), spread(replicas, clients))
+
+        def one(i: int, conns: list[http.client.HTTPConnection]) -> None:
+            alt.alternating(conns, agent_of(i, n, clients))
+    elif kind == "lease":
         leases = LeaseClients(tokens[:n])
         run_clients(clients, n, lambda a, conns: leases.renew(conns[pick(a)], a), spread(replicas, clients))
 
@@ -233,6 +258,58 @@ def api_phase(replicas: Replicas, n: int, writes: int, clients: int, kind: str,
     cpu, wall = measured(replicas, lambda: conns_by_thread.append(
         run_clients(clients, writes, one, spread(replicas, clients))))
     return cpu, wall
+
+
+def far_phase(replicas: Replicas, store_url: str, hosts: int, clients: int) -> float:
+    """Server CPU per renewal, summed over the replicas: `hosts` agents whose
+    Leases the bench wrote directly, each renewed once through replica a % n
+    (see the module's docstring, "fleet of F")."""
+    count = len(replicas.servers)
+    leases = LeaseClients(AGENT_TOKENS[:hosts])
+
+    def write(a: int, store: Store) -> None:
+        holder = agent_manager(host(a))
+        try:  # the first --hosts agents renewed theirs in the phases before
+            got = store.get("Lease", host(a))
+        except NotFound:
+            got = None
+        current = got if isinstance(got, Lease) else None
+        new = renewed(current, host(a), holder, 30, datetime.now(UTC))
+        lease = store.create(new, holder) if current is None else store.update(new, holder)
+        leases.rv[a] = lease.metadata.resource_version
+
+    run_clients(clients, hosts, write, lambda: open_store(store_url))
+
+    def warm(block: range) -> Callable[[int, list[http.client.HTTPConnection]], None]:
+        # Each token used once on each replica (a GET of the agent's Hypervisor:
+        # not its Lease, which the replica would then hold as read).
+        def one(i: int, conns: list[http.client.HTTPConnection]) -> None:
+            a, conn = block[i // count], conns[i % count]
+            conn.request("GET", f"{HV}/{host(a)}", headers={"Authorization": f"Bearer {leases.tokens[a]}"})
+            conn.getresponse().read()
+        return one
+
+    def renew(block: range) -> Callable[[], None]:
+        def work() -> None:
+            run_clients(clients, len(block), lambda i, conns: leases.renew(conns[block[i] % count], block[i]),
+                        spread(replicas, clients))
+        return work
+
+    # In blocks, each warmed just before it is renewed: a token record read is
+    # reused for 30 s at most (auth.FOLLOWED_MAX_AGE_S); an agent renewing every
+    # 10 s never lets it lapse, a warm-up of the whole fleet first would.
+    used = 0.0
+    PROFILE["label"] = f"lease-far-{count}"
+    for start in range(0, hosts, FAR_BLOCK):
+        block = range(start, min(hosts, start + FAR_BLOCK))
+        run_clients(clients, len(block) * count, warm(block), spread(replicas, clients))
+        cpu, _ = measured(replicas, renew(block))
+        used += sum(cpu)
+        PROFILE["label"] = f"lease-far-{count}-{start + FAR_BLOCK}"
+    return used / hosts
+
+
+FAR_BLOCK = 500
 
 
 def direct_phase(store_url: str, n: int, writes: int, clients: int, kind: str) -> float:
@@ -345,6 +422,9 @@ def main() -> None:
     parser.add_argument("--fleet-hosts", type=int, default=600)
     parser.add_argument("--fleet-seconds", type=float, default=40.0)
     parser.add_argument("--status-every", type=float, default=300.0)
+    parser.add_argument("--far-hosts", type=int, default=0,
+                        help="with 2 or more replicas, also renew the Leases of this many agents once "
+                             "each, every renewal naming a version that many writes back (0: not run)")
     parser.add_argument("--store", choices=["etcd", "sqlite"], default="etcd",
                         help="the store the replicas share: the 3-member etcd, or one SQLite file")
     parser.add_argument("--profile", metavar="DIR", default=None,
@@ -374,6 +454,10 @@ def main() -> None:
                        else f"sqlite:///{tmp}/bench-{n}.db")
                 with open_store(url) as store:
                     tokens, viewers, _ = seed(store, max(args.hosts, args.fleet_hosts), 1)
+                    # The far fleet's agents need tokens only: their Leases are written by far_phase.
+                    if n >= 2:
+                        tokens += [make_token(store, "agent", hypervisor=host(i))
+                                   for i in range(len(tokens), args.far_hosts)]
                 AGENT_TOKENS[:] = tokens
                 if not direct:
                     for kind in ("lease", "status"):
@@ -386,6 +470,11 @@ def main() -> None:
                         row[kind] = sum(cpu) / args.writes
                         row[f"{kind}_rate"] = args.writes / wall
                     if n >= 2:
+                        cpu, _ = api_phase(replicas, args.hosts, args.writes, args.clients,
+                                           "lease-alternating")
+                        row["lease_alternating"] = sum(cpu) / args.writes
+                        if args.far_hosts:
+                            row["lease_far"] = far_phase(replicas, url, args.far_hosts, args.clients)
                         follower = replicas.servers[1].proc.pid
                         kernel = kernel_cpu_of(follower)
                         cpu, _ = api_phase(replicas, args.hosts, args.writes, args.clients, "status", only=0)
@@ -418,6 +507,13 @@ def report(results: dict[int, dict[str, float]], direct: dict[str, float], args:
               f"{follow:>16}{row['status_rate']:>20.0f}")
         print(f"{'':28}{row['lease'] / direct['lease']:>15.1f}x{row['status'] / direct['status']:>15.1f}x"
               "   (vs direct store)")
+    for n, row in results.items():
+        if "lease_alternating" in row:
+            print(f"{n} replicas, lease renewal alternating replicas, sum of all: "
+                  f"{ms(row['lease_alternating'])}")
+        if "lease_far" in row:
+            print(f"{n} replicas, lease renewal in a fleet of {args.far_hosts} through any replica, "
+                  f"sum of all: {ms(row['lease_far'])}")
     for n, row in results.items():
         if "write_only" in row:
             print(f"{n} replicas, status write to one replica, its CPU less following: "

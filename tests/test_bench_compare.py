@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.compare import Series, parse_api, parse_guests, parse_scheduling, verdict
+from bench.compare import Series, parse_api, parse_guests, parse_replicas, parse_scheduling, verdict
 
 SCHEDULING = """fit latency, fleet index (in process), random cpu/memory requests
    hosts     build   p99 all, gc     p50 all     p99 all   p50 top10   p99 top10  placement p50   ratio p50
@@ -32,6 +32,15 @@ API = """[sqlite] 200 agents (own tokens), 600 CAS status writes over 16 keep-al
   kubectl get hypervisors: median 98 ms
 """
 
+REPLICAS = """server CPU per write, 1000 writes by 40 agents, 4 clients, 3-member etcd; every replica…
+                               lease renewal    status write  followed event   writes/s (status)
+direct store (this process)          0.34 ms         0.47 ms               -                   -
+1 replica(s), sum of all             1.10 ms         1.50 ms               -                 330
+2 replica(s), sum of all             1.30 ms         1.80 ms         0.67 ms                 282
+2 replicas, lease renewal alternating replicas, sum of all: 1.50 ms
+2 replicas, lease renewal in a fleet of 5000 through any replica, sum of all: 1.57 ms
+"""
+
 
 def test_scheduling_figures() -> None:
     figs = parse_scheduling(SCHEDULING)
@@ -50,6 +59,16 @@ def test_guests_figures_and_controls() -> None:
     assert figs["CPU baseline, 1,000 hosts, store"].value == 1.14
     assert figs["control: libvirt baselineCPU, 10 hosts, same-hw"].value == 1.25
     assert "control: libvirt baselineCPU, 1,000 hosts, store" not in figs  # it repeats same-hw's
+
+
+def test_replicas_figures_with_renewals_pinned_alternating_and_in_a_large_fleet() -> None:
+    figs = parse_replicas(REPLICAS)
+    assert figs["etcd: 1 replica(s), server CPU per lease renewal"].value == 1.10
+    assert "etcd: 1 replicas, CPU per followed event" not in figs
+    assert figs["etcd: 2 replicas, CPU per followed event"].value == 0.67
+    assert figs["etcd: 2 replicas, server CPU per lease renewal, alternating replicas"].value == 1.50
+    assert figs["etcd: 2 replicas, server CPU per lease renewal, fleet of 5000"].value == 1.57
+    assert not figs["etcd: 2 replica(s), status writes/s"].lower_is_better
 
 
 def test_api_figures_per_store() -> None:

@@ -78,6 +78,16 @@ SEEN_CACHE = 16384
 # Watch events decoded lately: several watches of one process (the API's fan-out
 # of a kind, the garbage collector's all-kinds watch) each receive every write.
 WATCH_DECODED_KEPT = 4096
+# The kinds whose followed writes (every replica's, through this process's feed)
+# are kept as stored bytes, and how many bytes of them: an agent's next Lease
+# renewal or status write names the version of its last one, which may have
+# gone through another replica (a load balancer, a failover), so this one has
+# that object at hand without a read (docs/scaling.md, "Renewals through any
+# replica"). Bytes, not objects: decoded only for the write that names them.
+# A budget per kind, so a burst of large status writes never pushes the Leases
+# out: a stored Lease is about 420 bytes, so 64 MiB holds those of 150,000 hosts.
+FOLLOWED_BYTES = {"Lease": 64 * 1024 * 1024, "Hypervisor": 64 * 1024 * 1024}
+FOLLOWED_KINDS = tuple(FOLLOWED_BYTES)
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
@@ -103,6 +113,51 @@ def _once_per_key(ops: builtins.list[dict[str, Any]]) -> builtins.list[dict[str,
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
+
+
+class FollowedValues:
+    """The latest (mod_revision, value) of each key under `prefixes` that the
+    feed followed, as stored, kept until `budget` bytes of values are held (the
+    key written longest ago dropped first). Recorded on the feed's thread before
+    any decode; read by a write that names a version (`EtcdStore._recall`):
+    only a value at exactly that revision is answered, and the write's
+    compare-and-swap on mod_revision still decides, so a value that is no
+    longer the latest (the feed behind a newer write) can never win."""
+
+    def __init__(self, prefixes: Sequence[str], budget: int) -> None:
+        self.prefixes = tuple(prefixes)
+        self.budget = budget
+        self.held = 0  # bytes of the values kept
+        self._values: OrderedDict[str, tuple[int, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def record(self, kv: KeyValue) -> None:
+        """A followed event's key-value: kept if its key is of a followed kind;
+        a delete (which the watch hands on with version 0 and the value before
+        it) forgets the key."""
+        if not kv.key.startswith(self.prefixes):
+            return
+        with self._lock:
+            old = self._values.get(kv.key)
+            if old is not None and old[0] > kv.mod_revision:
+                return  # a feed started again from further back: what it holds is newer
+            if old is not None:
+                del self._values[kv.key]
+                self.held -= len(old[1])
+            if kv.version == 0 or len(kv.value) > self.budget:
+                return
+            self._values[kv.key] = (kv.mod_revision, kv.value)
+            self.held += len(kv.value)
+            while self.held > self.budget:
+                _, (_, dropped) = self._values.popitem(last=False)
+                self.held -= len(dropped)
+
+    def value_at(self, key: str, revision: int) -> bytes | None:
+        hit = self._values.get(key)  # one dict read: atomic, no lock needed
+        return hit[1] if hit is not None and hit[0] == revision else None
 
 
 @dataclass(frozen=True)
@@ -145,6 +200,9 @@ class EtcdStore(Store):
         # Only watch events: they are shared read-only by their consumers already.
         self._watched: OrderedDict[tuple[str, int], Resource] = OrderedDict()
         self._watched_lock = threading.Lock()
+        # The latest stored bytes of the often-written kinds' keys, from the feed.
+        self._followed = tuple(FollowedValues([self._kind_prefix(kind)], budget)
+                               for kind, budget in FOLLOWED_BYTES.items())
         # The one etcd stream of every object that this store's long-lived watches share.
         self._feed = EtcdFeed(self._feed_stream)
         self._shared = False  # share_watches()
@@ -227,9 +285,17 @@ class EtcdStore(Store):
                 self._seen.popitem(last=False)
 
     def _recall(self, key: str, revision: int) -> bytes | None:
+        """The value of `key` at `revision`, when this store read or wrote it
+        there, or its feed followed it there (whichever replica wrote it)."""
         with self._seen_lock:
             hit = self._seen.get(key)
-        return hit[1] if hit is not None and hit[0] == revision else None
+        if hit is not None and hit[0] == revision:
+            return hit[1]
+        for followed in self._followed:
+            value = followed.value_at(key, revision)
+            if value is not None:
+                return value
+        return None
 
     def _decode_kv(self, kv: KeyValue) -> Resource:
         kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
@@ -248,10 +314,11 @@ class EtcdStore(Store):
             known = self._watched.get((kv.key, kv.mod_revision))  # this store's own write
         if raw is None:
             return known if known is not None else self._decode_watched(kv)
-        if known is None:
+        if known is None and all(f.value_at(kv.key, kv.mod_revision) is None for f in self._followed):
             # Not decoded, so not at hand for `at_hand` as a decoded event was;
             # its value is (a writer naming this version through this replica
-            # decodes it then instead of reading it again).
+            # decodes it then instead of reading it again). The feed's Leases
+            # and Hypervisors are kept already (`FollowedValues`).
             self._remember(kv.key, kv.mod_revision, kv.value)
         return Stored(kind, name, raw, kv.mod_revision, lambda: self._decode_watched(kv), known)
 
@@ -804,9 +871,16 @@ class EtcdStore(Store):
         # progress, dropped by their key before any decode, so a reader waiting for
         # the store's revision (the Placement snapshot) is not left waiting for them.
         start = self.prefix + "/"
-        return watch_range(self.transport, start, prefix_end(start), since, self._watched_value,
+        return watch_range(self.transport, start, prefix_end(start), since, self._followed_value,
                            stop=stop, on_undecodable=on_undecodable, log_skipped=False, inline=inline,
                            within=self._kind_prefix(None), on_progress=on_progress)
+
+    def _followed_value(self, kv: KeyValue) -> Resource | Stored:
+        """The feed's event object (`_watched_value`), the stored bytes of the
+        often-written kinds kept first (`FollowedValues`)."""
+        for followed in self._followed:
+            followed.record(kv)
+        return self._watched_value(kv)
 
     def watch_into(self, kind: str | None, since: int,
                    sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event) -> None:

@@ -37,6 +37,11 @@ from hvfleet.model.errors import Gone, InvalidInput, TooLarge, Unavailable
 
 # Rounds over all endpoints, each refusing the connection, before giving up early.
 REFUSED_ROUNDS = 3
+# Idle asyncio connections kept per event loop and endpoint: a burst of writes
+# on the loop opens one connection per write in flight; once it is over this
+# many stay open for the next ones and the rest are closed (each is a socket
+# here and a goroutine and buffers in the member's gateway).
+ASYNC_IDLE_KEPT = 8
 
 
 def b64(data: str | bytes) -> str:
@@ -630,7 +635,8 @@ class EtcdTransport:
 
     async def post_async(self, path: str, body: dict[str, Any], what: str) -> tuple[dict[str, Any], bool]:
         """`post`, awaited on the running event loop (its own connections, one
-        per request in flight), with the same failover and errors."""
+        per request in flight, at most ASYNC_IDLE_KEPT per endpoint kept open
+        once idle), with the same failover and errors."""
         attempts = _Attempts(self, what)
         idle = self._idle_async()
         while True:
@@ -642,7 +648,7 @@ class EtcdTransport:
             except etcd_errors.Etcd3Exception as exc:
                 pause = attempts.failed(exc, index, body)
             else:
-                if not self.closed:
+                if not self.closed and len(waiting) < ASYNC_IDLE_KEPT:
                     waiting.append(client)
                 else:
                     client.close()
