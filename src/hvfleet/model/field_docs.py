@@ -109,7 +109,7 @@ FIELD_DOCS: dict[str, dict[str, str]] = {
         "status": "What the host's node agent observed; written only by agent/<name>.",
         "status.capacity": "What the host physically has. " + _QUANTITIES,
         "status.allocation": "What its guests use. " + _QUANTITIES,
-        "status.countMode": ("Which guests status.allocation counts (the agent's --count): defined "
+        "status.countMode": ("Which guests status.allocation counts (the agent's count option): defined "
                              "(every defined one) or running (shut-off and crashed ones left out). "
                              "Absent: only active guests are known to be counted."),
         "status.effectiveCapacity": "What may be handed out under the overcommit ratios, as the "
