@@ -56,6 +56,7 @@ from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.placement import HostProvider, provider_uuid
 from hvfleet.store.base import Store, WatchEvent
+from hvfleet.store.following import follow_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -278,39 +279,17 @@ class ProviderSnapshot:
         """Apply the store's events as they come, in a thread, until `stop`:
         a refresh then never opens a stream of its own (on etcd, a new stream
         from a past revision gets its history only at etcd's next sync of
-        lagging watchers, up to 100 ms later)."""
+        lagging watchers, up to 100 ms later). A write beside the objects (a
+        server secret, the history sampler's turn) comes as progress: a
+        refresh waiting for its revision need not wait."""
 
-        def progressed(revision: int) -> None:
-            # A write beside the objects (a server secret, the history
-            # sampler's turn): every event before it is applied, so a refresh
-            # waiting for its revision (the store's, read after it) need not wait.
-            with self._lock:
-                if revision > self.revision:
-                    self.revision = revision
-                    self._seen.notify_all()
-
-        def run() -> None:
-            while not stop.is_set():
-                try:
-                    for event in self._events(store, self.revision, stop=stop, on_progress=progressed):
-                        with self._lock:
-                            self.apply(event)
-                            if event.last_of_revision:
-                                self.revision = max(self.revision, event.revision)
-                                self._seen.notify_all()
-                except Gone:
-                    with self._lock:
-                        self.load_from(store)
-                        self._seen.notify_all()
-                except Exception:  # the store is down: follow again after a pause
-                    log.warning("placement snapshot: following the store failed", exc_info=True)
-                    stop.wait(0.5)
+        def events(since: int, progressed: Callable[[int], None]) -> Iterator[WatchEvent]:
+            return self._events(store, since, stop=stop, on_progress=progressed)
 
         with self._lock:
             self._following = True
-        t = threading.Thread(target=run, name="placement-snapshot-watch", daemon=True)
-        t.start()
-        return t
+        return follow_in_thread(self, self._seen, store, stop, events, self.apply,
+                                "placement-snapshot-watch")
 
     # -- the values handed out ------------------------------------------------------------
 

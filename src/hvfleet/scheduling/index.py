@@ -36,7 +36,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -63,6 +63,7 @@ from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
 from hvfleet.scheduling.placement import HostProvider, host_provider, provider_uuid
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent
+from hvfleet.store.following import follow_in_thread
 from hvfleet.store.undecodable import Undecodable
 
 log = logging.getLogger(__name__)
@@ -606,40 +607,20 @@ class FleetIndex:
         at its next sync of lagging watchers, up to 100 ms later). Agent
         liveness is judged at each refresh."""
 
-        def progressed(revision: int) -> None:
-            # A write beside the objects: every event before it is applied.
-            with self._lock:
-                if revision > self.revision:
-                    self.revision = revision
-                    self._seen.notify_all()
+        def events(since: int, progressed: Callable[[int], None]) -> Iterator[WatchEvent]:
+            return store.watch(None, since=since, stop=stop, on_undecodable=self.forget,
+                               on_progress=progressed)
 
-        def run() -> None:
-            while not stop.is_set():
-                try:
-                    for event in store.watch(None, since=self.revision, stop=stop,
-                                             on_undecodable=self.forget, on_progress=progressed):
-                        with self._lock:
-                            # `event.kind`, not the object's: an event of a kind
-                            # the index does not keep stays undecoded (sealed values).
-                            handler = self._follow.get(event.kind)
-                            if handler is not None:
-                                handler(event.type, event.object, event.revision, datetime.now(UTC))
-                            if event.last_of_revision:  # not before: one atomic write's events share it
-                                self.revision = max(self.revision, event.revision)
-                                self._seen.notify_all()
-                except Gone:
-                    with self._lock:
-                        self.load_from(store)
-                        self._seen.notify_all()
-                except Exception:  # the store is down: follow again after a pause
-                    log.warning("fleet index: following the store failed", exc_info=True)
-                    stop.wait(0.5)
+        def apply(event: WatchEvent) -> None:
+            # `event.kind`, not the object's: an event of a kind the index
+            # does not keep stays undecoded (sealed values).
+            handler = self._follow.get(event.kind)
+            if handler is not None:
+                handler(event.type, event.object, event.revision, datetime.now(UTC))
 
         with self._lock:
             self._following = True
-        t = threading.Thread(target=run, name="fleet-index-stream", daemon=True)
-        t.start()
-        return t
+        return follow_in_thread(self, self._seen, store, stop, events, apply, "fleet-index-stream")
 
     # -- Placement's view of the hosts ------------------------------------------------
 
