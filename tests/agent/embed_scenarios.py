@@ -12,13 +12,15 @@ the suite depend on test order.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import libvirt
 
@@ -31,6 +33,9 @@ from hvfleet.store import open_store
 from hvfleet.store.base import Store
 
 from .waiting import wait_for as wait_until
+
+if TYPE_CHECKING:
+    import requests
 
 MI = 2**20
 R_CPU, R_MEMORY = ResourceName("cpu"), ResourceName("memory")
@@ -261,34 +266,23 @@ def guest_crash(embed_uri: str, conn: libvirt.virConnect, store: Store) -> None:
         thread.join(5)
 
 
-def placement_claim(embed_uri: str, conn: libvirt.virConnect, store: Store) -> None:
-    """A claim made through hvfleet's Placement API (PUT /allocations, as
-    Nova's scheduler makes it) for an instance that is not defined yet holds
-    its cpu, memory and a VGPU (extraCapacity: libvirt cannot see it). When
-    the consumer's domain appears in libvirt, the agent's allocation counts
-    its cpu and memory and the claim no longer does: counted once, in free
-    capacity and in Placement's usages, while GET /allocations still shows
-    the allocation Nova made; the VGPU stays held while the instance exists,
-    and nothing is held once it is gone and Nova deleted its allocation."""
+@contextlib.contextmanager
+def placement_api(store: Store) -> Iterator[Callable[..., requests.Response]]:
+    """`hvfleet serve`'s app over `store` on TLS for the block, and a
+    Placement client of it: placement(method, path, body=None) with an admin
+    token, as Nova sends it (microversion 1.39)."""
     import json
     import tempfile
-    import uuid
     from datetime import UTC, datetime
 
     import requests
 
-    from hvfleet.model.capacity import free_capacity
     from hvfleet.server.app import create_app
     from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
     from hvfleet.store.tokens import issue_token
     from tests.server.running import ServerThread
     from tests.server.tls_files import make_tls_files
 
-    name = "claim-host"
-    agent = Agent(AgentConfig(uri=embed_uri, name=name), store)  # counts defined domains
-    stop = threading.Event()
-    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
-    thread.start()
     _, token = issue_token(store, "admin", manager="test", now=datetime.now(UTC), ttl=None, name="nova")
     app = create_app(store, TokenAuthenticator(store), RoleAuthorizer(), dashboard_pages=False)
     files = make_tls_files(Path(tempfile.mkdtemp()) / "tls")
@@ -299,6 +293,29 @@ def placement_claim(embed_uri: str, conn: libvirt.virConnect, store: Store) -> N
                                         "X-Auth-Token": token, "OpenStack-API-Version": "placement 1.39",
                                         "Content-Type": "application/json", "Accept": "application/json"})
 
+        yield placement
+
+
+def placement_claim(embed_uri: str, conn: libvirt.virConnect, store: Store) -> None:
+    """A claim made through hvfleet's Placement API (PUT /allocations, as
+    Nova's scheduler makes it) for an instance that is not defined yet holds
+    its cpu, memory and a VGPU (extraCapacity: libvirt cannot see it). When
+    the consumer's domain appears in libvirt, the agent's allocation counts
+    its cpu and memory and the claim no longer does: counted once, in free
+    capacity and in Placement's usages, while GET /allocations still shows
+    the allocation Nova made; the VGPU stays held while the instance exists,
+    and nothing is held once it is gone and Nova deleted its allocation."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from hvfleet.model.capacity import free_capacity
+
+    name = "claim-host"
+    agent = Agent(AgentConfig(uri=embed_uri, name=name), store)  # counts defined domains
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+    thread.start()
+    with placement_api(store) as placement:
         def free() -> dict[str, int]:
             h = store.get_hypervisor(name)
             got = free_capacity(h, store.list_reservations(), datetime.now(UTC))
@@ -361,12 +378,8 @@ def shutoff_claim(count: CountMode, embed_uri: str, conn: libvirt.virConnect, st
     view and Placement's usages, and stay so when the guest starts and stops
     again; another consumer's claim for what is left plus one CPU is
     refused (`hvfleet reserve`'s check)."""
-    import json
-    import tempfile
     import uuid
     from datetime import UTC, datetime
-
-    import requests
 
     from hvfleet.model.capacity import free_capacity
     from hvfleet.model.errors import HvfleetError
@@ -375,25 +388,11 @@ def shutoff_claim(count: CountMode, embed_uri: str, conn: libvirt.virConnect, st
     from hvfleet.scheduling.claims import reserve
     from hvfleet.scheduling.index import FleetIndex
     from hvfleet.scheduling.request import parse_request
-    from hvfleet.server.app import create_app
-    from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
-    from hvfleet.store.tokens import issue_token
     from hvfleet.views import fleet_summary
-    from tests.server.running import ServerThread
-    from tests.server.tls_files import make_tls_files
 
     name = f"shutoff-{count}"
     _, stop, thread = start_agent(embed_uri, store, name, count)
-    _, token = issue_token(store, "admin", manager="test", now=datetime.now(UTC), ttl=None, name="nova")
-    app = create_app(store, TokenAuthenticator(store), RoleAuthorizer(), dashboard_pages=False)
-    files = make_tls_files(Path(tempfile.mkdtemp()) / "tls")
-    with ServerThread(app, files) as server:
-        def placement(method: str, path: str, body: object = None) -> requests.Response:
-            return requests.request(method, f"{server.url}/placement{path}", verify=str(files.ca), timeout=30,
-                                    data=None if body is None else json.dumps(body), headers={
-                                        "X-Auth-Token": token, "OpenStack-API-Version": "placement 1.39",
-                                        "Content-Type": "application/json", "Accept": "application/json"})
-
+    with placement_api(store) as placement:
         def views() -> tuple[dict[str, int], ...]:
             """free cpu and memory (MiB) as free capacity, fit and the
             capacity view have them, and the provider's Placement usages."""
