@@ -453,13 +453,18 @@ class FleetIndex:
 
     def apply(self, event: WatchEvent, now: datetime | None = None) -> None:
         with self._lock:
-            now = now or datetime.now(UTC)
-            handler = self._follow.get(event.kind)
-            if handler is not None:
-                handler(event.type, event.object, event.revision, now)
+            self._handle(event, now or datetime.now(UTC))
             self.revision = max(self.revision, event.revision)
             if event.last_of_revision:
                 self._seen.notify_all()
+
+    def _handle(self, event: WatchEvent, now: datetime) -> None:
+        """One event, by its kind's handler (call with the lock held). By
+        `event.kind`, not the object's: an event of a kind the index does not
+        keep stays undecoded (sealed values)."""
+        handler = self._follow.get(event.kind)
+        if handler is not None:
+            handler(event.type, event.object, event.revision, now)
 
     def _apply_host(self, kind: str, h: Hypervisor, revision: int, now: datetime) -> None:
         current = self._hosts.get(h.name)
@@ -611,16 +616,10 @@ class FleetIndex:
             return store.watch(None, since=since, stop=stop, on_undecodable=self.forget,
                                on_progress=progressed)
 
-        def apply(event: WatchEvent) -> None:
-            # `event.kind`, not the object's: an event of a kind the index
-            # does not keep stays undecoded (sealed values).
-            handler = self._follow.get(event.kind)
-            if handler is not None:
-                handler(event.type, event.object, event.revision, datetime.now(UTC))
-
         with self._lock:
             self._following = True
-        return follow_in_thread(self, self._seen, store, stop, events, apply, "fleet-index-stream")
+        return follow_in_thread(self, self._seen, store, stop, events,
+                                lambda event: self._handle(event, datetime.now(UTC)), "fleet-index-stream")
 
     # -- Placement's view of the hosts ------------------------------------------------
 
