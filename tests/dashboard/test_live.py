@@ -330,3 +330,72 @@ def test_the_fleet_index_built_from_the_dashboards_hosts_answers_as_from_the_sto
                 {n: [str(r) for r in rs] for n, rs in b.rejected.items()}
         assert "hv9" in from_state.fit(parse_request("12", None)).names
         assert from_state.free("hv3") == from_store.free("hv3")
+
+
+def test_a_followed_write_is_applied_without_the_event_loop_until_a_page_follows(tmp_path: Path) -> None:
+    """While no page follows, the follower's events are applied on the watch
+    fan-out's thread (no wake-up of the event loop per followed write): a
+    write is in the state while the loop is blocked. Once a page listens, its
+    events go through the loop again, which tells the page."""
+    import asyncio
+
+    from hvfleet.server.dashboard.live import Follower
+    from hvfleet.server.watch import WatchHub, WatchLimits
+
+    def allocated(state: FleetState, name: str) -> int | None:
+        got = state.hosts_snapshot()
+        assert got is not None
+        cpu = {h.metadata.name: h.status.allocation.get("cpu") for h in got[0]}.get(name)
+        return None if cpu is None else int(str(cpu))
+
+    def write(store: Store, used: int) -> None:
+        current = store.get_hypervisor("hv0")
+        store.update(current.model_copy(update={"status": _host("hv0", 8, used, "a").status}),
+                     agent_manager("hv0"))
+
+    def seen_within(state: FleetState, used: int, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if allocated(state, "hv0") == used:
+                return True
+            time.sleep(0.02)
+        return False
+
+    with open_store(f"sqlite:///{tmp_path}/h.db") as store:
+        store.create(_host("hv0", 8, 1, "a"), agent_manager("hv0"))
+        state = FleetState(store)
+        hub = WatchHub(store, WatchLimits())
+        seen: dict[str, bool] = {}
+        told: list[set[str]] = []
+
+        async def follow() -> None:
+            follower = Follower(state, hub)
+            await follower.start()
+            try:
+                for _ in range(200):
+                    if state.loaded.is_set() and len(follower.tasks) > 1:
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.3)  # subscribed
+                # The loop blocked (this thread waits): the write still comes in.
+                write(store, 5)
+                seen["blocked loop, no page"] = seen_within(state, 5, 5.0)
+                queue = state.listen()
+                write(store, 6)
+                # A page follows: not applied while the loop is blocked ...
+                seen["blocked loop, a page"] = seen_within(state, 6, 1.0)
+                # ... but once the loop runs, and the page is told.
+                names = await asyncio.wait_for(queue.get(), 5.0)
+                told.append(names)
+                seen["loop running, a page"] = allocated(state, "hv0") == 6
+                state.unlisten(queue)
+            finally:
+                await follower.stop()
+
+        try:
+            run_on_own_thread(follow())
+        finally:
+            hub.close()
+        assert seen == {"blocked loop, no page": True, "blocked loop, a page": False,
+                        "loop running, a page": True}
+        assert told == [{"hv0"}]

@@ -43,11 +43,18 @@ class WatchLimits:
 
 
 class Subscription:
-    """One client's queue. `offer` runs on the fan-out thread, the rest on the
-    client's event loop."""
+    """One client's queue. `take` runs on the fan-out thread, the rest on the
+    client's event loop.
+
+    With `direct`, a consumer may take events on the fan-out's thread itself:
+    `direct(events)` is called there while nothing is queued for the client
+    or held by it (`next_batch` to `done`), so the events stay in order; when
+    it returns True they are consumed (not queued, the loop not woken), when
+    False they are queued as for any client."""
 
     def __init__(self, fanout: KindFanout, since: int, name: str | None, limit: int,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop,
+                 direct: Callable[[list[WatchEvent]], bool] | None = None) -> None:
         self.fanout = fanout
         self.since = since
         self.name = name
@@ -62,11 +69,18 @@ class Subscription:
         self._signalled = False
         self.overflowed = False
         self.expired = False  # the fan-out itself lost history (store compacted past it)
+        self._direct = direct
+        # Set (on the loop) before a batch is taken off the queue, cleared by
+        # `done` once it is consumed: while set, `direct` is not called.
+        self._held = False
 
     def take(self, events: list[WatchEvent]) -> bool:
         """Queue this client's part of a revision's events (on the fan-out's
         thread); True when its loop must be woken for them (`wake_all`): the
         fan-out wakes each loop once for all its clients."""
+        if (self._direct is not None and not self._items and not self._held
+                and not self.overflowed and self.name is None and self._direct(events)):
+            return False
         got = False
         for event in events:
             if self.name is not None and event.name != self.name:
@@ -107,12 +121,21 @@ class Subscription:
         self._ready = False
         self._signalled = False
         position = self.fanout.position
+        # Held before the first popleft: the fan-out thread sees either the
+        # queue not empty or the batch held, so `direct` never overtakes it.
+        self._held = True
         # One popleft at a time: the fan-out thread may append meanwhile, and an
         # append between a copy and a clear() would be lost.
         items, out = self._items, []
         while items:
             out.append(items.popleft())
+        if not out:
+            self._held = False
         return out, position
+
+    def done(self) -> None:
+        """The batch `next_batch` returned is consumed (for `direct`)."""
+        self._held = False
 
 
 def _release(waiter: asyncio.Future[None]) -> None:
@@ -182,11 +205,16 @@ class KindFanout:
             self.position = events[-1].revision
 
     def subscribe(self, since: int, name: str | None, limit: int,
-                  loop: asyncio.AbstractEventLoop) -> tuple[Subscription, list[WatchEvent], int | None]:
+                  loop: asyncio.AbstractEventLoop,
+                  direct: Callable[[list[WatchEvent]], bool] | None = None,
+                  ) -> tuple[Subscription, list[WatchEvent], int | None]:
         """A new subscription, the kept events after `since`, and — when `since`
         is older than the kept history — the revision up to which the caller must
-        first catch up from the store (None: no catch-up needed)."""
-        sub = Subscription(self, since, name, limit, loop)
+        first catch up from the store (None: no catch-up needed). `direct`: see
+        `Subscription` (the replay and catch-up are the caller's to consume
+        before it calls `done`)."""
+        sub = Subscription(self, since, name, limit, loop, direct)
+        sub._held = direct is not None
         with self._lock:
             replay = [e for e in self._history if e.revision > since
                       and (name is None or e.name == name)]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import heapq
 import json
@@ -516,15 +517,33 @@ class FleetState:
     def try_apply(self, events: list[WatchEvent]) -> set[str] | None:
         """`apply` if that is quick, i.e. leaves the rows pending (no page
         follows, no policy among the events) and the lock is free now; None
-        otherwise (then `apply` it on a worker thread). For the event loop."""
-        if self._listeners or any(e.kind == "OvercommitPolicy" for e in events):
+        otherwise (then `apply` it on a worker thread). For the event loop,
+        and for the fan-out's thread (`apply_here`)."""
+        if any(e.kind == "OvercommitPolicy" for e in events):
             return None
         if not self.lock.acquire(blocking=False):
             return None
         try:
+            # Asked under the lock: a page listens before it reads the rows
+            # (under the lock), so either it is seen here and told by `notify`,
+            # or it reads after these events are in.
+            if self._listeners:
+                return None
             return self._apply(events)
         finally:
             self.lock.release()
+
+    def apply_here(self, kind: str, events: list[WatchEvent]) -> bool:
+        """`try_apply` one revision's events of `kind` on the fan-out's thread
+        as they arrive (`Subscription` `direct`): True when applied, then with
+        nobody to tell (no page follows) and the revision followed if it is
+        complete; False to have them queued for the loop as usual. A followed
+        host write then costs no wake-up of the event loop for the dashboard."""
+        if self.try_apply(events) is None:
+            return False
+        if events[-1].last_of_revision:
+            self.followed(kind, events[-1].revision)
+        return True
 
     def _apply(self, events: list[WatchEvent]) -> set[str]:
         touched: set[str] = set()
@@ -761,13 +780,17 @@ class Follower:
         loop = asyncio.get_running_loop()
         while True:
             fanout = self.hub.fanout(kind)
-            sub, replay, catch_up = fanout.subscribe(since, None, 10_000, loop)
+            # While no page follows, the fan-out's thread applies the events
+            # itself (`apply_here`); they come here only when that is not quick.
+            sub, replay, catch_up = fanout.subscribe(
+                since, None, 10_000, loop, direct=functools.partial(self.state.apply_here, kind))
             try:
                 if catch_up is not None:
                     since = await loop.run_in_executor(None, self.state.load)
                     self.state.notify(set())
                 elif replay:
                     self.state.notify(self.state.apply(replay))
+                sub.done()
                 while not (sub.overflowed or sub.expired):
                     events, position = await sub.next_batch(5.0)
                     if events:
@@ -776,6 +799,7 @@ class Follower:
                         touched = self.state.try_apply(events)
                         if touched is None:
                             touched = await loop.run_in_executor(None, self.state.apply, events)
+                        sub.done()
                         since = events[-1].revision
                         self.state.notify(touched)
                     if not (sub.overflowed or sub.expired):
