@@ -229,6 +229,7 @@ class ProviderSnapshot:
                 return
             if self._following:
                 left = max(0.0, FOLLOW_WAIT_S - (time.monotonic() - started))
+                store.follow_now()
                 if self._seen.wait_for(lambda: self.revision >= target, left):
                     self._mark = mark
                 self._caught_up = target

@@ -543,6 +543,7 @@ class FleetIndex:
         if self._following:
             with self._lock:
                 if target > max(self.revision, self._caught_up):
+                    store.follow_now()
                     self._seen.wait_for(lambda: self.revision >= target, FOLLOW_WAIT_S)
                     self._caught_up = target
             if liveness:

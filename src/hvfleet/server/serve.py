@@ -88,6 +88,9 @@ class ServeOptions:
     # installed, else asyncio's. Both for the CPU a request costs (docs/scaling.md).
     http: str = "auto"
     loop: str = "auto"
+    # Seconds: the store's shared stream is read at most this often while
+    # writes come faster (None: the store's default; store/etcd.py FEED_PACE_S).
+    follow_pace: float | None = None
 
 
 def plan_tls(options: ServeOptions, host: str, store: Store | None = None) -> ServingFiles | None:
@@ -151,6 +154,21 @@ def bind(host: str, port: int) -> socket.socket:
 LOOPS = ("auto", "asyncio", "uvloop")
 
 
+# The longest pace of the shared stream `--follow-pace` takes (seconds).
+MAX_FOLLOW_PACE_S = 1.0
+
+
+def follow_pace(seconds: float | None) -> float | None:
+    """`--follow-pace` checked: a number of seconds in [0, MAX_FOLLOW_PACE_S]."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
+            or not 0 <= seconds <= MAX_FOLLOW_PACE_S:
+        raise InvalidInput(f"follow-pace: {seconds!r} is not a number of seconds from 0 "
+                           f"to {MAX_FOLLOW_PACE_S:g}")
+    return float(seconds)
+
+
 def event_loop(choice: str) -> str:
     """uvicorn's loop setting for `choice`: uvloop when asked for or, for
     "auto", when installed; else asyncio's own."""
@@ -201,8 +219,10 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
     history = HistorySettings.parse(options.history_tiers, options.history_retention)
     protocol = http_protocol(options.http)
     loop = event_loop(options.loop)
+    pace = follow_pace(options.follow_pace)
     store = open_store(options.store)
-    store.share_watches()  # before the token watch below starts (create_app says it again)
+    # Before the token watch below starts (create_app says it again).
+    store.share_watches(pace)
     if options.rotate_ca is not None:
         try:
             say(f"hvfleet serve: rotate-ca {options.rotate_ca}: "

@@ -448,12 +448,20 @@ class Store(ABC):
         before `revision`: while the mark stays, so does that revision."""
         return None
 
-    def share_watches(self) -> None:
+    def share_watches(self, pace: float | None = None) -> None:
         """Say that this process keeps many long-lived watches (a server: its
         watch fan-outs, garbage collector, token records): a backend may then
         serve them all from one stream of every object (etcd) instead of a
         stream each. Not for a process that watches a few objects (an agent):
-        it would receive every write. Nothing changes in what a watch sees."""
+        it would receive every write. Nothing changes in what a watch sees.
+        `pace` (seconds, None: the backend's default): that stream may be
+        read at most once per `pace` while writes come faster, events then
+        reaching the watches up to `pace` late (etcd: FEED_PACE_S)."""
+        return None
+
+    def follow_now(self) -> None:
+        """A reader is about to wait until the shared stream reaches a
+        revision: a backend that paces it reads it now."""
         return None
 
     def get_for_write(self, kind: str, name: str, resource_version: str | None) -> Resource:

@@ -88,6 +88,15 @@ WATCH_DECODED_KEPT = 4096
 # out: a stored Lease is about 420 bytes, so 64 MiB holds those of 150,000 hosts.
 FOLLOWED_BYTES = {"Lease": 64 * 1024 * 1024, "Hypervisor": 64 * 1024 * 1024}
 FOLLOWED_KINDS = tuple(FOLLOWED_BYTES)
+
+# The feed reads its stream at most once per this many seconds while writes
+# come faster (etcd_watch.chunked_lines `pace`): each read then takes every
+# event that came meanwhile, and the process is woken once for all of them
+# (the feed's thread, then the event loop for the watches), not once per
+# event. A write after a quiet spell is followed at once, and a reader that
+# waits for a revision cuts the pause short (`follow_now`). `hvfleet serve
+# --follow-pace` sets it (docs/scaling.md).
+FEED_PACE_S = 0.01
 # How long a claim keeps retrying while its host or the host's reservations
 # change under it before giving up with a Conflict.
 CLAIM_DEADLINE_S = 30.0
@@ -206,6 +215,9 @@ class EtcdStore(Store):
         # The one etcd stream of every object that this store's long-lived watches share.
         self._feed = EtcdFeed(self._feed_stream)
         self._shared = False  # share_watches()
+        self._pace = FEED_PACE_S
+        # Set by a reader waiting for a revision: the feed's pause ends at once.
+        self._hurry = threading.Event()
 
     @property
     def endpoints(self) -> builtins.list[str]:
@@ -826,8 +838,13 @@ class EtcdStore(Store):
                                     on_progress)
         return self._own_watch(kind, since, name, stop, timeout, on_undecodable, on_progress)
 
-    def share_watches(self) -> None:
+    def share_watches(self, pace: float | None = None) -> None:
         self._shared = True
+        if pace is not None:
+            self._pace = pace
+
+    def follow_now(self) -> None:
+        self._hurry.set()
 
     def _own_watch(self, kind: str | None, since: int, name: str | None, stop: threading.Event | None,
                    timeout: float | None,
@@ -873,7 +890,8 @@ class EtcdStore(Store):
         start = self.prefix + "/"
         return watch_range(self.transport, start, prefix_end(start), since, self._followed_value,
                            stop=stop, on_undecodable=on_undecodable, log_skipped=False, inline=inline,
-                           within=self._kind_prefix(None), on_progress=on_progress)
+                           within=self._kind_prefix(None), on_progress=on_progress,
+                           pace=self._pace, hurry=self._hurry)
 
     def _followed_value(self, kv: KeyValue) -> Resource | Stored:
         """The feed's event object (`_watched_value`), the stored bytes of the

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import io
 import json
 import queue
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from typing import Any
 
 from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import Resource
@@ -54,6 +55,8 @@ def watch_range(
     inline: Callable[[Callable[[], None]], None] | None = None,
     within: str | None = None,
     on_progress: Callable[[int], None] | None = None,
+    pace: float = 0.0,
+    hurry: threading.Event | None = None,
 ) -> Iterator[WatchEvent]:
     """Events on keys in [start, end) with revision > since. With a `timeout`,
     history up to the revision the watch was created at is delivered first:
@@ -67,7 +70,8 @@ def watch_range(
     yielded, the others dropped by their key (the range is wider: the writes
     beside the objects move the store's revision too); a revision with none
     of them is handed to `on_progress` once every event before it has been
-    yielded, so a reader waiting for a revision knows it has it."""
+    yielded, so a reader waiting for a revision knows it has it. `pace` and
+    `hurry`: see `chunked_lines`."""
     assert inline is None or timeout is None
     keep = None if within is None else within.encode()
     last = since
@@ -96,7 +100,7 @@ def watch_range(
         endpoint = endpoints[index]
         try:
             stream = _WatchStream(endpoint, start, end, last + 1, transport.request_timeout,
-                                  threaded=inline is None)
+                                  threaded=inline is None, pace=pace, hurry=hurry)
             if inline is not None:
                 inline(stream.abort)
         except OSError as exc:
@@ -246,32 +250,71 @@ class _Previous:
         return self._obj
 
 
-def chunked_lines(fp: BinaryIO) -> Iterator[bytes]:
+def chunked_lines(fp: io.BufferedIOBase, pace: float = 0.0,
+                  hurry: threading.Event | None = None) -> Iterator[bytes]:
     """The lines of a chunked HTTP body read from `fp` (each with its newline;
     the last one maybe without), until the last chunk or the end of `fp`.
-    The gateway sends a watch as a chunked body of one JSON message per line:
-    reading its chunks with the buffered reader's C `readline`/`read` rather
-    than `HTTPResponse.readline`, whose chunked path (peek, chunk bookkeeping)
-    is all Python, took a quarter of the feed thread's CPU per followed event.
+    The gateway sends a watch as a chunked body of one JSON message per line.
+    The body is read in the largest pieces at hand (`read1`: what is buffered,
+    else one `recv`) and its chunks are cut out of them with bytes methods:
+    `HTTPResponse.readline`'s chunked path (peek, chunk bookkeeping) is all
+    Python and took a quarter of the feed thread's CPU per followed event.
+
+    With `pace` (seconds), a read that would wait for the socket is made at
+    most once per `pace` after the last read that emptied it: while messages
+    come faster than that, each read takes all that came meanwhile, so the
+    reader (and whoever it wakes) is woken once per several messages instead
+    of once per message; a message after a quiet spell is read at once, one
+    during a busy spell up to `pace` late. Setting `hurry` ends the pause at
+    once (a reader waits for a revision: see `EtcdStore.follow_now`).
     ValueError when a chunk header is not one."""
-    pending = b""
+    buf = b""  # read, not yet cut into chunks
+    at = 0  # where the next chunk header starts in buf
+    pending = b""  # the start of a line whose end is in a later chunk
+    drained_at = float("-inf")  # when a read last emptied the socket
+    want = 1 << 18
     while True:
-        head = fp.readline(_CHUNK_HEAD_MAX)
-        size = int(head.split(b";", 1)[0], 16) if head else 0
-        data = fp.read(size + 2) if size else b""  # the chunk and its CRLF
-        if len(data) < size + 2 or not size:  # the end of `fp`, or the last chunk
+        # Every complete chunk in buf.
+        while True:
+            eol = buf.find(b"\r\n", at)
+            if eol < 0:
+                if len(buf) - at > _CHUNK_HEAD_MAX:
+                    raise ValueError(f"a chunk header longer than {_CHUNK_HEAD_MAX} bytes")
+                break
+            size = int(buf[at:eol].split(b";", 1)[0], 16)
+            if not size:  # the last chunk
+                if pending:
+                    yield pending
+                return
+            if len(buf) < eol + 2 + size + 2:
+                break  # the chunk is not all here yet
+            data = buf[eol + 2:eol + 2 + size]
+            at = eol + 2 + size + 2
+            if pending:
+                data, pending = pending + data, b""
+            first = 0
+            while (nl := data.find(b"\n", first)) >= 0:
+                yield data[first:nl + 1]
+                first = nl + 1
+            pending = data[first:]
+        if pace:
+            wait = drained_at + pace - time.monotonic()
+            if wait > 0:
+                if hurry is None:
+                    time.sleep(wait)
+                else:
+                    hurry.wait(wait)
+            if hurry is not None:
+                hurry.clear()  # set again during the read: the next pause is skipped
+        got = fp.read1(want)
+        if not got:  # the end of fp
             if pending:
                 yield pending
             return
-        if pending:
-            data, pending = pending + data[:size], b""
-        else:
-            data = data[:size]
-        start = 0
-        while (end := data.find(b"\n", start)) >= 0:
-            yield data[start:end + 1]
-            start = end + 1
-        pending = data[start:]
+        if len(got) < want:
+            drained_at = time.monotonic()
+        buf = buf[at:] + got
+        at = 0
 
 
 class _WatchStream:
@@ -285,8 +328,10 @@ class _WatchStream:
 
     def __init__(
         self, endpoint: str, key: str, range_end: str, start_revision: int, timeout: float,
-        threaded: bool = True,
+        threaded: bool = True, pace: float = 0.0, hurry: threading.Event | None = None,
     ) -> None:
+        self._pace = pace
+        self._hurry = hurry
         host, _, port = endpoint.rpartition(":")
         self.error: str | None = None
         self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
@@ -340,7 +385,7 @@ class _WatchStream:
         if not self._response.chunked:
             yield from iter(self._response.readline, b"")
             return
-        yield from chunked_lines(self._response.fp)
+        yield from chunked_lines(self._response.fp, self._pace, self._hurry)
 
     def _results(self) -> Iterator[dict[str, Any]]:
         """The stream's messages as they are read; at its end `error` says why."""
