@@ -243,6 +243,10 @@ def parse_replicas(out: str) -> Figures:
             figs[f"{where}: {n} replicas, CPU per followed event"] = Figure(num(m.group(4)), "ms")
         figs[f"{where}: {n} replica(s), status writes/s"] = Figure(num(m.group(5)), "/s",
                                                                   lower_is_better=False)
+    for m in re.finditer(rf"^(\d+) replicas, followed event, writes made in the store at (\d+)/s "
+                         rf"\(reached \d+/s\), each replica \(median\): {NUM} ms$", out, re.M):
+        figs[f"{where}: {m.group(1)} replicas, CPU per followed event at {m.group(2)} writes/s"] = Figure(
+            num(m.group(3)), "ms")
     for m in re.finditer(rf"^(\d+) replicas, lease renewal alternating replicas, sum of all: {NUM} ms$",
                          out, re.M):
         figs[f"{where}: {m.group(1)} replicas, server CPU per lease renewal, alternating replicas"] = Figure(

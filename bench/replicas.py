@@ -312,6 +312,44 @@ def far_phase(replicas: Replicas, store_url: str, hosts: int, clients: int) -> f
 FAR_BLOCK = 500
 
 
+def paced_follow_phase(replicas: Replicas, store_url: str, n: int, writes: int, clients: int,
+                       rate: float) -> tuple[float, float]:
+    """Each replica's CPU per followed event (the median over the replicas)
+    while this process writes `writes` statuses of `n` hosts directly in the
+    store at `rate` per second: every replica only follows them (its watcher,
+    dashboard, collector and index), as a replica follows the writes that went
+    through the others. Returns that and the rate reached."""
+    last: dict[int, Any] = {}
+
+    def prepare(a: int, store: Store) -> None:
+        last[a] = store.get_hypervisor(host(a))
+
+    run_clients(clients, n, prepare, lambda: open_store(store_url))
+    began: list[float] = []
+
+    def one(i: int, store: Store) -> None:
+        if not began:
+            began.append(time.perf_counter())
+        due = began[0] + i / rate
+        if (wait := due - time.perf_counter()) > 0:
+            time.sleep(wait)
+        a = agent_of(i, n, clients)
+        current = last[a]
+        new = current.model_copy(update={"status": current.status.model_validate(status_of(i))})
+        last[a] = store.update(new, agent_manager(host(a)))
+
+    PROFILE["label"] = f"paced-{len(replicas.servers)}"
+    walls: list[float] = []
+
+    def work() -> None:
+        run_clients(clients, writes, one, lambda: open_store(store_url))
+        walls.append(time.perf_counter() - began[0])
+        time.sleep(0.5)  # the last writes followed (the pace is 10 ms)
+
+    cpu, _ = measured(replicas, work)
+    return sorted(cpu)[len(cpu) // 2] / writes, writes / walls[0]
+
+
 def direct_phase(store_url: str, n: int, writes: int, clients: int, kind: str) -> float:
     """CPU of this process per write, the same writes on the store itself."""
     last: dict[int, Any] = {}
@@ -425,6 +463,10 @@ def main() -> None:
     parser.add_argument("--far-hosts", type=int, default=0,
                         help="with 2 or more replicas, also renew the Leases of this many agents once "
                              "each, every renewal naming a version that many writes back (0: not run)")
+    parser.add_argument("--follow-rate", type=float, default=1000.0,
+                        help="with 2 or more replicas, also write statuses directly in the store at "
+                             "this rate and measure each replica following them (0: not run; 1,000/s "
+                             "is a 10,000-host fleet's lease renewals)")
     parser.add_argument("--store", choices=["etcd", "sqlite"], default="etcd",
                         help="the store the replicas share: the 3-member etcd, or one SQLite file")
     parser.add_argument("--profile", metavar="DIR", default=None,
@@ -435,10 +477,14 @@ def main() -> None:
                              "no waits, no C work done without the GIL such as TLS and syscalls)")
     parser.add_argument("--http", choices=["auto", "h11", "httptools"], default=None,
                         help="the replicas' HTTP implementation (default: the server's, auto)")
+    parser.add_argument("--follow-pace", type=float, default=None, metavar="SECONDS",
+                        help="the replicas' --follow-pace (default: the server's, 0.01)")
     parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default=None,
                         help="the replicas' event loop (default: the server's, auto)")
     args = parser.parse_args()
     SERVE_OPTIONS.update({k: v for k, v in (("http", args.http), ("loop", args.loop)) if v})
+    if args.follow_pace is not None:
+        SERVE_OPTIONS["follow_pace"] = args.follow_pace
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
         PROFILE["dir"] = args.profile
@@ -481,6 +527,12 @@ def main() -> None:
                         row["follow"] = cpu[1] / args.writes
                         row["follow_kernel"] = (kernel_cpu_of(follower) - kernel) / args.writes
                         row["write_only"] = cpu[0] / args.writes - row["follow"]
+                        if args.follow_rate:
+                            # Each direct write waits for the 3 members' round trip: more
+                            # writers than --clients, to reach the rate.
+                            row["paced_follow"], row["paced_rate"] = paced_follow_phase(
+                                replicas, url, args.hosts, args.writes, max(args.clients, 16),
+                                args.follow_rate)
                     if n == max(counts) and args.fleet_hosts:
                         fleet = fleet_phase(replicas, etcd, args.fleet_hosts, args.fleet_seconds,
                                             args.status_every, max(args.clients, 8),
@@ -519,6 +571,10 @@ def report(results: dict[int, dict[str, float]], direct: dict[str, float], args:
             print(f"{n} replicas, status write to one replica, its CPU less following: "
                   f"{ms(row['write_only'])}; replica 1 following only: {ms(row['follow'])} "
                   f"(in the kernel: {ms(row['follow_kernel'])})")
+        if "paced_follow" in row:
+            print(f"{n} replicas, followed event, writes made in the store at {args.follow_rate:.0f}/s "
+                  f"(reached {row['paced_rate']:.0f}/s), each replica (median): "
+                  f"{ms(row['paced_follow'])}")
     for n, row in results.items():
         if "fleet_wall" not in row:
             continue
