@@ -71,8 +71,9 @@ class Subscription:
         self.expired = False  # the fan-out itself lost history (store compacted past it)
         self._direct = direct
         # Set (on the loop) before a batch is taken off the queue, cleared by
-        # `done` once it is consumed: while set, `direct` is not called.
-        self._held = False
+        # `done` once it is consumed: while set, `direct` is not called. Set
+        # from the start with `direct`: the replay is the consumer's first.
+        self._held = direct is not None
 
     def take(self, events: list[WatchEvent]) -> bool:
         """Queue this client's part of a revision's events (on the fan-out's
@@ -214,7 +215,6 @@ class KindFanout:
         `Subscription` (the replay and catch-up are the caller's to consume
         before it calls `done`)."""
         sub = Subscription(self, since, name, limit, loop, direct)
-        sub._held = direct is not None
         with self._lock:
             replay = [e for e in self._history if e.revision > since
                       and (name is None or e.name == name)]
