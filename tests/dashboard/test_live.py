@@ -399,3 +399,68 @@ def test_a_followed_write_is_applied_without_the_event_loop_until_a_page_follows
         assert seen == {"blocked loop, no page": True, "blocked loop, a page": False,
                         "loop running, a page": True}
         assert told == [{"hv0"}]
+
+
+def test_a_busy_dashboard_never_holds_up_the_watch_fan_out(tmp_path: Path) -> None:
+    """The fan-out's thread serves every watch of the kind: while something
+    holds the dashboard's lock (a page being drawn), a followed write still
+    reaches the other watchers at once; the dashboard takes it through its
+    loop once the lock is free."""
+    import asyncio
+
+    from hvfleet.server.dashboard.live import Follower
+    from hvfleet.server.watch import WatchHub, WatchLimits
+
+    with open_store(f"sqlite:///{tmp_path}/h.db") as store:
+        store.create(_host("hv0", 8, 1, "a"), agent_manager("hv0"))
+        state = FleetState(store)
+        hub = WatchHub(store, WatchLimits())
+        got: dict[str, float] = {}
+
+        async def follow() -> None:
+            loop = asyncio.get_running_loop()
+            follower = Follower(state, hub)
+            await follower.start()
+            try:
+                for _ in range(200):
+                    if state.loaded.is_set() and len(follower.tasks) > 1:
+                        break
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(0.3)
+                fanout = hub.fanout("Hypervisor")
+                sub, _, _ = fanout.subscribe(store.revision(), None, 100, loop)
+                held = threading.Event()
+
+                def hold() -> None:
+                    with state.lock:
+                        held.set()
+                        time.sleep(2.0)
+
+                holder = threading.Thread(target=hold)
+                holder.start()
+                held.wait(5)
+                began = time.monotonic()
+                current = store.get_hypervisor("hv0")
+                store.update(current.model_copy(update={"status": _host("hv0", 8, 7, "a").status}),
+                             agent_manager("hv0"))
+                events, _ = await sub.next_batch(5.0)
+                got["watcher"] = time.monotonic() - began
+                fanout.unsubscribe(sub)
+                await loop.run_in_executor(None, holder.join)
+                for _ in range(100):
+                    snapshot = state.hosts_snapshot()
+                    assert snapshot is not None
+                    if str(snapshot[0][0].status.allocation.get("cpu")) == "7":
+                        got["dashboard"] = time.monotonic() - began
+                        break
+                    await asyncio.sleep(0.05)
+                assert [e.name for e in events] == ["hv0"]
+            finally:
+                await follower.stop()
+
+        try:
+            run_on_own_thread(follow())
+        finally:
+            hub.close()
+        assert got["watcher"] < 1.0, got  # not after the 2 s the lock was held
+        assert got["dashboard"] >= 1.5, got  # applied after the lock was let go

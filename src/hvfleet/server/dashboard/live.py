@@ -417,9 +417,12 @@ class FleetState:
 
     def followed(self, kind: str, position: int) -> None:
         """Every event of `kind` up to `position` is applied."""
+        with self.lock:
+            self._followed(kind, position)
+
+    def _followed(self, kind: str, position: int) -> None:
         if kind == "Hypervisor":
-            with self.lock:
-                self.hosts_through = max(self.hosts_through, position)
+            self.hosts_through = max(self.hosts_through, position)
 
     def hosts_snapshot(self) -> tuple[list[Hypervisor], int] | None:
         """The hosts as followed, and a revision up to which every Hypervisor
@@ -517,8 +520,19 @@ class FleetState:
     def try_apply(self, events: list[WatchEvent]) -> set[str] | None:
         """`apply` if that is quick, i.e. leaves the rows pending (no page
         follows, no policy among the events) and the lock is free now; None
-        otherwise (then `apply` it on a worker thread). For the event loop,
-        and for the fan-out's thread (`apply_here`)."""
+        otherwise (then `apply` it on a worker thread). For the event loop."""
+        return self._quick(events, None)
+
+    def apply_here(self, kind: str, events: list[WatchEvent]) -> bool:
+        """`try_apply` one revision's events of `kind` on the fan-out's thread
+        as they arrive (`Subscription` `direct`): True when applied, then with
+        nobody to tell (no page follows) and the revision followed if it is
+        complete; False to have them queued for the loop as usual. A followed
+        host write then costs no wake-up of the event loop for the dashboard.
+        It never waits for the lock: the fan-out's thread serves every watch."""
+        return self._quick(events, kind) is not None
+
+    def _quick(self, events: list[WatchEvent], kind: str | None) -> set[str] | None:
         if any(e.kind == "OvercommitPolicy" for e in events):
             return None
         if not self.lock.acquire(blocking=False):
@@ -529,21 +543,12 @@ class FleetState:
             # or it reads after these events are in.
             if self._listeners:
                 return None
-            return self._apply(events)
+            touched = self._apply(events)
+            if kind is not None and events[-1].last_of_revision:
+                self._followed(kind, events[-1].revision)
+            return touched
         finally:
             self.lock.release()
-
-    def apply_here(self, kind: str, events: list[WatchEvent]) -> bool:
-        """`try_apply` one revision's events of `kind` on the fan-out's thread
-        as they arrive (`Subscription` `direct`): True when applied, then with
-        nobody to tell (no page follows) and the revision followed if it is
-        complete; False to have them queued for the loop as usual. A followed
-        host write then costs no wake-up of the event loop for the dashboard."""
-        if self.try_apply(events) is None:
-            return False
-        if events[-1].last_of_revision:
-            self.followed(kind, events[-1].revision)
-        return True
 
     def _apply(self, events: list[WatchEvent]) -> set[str]:
         touched: set[str] = set()
