@@ -125,3 +125,40 @@ def test_hvfleet_serve_refuses_a_bad_follow_pace_with_exit_2(tmp_path: Path) -> 
         assert done.returncode == 2, (bad, done.stderr)
         assert "follow-pace" in done.stderr, done.stderr
         assert not (tmp_path / "h.db").exists()  # refused before the store was opened
+
+
+def test_a_fit_right_after_a_write_does_not_wait_for_the_pace(request: pytest.FixtureRequest) -> None:
+    """The fleet index (what `fit` and Placement read) waits for the store's
+    revision before it answers; over a feed paused by its pace, it cuts the
+    pause short (`Store.follow_now`), so it answers at once and with the write,
+    not at its 0.5 s bound without it."""
+    import uuid
+
+    from hvfleet.model import Hypervisor
+    from hvfleet.scheduling.index import FleetIndex
+    from hvfleet.store import open_store
+    from hvfleet.store.ownership import agent_manager
+
+    cluster = request.getfixturevalue("etcd_session")
+    with open_store(cluster.url(prefix=f"/test-{uuid.uuid4().hex[:12]}")) as store:
+        store.share_watches(pace=1.0)
+        store.create(Hypervisor.model_validate({"metadata": {"name": "hv0"}}), agent_manager("hv0"))
+        index = FleetIndex.from_store(store)
+        stop = threading.Event()
+        follower = index.follow_stream(store, stop)
+        try:
+            time.sleep(1.5)  # following, the pace long over
+            host = store.get_hypervisor("hv0")
+            first = store.update(host.model_copy(update={"status": host.status.model_validate(
+                {"allocation": {"cpu": "1"}})}), agent_manager("hv0"))
+            time.sleep(0.1)  # read at once (a quiet spell before): the feed now paces
+            second = store.update(first.model_copy(update={"status": first.status.model_validate(
+                {"allocation": {"cpu": "2"}})}), agent_manager("hv0"))
+            began = time.monotonic()
+            index.refresh(store)
+            took = time.monotonic() - began
+            assert index.revision >= int(second.metadata.resource_version or 0)
+            assert took < 0.4, took
+        finally:
+            stop.set()
+            follower.join(timeout=5)
