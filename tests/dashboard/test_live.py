@@ -4,8 +4,11 @@ running totals equal adding every host up again after any sequence of changes
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,9 +19,10 @@ from hvfleet.model import Hypervisor
 from hvfleet.model.errors import NotFound
 from hvfleet.model.selectors import parse_selector
 from hvfleet.server.dashboard.feed import same_figures, shown_alike, totals_document, totals_of
-from hvfleet.server.dashboard.live import FleetState
+from hvfleet.server.dashboard.live import FleetState, Follower
 from hvfleet.server.dashboard.pages.overview import overview_document
 from hvfleet.server.dashboard.view import View
+from hvfleet.server.watch import WatchHub, WatchLimits
 from hvfleet.store import open_store
 from hvfleet.store.base import Store
 from hvfleet.store.ownership import agent_manager
@@ -241,11 +245,6 @@ def test_the_follower_loads_the_fleet_once_when_the_store_moves_during_the_first
     issued, a history point) are replayed from the watch fan-out, not answered
     by loading the fleet again (at 10k hosts, one reload per kind held the CPU
     for tens of seconds after start-up)."""
-    import asyncio
-
-    from hvfleet.server.dashboard.live import Follower
-    from hvfleet.server.watch import WatchHub, WatchLimits
-
     with open_store(f"sqlite:///{tmp_path}/h.db") as store:
         store.create(_host("hv0", 8, 1, "a"), agent_manager("hv0"))
         loads: list[int] = []
@@ -332,31 +331,47 @@ def test_the_fleet_index_built_from_the_dashboards_hosts_answers_as_from_the_sto
         assert from_state.free("hv3") == from_store.free("hv3")
 
 
+def _allocated(state: FleetState, name: str) -> int | None:
+    """Host `name`'s allocated CPUs as the dashboard's state has it."""
+    got = state.hosts_snapshot()
+    assert got is not None
+    cpu = {h.metadata.name: h.status.allocation.get("cpu") for h in got[0]}.get(name)
+    return None if cpu is None else int(str(cpu))
+
+
+def _write_used(store: Store, used: int) -> None:
+    """hv0's status written as its agent would, `used` CPUs allocated."""
+    current = store.get_hypervisor("hv0")
+    store.update(current.model_copy(update={"status": _host("hv0", 8, used, "a").status}),
+                 agent_manager("hv0"))
+
+
+@contextlib.asynccontextmanager
+async def _following(state: FleetState, hub: WatchHub) -> AsyncIterator[None]:
+    """The dashboard's follower running (loaded and subscribed) in the body."""
+    follower = Follower(state, hub)
+    await follower.start()
+    try:
+        for _ in range(200):
+            if state.loaded.is_set() and len(follower.tasks) > 1:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # subscribed
+        yield
+    finally:
+        await follower.stop()
+
+
 def test_a_followed_write_is_applied_without_the_event_loop_until_a_page_follows(tmp_path: Path) -> None:
     """While no page follows, the follower's events are applied on the watch
     fan-out's thread (no wake-up of the event loop per followed write): a
     write is in the state while the loop is blocked. Once a page listens, its
     events go through the loop again, which tells the page."""
-    import asyncio
-
-    from hvfleet.server.dashboard.live import Follower
-    from hvfleet.server.watch import WatchHub, WatchLimits
-
-    def allocated(state: FleetState, name: str) -> int | None:
-        got = state.hosts_snapshot()
-        assert got is not None
-        cpu = {h.metadata.name: h.status.allocation.get("cpu") for h in got[0]}.get(name)
-        return None if cpu is None else int(str(cpu))
-
-    def write(store: Store, used: int) -> None:
-        current = store.get_hypervisor("hv0")
-        store.update(current.model_copy(update={"status": _host("hv0", 8, used, "a").status}),
-                     agent_manager("hv0"))
 
     def seen_within(state: FleetState, used: int, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if allocated(state, "hv0") == used:
+            if _allocated(state, "hv0") == used:
                 return True
             time.sleep(0.02)
         return False
@@ -369,28 +384,19 @@ def test_a_followed_write_is_applied_without_the_event_loop_until_a_page_follows
         told: list[set[str]] = []
 
         async def follow() -> None:
-            follower = Follower(state, hub)
-            await follower.start()
-            try:
-                for _ in range(200):
-                    if state.loaded.is_set() and len(follower.tasks) > 1:
-                        break
-                    await asyncio.sleep(0.05)
-                await asyncio.sleep(0.3)  # subscribed
+            async with _following(state, hub):
                 # The loop blocked (this thread waits): the write still comes in.
-                write(store, 5)
+                _write_used(store, 5)
                 seen["blocked loop, no page"] = seen_within(state, 5, 5.0)
                 queue = state.listen()
-                write(store, 6)
+                _write_used(store, 6)
                 # A page follows: not applied while the loop is blocked ...
                 seen["blocked loop, a page"] = seen_within(state, 6, 1.0)
                 # ... but once the loop runs, and the page is told.
                 names = await asyncio.wait_for(queue.get(), 5.0)
                 told.append(names)
-                seen["loop running, a page"] = allocated(state, "hv0") == 6
+                seen["loop running, a page"] = _allocated(state, "hv0") == 6
                 state.unlisten(queue)
-            finally:
-                await follower.stop()
 
         try:
             run_on_own_thread(follow())
@@ -406,11 +412,6 @@ def test_a_busy_dashboard_never_holds_up_the_watch_fan_out(tmp_path: Path) -> No
     holds the dashboard's lock (a page being drawn), a followed write still
     reaches the other watchers at once; the dashboard takes it through its
     loop once the lock is free."""
-    import asyncio
-
-    from hvfleet.server.dashboard.live import Follower
-    from hvfleet.server.watch import WatchHub, WatchLimits
-
     with open_store(f"sqlite:///{tmp_path}/h.db") as store:
         store.create(_host("hv0", 8, 1, "a"), agent_manager("hv0"))
         state = FleetState(store)
@@ -419,14 +420,7 @@ def test_a_busy_dashboard_never_holds_up_the_watch_fan_out(tmp_path: Path) -> No
 
         async def follow() -> None:
             loop = asyncio.get_running_loop()
-            follower = Follower(state, hub)
-            await follower.start()
-            try:
-                for _ in range(200):
-                    if state.loaded.is_set() and len(follower.tasks) > 1:
-                        break
-                    await asyncio.sleep(0.05)
-                await asyncio.sleep(0.3)
+            async with _following(state, hub):
                 fanout = hub.fanout("Hypervisor")
                 sub, _, _ = fanout.subscribe(store.revision(), None, 100, loop)
                 held = threading.Event()
@@ -440,23 +434,17 @@ def test_a_busy_dashboard_never_holds_up_the_watch_fan_out(tmp_path: Path) -> No
                 holder.start()
                 held.wait(5)
                 began = time.monotonic()
-                current = store.get_hypervisor("hv0")
-                store.update(current.model_copy(update={"status": _host("hv0", 8, 7, "a").status}),
-                             agent_manager("hv0"))
+                _write_used(store, 7)
                 events, _ = await sub.next_batch(5.0)
                 got["watcher"] = time.monotonic() - began
                 fanout.unsubscribe(sub)
                 await loop.run_in_executor(None, holder.join)
                 for _ in range(100):
-                    snapshot = state.hosts_snapshot()
-                    assert snapshot is not None
-                    if str(snapshot[0][0].status.allocation.get("cpu")) == "7":
+                    if _allocated(state, "hv0") == 7:
                         got["dashboard"] = time.monotonic() - began
                         break
                     await asyncio.sleep(0.05)
                 assert [e.name for e in events] == ["hv0"]
-            finally:
-                await follower.stop()
 
         try:
             run_on_own_thread(follow())
