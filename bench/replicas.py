@@ -344,7 +344,8 @@ def paced_follow_phase(replicas: Replicas, store_url: str, n: int, writes: int, 
     def work() -> None:
         run_clients(clients, writes, one, lambda: open_store(store_url))
         walls.append(time.perf_counter() - began[0])
-        time.sleep(0.5)  # the last writes followed (the pace is 10 ms)
+        # The last writes followed: half a second more than the replicas' pace.
+        time.sleep(0.5 + float(SERVE_OPTIONS.get("follow_pace") or 0.01))
 
     cpu, _ = measured(replicas, work)
     return sorted(cpu)[len(cpu) // 2] / writes, writes / walls[0]
