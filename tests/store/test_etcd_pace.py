@@ -162,3 +162,23 @@ def test_a_fit_right_after_a_write_does_not_wait_for_the_pace(request: pytest.Fi
         finally:
             stop.set()
             follower.join(timeout=5)
+
+
+@pytest.mark.parametrize("cut", [None, 300_000])
+def test_a_message_larger_than_a_read_comes_out_whole(cut: int | None) -> None:
+    """A line of several reads' worth (a long catch-up message), in one chunk
+    or several, is read back as sent; a body cut off inside a chunk ends the
+    reading (no wait for more) with the lines of the whole chunks before it,
+    the last one maybe cut short (as any body cut off: its reader then fails
+    to parse it and watches again)."""
+    big = b'{"events":"' + b"x" * 1_500_000 + b'"}\n'
+    lines = [b'{"n":1}\n', big, b'{"n":2}\n']
+    body = b"".join(lines)
+    size = cut or len(body)
+    wire = b"".join(_chunk(body[i:i + size]) for i in range(0, len(body), size)) + b"0\r\n\r\n"
+    assert list(chunked_lines(io.BufferedReader(io.BytesIO(wire)))) == lines
+    got = list(chunked_lines(io.BufferedReader(io.BytesIO(wire[:len(wire) // 2]))))
+    if cut is None:
+        assert got == []  # the one chunk never came whole
+    else:
+        assert got[0] == lines[0] and big.startswith(got[1]) and len(got[1]) < len(big) and len(got) == 2

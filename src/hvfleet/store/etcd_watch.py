@@ -286,7 +286,18 @@ def chunked_lines(fp: io.BufferedIOBase, pace: float = 0.0,
                 if pending:
                     yield pending
                 return
-            if len(buf) < eol + 2 + size + 2:
+            missing = eol + 2 + size + 2 - len(buf)
+            if missing > want:
+                # A large chunk (a long catch-up message): the rest of it in
+                # one read, not in pieces each joined to all read before.
+                rest = fp.read(missing)
+                buf, at = buf[at:] + rest, 0
+                if len(rest) < missing:  # the end of fp within the chunk
+                    if pending:
+                        yield pending
+                    return
+                continue
+            if missing > 0:
                 break  # the chunk is not all here yet
             data = buf[eol + 2:eol + 2 + size]
             at = eol + 2 + size + 2
