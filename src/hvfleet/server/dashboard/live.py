@@ -417,12 +417,12 @@ class FleetState:
 
     def followed(self, kind: str, position: int) -> None:
         """Every event of `kind` up to `position` is applied."""
-        with self.lock:
-            self._followed(kind, position)
+        if kind == "Hypervisor":  # the only kind whose position is kept: no lock for the others
+            with self.lock:
+                self._hosts_followed(position)
 
-    def _followed(self, kind: str, position: int) -> None:
-        if kind == "Hypervisor":
-            self.hosts_through = max(self.hosts_through, position)
+    def _hosts_followed(self, position: int) -> None:
+        self.hosts_through = max(self.hosts_through, position)
 
     def hosts_snapshot(self) -> tuple[list[Hypervisor], int] | None:
         """The hosts as followed, and a revision up to which every Hypervisor
@@ -544,8 +544,8 @@ class FleetState:
             if self._listeners:
                 return None
             touched = self._apply(events)
-            if kind is not None and events[-1].last_of_revision:
-                self._followed(kind, events[-1].revision)
+            if kind == "Hypervisor" and events[-1].last_of_revision:
+                self._hosts_followed(events[-1].revision)
             return touched
         finally:
             self.lock.release()
