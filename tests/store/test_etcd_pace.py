@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import socket
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from hvfleet.model.errors import InvalidInput
 from hvfleet.server.serve import MAX_FOLLOW_PACE_S, follow_pace
-from hvfleet.store.etcd_watch import chunked_lines
+from hvfleet.store.etcd_watch import Hurry, chunked_lines
 
 
 class _CountingReader(io.RawIOBase):
@@ -82,9 +83,11 @@ def test_messages_faster_than_the_pace_are_read_together_and_come_out_as_sent(pa
         assert raw.reads >= 20, raw.reads  # each message read as it came (a few together at most)
 
 
-def test_a_message_after_a_quiet_spell_is_read_at_once_and_a_hurry_cuts_the_pause_short() -> None:
+@pytest.mark.parametrize("make_hurry", [Hurry, threading.Event])
+def test_a_message_after_a_quiet_spell_is_read_at_once_and_a_hurry_cuts_the_pause_short(
+        make_hurry: type[Hurry] | type[threading.Event]) -> None:
     a, b = socket.socketpair()
-    hurry = threading.Event()
+    hurry = make_hurry()
     with a, b:
         reader = _timed(chunked_lines(io.BufferedReader(_CountingReader(b)), 2.0, hurry))
         a.sendall(_chunk(b"first\n"))
@@ -105,6 +108,37 @@ def test_a_message_after_a_quiet_spell_is_read_at_once_and_a_hurry_cuts_the_paus
         assert line == b"third\n" and at - sent > 1.0, at - sent
         a.sendall(b"0\r\n\r\n")
         assert list(reader) == []
+
+
+def test_a_hurry_ends_a_wait_when_set_from_another_thread_or_before_it_and_closes_its_pipe() -> None:
+    hurry = Hurry()
+    started = time.monotonic()
+    assert hurry.wait(0.2) is False  # nobody hurried: the whole timeout
+    assert time.monotonic() - started >= 0.19
+    threading.Timer(0.1, hurry.set).start()
+    started = time.monotonic()
+    assert hurry.wait(5.0) is True  # set from another thread: at once, not after 5 s
+    assert time.monotonic() - started < 2.0
+    assert hurry.is_set() and hurry.wait(5.0) is True  # still set: no wait at all
+    hurry.clear()
+    assert not hurry.is_set() and hurry.wait(0.05) is False  # the drained pipe does not wake it
+    hurry.set()
+    hurry.set()  # twice before a clear: one byte, drained by one clear
+    hurry.clear()
+    started = time.monotonic()
+    assert hurry.wait(0.1) is False and time.monotonic() - started >= 0.09
+    pipe = hurry._pipe
+    assert pipe is not None
+    hurry.close()
+    for fd in pipe:
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    # Set before its first wait (no pipe yet): the wait does not wait.
+    early = Hurry()
+    early.set()
+    started = time.monotonic()
+    assert early.wait(5.0) is True and time.monotonic() - started < 1.0
+    early.close()
 
 
 @given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5)))

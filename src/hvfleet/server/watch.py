@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from hvfleet.model.errors import Gone, HvfleetError, TooManyRequests
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.selectors import Selector
+from hvfleet.store import handoff
 from hvfleet.store.base import EventType, Store, WatchEvent
 from hvfleet.store.encoding import with_version
 from hvfleet.store.undecodable import Undecodable
@@ -198,7 +199,8 @@ class KindFanout:
                 woken.setdefault(sub.loop, []).append(sub)
         for loop, them in woken.items():
             with contextlib.suppress(RuntimeError):  # the loop closed: its clients are gone
-                loop.call_soon_threadsafe(_wake_all, them)
+                # On the etcd feed's thread, sent once its burst is handled (`handoff`).
+                handoff.call_soon_threadsafe(loop, _wake_all, them)
         # Moved only after every queue has the events (see next_batch), and only
         # at the end of a revision: a bookmark at a revision must not leave part
         # of that revision's batch behind.

@@ -63,7 +63,7 @@ from hvfleet.store.etcd_transport import (
     parse_etcd_url,
     prefix_end,
 )
-from hvfleet.store.etcd_watch import watch_range
+from hvfleet.store.etcd_watch import Hurry, watch_range
 from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
 from hvfleet.store.undecodable import Undecodable, skipped
 
@@ -217,7 +217,7 @@ class EtcdStore(Store):
         self._shared = False  # share_watches()
         self._pace = FEED_PACE_S
         # Set by a reader waiting for a revision: the feed's pause ends at once.
-        self._hurry = threading.Event()
+        self._hurry = Hurry()
 
     @property
     def endpoints(self) -> builtins.list[str]:
@@ -927,4 +927,5 @@ class EtcdStore(Store):
 
     def close(self) -> None:
         self._feed.close()
+        self._hurry.close()
         self.transport.close()

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from hvfleet.model.errors import HvfleetError
 from hvfleet.model.hypervisor import KINDS
+from hvfleet.store import handoff
 from hvfleet.store.base import WatchEvent
 from hvfleet.store.undecodable import Undecodable, skipped
 
@@ -151,7 +152,7 @@ class _Joined:
         if self.sink is not None:
             self.sink(mine)
         else:
-            self.inbox.put(mine)
+            handoff.defer(self.inbox.put, mine)  # once the feed's burst is handled
 
 
 class _StopWakers:
@@ -247,13 +248,16 @@ class EtcdFeed:
             if self._closed.is_set():  # closed while this stream opened
                 abort()
 
+        error: HvfleetError | None = None
         try:
-            for event in self._stream(since, self._closed, undecodable, reading, progress):
-                group.append(event)
-                if event.last_of_revision:
-                    self._publish(event.revision, group)
-                    group = []
-            error: HvfleetError | None = None
+            # The hand-offs to the joined watches go out once per burst read
+            # (`handoff`: the stream flushes them before it waits for more).
+            with handoff.batch():
+                for event in self._stream(since, self._closed, undecodable, reading, progress):
+                    group.append(event)
+                    if event.last_of_revision:
+                        self._publish(event.revision, group)
+                        group = []
         except HvfleetError as exc:
             error = exc
         with self._lock:

@@ -17,7 +17,10 @@ import contextlib
 import http.client
 import io
 import json
+import math
+import os
 import queue
+import select
 import socket
 import threading
 import time
@@ -26,6 +29,7 @@ from typing import Any
 
 from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import Resource
+from hvfleet.store import handoff
 from hvfleet.store.base import EventType, Stored, WatchEvent
 from hvfleet.store.etcd_transport import EtcdTransport, KeyValue, b64, unb64
 from hvfleet.store.undecodable import Undecodable, skipped
@@ -56,7 +60,7 @@ def watch_range(
     within: str | None = None,
     on_progress: Callable[[int], None] | None = None,
     pace: float = 0.0,
-    hurry: threading.Event | None = None,
+    hurry: Hurry | threading.Event | None = None,
 ) -> Iterator[WatchEvent]:
     """Events on keys in [start, end) with revision > since. With a `timeout`,
     history up to the revision the watch was created at is delivered first:
@@ -250,8 +254,68 @@ class _Previous:
         return self._obj
 
 
+class Hurry:
+    """The flag that ends a paced reader's pause (`chunked_lines`) when set: a
+    reader waiting for a revision sets it (`EtcdStore.follow_now`). A
+    `threading.Event` says the same, but its timed wait (a lock acquired with a
+    timeout, under a Condition) cost the feed's thread 135-145 µs of CPU per
+    pause on this project's 2-core machine, and this wait, a pipe polled with
+    the pause as timeout, 87-97 µs (a bare `time.sleep` 80): one pause per
+    burst read (docs/scaling.md, item 21). The pipe is made at the first wait
+    (only a paced feed waits) and closed by `close`."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._pipe: tuple[int, int] | None = None
+        self._poll: select.poll | None = None
+        self._lock = threading.Lock()  # the pipe's making and closing
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        pipe = self._pipe
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # full (it cannot be: one byte per set) or closed
+                os.write(pipe[1], b"!")
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def clear(self) -> None:
+        self._set = False  # before the drain: a set() after it leaves its byte
+        pipe = self._pipe
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # BlockingIOError: nothing to drain
+                os.read(pipe[0], 64)
+
+    def wait(self, timeout: float) -> bool:
+        """Until set or `timeout` seconds passed; whether it is set."""
+        if self._set:
+            return True
+        with self._lock:
+            if self._poll is None:
+                r, w = os.pipe()
+                os.set_blocking(r, False)
+                os.set_blocking(w, False)
+                self._poll = select.poll()
+                self._poll.register(r, select.POLLIN)
+                self._pipe = (r, w)
+            waiter = self._poll
+        if not self._set:  # again: a set() before the pipe was made wrote nothing
+            waiter.poll(max(0, math.ceil(timeout * 1000)))
+        return self._set
+
+    def close(self) -> None:
+        with self._lock:
+            pipe, self._pipe, self._poll = self._pipe, None, None
+        if pipe is not None:
+            for fd in pipe:
+                os.close(fd)
+
+
 def chunked_lines(fp: io.BufferedIOBase, pace: float = 0.0,
-                  hurry: threading.Event | None = None) -> Iterator[bytes]:
+                  hurry: Hurry | threading.Event | None = None) -> Iterator[bytes]:
     """The lines of a chunked HTTP body read from `fp` (each with its newline;
     the last one maybe without), until the last chunk or the end of `fp`.
     The gateway sends a watch as a chunked body of one JSON message per line.
@@ -308,6 +372,9 @@ def chunked_lines(fp: io.BufferedIOBase, pace: float = 0.0,
                 yield data[first:nl + 1]
                 first = nl + 1
             pending = data[first:]
+        # All read so far is handled: what this thread handed over meanwhile
+        # goes out now, before it waits (`handoff`).
+        handoff.flush()
         if pace:
             wait = drained_at + pace - time.monotonic()
             if wait > 0:
@@ -339,7 +406,7 @@ class _WatchStream:
 
     def __init__(
         self, endpoint: str, key: str, range_end: str, start_revision: int, timeout: float,
-        threaded: bool = True, pace: float = 0.0, hurry: threading.Event | None = None,
+        threaded: bool = True, pace: float = 0.0, hurry: Hurry | threading.Event | None = None,
     ) -> None:
         self._pace = pace
         self._hurry = hurry
@@ -394,8 +461,12 @@ class _WatchStream:
     def _lines(self) -> Iterator[bytes]:
         """The stream's lines (one message each), until it ends."""
         if not self._response.chunked:
-            yield from iter(self._response.readline, b"")
-            return
+            while True:
+                handoff.flush()
+                line = self._response.readline()
+                if not line:
+                    return
+                yield line
         yield from chunked_lines(self._response.fp, self._pace, self._hurry)
 
     def _results(self) -> Iterator[dict[str, Any]]:
