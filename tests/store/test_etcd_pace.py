@@ -133,6 +133,8 @@ def test_a_hurry_ends_a_wait_when_set_from_another_thread_or_before_it_and_close
     for fd in pipe:
         with pytest.raises(OSError):
             os.fstat(fd)
+    assert hurry.wait(5.0) is False  # closed (its store closing): no pause, no new pipe
+    assert hurry._pipe is None
     # Set before its first wait (no pipe yet): the wait does not wait.
     early = Hurry()
     early.set()

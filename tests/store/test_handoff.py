@@ -135,6 +135,34 @@ def test_the_stream_reader_flushes_when_it_has_handled_every_line_read_and_not_b
     assert ran == [0, 1, 2, 3]
 
 
+def test_the_reader_flushes_before_it_waits_for_the_rest_of_a_long_message() -> None:
+    """A long catch-up message is read whole in one call: what was handed over
+    for the lines before it goes out before that read waits for the socket."""
+    a, b = socket.socketpair()
+    with a, b:
+        long_line = b"x" * (600 << 10) + b"\n"
+        whole = _chunk(b"one\n") + _chunk(b"two\n") + _chunk(long_line) + b"0\r\n\r\n"
+        cut = len(_chunk(b"one\n") + _chunk(b"two\n")) + 1000  # into the long chunk
+        ran: list[int] = []
+        when_long_came: list[list[int]] = []
+
+        def send() -> None:
+            a.sendall(whole[:cut])
+            time.sleep(0.3)
+            a.sendall(whole[cut:])
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        with handoff.batch():
+            for i, line in enumerate(chunked_lines(io.BufferedReader(socket.SocketIO(b, "rb")))):
+                if line == long_line:
+                    when_long_came.append(list(ran))
+                handoff.defer(ran.append, i)
+        sender.join()
+    assert when_long_came == [[0, 1]]
+    assert ran == [0, 1, 2]
+
+
 def _event(revision: int) -> WatchEvent:
     host = Hypervisor.model_validate({"metadata": {"name": f"hv{revision}"}})
     return WatchEvent("MODIFIED", host, revision)

@@ -269,6 +269,7 @@ class Hurry:
         self._pipe: tuple[int, int] | None = None
         self._poll: select.poll | None = None
         self._lock = threading.Lock()  # the pipe's making and closing
+        self._closed = False
 
     def set(self) -> None:
         if self._set:
@@ -294,6 +295,8 @@ class Hurry:
         if self._set:
             return True
         with self._lock:
+            if self._closed:  # its store is closing: no pause, and no new pipe
+                return self._set
             if self._poll is None:
                 r, w = os.pipe()
                 os.set_blocking(r, False)
@@ -308,6 +311,7 @@ class Hurry:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             pipe, self._pipe, self._poll = self._pipe, None, None
         if pipe is not None:
             for fd in pipe:
@@ -354,6 +358,7 @@ def chunked_lines(fp: io.BufferedIOBase, pace: float = 0.0,
             if missing > want:
                 # A large chunk (a long catch-up message): the rest of it in
                 # one read, not in pieces each joined to all read before.
+                handoff.flush()  # it waits for the socket: what was handed over goes now
                 rest = fp.read(missing)
                 buf, at = buf[at:] + rest, 0
                 if len(rest) < missing:  # the end of fp within the chunk

@@ -7,8 +7,9 @@ loop with `call_soon_threadsafe`, a watch with a thread of its own by a put
 into its queue. Woken per revision, the woken thread competes for the GIL with
 the feed thread that is still working through the burst, and is woken again
 for the next revision once it has taken the first; on this project's 2-core
-machine a wake-up costs the woken thread 80-140 µs of CPU (a bare
-`time.sleep(0.01)` costs 81 µs there: docs/scaling.md, item 21).
+machine a wake-up costs the woken thread 90-170 µs of CPU (a bare
+`time.sleep(0.01)` costs 88 µs there: `bench/wakeups.py`, docs/scaling.md
+item 21).
 
 Within a `batch` (the feed's thread, for as long as it reads), `call_soon_threadsafe`
 and `defer` keep the hand-off instead: one call per event loop and the queue
