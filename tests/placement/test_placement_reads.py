@@ -310,9 +310,12 @@ def test_a_write_outside_the_objects_never_holds_up_the_next_placement_read_on_e
     with no event the snapshot's follower is handed. A Placement GET right
     after such a write must not wait for a revision it will never see, and a
     read after an object write (by another client: another replica) still sees
-    it, with such writes in between. Through a real `hvfleet serve` on etcd."""
+    it, with such writes in between. So must a write of another fleet in the
+    same etcd, under its own prefix (the store URL's default `?follow=all`).
+    Through a real `hvfleet serve` on etcd."""
     url = etcd_session.url(prefix=f"/outside-{uuid.uuid4().hex[:12]}")
     other = open_store(url)  # another replica's client of the same store
+    neighbour = open_store(etcd_session.url(prefix=f"/neighbour-{uuid.uuid4().hex[:12]}"))
     _fleet(other)
     srv = serve.start_server(tmp_path, url)
     try:
@@ -334,6 +337,7 @@ def test_a_write_outside_the_objects_never_holds_up_the_next_placement_read_on_e
             turn = other.server_secret(SAMPLER)
             assert turn is not None and other.put_server_secret(SAMPLER, turn[0], turn[1])
             assert other.put_server_secret(f"outside-{i}", b"x", None)
+            put_host(neighbour, host(f"next-door{i}", {"cpu": 4, "memory": "8Gi"}, beat=datetime.now(UTC)))
             took.append(get("/resource_providers")[0])
             # A read right after an object write, past those writes, sees it.
             put_host(other, host(f"out{i}", {"cpu": 4, "memory": "8Gi"}, beat=datetime.now(UTC)))
@@ -345,6 +349,7 @@ def test_a_write_outside_the_objects_never_holds_up_the_next_placement_read_on_e
     finally:
         serve.stop_server(srv)
         other.close()
+        neighbour.close()
 
 
 CANDIDATES = "/allocation_candidates?resources=VCPU:1,MEMORY_MB:512"

@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.support.etcd_local import EtcdCluster
 
-from hvfleet.model import Gone, Hypervisor, Reservation
+from hvfleet.model import Gone, Hypervisor, InvalidInput, Reservation
 from hvfleet.model.lease import renewed
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.scheduling.index import FleetIndex
@@ -519,3 +519,55 @@ def test_a_fleet_index_refresh_after_a_write_beside_the_objects_does_not_wait_ou
         index.refresh(etcd)
         assert index.host(f"fi{i + 1}") is not None
     assert sorted(took)[1] < 0.25, took
+
+
+@pytest.mark.parametrize("follow", ["all", "prefix"])
+def test_another_fleets_write_in_the_same_etcd_holds_up_a_read_only_when_following_the_prefix(
+    etcd_session: EtcdCluster, make_hypervisor: MakeHv, follow: str
+) -> None:
+    """Two fleets in one etcd (`?prefix=`, docs/etcd.md): fleet A's writes move
+    the revision that fleet B's readers wait for (a fit, a Placement GET: the
+    index follows the feed and waits until it has seen etcd's revision).
+    Following every key (`?follow=all`, the default) A's write reaches B's
+    feed as progress and B's next read answers at once; following B's prefix
+    only, that read waits out its 0.5 s bound. Read-after-write holds in both."""
+    tag = uuid.uuid4().hex[:8]
+    other = EtcdStore(etcd_session.endpoints, f"/t-a-{tag}")
+    mine = EtcdStore.from_url(etcd_session.url(prefix=f"/t-b-{tag}") + f"&follow={follow}")
+    assert mine.follow == follow
+    mine.share_watches()
+    stop = threading.Event()
+    try:
+        mine.create(make_hypervisor("b0"), "op")
+        index = FleetIndex.from_store(mine)
+        index.follow_stream(mine, stop)
+        took: list[float] = []
+        for i in range(3):
+            other.create(make_hypervisor(f"a{i}"), "op")  # the other fleet's write
+            began = time.monotonic()
+            index.refresh(mine)
+            took.append(time.monotonic() - began)
+            mine.create(make_hypervisor(f"b{i + 1}"), "op")
+            index.refresh(mine)
+            assert index.host(f"b{i + 1}") is not None
+        if follow == "all":
+            assert sorted(took)[1] < 0.2, took
+        else:
+            assert sorted(took)[1] >= 0.4, took
+    finally:
+        stop.set()
+        mine.close()
+        other.close()
+
+
+def test_the_follow_option_takes_all_or_prefix_and_keeps_to_the_stores_url() -> None:
+    assert EtcdStore.from_url("etcd://127.0.0.1:2379").follow == "all"
+    kept = EtcdStore.from_url("etcd://127.0.0.1:2379?prefix=/f&follow=prefix")
+    assert kept.follow == "prefix" and kept.url == "etcd://127.0.0.1:2379?prefix=/f&follow=prefix"
+    assert EtcdStore.from_url(kept.url).follow == "prefix"
+    assert EtcdStore.from_url("etcd://127.0.0.1:2379?follow=all").url == "etcd://127.0.0.1:2379"
+    for bad in ("everything", "ALL"):
+        with pytest.raises(InvalidInput, match="follow="):
+            EtcdStore.from_url(f"etcd://127.0.0.1:2379?follow={bad}")
+    with pytest.raises(InvalidInput, match="follow="):
+        EtcdStore(["127.0.0.1:2379"], follow="keys")

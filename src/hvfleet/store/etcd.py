@@ -50,6 +50,8 @@ from hvfleet.store.base import (
 from hvfleet.store.encoding import decode, encode, encode_and_read, vouched, with_version
 from hvfleet.store.etcd_feed import EtcdFeed, Interest
 from hvfleet.store.etcd_transport import (
+    FOLLOW_ALL,
+    FOLLOW_CHOICES,
     EtcdTransport,
     KeyValue,
     TxnResult,
@@ -189,11 +191,19 @@ class EtcdStore(Store):
         *,
         request_timeout: float = 5.0,
         unavailable_after: float = 15.0,
+        follow: str = FOLLOW_ALL,
     ) -> None:
         self.prefix = normalize_prefix(prefix)
+        if follow not in FOLLOW_CHOICES:
+            raise InvalidInput(f"store: follow={follow!r} is not one of {', '.join(FOLLOW_CHOICES)}")
+        # The key range the watches of every object read (`_followed_range`).
+        self.follow = follow
         url = "etcd://" + ",".join(endpoints)
-        if self.prefix != DEFAULT_PREFIX:
-            url += f"?prefix={self.prefix}"
+        query = [f"prefix={self.prefix}"] if self.prefix != DEFAULT_PREFIX else []
+        if follow != FOLLOW_ALL:
+            query.append(f"follow={follow}")
+        if query:
+            url += "?" + "&".join(query)
         self.url = url
         self.transport = EtcdTransport(
             endpoints, url, request_timeout=request_timeout, unavailable_after=unavailable_after
@@ -253,7 +263,7 @@ class EtcdStore(Store):
                 ) from None
             kwargs["request_timeout"] = min(5.0, kwargs["unavailable_after"])
         chosen = prefix or options.get("prefix") or default_prefix or DEFAULT_PREFIX
-        return cls(endpoints, chosen, **kwargs)
+        return cls(endpoints, chosen, follow=options.get("follow", FOLLOW_ALL), **kwargs)
 
     # -- keys ----------------------------------------------------------------------------
 
@@ -860,8 +870,7 @@ class EtcdStore(Store):
             start = self._key(kind or "", name)
             end = start + "\0"
         elif kind is None and on_progress is not None:
-            start, within = self.prefix + "/", self._kind_prefix(None)
-            end = prefix_end(start)
+            (start, end), within = self._followed_range(), self._kind_prefix(None)
         else:
             start = self._kind_prefix(kind)
             end = prefix_end(start)
@@ -879,6 +888,20 @@ class EtcdStore(Store):
             elif on_progress is not None and e.last_of_revision:
                 on_progress(e.revision)
 
+    def _followed_range(self) -> tuple[str, str]:
+        """The keys a watch of every object reads, [start, end): with `follow`
+        all, every key of the etcd ("\\0" to "\\0" is etcd's every key), so a
+        revision another application (or another fleet's prefix) wrote reaches
+        the watch as progress, and a reader waiting for the store's revision
+        (which counts every writer's writes) is not left waiting for a
+        revision that no key of this prefix carries; with `follow` prefix, the
+        store's own keys only (those writes then cost such a reader its
+        0.5 s bound, docs/etcd.md "Sharing an etcd")."""
+        if self.follow == FOLLOW_ALL:
+            return "\0", "\0"
+        start = self.prefix + "/"
+        return start, prefix_end(start)
+
     def _feed_stream(self, since: int, stop: threading.Event,
                      on_undecodable: Callable[[Undecodable], None],
                      inline: Callable[[Callable[[], None]], None],
@@ -887,8 +910,8 @@ class EtcdStore(Store):
         # them (server secrets, the history sampler's turn) then reach the feed as
         # progress, dropped by their key before any decode, so a reader waiting for
         # the store's revision (the Placement snapshot) is not left waiting for them.
-        start = self.prefix + "/"
-        return watch_range(self.transport, start, prefix_end(start), since, self._followed_value,
+        start, end = self._followed_range()
+        return watch_range(self.transport, start, end, since, self._followed_value,
                            stop=stop, on_undecodable=on_undecodable, log_skipped=False, inline=inline,
                            within=self._kind_prefix(None), on_progress=on_progress,
                            pace=self._pace, hurry=self._hurry)
@@ -914,8 +937,8 @@ class EtcdStore(Store):
                       on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         def own(at: int) -> Iterator[WatchEvent]:
             # The store's every key, its objects' events yielded (see _feed_stream).
-            start = self.prefix + "/"
-            return watch_range(self.transport, start, prefix_end(start), at, self._watched_value,
+            start, end = self._followed_range()
+            return watch_range(self.transport, start, end, at, self._watched_value,
                                stop=stop, timeout=timeout, within=self._kind_prefix(None),
                                on_progress=on_progress)
 

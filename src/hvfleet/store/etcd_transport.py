@@ -154,7 +154,7 @@ def op_get(key: str, range_end: str | None = None, keys_only: bool = False) -> d
 # -- URLs -------------------------------------------------------------------------------------
 
 def parse_etcd_url(url: str) -> tuple[list[str], dict[str, str]]:
-    """`etcd://host:port[,host:port...][?prefix=/p&timeout=S]` → endpoints, options."""
+    """`etcd://host:port[,host:port...][?prefix=/p&timeout=S&follow=all|prefix]` → endpoints, options."""
     parts = urlsplit(url)
     if parts.scheme != "etcd" or not parts.netloc:
         raise InvalidInput(f"store: {url!r} is not an etcd URL (etcd://HOST:PORT[,HOST:PORT])")
@@ -165,12 +165,24 @@ def parse_etcd_url(url: str) -> tuple[list[str], dict[str, str]]:
             raise InvalidInput(f"store: etcd endpoint {ep!r} in {url!r} is not HOST:PORT")
         endpoints.append(f"{host}:{int(port)}")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(options) - {"prefix", "timeout"}
+    unknown = set(options) - {"prefix", "timeout", "follow"}
     if unknown:
         raise InvalidInput(
-            f"store: unknown option {sorted(unknown)[0]!r} in {url!r} (known: prefix, timeout)"
+            f"store: unknown option {sorted(unknown)[0]!r} in {url!r} (known: prefix, timeout, follow)"
+        )
+    if options.get("follow", FOLLOW_ALL) not in FOLLOW_CHOICES:
+        raise InvalidInput(
+            f"store: follow={options['follow']!r} in {url!r} is not one of {', '.join(FOLLOW_CHOICES)}"
         )
     return endpoints, options
+
+
+# What a store's watches of its every object follow (`?follow=`): every key of
+# the etcd (its other writers' writes, dropped by key, reach the watches as
+# progress) or only the store's prefix. See docs/etcd.md, "Sharing an etcd".
+FOLLOW_ALL = "all"
+FOLLOW_PREFIX = "prefix"
+FOLLOW_CHOICES = (FOLLOW_ALL, FOLLOW_PREFIX)
 
 
 def normalize_prefix(prefix: str) -> str:
