@@ -170,10 +170,6 @@ def parse_etcd_url(url: str) -> tuple[list[str], dict[str, str]]:
         raise InvalidInput(
             f"store: unknown option {sorted(unknown)[0]!r} in {url!r} (known: prefix, timeout, follow)"
         )
-    if options.get("follow", FOLLOW_ALL) not in FOLLOW_CHOICES:
-        raise InvalidInput(
-            f"store: follow={options['follow']!r} in {url!r} is not one of {', '.join(FOLLOW_CHOICES)}"
-        )
     return endpoints, options
 
 
