@@ -137,6 +137,12 @@ class Server:
 
 # -- measuring -------------------------------------------------------------------------------
 
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) process `pid` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]

@@ -20,7 +20,6 @@ only follows them (no GETs: `--follow-seconds`).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -28,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-from api import Server, host, pct, seed, status_of
+from api import Server, host, pct, process_cpu, seed, status_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.support.etcd_local import EtcdCluster
@@ -37,13 +36,6 @@ from hvfleet.model.hypervisor import Hypervisor
 from hvfleet.store import open_store
 from hvfleet.store.base import Store
 from hvfleet.store.ownership import agent_manager
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Neighbour:
@@ -87,14 +79,14 @@ def one_run(url: str, tmp: Path, token: str, neighbour: Neighbour, args: argpars
             time.sleep(0.02)
         # Following only: A writes at --rate for --follow-seconds.
         writes = int(args.rate * args.follow_seconds)
-        before = cpu(server.proc.pid)
+        before = process_cpu(server.proc.pid)
         began = time.perf_counter()
         for i in range(writes):
             if (wait := began + i / args.rate - time.perf_counter()) > 0:
                 time.sleep(wait)
             neighbour.write()
         time.sleep(0.5)
-        per_write = (cpu(server.proc.pid) - before) / writes
+        per_write = (process_cpu(server.proc.pid) - before) / writes
         conn.close()
     finally:
         server.stop()
