@@ -47,6 +47,8 @@ from hvfleet.store.base import (
     in_batch,
     kind_of,
 )
+from hvfleet.store.decoded import KEPT as DECODED_KEPT
+from hvfleet.store.decoded import DecodedAt
 from hvfleet.store.encoding import decode, encode, encode_and_read, vouched, with_version
 from hvfleet.store.etcd_feed import EtcdFeed, Interest
 from hvfleet.store.etcd_transport import (
@@ -79,7 +81,7 @@ LIST_PAGE = 500
 SEEN_CACHE = 16384
 # Watch events decoded lately: several watches of one process (the API's fan-out
 # of a kind, the garbage collector's all-kinds watch) each receive every write.
-WATCH_DECODED_KEPT = 4096
+WATCH_DECODED_KEPT = DECODED_KEPT
 # The kinds whose followed writes (every replica's, through this process's feed)
 # are kept as stored bytes, and how many bytes of them: an agent's next Lease
 # renewal or status write names the version of its last one, which may have
@@ -217,8 +219,7 @@ class EtcdStore(Store):
         # (key, mod_revision) -> the object its watch event carried, decoded once
         # for every watch of this store (a value at a revision never changes).
         # Only watch events: they are shared read-only by their consumers already.
-        self._watched: OrderedDict[tuple[str, int], Resource] = OrderedDict()
-        self._watched_lock = threading.Lock()
+        self._watched = DecodedAt(WATCH_DECODED_KEPT)
         # The latest stored bytes of the often-written kinds' keys, from the feed.
         self._followed = tuple(FollowedValues([self._kind_prefix(kind)], budget)
                                for kind, budget in FOLLOWED_BYTES.items())
@@ -332,8 +333,7 @@ class EtcdStore(Store):
         before (Undecodable)."""
         kind, _, name = kv.key.removeprefix(self._kind_prefix(None)).partition("/")
         raw = vouched(kind, name, kv.value)
-        with self._watched_lock:
-            known = self._watched.get((kv.key, kv.mod_revision))  # this store's own write
+        known = self._watched.get((kv.key, kv.mod_revision))  # this store's own write
         if raw is None:
             return known if known is not None else self._decode_watched(kv)
         if known is None and all(f.value_at(kv.key, kv.mod_revision) is None for f in self._followed):
@@ -346,24 +346,15 @@ class EtcdStore(Store):
 
     def _decode_watched(self, kv: KeyValue) -> Resource:
         """A watch event's object, decoded once however many watches of this
-        store see it (the pydantic decode is most of what following costs)."""
-        at = (kv.key, kv.mod_revision)
-        with self._watched_lock:
-            hit = self._watched.get(at)
-        if hit is not None:
-            return hit
-        obj = self._decode_kv(kv)  # Undecodable is raised again to every watch
-        self._watched_as(kv.key, kv.mod_revision, obj)
-        return obj
+        store see it (the pydantic decode is most of what following costs).
+        Undecodable is raised again to every watch."""
+        return self._watched.decode((kv.key, kv.mod_revision), lambda: self._decode_kv(kv))
 
     def _watched_as(self, key: str, revision: int, obj: Resource) -> None:
         """What the watches of this store will decode at (key, revision); a
         write puts the object its encoding check read back, so a replica's
         watches never decode its own writes."""
-        with self._watched_lock:
-            self._watched[(key, revision)] = obj
-            while len(self._watched) > WATCH_DECODED_KEPT:
-                self._watched.popitem(last=False)
+        self._watched.put((key, revision), obj)
 
     def _reservation_ops(self, old: Resource | None, new: Resource | None) -> builtins.list[dict[str, Any]]:
         """Keep the per-host reservation index and set keys in step with a
@@ -435,8 +426,7 @@ class EtcdStore(Store):
         """The object at (key, revision) when this store has it decoded already:
         one it wrote (an agent's next renewal names the version of its last),
         or one its watches saw. Shared read-only, as the watches share them."""
-        with self._watched_lock:
-            return self._watched.get((key, revision))
+        return self._watched.get((key, revision))
 
     def list(self, kind: str, selector: Selector | str | None = None) -> ListResult:
         kind = kind_of(kind)

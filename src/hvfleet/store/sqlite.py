@@ -40,6 +40,7 @@ from hvfleet.store.base import (
     ListResult,
     StaleVersion,
     Store,
+    Stored,
     WatchEvent,
     Write,
     as_selector,
@@ -47,7 +48,8 @@ from hvfleet.store.base import (
     gc_paused,
     kind_of,
 )
-from hvfleet.store.encoding import decode, encode, with_version
+from hvfleet.store.decoded import DecodedAt
+from hvfleet.store.encoding import decode, encode_and_read, vouched, with_version
 from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
 from hvfleet.store.undecodable import Undecodable, skipped
 
@@ -123,6 +125,11 @@ class SqliteStore(Store):
         self.path = path
         self.url = f"sqlite:///{path}"
         self._lock = threading.RLock()
+        # The objects this store's watches hand over (decoded once for all of
+        # them), and its own writes' read-back objects: kept once their
+        # transaction has committed (a revision rolled back is used again).
+        self._decoded = DecodedAt()
+        self._written: builtins.list[tuple[tuple[str, str, int], Resource]] = []
         self._marks_lock = threading.Lock()
         self._marks: sqlite3.Connection | None = None
         directory = os.path.dirname(os.path.abspath(path))
@@ -189,13 +196,20 @@ class SqliteStore(Store):
                 self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise Unavailable(f"store {self.url}: {exc}") from None
+            self._written.clear()
             try:
                 yield self._db
             except BaseException:
+                self._written.clear()
                 self._db.execute("ROLLBACK")
                 raise
             else:
-                self._db.execute("COMMIT")
+                try:
+                    self._db.execute("COMMIT")
+                finally:
+                    written, self._written = self._written, []
+                for at, obj in written:  # committed (else COMMIT raised)
+                    self._decoded.put(at, obj)
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
@@ -225,7 +239,11 @@ class SqliteStore(Store):
     def _put(self, db: sqlite3.Connection, obj: Resource, etype: EventType) -> Resource:
         rev = self._bump(db)
         obj = with_version(obj, rev)
-        body = encode(obj).decode()
+        sealed, read = encode_and_read(obj)
+        body = sealed.decode()
+        # What a watch decodes from `body` at `rev`: its watches never decode
+        # this store's own writes (kept once the transaction commits).
+        self._written.append(((obj.kind, obj.metadata.name, rev), with_version(read, rev)))
         db.execute(
             "INSERT OR REPLACE INTO objects (kind, name, rv, labels, host, body) "
             "VALUES (?, ?, ?, ?, ?, ?)",
@@ -451,7 +469,7 @@ class SqliteStore(Store):
             for rev, k, obj_name, etype, body, prev_rev, prev_body in rows:
                 last = rev
                 try:
-                    obj = decode(k, body, rev, obj_name)  # the name even when the body has none
+                    obj = self._watched(k, obj_name, body, rev)
                 except Undecodable as exc:
                     skipped(exc, "watch")
                     if on_undecodable is not None:
@@ -473,6 +491,23 @@ class SqliteStore(Store):
             else:
                 time.sleep(pause)
             pause = min(pause * 2, 0.05)
+
+    def _watched(self, kind: str, name: str, body: str | bytes, rev: int) -> Resource | Stored:
+        """A watch event's object: left undecoded when its seal vouches for the
+        stored bytes (`encoding.vouched`), so a watch that only forwards it (the
+        API's fan-out), looks at its key (the garbage collector) or passes it
+        by (the Placement snapshot) never decodes it, and decoded once for all
+        of this store's watches when one does (the fleet index); one this store
+        wrote is at hand already. Any other value is decoded now, so that one
+        that does not decode is skipped as before (Undecodable)."""
+        at = (kind, name, rev)
+        value = body.encode() if isinstance(body, str) else body
+        raw = vouched(kind, name, value)
+        known = self._decoded.get(at)
+        read = functools.partial(decode, kind, value, rev, name)  # the name even when the body has none
+        if raw is None:
+            return known if known is not None else self._decoded.decode(at, read)
+        return Stored(kind, name, raw, rev, functools.partial(self._decoded.decode, at, read), known)
 
     def claim(self, reservation: Reservation, manager: str, check: ClaimCheck) -> Reservation:
         with self._write() as db:
