@@ -111,11 +111,12 @@ def test_a_stores_own_write_reaches_its_watches_as_another_store_decodes_it(
 
 
 def test_a_write_rolled_back_leaves_nothing_at_its_revision_for_the_watches(
-    reader: Store, make_hypervisor: MakeHv
+    reader: Store, writer: Store, make_hypervisor: MakeHv
 ) -> None:
     """A batch whose second write fails is rolled back after its first was put:
-    the next write may carry the revision the first was given (SQLite's), and
-    the watches must see that write, not the one rolled back."""
+    the next write, another process's of the same object, may carry the
+    revision the first was given (SQLite's), and the watches must see that
+    write, not the one rolled back."""
     reader.create(make_hypervisor("rb1"), "op")
     reader.create(make_hypervisor("rb2"), "op")
     since = reader.revision()
@@ -124,7 +125,7 @@ def test_a_write_rolled_back_leaves_nothing_at_its_revision_for_the_watches(
         reader.write_all([Write("update", _labelled(current, "rolled-back")),
                           Write("create", make_hypervisor("rb2"))], "op")
     assert reader.revision() == since
-    kept = reader.update_hypervisor("rb1", lambda h: _labelled(h, "kept"), "op")
+    kept = writer.update_hypervisor("rb1", lambda h: _labelled(h, "kept"), "op")
     assert kept.metadata.resource_version == str(since + 1)
     events = _events(reader, since, 1)
     assert [(e.name, e.revision) for e in events] == [("rb1", since + 1)]
