@@ -63,7 +63,7 @@ class Fleet:
     """One server over its own copy of the synthetic fleet, its readers open."""
 
     def __init__(self, label: str, tmp: Path, hosts: int, watches: int, agents: int,
-                 src: str | None) -> None:
+                 src: str | None, options: dict[str, str]) -> None:
         self.label = label
         tmp.mkdir(parents=True, exist_ok=True)
         self.url = seeded_store(tmp / "fleet.db", hosts)
@@ -76,7 +76,7 @@ class Fleet:
         if src is not None:
             os.environ["PYTHONPATH"] = src
         try:
-            self.server = Server(self.url, tmp / "data")
+            self.server = Server(self.url, tmp / "data", options=options)
         finally:
             if saved is None:
                 os.environ.pop("PYTHONPATH", None)
@@ -196,7 +196,8 @@ def _fleets(args: argparse.Namespace, tmp: Path) -> Iterator[list[Fleet]]:
     fleets: list[Fleet] = []
     try:
         for label, src in sides:
-            fleets.append(Fleet(label, tmp / label, args.hosts, args.watches, agents, src))
+            options = {"history_tiers": args.history_tiers} if args.history_tiers else {}
+            fleets.append(Fleet(label, tmp / label, args.hosts, args.watches, agents, src, options))
         yield fleets
     finally:
         for f in fleets:
@@ -259,6 +260,7 @@ def main() -> None:
     ap.add_argument("--via", choices=["direct", "api"], default="direct")
     ap.add_argument("--agents", type=int, default=200, help="hosts written with --via api")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--history-tiers", help="the servers' --history-tiers (default: theirs)")
     ap.add_argument("--base", help="another checkout, measured beside this one")
     ap.add_argument("--profile", help="py-spy samples of the head server's writing window, to this file")
     args = ap.parse_args()

@@ -1,4 +1,4 @@
-"""The etcd backend's shared feed (store/etcd_feed.py): a process's long-lived
+"""The etcd backend's shared feed (store/feed.py): a process's long-lived
 watches read one etcd stream, and each sees what its own stream would have
 given it — every event of its range once, in order, each revision's last
 one marked — also when it starts from before what the feed holds.
@@ -28,12 +28,13 @@ from hvfleet.model import Gone, Hypervisor, InvalidInput, Reservation
 from hvfleet.model.lease import renewed
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.scheduling.index import FleetIndex
-from hvfleet.store import etcd_feed, lifecycle
+from hvfleet.store import feed as etcd_feed
+from hvfleet.store import lifecycle
 from hvfleet.store.base import WatchEvent, Write
 from hvfleet.store.errors import Undecodable
 from hvfleet.store.etcd import EtcdStore
-from hvfleet.store.etcd_feed import Interest, Item, _for
 from hvfleet.store.etcd_watch import _within, chunked_lines
+from hvfleet.store.feed import Interest, Item, _for
 from hvfleet.store.tokens import issue_token
 
 MakeHv = Callable[..., Hypervisor]

@@ -22,8 +22,8 @@ from hvfleet.model import Hypervisor
 from hvfleet.server.watch import KindFanout
 from hvfleet.store import handoff, open_store
 from hvfleet.store.base import WatchEvent
-from hvfleet.store.etcd_feed import EtcdFeed, Interest
 from hvfleet.store.etcd_watch import chunked_lines
+from hvfleet.store.feed import Interest, SharedFeed
 
 
 class CountingLoop(asyncio.SelectorEventLoop):
@@ -181,7 +181,7 @@ def test_the_feed_hands_a_burst_to_a_waiting_watch_once_it_has_handled_all_of_it
         handoff.flush()  # as chunked_lines does before it waits for more
         release.wait(10)
 
-    feed = EtcdFeed(stream)
+    feed = SharedFeed(stream)
     try:
         joined = feed._join(Interest("Hypervisor"), 0)
         assert joined is not None

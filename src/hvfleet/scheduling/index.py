@@ -607,7 +607,7 @@ class FleetIndex:
 
     def follow_stream(self, store: Store, stop: threading.Event) -> threading.Thread:
         """Keep the index current in a thread until `stop` is set, from one
-        long watch (on etcd the process's shared feed, hvfleet.store.etcd_feed):
+        long watch (on etcd the process's shared feed, hvfleet.store.feed):
         a `refresh` then only waits until this thread has seen the store's
         revision (a new stream from a past revision gets etcd's history only
         at its next sync of lagging watchers, up to 100 ms later). Agent

@@ -133,7 +133,7 @@ def create_app(
     follows the watch fan-out from start-up (one more watcher per kind, and
     history the fan-out keeps for it)."""
     # The fan-outs, the collector and the token watch follow the store for as
-    # long as the server runs: one etcd stream for all of them (store/etcd_feed.py).
+    # long as the server runs: one stream for all of them (store/feed.py).
     store.share_watches()
     ctx = ApiContext(store, authenticator, authorizer, audit, limits or Limits())
 

@@ -50,7 +50,6 @@ from hvfleet.store.base import (
 from hvfleet.store.decoded import KEPT as DECODED_KEPT
 from hvfleet.store.decoded import DecodedAt
 from hvfleet.store.encoding import decode, encode, encode_and_read, vouched, with_version
-from hvfleet.store.etcd_feed import EtcdFeed, Interest
 from hvfleet.store.etcd_transport import (
     FOLLOW_ALL,
     FOLLOW_CHOICES,
@@ -68,6 +67,7 @@ from hvfleet.store.etcd_transport import (
     prefix_end,
 )
 from hvfleet.store.etcd_watch import Hurry, watch_range
+from hvfleet.store.feed import Interest, SharedFeed
 from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
 from hvfleet.store.undecodable import Undecodable, skipped
 
@@ -224,7 +224,7 @@ class EtcdStore(Store):
         self._followed = tuple(FollowedValues([self._kind_prefix(kind)], budget)
                                for kind, budget in FOLLOWED_BYTES.items())
         # The one etcd stream of every object that this store's long-lived watches share.
-        self._feed = EtcdFeed(self._feed_stream)
+        self._feed = SharedFeed(self._feed_stream, name="etcd-feed")
         self._shared = False  # share_watches()
         self._pace = FEED_PACE_S
         # Set by a reader waiting for a revision: the feed's pause ends at once.

@@ -33,6 +33,7 @@ from hvfleet.model.errors import (
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
 from hvfleet.model.kinds import strategy_of
 from hvfleet.model.selectors import Selector
+from hvfleet.store import handoff
 from hvfleet.store.base import (
     ClaimCheck,
     EventType,
@@ -50,6 +51,7 @@ from hvfleet.store.base import (
 )
 from hvfleet.store.decoded import DecodedAt
 from hvfleet.store.encoding import decode, encode_and_read, vouched, with_version
+from hvfleet.store.feed import Interest, SharedFeed
 from hvfleet.store.ownership import prepare_create, prepare_update_over, unchanged
 from hvfleet.store.undecodable import Undecodable, skipped
 
@@ -130,6 +132,10 @@ class SqliteStore(Store):
         # transaction has committed (a revision rolled back is used again).
         self._decoded = DecodedAt()
         self._written: builtins.list[tuple[tuple[str, str, int], Resource]] = []
+        # The one poll of every object that this store's long-lived watches share
+        # once the process says it keeps many (`share_watches`: a server).
+        self._feed = SharedFeed(self._feed_stream, name="sqlite-feed")
+        self._shared = False
         self._marks_lock = threading.Lock()
         self._marks: sqlite3.Connection | None = None
         directory = os.path.dirname(os.path.abspath(path))
@@ -415,18 +421,51 @@ class SqliteStore(Store):
                timeout: float | None,
                on_undecodable: Callable[[Undecodable], None] | None,
                on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
-        return self._watch_kinds([kind] if kind else list(KINDS), since, name, stop, timeout,
-                                 on_undecodable)
+        kinds = [kind] if kind else list(KINDS)
+        if timeout is None and self._shared:
+            # A long-lived watch: served from the process's one poll of every object.
+            return self._feed.watch(Interest(kind, name), since, stop, on_undecodable,
+                                    lambda at: self._watch_kinds(kinds, at, name, stop, None, on_undecodable))
+        return self._watch_kinds(kinds, since, name, stop, timeout, on_undecodable)
+
+    def share_watches(self, pace: float | None = None) -> None:
+        # `pace` is etcd's: the feed polls as every watch here does (5 ms after
+        # activity, backing off to 50 ms), one poll for all of them.
+        self._shared = True
+
+    def _feed_stream(self, since: int, stop: threading.Event,
+                     on_undecodable: Callable[[Undecodable], None],
+                     inline: Callable[[Callable[[], None]], None],
+                     on_progress: Callable[[int], None]) -> Iterator[WatchEvent]:
+        # Every stored kind; each joined watch logs what it skips, as its own poll would.
+        # Nothing to abort (`inline`): the poll waits on `stop`, which closing the feed sets.
+        return self._watch_kinds(list(STORED_KINDS), since, None, stop, None, on_undecodable,
+                                 log_skipped=False)
+
+    def watch_into(self, kind: str | None, since: int,
+                   sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event) -> None:
+        if not self._shared:
+            super().watch_into(kind, since, sink, stop)
+            return
+        kind = kind_of(kind) if kind else None
+        kinds = [kind] if kind else list(KINDS)
+        self._feed.watch_into(Interest(kind), since, sink, stop, None,
+                              lambda at: self._watch_kinds(kinds, at, None, stop, None, None))
 
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
                       timeout: float | None = None,
                       on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         # Every write of the store's revision is an object's event here: no progress.
-        return self._watch_kinds(list(STORED_KINDS), since, None, stop, timeout, None)
+        kinds = list(STORED_KINDS)
+        if timeout is None and self._shared:
+            return self._feed.watch(Interest(None, stored=True), since, stop, None,
+                                    lambda at: self._watch_kinds(kinds, at, None, stop, None, None))
+        return self._watch_kinds(kinds, since, None, stop, timeout, None)
 
     def _watch_kinds(self, kinds: builtins.list[str], since: int, name: str | None,
                      stop: threading.Event | None, timeout: float | None,
-                     on_undecodable: Callable[[Undecodable], None] | None) -> Iterator[WatchEvent]:
+                     on_undecodable: Callable[[Undecodable], None] | None,
+                     log_skipped: bool = True) -> Iterator[WatchEvent]:
         placeholders = ",".join("?" * len(kinds))
         by_name = "" if name is None else "AND e.name = ? "
         names = () if name is None else (name,)
@@ -471,13 +510,17 @@ class SqliteStore(Store):
                 try:
                     obj = self._watched(k, obj_name, body, rev)
                 except Undecodable as exc:
-                    skipped(exc, "watch")
+                    if log_skipped:
+                        skipped(exc, "watch")
                     if on_undecodable is not None:
                         on_undecodable(exc)
                     continue
                 before = (None if prev_body is None
                           else functools.cache(functools.partial(decode, k, prev_body, prev_rev)))
                 yield WatchEvent(type=etype, object=obj, revision=rev, before=before)
+            # The shared feed's hand-offs to the watches it served from this poll
+            # go out now, once (`handoff`; nothing outside the feed's thread).
+            handoff.flush()
             last = max(last, caught_up)
             if rows:
                 idle_since = time.monotonic()
@@ -532,6 +575,7 @@ class SqliteStore(Store):
         check(host, [o for o in others if isinstance(o, Reservation)])
 
     def close(self) -> None:
+        self._feed.close()
         with self._lock:
             self._db.close()
         with self._marks_lock:

@@ -1,29 +1,32 @@
-"""One etcd watch of all of a store's objects, shared by the process's long-lived watches.
+"""One stream of all of a store's objects, shared by the process's long-lived watches.
 
 A server process follows the same writes several times over: the API's
 watch fan-out of each kind, the garbage collector (every kind), the token
-records, the fleet index. Each used to hold its own etcd watch stream, so
+records, the fleet index. Each used to hold its own watch stream: on etcd
 every followed write was sent by etcd, parsed from the gateway's JSON and
-base64-decoded once per stream. `EtcdFeed` holds one stream of every object
-key (`watch_range`, with its resume and failover) and hands each revision's
-events to the watches whose kind (and name) they are, in order, with
-`last_of_revision` as that watch's own range would have it.
+base64-decoded once per stream; on SQLite each stream polled the event log
+on a thread of its own. `SharedFeed` holds one stream of every object (the
+backend's: on etcd `watch_range` of every key, with its resume and failover;
+on SQLite one poll of the event log for every kind) and hands each
+revision's events to the watches whose kind (and name) they are, in order,
+with `last_of_revision` as that watch's own stream would have it.
 
-The feed's thread reads the etcd stream itself (no reader thread before
+The feed's thread reads the stream itself (no reader thread before
 it), and a watch may be handed its events on that thread (`watch_into`: the
 API's fan-outs, which only queue them for their clients) instead of waking a
 thread of its own per event: each hand-off between threads is a wake-up and
 a GIL transfer, which on a loaded machine cost more than the event's work.
 
 A watch joins at any revision the feed still holds (the last `kept` events);
-one from further back reads its own etcd stream until it reaches what the
+one from further back reads its own stream until it reaches what the
 feed holds and then joins, so it sees every event once and in order. Errors
 of the shared stream (Gone when it fell behind a compaction, Unavailable
 after an outage) end every joined watch with that error, as their own
 streams would have, and the next watch starts the feed again.
 
-The stream is of every key of the store, not only its objects: hvfleet also
-writes beside them (server secrets, among them the history sampler's turn,
+On etcd the stream is of every key of the store, not only its objects
+(SQLite has nothing beside them: each of its revisions is an object's
+event): hvfleet also writes beside them (server secrets, among them the history sampler's turn,
 renewed every 10 s), and each such write moves the store's revision. Those
 events are dropped by their key before any decode, and a revision with no
 object event is passed on as `Progress` to the watches that ask for it (the
@@ -190,19 +193,20 @@ class _StopWakers:
             j.inbox.put(WAKE)
 
 
-class EtcdFeed:
+class SharedFeed:
     """The shared watch of every key of a store: its objects' events, and the
-    revisions of the writes beside them as Progress."""
+    revisions of the writes beside them as Progress (etcd's)."""
 
     def __init__(self, stream: Callable[[int, threading.Event, Callable[[Undecodable], None],
                                          Callable[[Callable[[], None]], None], Callable[[int], None]],
                                         Iterator[WatchEvent]],
-                 kept: int | None = None) -> None:
+                 kept: int | None = None, name: str = "store-feed") -> None:
         # stream(since, stop, on_undecodable, inline, on_progress): the store's
         # watch_range of every key of the store, its objects' events decoded, read
         # in the feed's thread (`inline` is given each stream's abort; `on_progress`
         # each revision that has no object event).
         self._stream = stream
+        self._name = name  # its thread's
         self._kept = FEED_KEPT if kept is None else kept
         self._lock = threading.Lock()
         self._joined: set[_Joined] = set()
@@ -224,7 +228,7 @@ class EtcdFeed:
         self._held = 0
         self.horizon = self.position = since
         self._running = True
-        self._thread = threading.Thread(target=self._run, args=(since,), name="etcd-feed", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(since,), name=self._name, daemon=True)
         self._thread.start()
 
     def _run(self, since: int) -> None:
@@ -280,7 +284,7 @@ class EtcdFeed:
             try:
                 j.offer(revision, group)
             except Exception:  # a watch's sink failing must not end everyone's feed
-                log.exception("etcd feed: a watch failed to take revision %d", revision)
+                log.exception("store feed: a watch failed to take revision %d", revision)
 
     # -- watches -------------------------------------------------------------------------
 
@@ -332,7 +336,7 @@ class EtcdFeed:
         """Events of `interest` with revision > since until `stop` is set (and,
         for an interest in `progress`, each revision without an object event
         handed to `on_progress` in its place). `own_stream(since)` is this
-        watch's own etcd stream, read while `since` is older than what the feed
+        watch's own stream, read while `since` is older than what the feed
         holds."""
         last = since
 
