@@ -126,6 +126,13 @@ def _status(h: Hypervisor, i: int, now: datetime) -> dict[str, object]:
             "lastHeartbeatTime": now.isoformat()}
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 class DirectWriter:
     """Status writes straight into a fleet's SQLite file, as each host's agent."""
 
@@ -240,6 +247,7 @@ def _round(args: argparse.Namespace, tmp: Path) -> dict[str, float]:
                 out[f.label] = used / n * 1000
                 print(f"  {f.label}: {n} writes ({n / args.seconds:.0f}/s), {out[f.label]:.3f} ms of "
                       f"server CPU per write (idle {idle[f.label] * 1000:.1f} ms/s taken off), "
+                      f"RSS {_rss_mib(f.server.proc.pid):.0f} MiB, "
                       f"{(f.lines - lines[f.label]) / max(1, n * args.watches):.2f} lines per write "
                       f"per watch, {f.asked} asks", flush=True)
             return out

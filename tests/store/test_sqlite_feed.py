@@ -108,8 +108,8 @@ def test_the_long_lived_watches_share_one_poll_and_see_what_their_own_would(
                Watching(shared, "Lease", since), Watching(shared, "Hypervisor", since, name="a2")]
     try:
         _writes(shared, make_hypervisor, "a")
-        expected = [_own(shared, "Hypervisor", since), _own(shared, None, since), _own(shared, "Lease", since),
-                    _own(shared, "Hypervisor", since, "a2")]
+        expected = [_own(shared, "Hypervisor", since), _own(shared, None, since),
+                    _own(shared, "Lease", since), _own(shared, "Hypervisor", since, "a2")]
         assert [len(x) for x in expected] == [5, 9, 4, 1]
         for w, want in zip(watches, expected, strict=True):
             assert w.until(len(want)) == want and not w.errors

@@ -21,6 +21,8 @@ import pytest
 from tests.store.conftest import etcd_backend, sqlite_backend
 
 from hvfleet.model import AlreadyExists, Hypervisor
+from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec
+from hvfleet.model.meta import ObjectMeta
 from hvfleet.store import Store, open_store
 from hvfleet.store.base import WatchEvent, Write
 
@@ -131,3 +133,21 @@ def test_a_write_rolled_back_leaves_nothing_at_its_revision_for_the_watches(
     assert [(e.name, e.revision) for e in events] == [("rb1", since + 1)]
     assert events[0].object.metadata.labels == {"x": "kept"}
     assert json.loads(events[0].object_json())["metadata"]["labels"] == {"x": "kept"}
+
+
+def test_a_kind_no_follower_decodes_is_not_kept_from_the_stores_own_write(
+    reader: Store, make_hypervisor: MakeHv
+) -> None:
+    """The dashboard's history series (large, read by a get, never followed):
+    the store's own write is not kept decoded for its watches, a host's is."""
+    series = HistorySeries(metadata=ObjectMeta(name="hist-fleet-10s"), spec=HistorySeriesSpec(
+        series="fleet", tier="10s", points=[HistoryPoint(t=10 * i, v={"cpu": ["1", "0", "8"]})
+                                            for i in range(50)]))
+    since = reader.revision()
+    reader.create(series, "hvfleet-history")
+    reader.create(make_hypervisor("kept"), "op")
+    events = [e for e in reader.watch(None, since=since, timeout=1) if e.name == "kept"]
+    everything = list(reader.watch_objects(since, timeout=1))
+    assert [(e.kind, e.decoded) for e in everything] == [("HistorySeries", False), ("Hypervisor", True)]
+    assert everything[0].object.spec.points == series.spec.points  # decoded when asked
+    assert [e.decoded for e in events] == [True]

@@ -148,6 +148,11 @@ class KindStrategy(Generic[R]):
     # Whether the object governs a host with these labels (None: the kind
     # selects no hosts). An agent may read only what governs its own host.
     selects_host: Callable[[R, Mapping[str, str]], bool] | None = None
+    # Whether a process's long-lived watches decode this kind's events (the
+    # fleet index, the Placement snapshot, the token cache): a store then keeps
+    # the object its own write read back for them (hvfleet.store.decoded). The
+    # dashboard's history series are read by a get, never followed, and large.
+    followed_decoded: bool = True
 
     @property
     def singular(self) -> str:
@@ -204,7 +209,8 @@ STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
                                     public=False),
     KindStrategy[PlacementName]("PlacementName", PlacementName, "placementnames", public=False),
     # The dashboard's history (model.dashboard), written by the servers only.
-    KindStrategy[HistorySeries]("HistorySeries", HistorySeries, "historyseries", public=False),
+    KindStrategy[HistorySeries]("HistorySeries", HistorySeries, "historyseries", public=False,
+                                followed_decoded=False),
 )}
 
 

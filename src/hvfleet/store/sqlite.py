@@ -249,7 +249,8 @@ class SqliteStore(Store):
         body = sealed.decode()
         # What a watch decodes from `body` at `rev`: its watches never decode
         # this store's own writes (kept once the transaction commits).
-        self._written.append(((obj.kind, obj.metadata.name, rev), with_version(read, rev)))
+        if strategy_of(obj).followed_decoded:
+            self._written.append(((obj.kind, obj.metadata.name, rev), with_version(read, rev)))
         db.execute(
             "INSERT OR REPLACE INTO objects (kind, name, rv, labels, host, body) "
             "VALUES (?, ?, ?, ?, ?, ?)",
