@@ -113,3 +113,23 @@ def _wait_following(auth: TokenAuthenticator) -> None:
     while not auth._following:
         assert time.monotonic() < deadline, "the token watch never started"
         time.sleep(0.02)
+
+
+def test_closing_the_authenticator_ends_its_token_watch_so_the_store_can_close_quietly(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`hvfleet serve` closes the authenticator before its store: the token
+    watch has ended by then (on the shared feed, as a server's), so it never
+    reads a closed store and logs its failure at every stop."""
+    replica = open_store(store_url)
+    replica.share_watches()
+    auth = TokenAuthenticator(replica, max_age=0.0, follow=True)
+    _wait_following(auth)
+    follower = auth._follower
+    assert follower is not None and follower.is_alive()
+    with caplog.at_level("WARNING"):
+        auth.close()
+        assert not follower.is_alive()
+        replica.close()
+        time.sleep(1.2)  # past the watch's pause before it would read the store again
+    assert not [r for r in caplog.records if "token watch failed" in r.getMessage()]

@@ -364,7 +364,13 @@ class TokenAuthenticator:
             self._stop.wait(pause)
 
     def close(self) -> None:
+        """Stop following the token records, and wait for the watch to end:
+        after this the store may be closed (a watch still reading it would
+        log its failure at every server's stop)."""
         self._stop.set()
+        follower = self._follower
+        if follower is not None and follower is not threading.current_thread():
+            follower.join(timeout=5)
 
     def _cached(self, token_id: str) -> tuple[bool, AccessToken | None]:
         """(True, the record or None for an unknown id) when the cache still holds

@@ -243,11 +243,13 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
     except BaseException:
         store.close()
         raise
+    authenticator: TokenAuthenticator | None = None
     try:
         configure_audit_log(options.audit_log)
+        authenticator = TokenAuthenticator(store, max_age=options.token_cache_seconds, follow=True)
         app = create_app(
             store,
-            TokenAuthenticator(store, max_age=options.token_cache_seconds, follow=True),
+            authenticator,
             RoleAuthorizer(),
             audit=JsonAuditLog(),
             history=history,
@@ -302,5 +304,7 @@ def serve(options: ServeOptions, announce: Callable[[str], None] | None = None) 
         sock.close()
         if placement_sock is not None:
             placement_sock.close()
+        if authenticator is not None:
+            authenticator.close()  # its token watch ends before the store closes
         store.close()
         sys.stdout.flush()
