@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -29,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import libvirt
+from api import process_cpu as proc_cpu_seconds
 
 from hvfleet.agent.observe import observe, read_host
 from hvfleet.agent.reconcile import DomainParseCache, digest, reconcile
@@ -45,7 +45,6 @@ group = "root"
 security_driver = "none"
 cgroup_controllers = [ ]
 """
-HZ = os.sysconf("SC_CLK_TCK")
 
 
 def node_file(path: Path, domains: int) -> None:
@@ -229,11 +228,6 @@ def proc_rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / HZ  # utime + stime
 
 
 def bench_process(work: Path, idle_seconds: float) -> None:

@@ -17,7 +17,6 @@ wall time (p50 of `--requests`) and etcd's process CPU (/proc) per request.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -27,16 +26,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from api import process_cpu as cpu_seconds
 from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.store.etcd_transport import EtcdTransport, b64, op_put, prefix_end
 
 PREFIX = "/bench/"
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

@@ -32,17 +32,12 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from api import process_cpu as cpu_seconds  # noqa: E402
 from tests.support import serve  # noqa: E402
 from tests.support.etcd_local import EtcdCluster  # noqa: E402
 
-TICKS = os.sysconf("SC_CLK_TCK")
 GV = "/apis/hvfleet.io/v1"
 PLURALS = ("hypervisors", "reservations", "leases", "overcommitpolicies")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 @contextlib.contextmanager

@@ -27,17 +27,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from api import Server, make_token
+from api import Server, make_token, process_cpu
 
 from hvfleet.store import open_store
 
 QUERY = "/placement/allocation_candidates?resources=VCPU:1,MEMORY_MB:1024&limit=1000"
-
-
-def process_cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime, stime (clock ticks of 1/100 s)
 
 
 def first_query(fleet: Path, python: str) -> tuple[float, float]:

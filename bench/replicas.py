@@ -64,7 +64,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from api import Agents, Server, agent_of, host, make_token, read_ok, run_clients, seed, status_of
+from api import Agents, Server, agent_of, host, make_token, process_cpu, read_ok, run_clients, seed, status_of
 
 # The repository root: tests.support holds the test and bench tooling (local etcd).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -79,11 +79,6 @@ from hvfleet.store.ownership import agent_manager
 LEASES = "/apis/hvfleet.io/v1/leases"
 HV = "/apis/hvfleet.io/v1/hypervisors"
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_of(pid: int) -> float:
-    """Seconds of CPU (user + system) process `pid` has used."""
-    return cpu_of_stat(Path(f"/proc/{pid}/stat"))
 
 
 def now_text() -> str:
@@ -148,7 +143,7 @@ class Replicas:
             pass
 
     def cpu(self) -> list[float]:
-        return [cpu_of(s.proc.pid) for s in self.servers]
+        return [process_cpu(s.proc.pid) for s in self.servers]
 
     def close(self) -> None:
         self.stop.set()
@@ -419,7 +414,7 @@ def fleet_phase(replicas: Replicas, etcd: EtcdCluster, hosts: int, seconds: floa
     lock = threading.Lock()
     per_thread = [[p for p in plan if p[2] % clients == k] for k in range(clients)]
     etcd_pids = [m.process.pid for m in etcd.members if m.process is not None and etcd_used]
-    etcd_before = [cpu_of(p) for p in etcd_pids]
+    etcd_before = [process_cpu(p) for p in etcd_pids]
 
     def worker(k: int, start: float) -> None:
         conns = [s.connection() for s in replicas.servers]
@@ -445,7 +440,7 @@ def fleet_phase(replicas: Replicas, etcd: EtcdCluster, hosts: int, seconds: floa
 
     PROFILE["label"] = f"fleet-{count}"
     cpu, wall = measured(replicas, work)
-    etcd_cpu = sum(cpu_of(p) - b for p, b in zip(etcd_pids, etcd_before, strict=True))
+    etcd_cpu = sum(process_cpu(p) - b for p, b in zip(etcd_pids, etcd_before, strict=True))
     return {"writes": len(plan), "wall": wall, "server_cores": sum(cpu) / wall,
             "etcd_cores": etcd_cpu / wall, "late": late[0], "server_cpu": sum(cpu), "etcd_cpu": etcd_cpu,
             "leases": sum(1 for p in plan if p[1] == "lease"),

@@ -29,16 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from api import process_cpu as cpu_seconds  # noqa: E402
 from tests.dashboard.fleet import serving, wait_dashboard_loaded  # noqa: E402
 from tests.dashboard.synthetic import seeded_store  # noqa: E402
-
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """user + sys CPU seconds of process `pid` so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def one_run(hosts: int, idle: float, server_src: str | None) -> dict[str, float]:

@@ -57,6 +57,7 @@ from store_ops import realistic
 
 # The repository root: tests.support holds the test and bench tooling (local etcd).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from api import process_cpu as cpu_seconds
 from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.model import Hypervisor, Quantity
@@ -250,12 +251,6 @@ def rss_kib(pid: int) -> tuple[int, int]:
         elif line.startswith("VmHWM:"):
             peak = int(line.split()[1])
     return now, peak
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a running process."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def children_cpu() -> float:
