@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.store.watching import Seen, Watching, seen_of
 from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.model import Gone, Hypervisor, InvalidInput, Reservation
@@ -38,42 +39,6 @@ from hvfleet.store.feed import Interest, Item, _for
 from hvfleet.store.tokens import issue_token
 
 MakeHv = Callable[..., Hypervisor]
-Seen = tuple[str, str, str, int, bool]
-
-
-def _seen(e: WatchEvent) -> Seen:
-    return e.type, e.object.kind, e.object.metadata.name, e.revision, e.last_of_revision
-
-
-class Watching:
-    """A long-lived watch (no timeout: served by the feed) read by a thread."""
-
-    def __init__(self, store: EtcdStore, kind: str | None, since: int, name: str | None = None) -> None:
-        self.stop = threading.Event()
-        self.seen: list[Seen] = []
-        self.errors: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                for e in store.watch(kind, since=since, name=name, stop=self.stop):
-                    self.seen.append(_seen(e))
-            except BaseException as exc:
-                self.errors.append(exc)
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-
-    def until(self, count: int, seconds: float = 15) -> list[Seen]:
-        deadline = time.monotonic() + seconds
-        while len(self.seen) < count and not self.errors and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.seen
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-
-
 def _streams() -> int:
     """etcd streams open in this process: one reader thread each, or the feed's
     own thread, which reads its stream itself."""
@@ -82,7 +47,7 @@ def _streams() -> int:
 
 def _own(store: EtcdStore, kind: str | None, since: int, name: str | None = None) -> list[Seen]:
     """What the watch's own etcd stream gives (a watch with a timeout reads one)."""
-    return [_seen(e) for e in store.watch(kind, since=since, name=name, timeout=1.0)]
+    return [seen_of(e) for e in store.watch(kind, since=since, name=name, timeout=1.0)]
 
 
 @pytest.fixture
@@ -245,7 +210,7 @@ def test_a_watch_into_the_feed_is_handed_each_revision_on_the_feeds_thread_as_it
     def run() -> None:
         try:
             etcd.watch_into("Hypervisor", since, lambda evs: got.append(
-                (threading.current_thread().name, [_seen(e) for e in evs])), stop)
+                (threading.current_thread().name, [seen_of(e) for e in evs])), stop)
         except BaseException as exc:
             errors.append(exc)
 
@@ -280,7 +245,7 @@ def test_the_placement_snapshot_follows_the_processs_one_stream(
 
     def run() -> None:
         for e in etcd.watch_objects(since, stop=stop):
-            seen.append(_seen(e))
+            seen.append(seen_of(e))
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
@@ -295,7 +260,7 @@ def test_the_placement_snapshot_follows_the_processs_one_stream(
         deadline = time.monotonic() + 15
         while len(seen) < len(want) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert seen == [_seen(e) for e in want]
+        assert seen == [seen_of(e) for e in want]
         assert _streams() == 1
         snap.refresh(etcd)
         assert snap.host_provider("p0") is not None and snap.host_provider("p1") is None  # p1 deleted

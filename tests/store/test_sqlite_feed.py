@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from tests.store.poison import hypervisor_doc, poison
+from tests.store.watching import Seen, Watching, seen_of
 
 from hvfleet.model import Hypervisor
 from hvfleet.model.lease import renewed
@@ -26,11 +27,6 @@ from hvfleet.store.base import WatchEvent, Write
 from hvfleet.store.sqlite import SqliteStore
 
 MakeHv = Callable[..., Hypervisor]
-Seen = tuple[str, str, str, int, bool]
-
-
-def _seen(e: WatchEvent) -> Seen:
-    return e.type, e.kind, e.name, e.revision, e.last_of_revision
 
 
 @pytest.fixture
@@ -41,38 +37,9 @@ def shared(tmp_path: Path) -> Iterator[SqliteStore]:
     store.close()
 
 
-class Watching:
-    """A long-lived watch (no timeout: served by the feed) read by a thread."""
-
-    def __init__(self, store: SqliteStore, kind: str | None, since: int, name: str | None = None) -> None:
-        self.stop = threading.Event()
-        self.seen: list[Seen] = []
-        self.errors: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                for e in store.watch(kind, since=since, name=name, stop=self.stop):
-                    self.seen.append(_seen(e))
-            except BaseException as exc:
-                self.errors.append(exc)
-
-        self.thread = threading.Thread(target=run, name=f"test-watch-{kind}-{name}", daemon=True)
-        self.thread.start()
-
-    def until(self, count: int, seconds: float = 15) -> list[Seen]:
-        deadline = time.monotonic() + seconds
-        while len(self.seen) < count and not self.errors and time.monotonic() < deadline:
-            time.sleep(0.02)
-        return self.seen
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-
-
 def _own(store: SqliteStore, kind: str | None, since: int, name: str | None = None) -> list[Seen]:
     """What the watch's own poll gives (a watch with a timeout polls for itself)."""
-    return [_seen(e) for e in store.watch(kind, since=since, name=name, timeout=0.3)]
+    return [seen_of(e) for e in store.watch(kind, since=since, name=name, timeout=0.3)]
 
 
 def _writes(store: SqliteStore, make_hypervisor: MakeHv, tag: str) -> None:

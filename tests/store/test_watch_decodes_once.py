@@ -36,23 +36,23 @@ def local_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def reader(local_url: str) -> Iterator[Store]:
-    s = open_store(local_url)
+def _opened(url: str) -> Iterator[Store]:
+    s = open_store(url)
     try:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def reader(local_url: str) -> Iterator[Store]:
+    yield from _opened(local_url)
 
 
 @pytest.fixture
 def writer(local_url: str) -> Iterator[Store]:
     """Another store over the same data: another process's writes."""
-    s = open_store(local_url)
-    try:
-        yield s
-    finally:
-        s.close()
+    yield from _opened(local_url)
 
 
 def _events(store: Store, since: int, count: int) -> list[WatchEvent]:
