@@ -21,7 +21,9 @@ from tests.store.poison import hypervisor_doc, poison
 from tests.store.watching import Seen, Watching, seen_of
 
 from hvfleet.model import Hypervisor
+from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec
 from hvfleet.model.lease import renewed
+from hvfleet.model.meta import ObjectMeta
 from hvfleet.store import feed
 from hvfleet.store.base import WatchEvent, Write
 from hvfleet.store.sqlite import SqliteStore
@@ -166,3 +168,35 @@ def test_an_object_that_does_not_decode_is_skipped_by_each_watch_and_logged_once
     finally:
         for w in watches:
             w.close()
+
+
+def test_the_feed_leaves_the_history_series_out_and_a_watch_of_them_polls_for_itself(
+    shared: SqliteStore, make_hypervisor: MakeHv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard's history series (large, read by a get) are no kind a
+    server's watches follow: the feed does not read their rows, and a watch
+    of them, should there be one, polls for itself."""
+    polls: set[tuple[str, frozenset[str]]] = set()
+    real = shared._watch_kinds
+
+    def counted(kinds: list[str], *args: object, **kwargs: object) -> Iterator[WatchEvent]:
+        polls.add((threading.current_thread().name, frozenset(kinds)))
+        return real(kinds, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shared, "_watch_kinds", counted)
+    since = shared.revision()
+    history, hosts = Watching(shared, "HistorySeries", since), Watching(shared, "Hypervisor", since)
+    try:
+        shared.create(HistorySeries(metadata=ObjectMeta(name="hist-fleet-10s"), spec=HistorySeriesSpec(
+            series="fleet", tier="10s", points=[HistoryPoint(t=0, v={"cpu": ["1", "0", "8"]})])),
+            "hvfleet-history")
+        shared.create(make_hypervisor("h0"), "op")
+        assert [s[2] for s in history.until(1)] == ["hist-fleet-10s"]
+        assert [s[2] for s in hosts.until(1)] == ["h0"]
+        feed_kinds = {kinds for name, kinds in polls if name == "sqlite-feed"}
+        assert len(feed_kinds) == 1 and "Hypervisor" in next(iter(feed_kinds))
+        assert "HistorySeries" not in next(iter(feed_kinds))
+        assert ("test-watch-HistorySeries-None", frozenset({"HistorySeries"})) in polls
+    finally:
+        history.close()
+        hosts.close()

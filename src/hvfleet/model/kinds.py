@@ -148,11 +148,12 @@ class KindStrategy(Generic[R]):
     # Whether the object governs a host with these labels (None: the kind
     # selects no hosts). An agent may read only what governs its own host.
     selects_host: Callable[[R, Mapping[str, str]], bool] | None = None
-    # Whether a process's long-lived watches decode this kind's events (the
-    # fleet index, the Placement snapshot, the token cache): a store then keeps
-    # the object its own write read back for them (hvfleet.store.decoded). The
-    # dashboard's history series are read by a get, never followed, and large.
-    followed_decoded: bool = True
+    # Whether a server's long-lived watches follow this kind (the fleet index,
+    # the Placement snapshot, the token cache, the API's watches): a store then
+    # keeps the object its own write read back for them (hvfleet.store.decoded),
+    # and SQLite's shared feed polls it (hvfleet.store.feed). The dashboard's
+    # history series are read by a get, never followed, and large.
+    followed: bool = True
 
     @property
     def singular(self) -> str:
@@ -210,7 +211,7 @@ STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
     KindStrategy[PlacementName]("PlacementName", PlacementName, "placementnames", public=False),
     # The dashboard's history (model.dashboard), written by the servers only.
     KindStrategy[HistorySeries]("HistorySeries", HistorySeries, "historyseries", public=False,
-                                followed_decoded=False),
+                                followed=False),
 )}
 
 

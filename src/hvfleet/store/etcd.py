@@ -494,7 +494,7 @@ class EtcdStore(Store):
         if result.succeeded:
             self._remember(key, result.revision, value)
             written = with_version(read, result.revision)
-            if strategy_of(stored).followed_decoded:  # not the large history series, never followed
+            if strategy_of(stored).followed:  # not the large history series, never followed
                 self._watched_as(key, result.revision, written)
             # What the model reads from the bytes written: what any reader gets.
             return written

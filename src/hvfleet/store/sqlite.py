@@ -31,7 +31,7 @@ from hvfleet.model.errors import (
     Unavailable,
 )
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Hypervisor, Reservation, Resource
-from hvfleet.model.kinds import strategy_of
+from hvfleet.model.kinds import strategy, strategy_of
 from hvfleet.model.selectors import Selector
 from hvfleet.store import handoff
 from hvfleet.store.base import (
@@ -56,6 +56,9 @@ from hvfleet.store.ownership import prepare_create, prepare_update_over, unchang
 from hvfleet.store.undecodable import Undecodable, skipped
 
 T = TypeVar("T")
+
+# The kinds a server's long-lived watches follow: those its shared feed polls.
+_FOLLOWED = frozenset(k for k in STORED_KINDS if strategy(k).followed)
 
 EVENT_HISTORY = 100_000
 _COMPACT_EVERY = 1_000
@@ -249,7 +252,7 @@ class SqliteStore(Store):
         body = sealed.decode()
         # What a watch decodes from `body` at `rev`: its watches never decode
         # this store's own writes (kept once the transaction commits).
-        if strategy_of(obj).followed_decoded:
+        if strategy_of(obj).followed:
             self._written.append(((obj.kind, obj.metadata.name, rev), with_version(read, rev)))
         db.execute(
             "INSERT OR REPLACE INTO objects (kind, name, rv, labels, host, body) "
@@ -423,8 +426,8 @@ class SqliteStore(Store):
                on_undecodable: Callable[[Undecodable], None] | None,
                on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         kinds = [kind] if kind else list(KINDS)
-        if timeout is None and self._shared:
-            # A long-lived watch: served from the process's one poll of every object.
+        if timeout is None and self._shared and (kind is None or kind in _FOLLOWED):
+            # A long-lived watch: served from the process's one poll of every followed object.
             return self._feed.watch(Interest(kind, name), since, stop, on_undecodable,
                                     lambda at: self._watch_kinds(kinds, at, name, stop, None, on_undecodable))
         return self._watch_kinds(kinds, since, name, stop, timeout, on_undecodable)
@@ -438,17 +441,18 @@ class SqliteStore(Store):
                      on_undecodable: Callable[[Undecodable], None],
                      inline: Callable[[Callable[[], None]], None],
                      on_progress: Callable[[int], None]) -> Iterator[WatchEvent]:
-        # Every stored kind; each joined watch logs what it skips, as its own poll would.
+        # Every followed kind (not the dashboard's history series, large and read
+        # by a get); each joined watch logs what it skips, as its own poll would.
         # Nothing to abort (`inline`): the poll waits on `stop`, which closing the feed sets.
-        return self._watch_kinds(list(STORED_KINDS), since, None, stop, None, on_undecodable,
+        return self._watch_kinds(list(_FOLLOWED), since, None, stop, None, on_undecodable,
                                  log_skipped=False)
 
     def watch_into(self, kind: str | None, since: int,
                    sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event) -> None:
-        if not self._shared:
+        kind = kind_of(kind) if kind else None
+        if not self._shared or (kind is not None and kind not in _FOLLOWED):
             super().watch_into(kind, since, sink, stop)
             return
-        kind = kind_of(kind) if kind else None
         kinds = [kind] if kind else list(KINDS)
         self._feed.watch_into(Interest(kind), since, sink, stop, None,
                               lambda at: self._watch_kinds(kinds, at, None, stop, None, None))
@@ -456,12 +460,11 @@ class SqliteStore(Store):
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
                       timeout: float | None = None,
                       on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
-        # Every write of the store's revision is an object's event here: no progress.
-        kinds = list(STORED_KINDS)
-        if timeout is None and self._shared:
-            return self._feed.watch(Interest(None, stored=True), since, stop, None,
-                                    lambda at: self._watch_kinds(kinds, at, None, stop, None, None))
-        return self._watch_kinds(kinds, since, None, stop, timeout, None)
+        # Every write of the store's revision is an object's event here: no
+        # progress. A poll of its own, also without a timeout: the shared feed
+        # polls the followed kinds only (a server over SQLite catches its
+        # Placement snapshot up per request, with a timeout, and never follows).
+        return self._watch_kinds(list(STORED_KINDS), since, None, stop, timeout, None)
 
     def _watch_kinds(self, kinds: builtins.list[str], since: int, name: str | None,
                      stop: threading.Event | None, timeout: float | None,
