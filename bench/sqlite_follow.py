@@ -21,7 +21,11 @@ CPU (the same readers, nothing written) measured before and taken off.
 With `--base DIR` (another checkout), a server from DIR's `src` runs beside
 this checkout's, each over its own copy of the fleet, both written and read
 in the same seconds of each round (so the machine's load hits both alike);
-the figure is the median over `--rounds`, and the ratio head / base.
+the figure is the median over `--rounds`, and the ratio head / base. With
+`--via direct` this process writes with this checkout's model code: when the
+base's model code differs, its server cannot vouch for those values (their
+seal is another code's) and decodes them all, so compare `--via api` then
+(the script says so).
 
     .venv/bin/python bench/sqlite_follow.py [--hosts 1000] [--rate 200] [--seconds 20]
         [--watches 2] [--via direct|api] [--rounds 3] [--base DIR]
@@ -211,6 +215,14 @@ def _fleets(args: argparse.Namespace, tmp: Path) -> Iterator[list[Fleet]]:
             f.close()
 
 
+def _seal(src: str | None) -> str:
+    """The seal of the model code a server runs (`encoding._FINGERPRINT`)."""
+    env = {**os.environ, "PYTHONPATH": src} if src else dict(os.environ)
+    return subprocess.run([sys.executable, "-c", "from hvfleet.store import encoding; "
+                           "print(encoding._FINGERPRINT)"], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
 def _round(args: argparse.Namespace, tmp: Path) -> dict[str, float]:
     with _fleets(args, tmp) as fleets:
         writers: list[DirectWriter | ApiWriter] = [
@@ -277,6 +289,11 @@ def main() -> None:
     print(f"SQLite server, {args.hosts} hosts, {args.watches} API watches of hypervisors, candidates "
           f"and fit every {args.ask_every} s; status writes {args.via} at {args.rate:.0f}/s for "
           f"{args.seconds:.0f} s; load {os.getloadavg()[0]:.1f}", flush=True)
+    if args.base and args.via == "direct" and _seal(str(Path(args.base).resolve() / "src")) != _seal(None):
+        # This process writes with this checkout's model code: the base server
+        # (other model code) cannot vouch for those values and decodes them all.
+        print("warning: the base checkout's model code differs from this one's, so its server "
+              "decodes every direct write; compare with --via api", flush=True)
     rounds: list[dict[str, float]] = []
     for r in range(args.rounds):
         print(f"round {r + 1}", flush=True)
