@@ -24,7 +24,7 @@ from hvfleet.model import Hypervisor
 from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec
 from hvfleet.model.lease import renewed
 from hvfleet.model.meta import ObjectMeta
-from hvfleet.store import feed
+from hvfleet.store import sqlite
 from hvfleet.store.base import WatchEvent, Write
 from hvfleet.store.sqlite import SqliteStore
 
@@ -109,7 +109,7 @@ def test_a_store_that_did_not_share_its_watches_polls_per_watch(
 def test_a_watch_from_before_what_the_feed_holds_polls_for_itself_then_joins(
     tmp_path: Path, make_hypervisor: MakeHv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(feed, "FEED_KEPT", 3)
+    monkeypatch.setattr(sqlite, "FEED_KEPT", 3)
     store = SqliteStore(str(tmp_path / "kept.db"))
     store.share_watches()
     try:
@@ -118,8 +118,10 @@ def test_a_watch_from_before_what_the_feed_holds_polls_for_itself_then_joins(
         for i in range(8):
             store.create(make_hypervisor(f"k{i}"), "op")
         assert len(first.until(8)) == 8
+        pollers = _pollers(store, monkeypatch)
         late = Watching(store, "Hypervisor", since)  # 8 events back: more than the feed keeps
         assert late.until(8) == first.seen
+        assert late.thread.name in pollers  # its own poll (the first watch started the feed)
         store.create(make_hypervisor("k8"), "op")  # after it joined: from the feed
         assert late.until(9) == first.until(9) == _own(store, "Hypervisor", since)
         assert not late.errors

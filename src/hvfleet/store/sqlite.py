@@ -57,6 +57,16 @@ from hvfleet.store.undecodable import Undecodable, skipped
 
 T = TypeVar("T")
 
+# Events the shared feed keeps for watches that join a little behind it: few,
+# as a watch further behind polls the local event log for itself (cheap here),
+# and each kept event holds its stored bodies and, once decoded, its object
+# (4,096 of them were ~30 MiB of a 1,000-host server: bench/sqlite_follow.py).
+FEED_KEPT = 256
+# Objects kept decoded for the watches (hvfleet.store.decoded): about a second
+# of a 10,000-host fleet's 1,000 writes/s, within which the feed hands an event
+# to every watch and a request's catch-up reads it (further back, it decodes).
+DECODED_KEPT = 1024
+
 # The kinds a server's long-lived watches follow: those its shared feed polls.
 _FOLLOWED = frozenset(k for k in STORED_KINDS if strategy(k).followed)
 
@@ -133,11 +143,11 @@ class SqliteStore(Store):
         # The objects this store's watches hand over (decoded once for all of
         # them), and its own writes' read-back objects: kept once their
         # transaction has committed (a revision rolled back is used again).
-        self._decoded = DecodedAt()
+        self._decoded = DecodedAt(DECODED_KEPT)
         self._written: builtins.list[tuple[tuple[str, str, int], Resource]] = []
         # The one poll of every object that this store's long-lived watches share
         # once the process says it keeps many (`share_watches`: a server).
-        self._feed = SharedFeed(self._feed_stream, name="sqlite-feed")
+        self._feed = SharedFeed(self._feed_stream, kept=FEED_KEPT, name="sqlite-feed")
         self._shared = False
         self._marks_lock = threading.Lock()
         self._marks: sqlite3.Connection | None = None
