@@ -55,24 +55,29 @@ def _writes(store: SqliteStore, make_hypervisor: MakeHv, tag: str) -> None:
     store.delete("Hypervisor", f"{tag}1")
 
 
-def _pollers(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """The names of the threads that poll the event log from now on."""
-    names: set[str] = set()
+def _polls(store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> set[tuple[str, frozenset[str]]]:
+    """The polls of the event log from now on: the polling thread's name, and
+    the kinds polled."""
+    polls: set[tuple[str, frozenset[str]]] = set()
     real = store._watch_kinds
 
-    def counted(*args: object, **kwargs: object) -> Iterator[WatchEvent]:
-        names.add(threading.current_thread().name)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def counted(kinds: list[str], *args: object, **kwargs: object) -> Iterator[WatchEvent]:
+        polls.add((threading.current_thread().name, frozenset(kinds)))
+        return real(kinds, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(store, "_watch_kinds", counted)
-    return names
+    return polls
+
+
+def _pollers(polls: set[tuple[str, frozenset[str]]]) -> set[str]:
+    return {name for name, _ in polls}
 
 
 def test_the_long_lived_watches_share_one_poll_and_see_what_their_own_would(
     shared: SqliteStore, make_hypervisor: MakeHv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     since = shared.revision()
-    pollers = _pollers(shared, monkeypatch)
+    polls = _polls(shared, monkeypatch)
     watches = [Watching(shared, "Hypervisor", since), Watching(shared, None, since),
                Watching(shared, "Lease", since), Watching(shared, "Hypervisor", since, name="a2")]
     try:
@@ -83,7 +88,7 @@ def test_the_long_lived_watches_share_one_poll_and_see_what_their_own_would(
         for w, want in zip(watches, expected, strict=True):
             assert w.until(len(want)) == want and not w.errors
         # The watches' polls were the feed's; the others, this test's own (`_own`).
-        assert pollers == {"sqlite-feed", threading.current_thread().name}
+        assert _pollers(polls) == {"sqlite-feed", threading.current_thread().name}
     finally:
         for w in watches:
             w.close()
@@ -95,13 +100,13 @@ def test_a_store_that_did_not_share_its_watches_polls_per_watch(
     """An agent's or a command's store: each watch polls for itself, as before."""
     store = SqliteStore(str(tmp_path / "own.db"))
     try:
-        pollers = _pollers(store, monkeypatch)
+        polls = _polls(store, monkeypatch)
         mine = Watching(store, "Hypervisor", store.revision(), name="d1")
         store.create(make_hypervisor("d0"), "op")
         store.create(make_hypervisor("d1"), "op")
         assert [s[2] for s in mine.until(1)] == ["d1"]
         mine.close()
-        assert pollers == {"test-watch-Hypervisor-d1"}
+        assert _pollers(polls) == {"test-watch-Hypervisor-d1"}
     finally:
         store.close()
 
@@ -118,10 +123,10 @@ def test_a_watch_from_before_what_the_feed_holds_polls_for_itself_then_joins(
         for i in range(8):
             store.create(make_hypervisor(f"k{i}"), "op")
         assert len(first.until(8)) == 8
-        pollers = _pollers(store, monkeypatch)
+        polls = _polls(store, monkeypatch)
         late = Watching(store, "Hypervisor", since)  # 8 events back: more than the feed keeps
         assert late.until(8) == first.seen
-        assert late.thread.name in pollers  # its own poll (the first watch started the feed)
+        assert late.thread.name in _pollers(polls)  # its own poll (the first watch started the feed)
         store.create(make_hypervisor("k8"), "op")  # after it joined: from the feed
         assert late.until(9) == first.until(9) == _own(store, "Hypervisor", since)
         assert not late.errors
@@ -178,14 +183,7 @@ def test_the_feed_leaves_the_history_series_out_and_a_watch_of_them_polls_for_it
     """The dashboard's history series (large, read by a get) are no kind a
     server's watches follow: the feed does not read their rows, and a watch
     of them, should there be one, polls for itself."""
-    polls: set[tuple[str, frozenset[str]]] = set()
-    real = shared._watch_kinds
-
-    def counted(kinds: list[str], *args: object, **kwargs: object) -> Iterator[WatchEvent]:
-        polls.add((threading.current_thread().name, frozenset(kinds)))
-        return real(kinds, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(shared, "_watch_kinds", counted)
+    polls = _polls(shared, monkeypatch)
     since = shared.revision()
     history, hosts = Watching(shared, "HistorySeries", since), Watching(shared, "Hypervisor", since)
     try:
