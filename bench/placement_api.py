@@ -596,13 +596,23 @@ def floor_endpoints(ours: list[Endpoint], stack: contextlib.ExitStack) -> list[E
         files = [str(tls[0] / "server.crt"), str(tls[0] / "server.key")] if tls else []
         proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("floor_server.py")), name,
                                  *files], stdout=subprocess.PIPE, text=True)
-        stack.callback(proc.wait, 30)
-        stack.callback(proc.terminate)
+        stack.callback(_stop, proc)
         assert proc.stdout is not None
         port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
         out.append(Endpoint(f"floor/{transport}", "127.0.0.1", port, "", "",
                             secure.context if tls and secure is not None else None, proc.pid))
     return out
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Stop a floor server: uvicorn waits for its open keep-alive connections
+    (the bench's clients hold theirs to the end), so kill it after a grace."""
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def candidates_rounds(args: argparse.Namespace, seeded: RealSeeded, theirs: Endpoint) -> None:

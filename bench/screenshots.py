@@ -8,7 +8,8 @@ host page, the history page (fleet and a label value) and the phone view
 (390 px wide) of the overview and a host. So that the charts have a day to
 show, the store is first given a day of history: the example hosts' real
 effective capacity, with allocations that move every few minutes (seeded,
-reproducible), written through the same `history.write_point` the server uses.
+reproducible), stored as the server's `history.write_point` would have kept
+it (`history.stored_series`: the series' objects and their parts).
 """
 
 from __future__ import annotations
@@ -25,17 +26,15 @@ sys.path.insert(0, str(ROOT))
 
 from tests.dashboard.fleet import CHROMIUM, CHROMIUM_ARGS, hvfleet, login, report_fleet, serving  # noqa: E402
 
-from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec  # noqa: E402
-from hvfleet.model.meta import ObjectMeta  # noqa: E402
+from hvfleet.model.dashboard import HistoryPoint  # noqa: E402
 from hvfleet.model.quantity import Quantity  # noqa: E402
 from hvfleet.server.dashboard.history import (  # noqa: E402
     FLEET,
     MANAGER,
     HistorySettings,
-    appended,
     host_series,
     label_series,
-    object_name,
+    stored_series,
 )
 from hvfleet.store import open_store  # noqa: E402
 
@@ -74,13 +73,12 @@ def seed_history(store_url: str, hours: int = 24, seed: int = 7) -> None:
                 v = {r: [_quantity(r, x) for x in xs] for r, xs in figs.items()}
                 for tier in settings.tiers:
                     point = HistoryPoint(t=t // tier.step * tier.step, v=v)
-                    got = appended(kept.get((key, tier.name), []), point, tier)
-                    if got is not None:
-                        kept[(key, tier.name)] = got
-        for (key, tier_name), points in kept.items():  # one write per series and tier
-            spec = HistorySeriesSpec(series=key, tier=tier_name, points=points)
-            meta = ObjectMeta(name=object_name(key, tier_name))
-            store.create(HistorySeries(metadata=meta, spec=spec), MANAGER)
+                    kept.setdefault((key, tier.name), []).append(point)
+        for tier in settings.tiers:  # one write per stored object
+            for (key, tier_name), points in kept.items():
+                if tier_name == tier.name:
+                    for obj in stored_series(key, tier, points):
+                        store.create(obj, MANAGER)
 
 
 def _quantity(resource: str, value: float) -> str:

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hvfleet.model import Hypervisor
-from hvfleet.model.dashboard import HistoryPoint
+from hvfleet.model.dashboard import HistoryPoint, HistorySeriesSpec
 from hvfleet.model.errors import InvalidInput
 from hvfleet.server.dashboard import charts
 from hvfleet.server.dashboard.history import (
@@ -26,14 +26,20 @@ from hvfleet.server.dashboard.history import (
     HistorySettings,
     SamplerTurn,
     Tier,
-    appended,
+    appending,
+    assembled,
     chart_document,
+    forget,
     group_figures,
     host_series,
     in_window,
     label_series,
+    object_name,
+    part_name,
     read_points,
     sample_due,
+    stored_series,
+    write_point,
 )
 from hvfleet.server.dashboard.live import FleetState
 from hvfleet.store import open_store
@@ -46,37 +52,88 @@ def _value_at(points: list[HistoryPoint], t: int) -> dict[str, list[str]] | None
     return before[-1].v if before else None
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3)), min_size=1, max_size=60),
-       st.integers(5, 100))
+def _point(t: int, value: int) -> HistoryPoint:
+    return HistoryPoint(t=t, v={"cpu": [str(value), "0", "8"]})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(0, 3)), min_size=1, max_size=80),
+       st.integers(5, 100), st.integers(1, 6))
 def test_kept_points_answer_every_moment_of_the_window_as_all_changes_would(
-        steps: list[tuple[int, int]], window: int) -> None:
+        steps: list[tuple[int, int]], window: int, part_points: int) -> None:
+    """`appending` step by step over a dict standing for the store, as
+    write_point does: the series' object and the parts it lists answer every
+    moment of the window as the full list of samples would, read whole or
+    from a moment on (only the parts reaching past it), and stay small."""
     tier = Tier("1s", 1, window)
-    kept: list[HistoryPoint] = []
+    head: HistorySeriesSpec | None = None
+    parts: dict[int, HistorySeriesSpec] = {}
     everything: list[HistoryPoint] = []  # the reference: every sample, nothing dropped
     t = 0
     for gap, value in steps:
         t += gap
-        point = HistoryPoint(t=t, v={"cpu": [str(value), "0", "8"]})
+        point = _point(t, value)
         everything.append(point)
-        got = appended(kept, point, tier)
-        if got is not None:
-            kept = got
+        step = appending(head, "fleet", tier, point, part_points)
+        if step is None:
+            continue
+        if step.moved is not None:
+            parts[step.moved.points[0].t] = step.moved
+        for first in step.dropped:
+            del parts[first]  # listed before, so stored
+        head = step.head
+    assert head is not None
+    assert [p.first for p in head.parts] == sorted(parts)  # no part lost, none left behind
+    assert all(parts[p.first].points[0].t == p.first and parts[p.first].points[-1].t == p.last
+               for p in head.parts)
+    assert len(head.points) <= part_points
+    assert len(head.parts) <= window // part_points + 2  # parts before the window go
+    kept = assembled(head, [parts[p.first] for p in head.parts])
     assert all(a.t < b.t and a.v != b.v for a, b in pairwise(kept))
     for moment in range(t - window, t + 1):
         assert _value_at(kept, moment) == _value_at(everything, moment), moment
     start = t - window
+    for since in (start, (start + t) // 2):
+        read = assembled(head, [parts[p.first] for p in head.parts if p.last > since])
+        for moment in range(since, t + 1):
+            assert _value_at(read, moment) == _value_at(everything, moment), (since, moment)
     shown = in_window(kept, start)
     assert all(p.t >= start for p in shown)
     assert _value_at(shown, start) == _value_at(everything, start)
+    # What stored_series seeds is what these steps stored.
+    objects = stored_series("fleet", tier, everything, part_points)
+    assert objects[0].spec == head
+    assert {o.metadata.name: o.spec for o in objects[1:]} == {
+        part_name(object_name("fleet", "1s"), first): spec for first, spec in parts.items()}
 
 
 def test_a_bucket_already_written_or_an_unchanged_value_writes_nothing() -> None:
     tier = Tier("10s", 10, 3600)
-    first = HistoryPoint(t=100, v={"cpu": ["1", "0", "8"]})
-    assert appended([first], HistoryPoint(t=100, v={"cpu": ["2", "0", "8"]}), tier) is None
-    assert appended([first], HistoryPoint(t=110, v={"cpu": ["1", "0", "8"]}), tier) is None
-    assert appended([first], HistoryPoint(t=110, v={"cpu": ["2", "0", "8"]}), tier) is not None
+    first = appending(None, "fleet", tier, _point(100, 1))
+    assert first is not None
+    head = first.head
+    assert appending(head, "fleet", tier, _point(100, 2)) is None
+    assert appending(head, "fleet", tier, _point(110, 1)) is None
+    assert appending(head, "fleet", tier, _point(110, 2)) is not None
+    # Also right after the object's points moved to a part: its lead is the last point.
+    full = appending(head, "fleet", tier, _point(110, 2), part_points=1)
+    assert full is not None and full.moved is not None and full.head.lead == _point(100, 1)
+    assert appending(full.head, "fleet", tier, _point(120, 2)) is None
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    ({"points": [{"t": 20}, {"t": 10}]}, "times must increase"),
+    ({"points": [{"t": 20}], "lead": {"t": 20}}, "lead: its time (20)"),
+    ({"points": [{"t": 20}], "parts": [{"first": 5, "last": 20}]}, "the last must end before"),
+    ({"parts": [{"first": 5, "last": 9}, {"first": 9, "last": 12}]}, "each must start after"),
+    ({"parts": [{"first": 5, "last": 4}]}, "last (4) is before first (5)"),
+])
+def test_a_series_out_of_order_is_refused_where_it_is_written(spec: dict[str, object], words: str) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as err:
+        HistorySeriesSpec.model_validate({"series": "fleet", "tier": "10s", **spec})
+    assert words in str(err.value)
 
 
 @pytest.mark.parametrize(("tiers", "retention", "field", "words"), [
@@ -132,6 +189,40 @@ def _replica(url: str, tiers: HistorySettings) -> tuple[Store, FleetState, Histo
 def _follow(state: FleetState, store: Store) -> None:
     events = list(store.watch(since=state.revision, timeout=0.3))
     state.apply(events)
+
+
+def test_a_series_in_the_store_writes_small_objects_drops_old_parts_and_reads_as_written(
+        store_url: str) -> None:
+    """write_point through a real store: the series' object never holds more
+    than its share, parts before the window are deleted, a read from a moment
+    on reads only the parts it needs and answers as the whole series does, and
+    forget leaves nothing."""
+    tier = Tier("10s", 10, 200)
+    series = host_series("hv1")
+    written: list[HistoryPoint] = []
+    with open_store(store_url) as store:
+        for i in range(40):
+            point = _point(1_000_000 + 10 * i, i % 5 if i != 39 else 9)
+            assert write_point(store, series, tier, point, part_points=4)
+            written.append(point)
+            assert not write_point(store, series, tier, point, part_points=4)  # that bucket is written
+        names = [o.metadata.name for o in store.list("HistorySeries").items]
+        head = store.get("HistorySeries", object_name(series, "10s"))
+        assert len(head.spec.points) <= 4
+        # 200 s back from the last point: the parts ending before are gone.
+        assert all(p.last > written[-1].t - 200 - 40 for p in head.spec.parts)
+        assert len(names) == 1 + len(head.spec.parts) <= 1 + 200 // 40 + 2
+        everything = read_points(store, series, tier)
+        assert everything[1:] == [p for p in written if p.t >= everything[1].t]
+        assert everything[0].t <= written[-1].t - 200  # the value in force at the window's start
+        since = written[-1].t - 45
+        before = store.revision()
+        recent = read_points(store, series, tier, since=since)
+        assert recent[0].t <= since and recent[1:] == [p for p in written if p.t > recent[0].t]
+        assert len(recent) < len(everything)
+        assert store.revision() == before
+        forget(store, series, (tier,))
+        assert store.list("HistorySeries").items == []
 
 
 def test_replicas_sampling_one_bucket_write_it_once_and_read_the_same_series(store_url: str) -> None:

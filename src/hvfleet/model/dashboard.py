@@ -8,8 +8,13 @@ replica over one store shows the same history and a restart loses nothing
   capacity, and holds until the next point (a host whose figures do not
   change costs no write). Points are bucketed to the tier's resolution (the
   latest state within a bucket wins), so replicas writing the same bucket
-  write it once; the oldest points beyond the tier's window are dropped, one
-  kept as the value in force at the window's start.
+  write it once. The series' own object holds its latest points (a few
+  dozen at most); earlier ones are parts, objects of the same kind that it
+  lists, each written once, so that a point's write costs the same after a
+  week as after a minute. Each part (and the series' own object) carries
+  `lead`, the point in force before its first, so parts wholly before the
+  tier's window are dropped and the value in force at the window's start is
+  still known.
 
 It is a stored kind that is not public (like AccessToken): no CRD, not
 exported, not served by the API, not in an all-kinds watch.
@@ -17,9 +22,10 @@ exported, not served by the API, not in an all-kinds watch.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from hvfleet.model.bounds import MAX_NAME, MAX_RESOURCES
 from hvfleet.model.errors import InvalidInput
@@ -56,11 +62,43 @@ class HistoryPoint(Model):
         return v
 
 
+class HistoryPart(Model):
+    """An earlier part of a series, listed by the series' own object: the
+    times of its first and last points (the part's object is named after the
+    series' and `first`)."""
+
+    first: int = Field(ge=0, le=2**40)
+    last: int = Field(ge=0, le=2**40)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HistoryPart:
+        if self.last < self.first:
+            raise ValueError(f"last ({self.last}) is before first ({self.first})")
+        return self
+
+
 class HistorySeriesSpec(Model):
     # What the series adds up: "fleet", "label:KEY=VALUE" or "host:NAME".
     series: str = Field(max_length=2 * MAX_NAME + 8)
     tier: str = Field(pattern=TIER_PATTERN)
     points: list[HistoryPoint] = Field(default_factory=list, max_length=MAX_POINTS)
+    # The point in force before the first of `points` (the last of the part before, kept or dropped).
+    lead: HistoryPoint | None = None
+    # On the series' own object: its earlier parts still kept, oldest first.
+    parts: list[HistoryPart] = Field(default_factory=list, max_length=MAX_POINTS)
+
+    @model_validator(mode="after")
+    def _in_order(self) -> HistorySeriesSpec:
+        times = [p.t for p in self.points]
+        if any(b <= a for a, b in pairwise(times)):
+            raise ValueError("points: times must increase")
+        if self.lead is not None and times and self.lead.t >= times[0]:
+            raise ValueError(f"lead: its time ({self.lead.t}) is not before the first point's ({times[0]})")
+        if any(b.first <= a.last for a, b in pairwise(self.parts)):
+            raise ValueError("parts: each must start after the one before ends")
+        if self.parts and times and times[0] <= self.parts[-1].last:
+            raise ValueError("parts: the last must end before the first point")
+        return self
 
 
 class HistorySeries(StoredObject):

@@ -19,6 +19,13 @@ point yet, by compare-and-swap, so a replica taking over never writes a
 bucket twice. The others only note which hosts changed, to sample them if
 they take over: following a write costs them no row and no store read.
 
+A series is stored in parts (model.dashboard): its own object holds its
+latest `PART_POINTS` points at most and, once full, moves them to a part of
+their own, written once; parts wholly before the tier's window are deleted.
+So a point costs one small write whatever the series' age (the whole series
+of a day at 1 min, 1,440 points, was read and written for each before), and
+a chart reads the parts its range covers.
+
 A host whose figures changed while no replica ran shows the change at its
 next one (a start does not read 10,000 series to compare).
 """
@@ -26,6 +33,7 @@ next one (a start does not read 10,000 series to compare).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -35,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec
+from hvfleet.model.dashboard import HistoryPart, HistoryPoint, HistorySeries, HistorySeriesSpec
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import AlreadyExists, HvfleetError, InvalidInput, NotFound
 from hvfleet.model.meta import ObjectMeta
@@ -59,6 +67,8 @@ MAX_LABEL_VALUES = 50
 RANGES: dict[str, int] = {"hour": 3600, "day": 86_400, "week": 7 * 86_400}
 DEFAULT_TIERS = "10s:1h,1m:1d,10m:7d"
 DEFAULT_RETENTION = "7d"
+# Points the series' own object holds before it moves them to a part.
+PART_POINTS = 60
 # Per resource: [allocated, held by reservations, effective capacity].
 Figures = dict[str, list[str]]
 
@@ -143,19 +153,83 @@ def totals_figures(doc: Mapping[str, Any]) -> Figures:
             for r, x in sorted(doc["resources"].items())}
 
 
-def appended(points: list[HistoryPoint], point: HistoryPoint, tier: Tier) -> list[HistoryPoint] | None:
-    """The points after `point`, or None when nothing is to be written: its
-    bucket (or a later one) has a point already, or the figures did not change.
-    Points older than the tier's window go, except the newest of them: the
-    value in force when the window starts."""
-    if points and (points[-1].t >= point.t or points[-1].v == point.v):
+def part_name(series_object: str, first: int) -> str:
+    """The stored object of a series' part whose first point is at `first`."""
+    return f"{series_object}-{first}"
+
+
+@dataclass(frozen=True)
+class Appending:
+    """What appending a point writes (`appending`): the series object's new
+    spec; when it was full, its points before as a part of their own (to be
+    written before it); the parts (by their first point's time) that fell
+    wholly before the window (to be deleted after it)."""
+
+    head: HistorySeriesSpec
+    moved: HistorySeriesSpec | None = None
+    dropped: tuple[int, ...] = ()
+
+
+def appending(current: HistorySeriesSpec | None, series: str, tier: Tier, point: HistoryPoint,
+              part_points: int = PART_POINTS) -> Appending | None:
+    """What appending `point` to the series (its object's spec `current`, None
+    when it has none yet) writes, or None when nothing is to be written: its
+    bucket (or a later one) has a point already, or the figures did not
+    change. A full object's points move to a part, and it keeps the last of
+    them as its `lead`; parts whose last point is at or before the window's
+    start are dropped (the next part's lead, or the object's, is the value in
+    force then)."""
+    if current is None:
+        return Appending(HistorySeriesSpec(series=series, tier=tier.name, points=[point]))
+    last = current.points[-1] if current.points else current.lead
+    if last is not None and (last.t >= point.t or last.v == point.v):
         return None
-    out = [*points, point]
+    if len(current.points) < part_points:
+        return Appending(current.model_copy(update={"points": [*current.points, point]}))
     cutoff = point.t - tier.window
-    first = 0
-    while first + 1 < len(out) and out[first + 1].t <= cutoff:
-        first += 1
-    return out[first:]
+    moved = HistorySeriesSpec(series=series, tier=tier.name, points=current.points, lead=current.lead)
+    parts = [*current.parts, HistoryPart(first=current.points[0].t, last=current.points[-1].t)]
+    kept = [p for p in parts if p.last > cutoff]
+    head = HistorySeriesSpec(series=series, tier=tier.name, points=[point], lead=current.points[-1],
+                             parts=kept)
+    # The moved points may themselves be wholly before the window (a series idle that long).
+    return Appending(head, moved if parts[-1].last > cutoff else None,
+                     tuple(p.first for p in current.parts if p.last <= cutoff))
+
+
+def assembled(head: HistorySeriesSpec, parts: list[HistorySeriesSpec]) -> list[HistoryPoint]:
+    """A series' points from its object and the parts read of it (a run of
+    its latest parts, oldest first), led by the point in force before them."""
+    lead = parts[0].lead if parts else head.lead
+    out = [lead] if lead is not None else []
+    for part in parts:
+        out.extend(part.points)
+    out.extend(head.points)
+    return out
+
+
+def stored_series(series: str, tier: Tier, points: list[HistoryPoint],
+                  part_points: int = PART_POINTS) -> list[HistorySeries]:
+    """The objects `write_point` leaves after writing `points` one by one (the
+    series' own object first, then its parts kept), made in memory: to seed
+    a store with a history in one write per object."""
+    head: HistorySeriesSpec | None = None
+    parts: dict[int, HistorySeriesSpec] = {}
+    for point in points:
+        step = appending(head, series, tier, point, part_points)
+        if step is None:
+            continue
+        if step.moved is not None:
+            parts[step.moved.points[0].t] = step.moved
+        for first in step.dropped:
+            parts.pop(first, None)
+        head = step.head
+    if head is None:
+        return []
+    name = object_name(series, tier.name)
+    return [HistorySeries(metadata=ObjectMeta(name=name), spec=head),
+            *(HistorySeries(metadata=ObjectMeta(name=part_name(name, p.first)), spec=parts[p.first])
+              for p in head.parts)]
 
 
 def in_window(points: list[HistoryPoint], start: int) -> list[HistoryPoint]:
@@ -202,49 +276,94 @@ def parse_series(text: str) -> tuple[str, str | None]:
     raise InvalidInput(f"{text!r}: expected fleet, label:KEY=VALUE or host:NAME", field="series")
 
 
-def read_points(store: Store, series: str, tier: Tier) -> list[HistoryPoint]:
+def _series_object(store: Store, name: str) -> HistorySeries | None:
     try:
-        obj = store.get(KIND, object_name(series, tier.name))
+        obj = store.get(KIND, name)
     except NotFound:
-        return []
+        return None
     assert isinstance(obj, HistorySeries)
-    return obj.spec.points
+    return obj
 
 
-def write_point(store: Store, series: str, tier: Tier, point: HistoryPoint, attempts: int = 5) -> bool:
-    """Append `point` to the series by compare-and-swap; whether it was written
-    (False: that bucket was written already, maybe by another replica, or the
-    figures are the last point's)."""
+def read_points(store: Store, series: str, tier: Tier, since: int | None = None) -> list[HistoryPoint]:
+    """The series' points, or (`since` given) those after `since` led by the
+    one in force then: only the parts that reach past `since` are read."""
+    name = object_name(series, tier.name)
+    head = _series_object(store, name)
+    if head is None:
+        return []
+    parts = []
+    for part in head.spec.parts:
+        if since is not None and part.last <= since:
+            continue
+        got = _series_object(store, part_name(name, part.first))
+        if got is not None:  # else dropped since the series was read: it was before the window
+            parts.append(got.spec)
+    return assembled(head.spec, parts)
+
+
+def last_figures(store: Store, series: str, tier: Tier) -> Figures | None:
+    """The figures of the series' last point (read from its own object only)."""
+    head = _series_object(store, object_name(series, tier.name))
+    if head is None:
+        return None
+    last = head.spec.points[-1] if head.spec.points else head.spec.lead
+    return last.v if last is not None else None
+
+
+def write_point(store: Store, series: str, tier: Tier, point: HistoryPoint, attempts: int = 5,
+                part_points: int = PART_POINTS) -> bool:
+    """Append `point` to the series by compare-and-swap of its own object; whether
+    it was written (False: that bucket was written already, maybe by another
+    replica, or the figures are the last point's). A part is written before the
+    object that lists it (the same points, whoever writes it), and dropped parts
+    are deleted after, so a reader never misses a listed part it needs."""
     name = object_name(series, tier.name)
     for attempt in range(attempts):
-        try:
-            current = store.get(KIND, name)
-        except NotFound:
-            current = None
-        assert current is None or isinstance(current, HistorySeries)
-        points = appended(current.spec.points if current else [], point, tier)
-        if points is None:
+        current = _series_object(store, name)
+        step = appending(current.spec if current else None, series, tier, point, part_points)
+        if step is None:
             return False
         try:
+            if step.moved is not None:
+                _put_part(store, part_name(name, step.moved.points[0].t), step.moved)
             if current is None:
-                spec = HistorySeriesSpec(series=series, tier=tier.name, points=points)
-                store.create(HistorySeries(metadata=ObjectMeta(name=name), spec=spec), MANAGER)
+                store.create(HistorySeries(metadata=ObjectMeta(name=name), spec=step.head), MANAGER)
             else:
-                spec = current.spec.model_copy(update={"points": points})
-                store.update(current.model_copy(update={"spec": spec}), MANAGER)
-            return True
+                store.update(current.model_copy(update={"spec": step.head}), MANAGER)
         except (StaleVersion, AlreadyExists):
             store.pause_after_conflict(attempt)  # another replica wrote it: look again
+            continue
+        for first in step.dropped:
+            _delete(store, part_name(name, first))
+        return True
     return False
 
 
+def _put_part(store: Store, name: str, spec: HistorySeriesSpec) -> None:
+    try:
+        store.create(HistorySeries(metadata=ObjectMeta(name=name), spec=spec), MANAGER)
+    except AlreadyExists:  # an attempt (here or on another replica) wrote it and lost the object's CAS
+        got = _series_object(store, name)
+        if got is not None and got.spec != spec:
+            store.update(got.model_copy(update={"spec": spec}), MANAGER)
+
+
+def _delete(store: Store, name: str) -> None:
+    with contextlib.suppress(NotFound):
+        store.delete(KIND, name)
+
+
 def forget(store: Store, series: str, tiers: tuple[Tier, ...]) -> None:
-    """Delete a series in every tier (its host is gone)."""
+    """Delete a series in every tier, parts and all (its host is gone)."""
     for tier in tiers:
-        try:
-            store.delete(KIND, object_name(series, tier.name))
-        except NotFound:
+        name = object_name(series, tier.name)
+        head = _series_object(store, name)
+        if head is None:
             continue
+        for part in head.spec.parts:
+            _delete(store, part_name(name, part.first))
+        _delete(store, name)
 
 
 @dataclass
@@ -364,9 +483,9 @@ class HistoryKeeper:
         unchanged fleet writes nothing (hosts are not read: see the module)."""
         for series in groups:
             for tier in self.settings.tiers:
-                points = read_points(self.store, series, tier)
-                if points:
-                    self.last[(series, tier.name)] = points[-1].v
+                figures = last_figures(self.store, series, tier)
+                if figures is not None:
+                    self.last[(series, tier.name)] = figures
 
 
 def group_figures(state: Any) -> dict[str, Figures]:

@@ -36,8 +36,9 @@ from hvfleet.server.identity import Identity
 def history_document(request: Request, series: str, range_name: str) -> dict[str, Any]:
     keeper: history.HistoryKeeper = request.app.state.history
     tier = keeper.settings.tier_for(history.RANGES[range_name])
-    points = history.read_points(ctx_of(request).store, series, tier)
-    return history.chart_document(series, range_name, tier, points, int(time.time()))
+    now = int(time.time())
+    points = history.read_points(ctx_of(request).store, series, tier, since=now - history.RANGES[range_name])
+    return history.chart_document(series, range_name, tier, points, now)
 
 
 def history_html(request: Request, series: str, heading: str, range_name: str, path: str,
