@@ -17,11 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hvfleet.model import Hypervisor
-from hvfleet.model.dashboard import HistoryPoint, HistorySeriesSpec
+from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.meta import ObjectMeta
 from hvfleet.server.dashboard import charts
 from hvfleet.server.dashboard.history import (
     FLEET,
+    MANAGER,
     HistoryKeeper,
     HistorySettings,
     SamplerTurn,
@@ -223,6 +225,25 @@ def test_a_series_in_the_store_writes_small_objects_drops_old_parts_and_reads_as
         assert store.revision() == before
         forget(store, series, (tier,))
         assert store.list("HistorySeries").items == []
+
+
+def test_a_series_kept_whole_by_an_older_hvfleet_reads_as_it_is_and_moves_to_a_part(store_url: str) -> None:
+    """Before parts, a series was one object of all its points: it is read as it
+    is, and its next point moves them all to one part."""
+    tier = Tier("10s", 10, 3600)
+    old = [_point(1_000_000 + 10 * i, i % 3) for i in range(12)]
+    name = object_name(FLEET, "10s")
+    with open_store(store_url) as store:
+        store.create(HistorySeries(metadata=ObjectMeta(name=name),
+                                   spec=HistorySeriesSpec(series=FLEET, tier="10s", points=old)), MANAGER)
+        assert read_points(store, FLEET, tier) == old
+        new = _point(1_000_120, 7)
+        assert write_point(store, FLEET, tier, new, part_points=4)
+        head = store.get("HistorySeries", name)
+        assert head.spec.points == [new] and head.spec.lead == old[-1]
+        assert [(p.first, p.last) for p in head.spec.parts] == [(old[0].t, old[-1].t)]
+        assert store.get("HistorySeries", part_name(name, old[0].t)).spec.points == old
+        assert read_points(store, FLEET, tier) == [*old, new]
 
 
 def test_replicas_sampling_one_bucket_write_it_once_and_read_the_same_series(store_url: str) -> None:
