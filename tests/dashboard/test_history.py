@@ -138,6 +138,29 @@ def test_a_series_out_of_order_is_refused_where_it_is_written(spec: dict[str, ob
     assert words in str(err.value)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=12), st.sampled_from(["0", "16", "64Gi", "1.5", "500m", "2e3", "-1"])))
+def test_a_figure_is_taken_exactly_when_it_is_a_quantity_each_time_it_is_read(figure: str) -> None:
+    """The figures' check is kept per text (model.dashboard._refusal): read
+    twice, a figure is taken or refused as the quantity parser says, with its
+    words."""
+    from pydantic import ValidationError
+
+    from hvfleet.model.quantity import Quantity
+
+    try:
+        Quantity.parse(figure)
+        refusal = None
+    except InvalidInput as exc:
+        refusal = exc.detail
+    for _ in range(2):
+        try:
+            HistoryPoint.model_validate({"t": 1, "v": {"cpu": [figure, "0", "8"]}})
+            assert refusal is None
+        except ValidationError as err:
+            assert refusal is not None and f"v.cpu: {refusal}" in str(err)
+
+
 @pytest.mark.parametrize(("tiers", "retention", "field", "words"), [
     ("10s", "7d", "history-tiers", "RESOLUTION:WINDOW"),
     ("10s:1h,5s:1d", "7d", "history-tiers", "finest"),

@@ -22,6 +22,7 @@ exported, not served by the API, not in an all-kinds watch.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import pairwise
 from typing import Annotated, Literal
 
@@ -55,11 +56,22 @@ class HistoryPoint(Model):
             if len(figures) != 3:
                 raise ValueError(f"{resource}: expected [allocated, held, effective], got {figures!r}")
             for figure in figures:
-                try:
-                    Quantity.parse(figure, where=f"v.{resource}")
-                except InvalidInput as exc:
-                    raise ValueError(str(exc)) from None
+                refused = _refusal(figure)
+                if refused is not None:
+                    raise ValueError(f"v.{resource}: {refused}")
         return v
+
+
+@lru_cache(maxsize=4096)
+def _refusal(figure: str) -> str | None:
+    """Why `figure` is not a quantity, or None. Kept per text: a series
+    repeats the same few figures (a host's capacity, "0") in every point, and
+    it is decoded whole at each of its reads and writes."""
+    try:
+        Quantity.parse(figure)
+    except InvalidInput as exc:
+        return exc.detail
+    return None
 
 
 class HistoryPart(Model):
