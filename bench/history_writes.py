@@ -73,6 +73,42 @@ def worker(series_count: int, points: int, step: int) -> dict[str, float]:
                 "objects": len(store.list(history.KIND).items)}
 
 
+def seed_into(url: str, behind: int, now: int) -> int:
+    """Give every host of the store at `url` a history of `behind` seconds in
+    each of the server's default tiers, its figures changing at every point
+    (a host that churned all along), as this process's hvfleet would have kept
+    it; returns the objects written. For bench/sqlite_follow.py
+    `--history-behind`, run with each side's own code."""
+    from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec
+    from hvfleet.model.meta import ObjectMeta
+    from hvfleet.server.dashboard import history
+    from hvfleet.store import open_store
+
+    written = 0
+    with open_store(url) as store:
+        hosts = [h.name for h in store.list_hypervisors()]
+        for tier in history.HistorySettings.parse().tiers:
+            span = min(behind, tier.window)
+            first = (now - span) // tier.step * tier.step
+            times = range(first, now // tier.step * tier.step, tier.step)
+            for i, host in enumerate(hosts):
+                name = history.host_series(host)
+                kept = [HistoryPoint(t=t, v={"cpu": [str((k + i) % 7), "0", "64"],
+                                             "memory": [f"{(k + i) % 5 + 1}Gi", "0", "256Gi"]})
+                        for k, t in enumerate(times)]
+                stored = getattr(history, "stored_series", None)
+                if stored is not None:
+                    objects = stored(name, tier, kept)
+                else:
+                    meta = ObjectMeta(name=history.object_name(name, tier.name))
+                    spec = HistorySeriesSpec(series=name, tier=tier.name, points=kept)
+                    objects = [HistorySeries(metadata=meta, spec=spec)]
+                for obj in objects:
+                    store.create(obj, history.MANAGER)
+                written += len(objects)
+    return written
+
+
 def run_side(src: Path, args: argparse.Namespace) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     out = subprocess.run([sys.executable, __file__, "--worker", "--series", str(args.series),
@@ -88,7 +124,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--base", type=Path, help="another checkout, measured in the same rounds")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    p.add_argument("--seed-into", help=argparse.SUPPRESS)  # STORE_URL BEHIND NOW: see seed_into
+    args, rest = p.parse_known_args()
+    if args.seed_into:
+        print(seed_into(args.seed_into, int(rest[0]), int(rest[1])))
+        return
+    if rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.worker:
         print(json.dumps(worker(args.series, args.points, 60)))
         return

@@ -67,11 +67,17 @@ class Fleet:
     """One server over its own copy of the synthetic fleet, its readers open."""
 
     def __init__(self, label: str, tmp: Path, hosts: int, watches: int, agents: int,
-                 src: str | None, options: dict[str, str]) -> None:
+                 src: str | None, options: dict[str, str], history_behind: int = 0) -> None:
         self.label = label
         tmp.mkdir(parents=True, exist_ok=True)
         self.url = seeded_store(tmp / "fleet.db", hosts)
         self.hosts = hosts
+        if history_behind:
+            # Each side's own code keeps the history it would have kept (history_writes.seed_into).
+            env = {**os.environ, "PYTHONPATH": src} if src is not None else dict(os.environ)
+            subprocess.run([sys.executable, str(Path(__file__).with_name("history_writes.py")),
+                            "--seed-into", self.url, str(history_behind), str(int(time.time()))],
+                           env=env, check=True, capture_output=True, timeout=3600)
         with open_store(self.url) as s:
             self.viewers = [make_token(s, "viewer", name=f"viewer-{k}") for k in range(watches)]
             self.scheduler = make_token(s, "scheduler", name="scheduler")
@@ -208,7 +214,8 @@ def _fleets(args: argparse.Namespace, tmp: Path) -> Iterator[list[Fleet]]:
     try:
         for label, src in sides:
             options = {"history_tiers": args.history_tiers} if args.history_tiers else {}
-            fleets.append(Fleet(label, tmp / label, args.hosts, args.watches, agents, src, options))
+            fleets.append(Fleet(label, tmp / label, args.hosts, args.watches, agents, src, options,
+                                args.history_behind))
         yield fleets
     finally:
         for f in fleets:
@@ -281,6 +288,9 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=200, help="hosts written with --via api")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--history-tiers", help="the servers' --history-tiers (default: theirs)")
+    ap.add_argument("--history-behind", type=int, default=0,
+                    help="seconds of history every host has in the store before the server starts "
+                         "(its figures changing at every point), as each side's code keeps it")
     ap.add_argument("--base", help="another checkout, measured beside this one")
     ap.add_argument("--profile", help="py-spy samples of the head server's writing window, to this file")
     args = ap.parse_args()

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 
 from hvfleet.model.errors import AlreadyExists, Gone, HvfleetError, InvalidInput, NotFound
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Resource
+from hvfleet.model.kinds import strategy
 from hvfleet.model.meta import (
     API_VERSION,
     GENERATED_SUFFIX_LENGTH,
@@ -268,11 +269,16 @@ class GarbageCollector:
                 self._dependents.setdefault(uid, set()).add(key)
 
     def _sweep(self) -> int:
-        """Index every object with owners, collect the orphans; the revision read at."""
+        """Index every object with owners, collect the orphans; the revision read at.
+        Only the kinds the collector follows (`KindStrategy.followed`): the
+        dashboard's history series are never owned, and reading them all at
+        once held every point of every host in memory."""
         self._dependents.clear()
         self._owners_of.clear()
         revision = self.store.revision()
         for kind in STORED_KINDS:
+            if not strategy(kind).followed:
+                continue
             for obj in self.store.list(kind).items:
                 if obj.metadata.owner_references:
                     self._track(obj, True)
