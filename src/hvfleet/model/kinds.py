@@ -151,8 +151,9 @@ class KindStrategy(Generic[R]):
     # Whether a server's long-lived watches follow this kind (the fleet index,
     # the Placement snapshot, the token cache, the API's watches): a store then
     # keeps the object its own write read back for them (hvfleet.store.decoded),
-    # and SQLite's shared feed polls it (hvfleet.store.feed). The dashboard's
-    # history series are read by a get, never followed, and large.
+    # and SQLite's shared feed polls it (hvfleet.store.feed); the garbage
+    # collector's sweep reads only these kinds. The dashboard's history series
+    # are read by a get, never followed, never owned, and large.
     followed: bool = True
 
     @property
