@@ -25,13 +25,29 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def worker(series_count: int, points: int, step: int) -> dict[str, float]:
-    from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec
+def kept_objects(series: str, tier: Any, points: list[Any]) -> list[Any]:
+    """The objects the running code keeps for `points` of a series: its
+    `history.stored_series` (the series' object and its parts), or, in code
+    from before parts, the whole series in one object."""
+    from hvfleet.model.dashboard import HistorySeries, HistorySeriesSpec
     from hvfleet.model.meta import ObjectMeta
+    from hvfleet.server.dashboard import history
+
+    stored = getattr(history, "stored_series", None)
+    if stored is not None:
+        return list(stored(series, tier, points))
+    meta = ObjectMeta(name=history.object_name(series, tier.name))
+    spec = HistorySeriesSpec(series=series, tier=tier.name, points=points)
+    return [HistorySeries(metadata=meta, spec=spec)]
+
+
+def worker(series_count: int, points: int, step: int) -> dict[str, float]:
+    from hvfleet.model.dashboard import HistoryPoint
     from hvfleet.server.dashboard import history
     from hvfleet.store import open_store
 
@@ -45,14 +61,7 @@ def worker(series_count: int, points: int, step: int) -> dict[str, float]:
             kept = [HistoryPoint(t=start - k * step, v={"cpu": [str((k + i) % 7), "0", "32"],
                                                        "memory": [f"{(k + i) % 5 + 1}Gi", "0", "256Gi"]})
                     for k in range(points + i % 60, 0, -1)]
-            stored = getattr(history, "stored_series", None)
-            if stored is not None:
-                objects = stored(name, tier, kept)
-            else:  # the code before parts: the whole series in one object
-                spec = HistorySeriesSpec(series=name, tier=tier.name, points=kept)
-                meta = ObjectMeta(name=history.object_name(name, tier.name))
-                objects = [HistorySeries(metadata=meta, spec=spec)]
-            for obj in objects:
+            for obj in kept_objects(name, tier, kept):
                 store.create(obj, history.MANAGER)
         writes, reads = [], []
         now = start + step
@@ -79,8 +88,7 @@ def seed_into(url: str, behind: int, now: int) -> int:
     (a host that churned all along), as this process's hvfleet would have kept
     it; returns the objects written. For bench/sqlite_follow.py
     `--history-behind`, run with each side's own code."""
-    from hvfleet.model.dashboard import HistoryPoint, HistorySeries, HistorySeriesSpec
-    from hvfleet.model.meta import ObjectMeta
+    from hvfleet.model.dashboard import HistoryPoint
     from hvfleet.server.dashboard import history
     from hvfleet.store import open_store
 
@@ -96,13 +104,7 @@ def seed_into(url: str, behind: int, now: int) -> int:
                 kept = [HistoryPoint(t=t, v={"cpu": [str((k + i) % 7), "0", "64"],
                                              "memory": [f"{(k + i) % 5 + 1}Gi", "0", "256Gi"]})
                         for k, t in enumerate(times)]
-                stored = getattr(history, "stored_series", None)
-                if stored is not None:
-                    objects = stored(name, tier, kept)
-                else:
-                    meta = ObjectMeta(name=history.object_name(name, tier.name))
-                    spec = HistorySeriesSpec(series=name, tier=tier.name, points=kept)
-                    objects = [HistorySeries(metadata=meta, spec=spec)]
+                objects = kept_objects(name, tier, kept)
                 for obj in objects:
                     store.create(obj, history.MANAGER)
                 written += len(objects)
