@@ -99,6 +99,11 @@ class HistorySeriesSpec(Model):
     # On the series' own object: its earlier parts still kept, oldest first.
     parts: list[HistoryPart] = Field(default_factory=list, max_length=MAX_POINTS)
 
+    @property
+    def last(self) -> HistoryPoint | None:
+        """The series' last point: the last of `points`, else the lead."""
+        return self.points[-1] if self.points else self.lead
+
     @model_validator(mode="after")
     def _in_order(self) -> HistorySeriesSpec:
         times = [p.t for p in self.points]

@@ -181,7 +181,7 @@ def appending(current: HistorySeriesSpec | None, series: str, tier: Tier, point:
     force then)."""
     if current is None:
         return Appending(HistorySeriesSpec(series=series, tier=tier.name, points=[point]))
-    last = current.points[-1] if current.points else current.lead
+    last = current.last
     if last is not None and (last.t >= point.t or last.v == point.v):
         return None
     if len(current.points) < part_points:
@@ -307,7 +307,7 @@ def last_figures(store: Store, series: str, tier: Tier) -> Figures | None:
     head = _series_object(store, object_name(series, tier.name))
     if head is None:
         return None
-    last = head.spec.points[-1] if head.spec.points else head.spec.lead
+    last = head.spec.last
     return last.v if last is not None else None
 
 
