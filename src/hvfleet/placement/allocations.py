@@ -210,13 +210,20 @@ class _Plan:
     def add(self, req: ConsumerRequest) -> None:
         fleet, consumer = self.fleet, req.consumer
         rec = self.src.consumer(consumer)
+        before = fleet.allocations_of(consumer)
+        # A record whose allocations all went (with a deleted host's tree, or
+        # a claim released in hvfleet) is no consumer, as in Placement, which
+        # deletes a consumer with its last allocation: it is asked for as a
+        # new one (generation null) and its record written over, its
+        # generation still moving on (a claim's name carries it).
+        expected = rec.spec.generation if rec is not None and before else None
         if req.check_generation:
-            if rec is not None and rec.spec.generation != req.consumer_generation:
+            if expected is not None and expected != req.consumer_generation:
                 raise PlacementConflict(
-                    f"consumer generation conflict - expected {rec.spec.generation} but got "
+                    f"consumer generation conflict - expected {expected} but got "
                     f"{'None' if req.consumer_generation is None else req.consumer_generation}",
                     code=CONCURRENT_UPDATE)
-            if rec is None and req.consumer_generation is not None:
+            if expected is None and req.consumer_generation is not None:
                 raise PlacementConflict(
                     f"consumer generation conflict - expected null but got {req.consumer_generation}",
                     code=CONCURRENT_UPDATE)
@@ -228,7 +235,6 @@ class _Plan:
                     raise PlacementBadRequest(
                         f"Unable to allocate inventory for consumer {consumer}: No such resource "
                         f"class {rc}.")
-        before = fleet.allocations_of(consumer)
         generation = (rec.spec.generation + 1) if rec else 1
         for rp in sorted(set(before) | set(req.allocations)):
             p = fleet.providers[rp]
@@ -479,6 +485,7 @@ class _Reshaped(Mapping[str, ProviderView]):
 
 def delete_allocations(src: Source, consumer: str) -> None:
     if not src.fleet().allocations_of(consumer):
+        _drop_unheld(src, consumer)
         raise PlacementNotFound(f"No allocations for consumer '{consumer}'")
     set_allocations(src, [ConsumerRequest(consumer, {})])
     _drop_consumer(src.store, consumer)
@@ -488,6 +495,17 @@ def drop_empty_consumer(src: Source, consumer: str) -> None:
     """Placement deletes a consumer whose allocations became empty."""
     if not src.fleet().allocations_of(consumer):
         _drop_consumer(src.store, consumer)
+
+
+def _drop_unheld(src: Source, consumer: str) -> None:
+    """The record of a consumer that has no allocation any more (they went
+    with their providers: no consumer to Placement), deleted as it was read
+    with that fleet: a write to it since (a new allocation) keeps it."""
+    settled = src.settled()
+    rec = settled.consumer(consumer)
+    if rec is not None and not settled.fleet().allocations_of(consumer):
+        with contextlib.suppress(Conflict, NotFound):
+            settled.store.delete("PlacementConsumer", rec.name, rec.metadata.resource_version)
 
 
 def _drop_consumer(store: Store, consumer: str) -> None:

@@ -11,7 +11,7 @@ time, never written."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -246,6 +246,45 @@ def index_trees(views: Iterable[ProviderView]) -> dict[str, frozenset[str]]:
     return _index((p.root_uuid, p.uuid) for p in views)
 
 
+def cut_off(records: Mapping[str, ResourceProvider], roots: Container[str]) -> frozenset[str]:
+    """The stored providers (`records` without `spec.hypervisor`, by uuid)
+    whose tree no longer reaches its root, `roots` being the hypervisor
+    providers' uuids: a provider above them is gone. A Hypervisor deleted in
+    hvfleet while a client's providers hung under it (nova-compute's pGPU
+    providers under its node) leaves such a tree; so would a parent deleted
+    while a child was being created under it, two writes no one store write
+    orders. Placement never shows a provider whose root is gone (its tree
+    goes with the root), so no view shows these: the collector deletes their
+    records (each names its tree's Hypervisor as owner, `tree_owner`)."""
+    reaches: dict[str, bool] = {}
+
+    def walk(uid: str) -> bool:
+        path: list[str] = []
+        u: str | None = uid
+        while True:
+            if u is None:  # a stored root
+                ok = True
+                break
+            known = reaches.get(u)
+            if known is not None:
+                ok = known
+                break
+            if u in roots:
+                ok = True
+                break
+            rec = records.get(u)
+            if rec is None or rec.spec.hypervisor is not None or u in path:
+                ok = False  # gone, a gone host's own record, or a loop
+                break
+            path.append(u)
+            u = rec.spec.parent_uuid
+        for p in path:
+            reaches[p] = ok
+        return ok
+
+    return frozenset(u for u, r in records.items() if r.spec.hypervisor is None and not walk(u))
+
+
 def read_fleet(store: Store, now: datetime | None = None, staleness: timedelta = DEFAULT_STALENESS) -> Fleet:
     now = now or datetime.now(UTC)
     records = [r for r in store.list("ResourceProvider").items if isinstance(r, ResourceProvider)]
@@ -262,8 +301,9 @@ def read_fleet(store: Store, now: datetime | None = None, staleness: timedelta =
         uid = provider_uuid(h)
         providers[uid] = hypervisor_view(h, by_host.get(h.name, []), policies, hv_records.get(uid), now,
                                          leases.get(h.name), staleness)
+    gone = cut_off({r.name: r for r in records}, providers.keys())
     for rec in records:
-        if rec.spec.hypervisor is None:
+        if rec.spec.hypervisor is None and rec.name not in gone:
             providers[rec.name] = record_view(rec)
     return Fleet(providers, now)
 

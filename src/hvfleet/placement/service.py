@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
-from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.meta import API_VERSION, ObjectMeta, OwnerReference
 from hvfleet.model.placement import (
     PlacementInventory,
     PlacementName,
@@ -56,6 +56,24 @@ def _save(store: Store, writes: Sequence[Write], what: str) -> None:
         raise PlacementConflict(f"{what}: {exc}", code=CONCURRENT_UPDATE) from None
 
 
+def tree_owner(fleet: Fleet, root: str) -> list[OwnerReference] | None:
+    """The owners of a record in the tree whose root is `root`: that tree's
+    Hypervisor, when the root is one, so that the collector deletes the
+    tree's records with it (until then no answer shows them:
+    records.cut_off); none for a tree of stored providers."""
+    p = fleet.providers.get(root)
+    h = p.hypervisor if p is not None else None
+    if h is None or not h.metadata.uid:
+        return None
+    return [OwnerReference(api_version=API_VERSION, kind=h.kind, name=h.name, uid=h.metadata.uid)]
+
+
+def _owned(rec: ResourceProvider, owners: list[OwnerReference] | None) -> ResourceProvider:
+    if rec.metadata.owner_references == owners:
+        return rec
+    return rec.model_copy(update={"metadata": rec.metadata.model_copy(update={"owner_references": owners})})
+
+
 def _record_for(fleet: Fleet, p: ProviderView) -> tuple[ResourceProvider, bool]:
     """The record to write for provider `p` (a hypervisor's is created on first
     write) and whether it exists yet."""
@@ -74,12 +92,14 @@ def write_provider(fleet: Fleet, p: ProviderView, *, bump: bool = True,
                    **changes: Any) -> Write:
     """The write of `p`'s record with `changes`, its generation moved on unless
     not `bump` (Placement leaves it on a rename and where allocations only
-    went away). The write is compare-and-swap on the record either way."""
+    went away), owned by its tree's Hypervisor (`tree_owner`; a record
+    written before records had owners gets its owner here). The write is
+    compare-and-swap on the record either way."""
     rec, exists = _record_for(fleet, p)
     generation = p.generation + 1 if bump else p.generation
     spec = rec.spec.model_copy(update={**changes, "generation": generation,
                                        "updated_at": now_text()})
-    new = rec.model_copy(update={"spec": spec})
+    new = _owned(rec.model_copy(update={"spec": spec}), tree_owner(fleet, spec.root_uuid or p.uuid))
     return Write("update" if exists else "create", new)
 
 
@@ -127,8 +147,9 @@ def create_provider(src: Source, name: str, uuid: str | None, parent: str | None
                 "because: parent provider UUID does not exist.")
         root = fleet.providers[parent].root_uuid
     now = now_text()
-    rec = ResourceProvider(metadata=ObjectMeta(name=uid), spec=ResourceProviderSpec(
-        provider_name=name, parent_uuid=parent, root_uuid=root, created_at=now, updated_at=now))
+    rec = ResourceProvider(metadata=ObjectMeta(name=uid, owner_references=tree_owner(fleet, root)),
+                           spec=ResourceProviderSpec(provider_name=name, parent_uuid=parent, root_uuid=root,
+                                                     created_at=now, updated_at=now))
     try:
         src.store.create(rec, MANAGER)
     except AlreadyExists:
@@ -174,11 +195,12 @@ def update_provider(
             changes["parent_uuid"] = parent
             changes["root_uuid"] = root
             writes = [write_provider(fleet, p, bump=False, **changes)]
+            owners = tree_owner(fleet, root)
             for d in fleet.descendants(uuid):
                 dp = fleet.providers[d]
                 if dp.record is not None:
-                    writes.append(Write("update", dp.record.model_copy(update={
-                        "spec": dp.record.spec.model_copy(update={"root_uuid": root})})))
+                    writes.append(Write("update", _owned(dp.record.model_copy(update={
+                        "spec": dp.record.spec.model_copy(update={"root_uuid": root})}), owners)))
             _save(src.store, writes, f"resource provider {uuid}")
             return src.fleet().provider(uuid)
     if name == p.name:

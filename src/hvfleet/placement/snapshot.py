@@ -51,7 +51,7 @@ from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourcePr
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.placement.cow import CowDict
 from hvfleet.placement.graph import GraphBasis, Provider, ProviderGraph
-from hvfleet.placement.records import Fleet, ProviderView, record_view, root_view
+from hvfleet.placement.records import Fleet, ProviderView, cut_off, record_view, root_view
 from hvfleet.placement.standard_names import RESOURCE_CLASSES, TRAITS
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.placement import HostProvider, provider_uuid
@@ -121,6 +121,7 @@ class ProviderSnapshot:
         self._host_uuid: dict[str, str] = {}
         self._dirty_hosts: set[str] = set()
         self._dirty_records: set[str] = set()
+        self._cut_off: frozenset[str] = frozenset()  # stored providers whose root is gone (records.cut_off)
         self._changed: set[str] = set()  # providers changed since the last graph
         self._graph: ProviderGraph | None = None
         self._last: ProviderGraph | None = None  # the graph handed out last
@@ -326,6 +327,7 @@ class ProviderSnapshot:
         if not self._dirty_hosts and not self._dirty_records:
             return
         self._fleet = None  # its readers keep it as it is (CowDict)
+        trees_moved = False  # a root came or went, or a stored provider did or moved
         for name in self._dirty_hosts:
             root = self._roots.get(name)
             uid = root.uuid if root is not None else None
@@ -333,15 +335,29 @@ class ProviderSnapshot:
             if old is not None and old != uid:
                 del self._host_uuid[name]
                 self._put(old, None)
+                trees_moved = True
             if root is None or uid is None:
                 continue
+            trees_moved = trees_moved or old != uid
             self._put(uid, root_view(root, self._records.get(uid)))
             self._host_uuid[name] = uid
+        if trees_moved or any(self._moved(uid) for uid in self._dirty_records):
+            # Which stored providers lost their root: looked at again only
+            # when a tree changed, not per claim or inventory write.
+            cut = cut_off(self._records, set(self._host_uuid.values()))
+            self._dirty_records |= cut ^ self._cut_off
+            self._cut_off = cut
         for uid in self._dirty_records:
             rec = self._records.get(uid)
-            self._put(uid, None if rec is None else record_view(rec))
+            self._put(uid, None if rec is None or uid in self._cut_off else record_view(rec))
         self._dirty_hosts.clear()
         self._dirty_records.clear()
+
+    def _moved(self, uid: str) -> bool:
+        """Whether stored provider `uid`'s change may move a tree: it came, went
+        or has another parent (or is not shown: cut off from its root)."""
+        rec, view = self._records.get(uid), self._views.get(uid)
+        return rec is None or view is None or view.parent_uuid != rec.spec.parent_uuid
 
     def _put(self, uid: str, view: ProviderView | None) -> None:
         """`view` in place of the provider `uid`'s (None: it is gone), its

@@ -400,19 +400,34 @@ class Store(ABC):
                            on_undecodable, on_progress)
 
     def watch_into(self, kind: str | None, since: int, sink: Callable[[builtins.list[WatchEvent]], None],
-                   stop: threading.Event) -> None:
+                   stop: threading.Event, *, stored: bool = False) -> None:
         """`watch(kind, since, stop=stop)`, each revision's events (a list, in
         order) handed to `sink`, until `stop` is set; raises what `watch`
-        raises. A backend that serves its watches from one shared stream
+        raises. With `stored` (and no kind): every followed kind, the public
+        ones and the others (Placement's records, tokens; `KindStrategy.followed`),
+        where the backend has one stream of them all (`watch_objects`), else
+        the public ones. A backend that serves its watches from one shared stream
         (`share_watches`) may call `sink` on that stream's thread, so `sink`
         must be quick and never wait (the API's fan-out only queues events
         for its clients): no thread of the caller is woken per event."""
         group: builtins.list[WatchEvent] = []
-        for event in self.watch(kind, since=since, stop=stop):
-            group.append(event)
+        for event in self._into_events(kind, since, stop, stored):
+            if not stored or STRATEGIES[event.kind].followed:
+                group.append(event)
             if event.last_of_revision:
-                sink(group)
+                if group:
+                    sink(group if group[-1].last_of_revision else [*group[:-1], group[-1].with_last(True)])
                 group = []
+
+    def _into_events(self, kind: str | None, since: int, stop: threading.Event,
+                     stored: bool) -> Iterator[WatchEvent]:
+        if stored and kind is None:
+            try:
+                yield from self.watch_objects(since, stop=stop)
+                return
+            except NotImplementedError:  # raised before any event: the remote store
+                pass
+        yield from self.watch(kind, since=since, stop=stop)
 
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
                       timeout: float | None = None,

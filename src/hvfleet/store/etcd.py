@@ -915,23 +915,32 @@ class EtcdStore(Store):
         return self._watched_value(kv)
 
     def watch_into(self, kind: str | None, since: int,
-                   sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event) -> None:
+                   sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event,
+                   *, stored: bool = False) -> None:
         if not self._shared:
-            super().watch_into(kind, since, sink, stop)
+            super().watch_into(kind, since, sink, stop, stored=stored)
             return
         kind = kind_of(kind) if kind else None
+        if stored and kind is None:  # every followed kind: the feed's stream of every object
+            self._feed.watch_into(Interest(None, stored=True), since, sink, stop, None,
+                                  lambda at: self._objects_stream(at, stop, None, None))
+            return
         self._feed.watch_into(Interest(kind), since, sink, stop, None,
                               lambda at: self._own_watch(kind, at, None, stop, None, None))
+
+    def _objects_stream(self, at: int, stop: threading.Event | None, timeout: float | None,
+                        on_progress: Callable[[int], None] | None) -> Iterator[WatchEvent]:
+        """The store's every key, its objects' events yielded (see _feed_stream)."""
+        start, end = self._followed_range()
+        return watch_range(self.transport, start, end, at, self._watched_value,
+                           stop=stop, timeout=timeout, within=self._kind_prefix(None),
+                           on_progress=on_progress)
 
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
                       timeout: float | None = None,
                       on_progress: Callable[[int], None] | None = None) -> Iterator[WatchEvent]:
         def own(at: int) -> Iterator[WatchEvent]:
-            # The store's every key, its objects' events yielded (see _feed_stream).
-            start, end = self._followed_range()
-            return watch_range(self.transport, start, end, at, self._watched_value,
-                               stop=stop, timeout=timeout, within=self._kind_prefix(None),
-                               on_progress=on_progress)
+            return self._objects_stream(at, stop, timeout, on_progress)
 
         if timeout is None and self._shared:
             # The Placement snapshot's follower: the process's one stream, not one more.

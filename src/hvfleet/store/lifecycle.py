@@ -290,6 +290,8 @@ class GarbageCollector:
         """Pass on to the worker the events that can matter to it (quick; never waits)."""
         passed: list[WatchEvent] = []
         for event in events:
+            if not strategy(event.kind).followed:  # never owned, never an owner
+                continue
             key = (event.kind, event.name)
             if event.type != "DELETED" and _names_owners(event):
                 self._named_owners.add(key)
@@ -336,7 +338,9 @@ class GarbageCollector:
                     since = self._swept()
                 self._position = since
                 try:
-                    self.store.watch_into(None, since, self._sort, self._stop)
+                    # Every followed kind: a Placement provider in a
+                    # hypervisor's tree is owned by that Hypervisor.
+                    self.store.watch_into(None, since, self._sort, self._stop, stored=True)
                 finally:
                     since = self._position
             except Gone:

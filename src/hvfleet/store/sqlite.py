@@ -458,13 +458,15 @@ class SqliteStore(Store):
                                  log_skipped=False)
 
     def watch_into(self, kind: str | None, since: int,
-                   sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event) -> None:
+                   sink: Callable[[builtins.list[WatchEvent]], None], stop: threading.Event,
+                   *, stored: bool = False) -> None:
         kind = kind_of(kind) if kind else None
         if not self._shared or (kind is not None and kind not in _FOLLOWED):
-            super().watch_into(kind, since, sink, stop)
+            super().watch_into(kind, since, sink, stop, stored=stored)
             return
-        kinds = [kind] if kind else list(KINDS)
-        self._feed.watch_into(Interest(kind), since, sink, stop, None,
+        every = stored and kind is None  # every followed kind: what the feed polls
+        kinds = [kind] if kind else list(_FOLLOWED if every else KINDS)
+        self._feed.watch_into(Interest(kind, stored=every), since, sink, stop, None,
                               lambda at: self._watch_kinds(kinds, at, None, stop, None, None))
 
     def watch_objects(self, since: int, *, stop: threading.Event | None = None,
