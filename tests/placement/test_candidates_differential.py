@@ -214,3 +214,25 @@ def test_every_anchor_of_a_sharing_only_group_is_kept_where_placement_keeps_one(
     assert nodes == {frozenset({_uuid(1, i)}) for i in (1, 2, 3)}
     assert sum(real[0].values()) == 1 and set(real[0]) < set(ours[0])
     assert same_answer(fleet, params, ours, real) is None
+
+
+def test_an_inventory_at_the_bounds_placement_accepts_is_answered_as_placement_answers_it() -> None:
+    """total 2**31-1 at allocation_ratio 3.40282e38 (the largest Placement's
+    schema takes): a capacity of 48 digits, which Placement shows whole. One
+    client's such inventory made every candidates answer of the fleet a 500
+    (its capacity did not fit an int64 column)."""
+    big = Inventory(total=2147483647, allocation_ratio=3.40282e38)
+    fleet = Fleet([
+        ProviderSpec(_uuid(1, 1), "huge", None, {"DISK_GB": big, "VCPU": Inventory(
+            total=2147483647, reserved=2147483647, allocation_ratio=3.40282e38)}),
+        ProviderSpec(_uuid(1, 2), "plain", None,
+                     {"VCPU": Inventory(total=8), "MEMORY_MB": Inventory(total=4096)}),
+    ], allocations=[{_uuid(1, 1): {"DISK_GB": 2147483647}}])
+    ensure_custom(classes=CLASSES, traits=TRAITS)
+    load(fleet)
+    wrong: list[str] = []
+    for q in ("DISK_GB:1", "DISK_GB:2147483647", "VCPU:1", "MEMORY_MB:1", "VCPU:1,DISK_GB:1"):
+        wrong += compare(fleet, fleet.graph(), (1, 39), [("resources", q)])
+    assert not wrong, "\n".join(wrong)
+    summary = mine(fleet.graph(), (1, 39), [("resources", "DISK_GB:1")])[1]["provider_summaries"]
+    assert summary[_uuid(1, 1)]["resources"]["DISK_GB"]["capacity"] == int(2147483647 * 3.40282e38)

@@ -238,3 +238,30 @@ def test_a_kept_graph_is_handed_out_only_while_the_store_is_unchanged(tmp_path: 
     assert snap.kept_graph(NoMark()) is None  # type: ignore[arg-type]
     replica.close()
     store.close()
+
+
+@settings(max_examples=400, deadline=None)
+@given(total=st.integers(0, 10**22), reserved_part=st.floats(0, 1), used=st.integers(0, 10**22),
+       ratio=st.sampled_from([1.0, 0.5, 16.0, 1000.0, 3.40282e38]), max_unit=st.integers(1, 10**22),
+       step=st.integers(1, 10**6), amount=st.integers(1, 10**400))
+def test_the_capacity_clause_holds_at_every_magnitude_a_provider_or_a_query_may_carry(
+        total: int, reserved_part: float, used: int, ratio: float, max_unit: int, step: int,
+        amount: int) -> None:
+    """Placement's clause (used + amount <= (total - reserved) * ratio,
+    amount within the units) over one provider, whatever its numbers (a
+    client's inventory at Placement's largest ratio, a Hypervisor's status at
+    hvfleet's bounds) and whatever a query asks: never an exception (one
+    provider's numbers once made every answer of the fleet a 500), and
+    exactly Placement's integer answer wherever the numbers are ones float64
+    holds exactly, as Placement's SQL compares them."""
+    reserved = int(total * reserved_part)
+    inv = Inventory(total=total, reserved=reserved, max_unit=max_unit, step_size=step,
+                    allocation_ratio=ratio)
+    graph = ProviderGraph({"p": Provider(uuid="p", name="p", generation=0, parent_uuid=None, root_uuid="p",
+                                         inventories={"VCPU": inv}, usages={"VCPU": used},
+                                         traits=frozenset(), aggregates=frozenset())})
+    got = candidates._Index(graph).with_capacity("VCPU", amount, None) == {0}
+    exact = all(x < 2**53 for x in (total, used + amount, max_unit)) and ratio in (1.0, 0.5, 16.0)
+    if exact:
+        assert got == (used + amount <= (total - reserved) * ratio and 1 <= amount <= max_unit
+                       and amount % step == 0)

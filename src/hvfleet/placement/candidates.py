@@ -593,12 +593,17 @@ class _ClassColumns:
 
     provider: IntArray
     root: IntArray
-    limit: FloatArray  # (total - reserved) * allocation_ratio, as Placement's SQL compares
-    capacity: IntArray  # int() of the above: what summaries show and merges check
-    used: IntArray
-    min_unit: IntArray
-    max_unit: IntArray
-    step_size: IntArray
+    # Every number as float64, as Placement's SQL compares them (used + amount
+    # against the float (total - reserved) * allocation_ratio): exact below
+    # 2**53, and no column overflows whatever a provider holds (at the largest
+    # ratio Placement takes a capacity has 48 digits; a Hypervisor's status
+    # may say 10**21 CPUs). The int() of `limit` (what summaries show and
+    # merges check) is kept as a Python int (`summary_resources`).
+    limit: FloatArray
+    used: FloatArray
+    min_unit: FloatArray
+    max_unit: FloatArray
+    step_size: FloatArray
 
 
 class _Index:
@@ -634,16 +639,14 @@ class _Index:
         self.trees = dict(trees)
         self.roots = [i for i, p in enumerate(providers) if p.parent_uuid is None]
         self.sharing = frozenset(self.by_trait.get(SHARES_VIA_AGGREGATE, ()))
-        rows: dict[str, list[tuple[int, int, float, int, int, int, int, int]]] = defaultdict(list)
+        rows: dict[str, list[tuple[int, int, float, int, int, int, int]]] = defaultdict(list)
         self.summary_resources: list[dict[str, tuple[int, int]]] = []
         self.max_units: list[dict[str, int]] = []
         for i, p in enumerate(providers):
             res: dict[str, tuple[int, int]] = {}
             for rc, inv in p.inventories.items():
                 limit, used = _limit(inv), p.usages.get(rc, 0)
-                rows[rc].append(
-                    (i, self.root[i], limit, int(limit), used, inv.min_unit, inv.max_unit, inv.step_size)
-                )
+                rows[rc].append((i, self.root[i], limit, used, inv.min_unit, inv.max_unit, inv.step_size))
                 res[rc] = (int(limit), used)
             self.summary_resources.append(res)
             self.max_units.append({rc: inv.max_unit for rc, inv in p.inventories.items()})
@@ -661,11 +664,10 @@ class _Index:
                 provider=np.array(cols[0], dtype=np.int64),
                 root=np.array(cols[1], dtype=np.int64),
                 limit=np.array(cols[2], dtype=np.float64),
-                capacity=np.array(cols[3], dtype=np.int64),
-                used=np.array(cols[4], dtype=np.int64),
-                min_unit=np.array(cols[5], dtype=np.int64),
-                max_unit=np.array(cols[6], dtype=np.int64),
-                step_size=np.array(cols[7], dtype=np.int64),
+                used=np.array(cols[3], dtype=np.float64),
+                min_unit=np.array(cols[4], dtype=np.float64),
+                max_unit=np.array(cols[5], dtype=np.float64),
+                step_size=np.array(cols[6], dtype=np.float64),
             )
             self.rows[rc] = {int(p): row for row, p in enumerate(cols[0])}
 
@@ -713,10 +715,10 @@ class _Index:
                 if c is None:
                     old = self.columns[rc]
                     c = fresh[rc] = ix.columns[rc] = _ClassColumns(
-                        old.provider, old.root, old.limit.copy(), old.capacity.copy(), old.used.copy(),
+                        old.provider, old.root, old.limit.copy(), old.used.copy(),
                         old.min_unit.copy(), old.max_unit.copy(), old.step_size.copy())
                 row = self.rows[rc][i]
-                c.limit[row], c.capacity[row], c.used[row] = limit, int(limit), used
+                c.limit[row], c.used[row] = limit, used
                 c.min_unit[row], c.max_unit[row], c.step_size[row] = (
                     inv.min_unit, inv.max_unit, inv.step_size)
             ix.summary_resources[i] = res
@@ -752,11 +754,15 @@ class _Index:
         c = self.columns.get(rc)
         if c is None:
             return set()
+        try:
+            a = float(amount)
+        except OverflowError:  # more than any capacity can be
+            return set()
         ok = (
-            (c.used + amount <= c.limit)
-            & (c.min_unit <= amount)
-            & (c.max_unit >= amount)
-            & (amount % c.step_size == 0)
+            (c.used + a <= c.limit)
+            & (c.min_unit <= a)
+            & (c.max_unit >= a)
+            & (a % c.step_size == 0)
         )
         if tree_root is not None:
             ok &= c.root == tree_root
