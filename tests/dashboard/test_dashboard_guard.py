@@ -252,3 +252,29 @@ def test_script_json_never_spells_markup_and_reads_back_the_same(doc: Any) -> No
     text = script_json(doc)
     assert not set("<>&") & set(text)
     assert json.loads(text) == doc
+
+
+def test_a_host_at_every_bound_leaves_each_page_small_and_answering(tmp_path: Path) -> None:
+    """A host whose status holds the most the model accepts (10**21 of each
+    resource, 10**21 one-GiB huge pages: 10**30 bytes), known before the
+    server's first history sample: every page, feed and reader answers, and
+    the overview is kilobytes (its charts once had 954,000 ticks: 118 MB for
+    two hosts)."""
+    from tests.scheduling.sched_fleet import host, put_host
+
+    store_url = f"sqlite:///{tmp_path}/hvfleet.db"
+    huge = 10**21
+    with open_store(store_url) as s:
+        put_host(s, host("small", {"cpu": 8, "memory": "16Gi"}, beat=datetime.now(UTC)))
+        put_host(s, host("huge", {"cpu": huge, "memory": huge, "disk": huge, "hugepages-1Gi": huge},
+                         allocation={"cpu": huge, "memory": huge}, extra={"VGPU": huge},
+                         reserved={"memory": huge}, overcommit={"cpu": 1000.0, "memory": 0.001},
+                         beat=datetime.now(UTC), labels={"az": "x"}))
+    with serving(tmp_path, store_url) as f:
+        viewer = session(f, f.token("viewer", "viewer"))
+        for path in ("/", "/hosts/huge", "/history", "/dashboard/overview.json?perPage=1000",
+                     "/dashboard/heat.json", "/dashboard/history.json", "/dashboard/history.json?host=huge"):
+            r = viewer.get(f.url + path, timeout=30)
+            assert r.status_code == 200, (path, r.text[:300])
+            assert len(r.content) < 100_000, (path, len(r.content))
+        assert "huge" in viewer.get(f.url + "/", timeout=30).text

@@ -368,6 +368,19 @@ def test_a_chart_has_axes_units_legend_and_a_data_table() -> None:
     assert html.count("<table") == 2 and "8Gi" in html
 
 
+@settings(max_examples=200, deadline=None)
+@given(figure=st.integers(0, 10**30), resource=st.sampled_from(["cpu", "memory", "hugepages-1Gi", "VGPU"]))
+def test_a_chart_has_a_handful_of_ticks_whatever_the_figures(figure: int, resource: str) -> None:
+    """A host at the model's bounds (10**21 pages of 1 GiB: 10**30 bytes) once
+    gave its chart 954,000 ticks: a 118 MB overview page for two hosts."""
+    points = [HistoryPoint(t=1_000_000, v={resource: [str(figure), "0", str(figure)]})]
+    doc = chart_document(FLEET, "hour", Tier("10s", 10, 3600), points, 1_003_000)
+    (chart,) = charts.build(doc)
+    assert 2 <= len(chart.y_ticks) <= 12
+    ys = [t.at for t in chart.y_ticks]
+    assert ys == sorted(ys, reverse=True)  # upwards, one tick per step
+
+
 def test_serve_refuses_bad_history_options_naming_them(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -30,9 +30,6 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 36  # the plot area's margins
 RANGE_LABELS = {"hour": "last hour", "day": "last day", "week": "last week"}
 # Time ticks per range: seconds between ticks, and how a tick is written.
 _TIME_TICKS = {"hour": (600, "%H:%M"), "day": (3 * 3600, "%H:%M"), "week": (86_400, "%a %d")}
-_BINARY_STEPS = [2**k for k in range(0, 61)]
-
-
 @dataclass(frozen=True)
 class Tick:
     at: float  # pixel position along its axis
@@ -59,7 +56,9 @@ def _nice_step(top: float, counts_bytes: bool) -> float:
     power of two for bytes (so they read as whole Gi/Mi)."""
     raw = top / 5 if top > 0 else 1.0
     if counts_bytes:
-        return float(next((s for s in _BINARY_STEPS if s >= raw), _BINARY_STEPS[-1]))
+        # The least power of two at least `raw`, however large: a host at the
+        # model's bounds holds 10**30 bytes of huge pages.
+        return float(2 ** max(0, math.ceil(math.log2(raw))))
     magnitude = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
     for m in (1, 2, 5, 10):
         if m * magnitude >= raw:
