@@ -76,3 +76,28 @@ def test_get_shows_an_object_that_does_not_decode_as_unknown(
     assert run("get", "hypervisor", "bad", "-o", "json").code == 1
     assert run("delete", "hypervisor", "bad").code == 0
     assert "bad" not in run("get", "hypervisors").out
+
+
+def test_a_hypervisor_name_its_agent_could_not_write_under_is_refused_naming_why(
+    run: Run, db_url: str, tmp_path: Path
+) -> None:
+    """An agent writes as `agent/<name>`, and a field manager is at most 128
+    characters (as in Kubernetes): a Hypervisor named longer than 122 could
+    be created, and then no agent could ever report it (its writes failed with
+    "manager: must be a printable name of 1 to 128 characters")."""
+    name = "h" * 123
+    path = tmp_path / "hv.yaml"
+    path.write_text(MANIFEST.format(value="1").replace("name: hv1", f"name: {name}"))
+    before = _revision(db_url)
+    r = run("apply", "-f", str(path))
+    assert r.code == 2 and "metadata.name" in r.err and "122" in r.err, r.err
+    r = run("agent", "--connect", "test:///default", "--name", name, "--once")
+    assert r.code == 2 and "--name" in r.err and "122" in r.err and "manager:" not in r.err, r.err
+    r = run("token", "create", "--role", "agent", "--hypervisor", name)
+    assert r.code == 2 and "122" in r.err, r.err
+    assert _revision(db_url) == before
+    ok = "h" * 122
+    path.write_text(MANIFEST.format(value="1").replace("name: hv1", f"name: {ok}"))
+    assert run("apply", "-f", str(path)).code == 0
+    r = run("agent", "--connect", "test:///default", "--name", ok, "--once")
+    assert r.code == 0, r.err

@@ -56,7 +56,7 @@ from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_uri
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
 from hvfleet.model.hypervisor import CountMode, Hypervisor, HypervisorSpec, OvercommitPolicy
-from hvfleet.model.meta import validate_name
+from hvfleet.model.kinds import hypervisor_name_error
 from hvfleet.model.readiness import DEFAULT_RESYNC
 from hvfleet.store.base import Store
 
@@ -67,10 +67,10 @@ _SIGNAL_SLICE_S = 0.5
 
 
 def checked_name(name: str) -> str:
-    try:
-        return validate_name(name, "name")
-    except ValueError as exc:
-        raise InvalidInput(str(exc), field="name") from None
+    why = hypervisor_name_error(name)
+    if why is not None:
+        raise InvalidInput(why, field="name")
+    return name
 
 
 def default_name(uri: str, libvirt_hostname: str) -> str:
@@ -80,13 +80,12 @@ def default_name(uri: str, libvirt_hostname: str) -> str:
     node_file = node_file_of_test_uri(uri)
     raw = Path(node_file).stem if node_file else libvirt_hostname
     name = raw.strip().lower()
-    try:
-        return validate_name(name, "name")
-    except ValueError:
+    if hypervisor_name_error(name) is not None:
         raise InvalidInput(
-            f"the host name {raw!r} from {uri} is not a valid object name; name the hypervisor",
+            f"the host name {raw!r} from {uri} is not a valid hypervisor name; name the hypervisor",
             field="name",
-        ) from None
+        )
+    return name
 
 
 def usable_dump_location(path: str | None) -> str | None:

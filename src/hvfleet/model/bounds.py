@@ -53,6 +53,7 @@ MAX_TEXT: Final = 32_768
 MAX_ANNOTATIONS_BYTES: Final = 256 * 1024
 MAX_REASON: Final = 1024
 MAX_NAME: Final = 253
+MAX_MANAGER: Final = 128  # a field manager's name (Kubernetes' bound too)
 MAX_LABELS: Final = 256
 
 # Collections.
@@ -91,7 +92,8 @@ EffectiveAmount = Annotated[Quantity, QuantityBound(MAX_EFFECTIVE)]
 
 __all__ = [
     "EARLIEST", "INT64_MAX", "LATEST", "MAX_CELLS", "MAX_CONDITIONS", "MAX_EFFECTIVE",
-    "MAX_INSTANCES", "MAX_LABELS", "MAX_LEASE_SECONDS", "MAX_LIST", "MAX_NAME", "MAX_QUANTITY",
+    "MAX_INSTANCES", "MAX_LABELS", "MAX_LEASE_SECONDS", "MAX_LIST", "MAX_MANAGER", "MAX_NAME",
+    "MAX_QUANTITY",
     "MAX_RATIO", "MAX_REASON", "MAX_RESOURCES", "MAX_SELECTOR_TERMS", "MAX_TEXT", "MIN_RATIO",
     "Amount", "Count", "EffectiveAmount", "Int64", "Ratio", "Reason", "ShortName", "Timestamp",
 ]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from hvfleet.model.bounds import MAX_MANAGER
 from hvfleet.model.capacity import growth_past_claim
 from hvfleet.model.dashboard import HistorySeries
 from hvfleet.model.errors import Forbidden, InvalidInput
@@ -37,16 +38,36 @@ from hvfleet.model.hypervisor import (
     Resource,
 )
 from hvfleet.model.lease import Lease
+from hvfleet.model.meta import validate_name
 from hvfleet.model.overcommit import selects
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
 from hvfleet.model.token import AccessToken
 
 AGENT_PREFIX = "agent/"
+# An agent writes as agent/<host>, and a field manager is at most MAX_MANAGER
+# characters: the longest name a Hypervisor an agent can report may have.
+MAX_HYPERVISOR_NAME = MAX_MANAGER - len(AGENT_PREFIX)
 
 
 def agent_manager(hypervisor_name: str) -> str:
     """The field manager (and token subject) of the agent of one hypervisor."""
     return f"{AGENT_PREFIX}{hypervisor_name}"
+
+
+def hypervisor_name_error(name: str) -> str | None:
+    """Why `name` cannot name a Hypervisor (or a host an agent or its token
+    speaks for), or None: an object name whose agent's field manager fits.
+    Checked where such a name is first given (a create, an agent's start, a
+    token), never where one is read: a longer name stored before stays readable."""
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        return str(exc)
+    if len(name) > MAX_HYPERVISOR_NAME:
+        return (f"{name[:24]}… ({len(name)} characters): a hypervisor's name is at most "
+                f"{MAX_HYPERVISOR_NAME} characters, as its agent writes as "
+                f"'{AGENT_PREFIX}<name>' (a field manager is at most {MAX_MANAGER})")
+    return None
 
 
 # The kind's model: every hook of a strategy takes objects of its own kind
@@ -63,6 +84,13 @@ def _agent_writes_no_spec_on_create(obj: Hypervisor, manager: str) -> None:
     """A Hypervisor created by its agent carries no spec: spec is the operators'."""
     if manager.startswith(AGENT_PREFIX) and obj.spec != HypervisorSpec():
         raise Forbidden(f"{obj.kind} {obj.metadata.name}: agents do not write spec ({manager!r})")
+
+
+def _hypervisor_create(obj: Hypervisor, manager: str) -> None:
+    why = hypervisor_name_error(obj.metadata.name)
+    if why is not None:
+        raise InvalidInput(why, field="metadata.name")
+    _agent_writes_no_spec_on_create(obj, manager)
 
 
 def _lease_writer(obj: Lease, manager: str) -> None:
@@ -188,7 +216,7 @@ STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
     KindStrategy[Hypervisor](
         "Hypervisor", Hypervisor, "hypervisors", ("hv",),
         status_owner=_own_agent, host_of=_named_host,
-        validate_create=_agent_writes_no_spec_on_create,
+        validate_create=_hypervisor_create,
     ),
     KindStrategy[Reservation](
         "Reservation", Reservation, "reservations", ("res", "rsv"),

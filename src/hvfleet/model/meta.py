@@ -13,6 +13,7 @@ from pydantic.alias_generators import to_camel
 from hvfleet.model.bounds import (
     MAX_ANNOTATIONS_BYTES,
     MAX_LABELS,
+    MAX_MANAGER,
     MAX_NAME,
     MAX_TEXT,
     Count,
@@ -126,7 +127,7 @@ class ManagedFieldsEntry(Model):
     entry per (manager, operation, subresource), so a manager's applied fields
     stay apart from what it changed by update and from what it wrote to /status."""
 
-    manager: str = Field(max_length=128)
+    manager: str = Field(max_length=MAX_MANAGER)
     operation: Literal["Apply", "Update"] = "Update"
     api_version: str = Field(default=API_VERSION, max_length=MAX_NAME)
     time: Timestamp | None = None

@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from hvfleet.model.bounds import MAX_MANAGER
 from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.kinds import AGENT_PREFIX as AGENT_PREFIX
@@ -65,8 +66,8 @@ _META_MAPS = ("labels", "annotations")
 
 
 def check_manager(manager: str) -> str:
-    if not manager or len(manager) > 128 or not manager.isprintable():
-        raise InvalidInput("manager: must be a printable name of 1 to 128 characters")
+    if not manager or len(manager) > MAX_MANAGER or not manager.isprintable():
+        raise InvalidInput(f"manager: must be a printable name of 1 to {MAX_MANAGER} characters")
     return manager
 
 

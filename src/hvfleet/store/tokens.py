@@ -16,7 +16,8 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 
 from hvfleet.model.errors import InvalidInput, NotFound
-from hvfleet.model.meta import ObjectMeta, validate_name, validation_message
+from hvfleet.model.kinds import hypervisor_name_error
+from hvfleet.model.meta import ObjectMeta, validation_message
 from hvfleet.model.token import (
     TOKEN_PREFIX,
     AccessToken,
@@ -64,10 +65,9 @@ def issue_token(
     """Create a token; returns its record and the bearer token, which exists
     nowhere else afterwards."""
     if hypervisor is not None:
-        try:
-            validate_name(hypervisor, "hypervisor")
-        except ValueError as exc:
-            raise InvalidInput(str(exc), field="hypervisor") from None
+        why = hypervisor_name_error(hypervisor)
+        if why is not None:
+            raise InvalidInput(why, field="hypervisor")
     if ttl is not None and ttl <= timedelta(0):
         raise InvalidInput("must be positive (or 0/never for no expiry)", field="ttl")
     subject = subject_for(role, name, hypervisor)
