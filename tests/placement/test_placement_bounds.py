@@ -62,3 +62,63 @@ def test_every_reader_answers_at_the_largest_numbers_a_write_accepts(api: Placem
     assert summary[wide]["resources"]["DISK_GB"] == {
         "capacity": int(2147483647 * 3.40282e38), "used": 2147483647}
     assert _ok(api.call("GET", f"/resource_providers/{huge}/usages"))["usages"]["VCPU"] >= 2147483647
+
+
+def test_a_list_past_what_a_provider_may_hold_is_placements_400_and_writes_nothing(api: Placement) -> None:
+    """More aggregates or traits than a provider's record holds (4096, the
+    bound of every list hvfleet stores) were refused with the Kubernetes
+    API's 422 Status, a body no Placement client reads; now Placement's 400,
+    in its error body, naming the bound."""
+    rp = str(uuid.uuid4())
+    _ok(api.call("POST", "/resource_providers", body={"name": f"lists-{rp[:8]}", "uuid": rp}))
+    r = api.call("PUT", f"/resource_providers/{rp}/aggregates", body={
+        "resource_provider_generation": 0, "aggregates": [str(uuid.uuid4()) for _ in range(4097)]})
+    assert r.status_code == 400, r.text[:300]
+    (err,) = r.json()["errors"]
+    assert err["status"] == 400 and "4096 aggregates" in err["detail"], err
+    traits = [f"CUSTOM_MANY_{i}" for i in range(4097)]
+    for t in traits:
+        assert api.call("PUT", f"/traits/{t}").status_code in (201, 204)
+    r = api.call("PUT", f"/resource_providers/{rp}/traits", body={
+        "resource_provider_generation": 0, "traits": traits})
+    assert r.status_code == 400 and "4096 traits" in r.json()["errors"][0]["detail"], r.text[:300]
+    after = _ok(api.call("GET", f"/resource_providers/{rp}"))
+    assert after["generation"] == 0
+    assert _ok(api.call("GET", f"/resource_providers/{rp}/traits"))["traits"] == []
+
+
+def test_more_inventories_than_a_provider_may_hold_is_placements_400(api: Placement) -> None:
+    rp = str(uuid.uuid4())
+    _ok(api.call("POST", "/resource_providers", body={"name": f"classes-{rp[:8]}", "uuid": rp}))
+    classes = [f"CUSTOM_WIDE_{i}" for i in range(129)]  # past MAX_RESOURCES
+    for c in classes:
+        assert api.call("PUT", f"/resource_classes/{c}").status_code in (201, 204)
+    r = api.call("PUT", f"/resource_providers/{rp}/inventories", body={
+        "resource_provider_generation": 0, "inventories": {c: {"total": 1} for c in classes}})
+    assert r.status_code == 400 and r.json()["errors"][0]["status"] == 400, r.text[:300]
+    assert _ok(api.call("GET", f"/resource_providers/{rp}/inventories"))["inventories"] == {}
+
+
+@pytest.mark.parametrize("name", ["CUSTOM_" + "A" * 248, "CUSTOM_" + "B" * 231, "CUSTOM_FOO_", "CUSTOM__"])
+def test_every_custom_name_placement_takes_is_taken_used_and_deleted(api: Placement, name: str) -> None:
+    """Placement 16.0 takes any CUSTOM_[A-Z0-9_]+ of up to 255 characters
+    (201 for each of these). Their records' store names were the name
+    spelled in lower case with '-' for '_': past 253 characters, or ending in
+    '-', no store name at all, and the PUT was a 500."""
+    for of, path in (("trait", "/traits"), ("resource class", "/resource_classes")):
+        _ok(api.call("PUT", f"{path}/{name}"), 201)
+        _ok(api.call("PUT", f"{path}/{name}"), 204)  # it exists
+        _ok(api.call("GET", f"{path}/{name}"), 204 if of == "trait" else 200)
+    rp = str(uuid.uuid4())
+    _ok(api.call("POST", "/resource_providers", body={"name": f"named-{rp[:8]}", "uuid": rp}))
+    _ok(api.call("PUT", f"/resource_providers/{rp}/inventories", body={
+        "resource_provider_generation": 0, "inventories": {name: {"total": 4}}}))
+    _ok(api.call("PUT", f"/resource_providers/{rp}/traits", body={
+        "resource_provider_generation": 1, "traits": [name]}))
+    got = _ok(api.call("GET", f"/allocation_candidates?resources={name}:1&required={name}"))
+    assert [list(ar["allocations"]) for ar in got["allocation_requests"]] == [[rp]]
+    assert name in _ok(api.call("GET", "/traits?name=startswith:CUSTOM_"))["traits"]
+    _ok(api.call("DELETE", f"/resource_providers/{rp}"), 204)
+    for path in ("/traits", "/resource_classes"):
+        _ok(api.call("DELETE", f"{path}/{name}"), 204)
+        _ok(api.call("GET", f"{path}/{name}"), 404)

@@ -11,6 +11,7 @@ time, never written."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from hvfleet.model.errors import NotFound
 from hvfleet.model.hypervisor import Hypervisor, OvercommitPolicy, Reservation
 from hvfleet.model.lease import Lease
+from hvfleet.model.meta import validate_name
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.placement.graph import Inventory, Provider, ProviderGraph
@@ -51,8 +53,16 @@ def parse_time(text: str | None) -> datetime | None:
 
 def name_key(of: str, name: str) -> str:
     """The store name of a custom trait or resource class record: CUSTOM_FOO_BAR
-    → trait.custom-foo-bar (Placement's names are [A-Z0-9_], so this is one to one)."""
-    return f"{of}.{name.lower().replace('_', '-')}"
+    → trait.custom-foo-bar (Placement's names are [A-Z0-9_], so this is one to
+    one). A name that spelling cannot carry (Placement takes up to 255
+    characters, and a name may end in '_'; a store name is at most 253 and
+    ends in a letter or digit) is keyed by its digest, `trait.h-<sha256>`,
+    which no spelled key can be (those start `custom-`)."""
+    key = f"{of}.{name.lower().replace('_', '-')}"
+    try:
+        return validate_name(key)
+    except ValueError:
+        return f"{of}.h-{hashlib.sha256(name.encode()).hexdigest()}"
 
 
 @dataclass

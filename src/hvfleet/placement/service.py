@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from hvfleet.model.bounds import MAX_LIST
 from hvfleet.model.errors import AlreadyExists, Conflict, InvalidInput, NotFound
 from hvfleet.model.meta import API_VERSION, ObjectMeta, OwnerReference
 from hvfleet.model.placement import (
@@ -54,6 +55,15 @@ def _save(store: Store, writes: Sequence[Write], what: str) -> None:
         store.write_all(list(writes), MANAGER)
     except (Conflict, AlreadyExists, NotFound) as exc:
         raise PlacementConflict(f"{what}: {exc}", code=CONCURRENT_UPDATE) from None
+    except InvalidInput as exc:  # past a bound of the stored record
+        raise PlacementBadRequest(f"Unable to save {what}: {exc}") from None
+
+
+def _at_most(names: Sequence[str], what: str, uuid: str) -> None:
+    """A provider's record holds at most MAX_LIST traits, and as many aggregates."""
+    if len(names) > MAX_LIST:
+        raise PlacementBadRequest(f"Unable to save resource provider {uuid}: a resource provider has "
+                                  f"at most {MAX_LIST} {what}, not {len(names)}")
 
 
 def tree_owner(fleet: Fleet, root: str) -> list[OwnerReference] | None:
@@ -460,7 +470,9 @@ def set_provider_traits(src: Source, uuid: str, generation: int, names: Sequence
     missing = [t for t in names if t not in known]
     if missing:
         raise PlacementBadRequest(f"No such trait {', '.join(missing)}")
-    _save(src.store, [write_provider(fleet, p, traits=sorted(set(names)))], f"resource provider {uuid}")
+    traits = sorted(set(names))
+    _at_most(traits, "traits", uuid)
+    _save(src.store, [write_provider(fleet, p, traits=traits)], f"resource provider {uuid}")
     return src.fleet().provider(uuid)
 
 
@@ -530,8 +542,9 @@ def set_aggregates(
     if generation is not None:
         check_generation(p, generation, "Resource provider's generation already changed. "
                          "Please update the generation and try again.")
-    _save(src.store, [write_provider(fleet, p, aggregates=list(dict.fromkeys(aggregates)))],
-          f"resource provider {uuid}")
+    distinct = list(dict.fromkeys(aggregates))
+    _at_most(distinct, "aggregates", uuid)
+    _save(src.store, [write_provider(fleet, p, aggregates=distinct)], f"resource provider {uuid}")
     return src.fleet().provider(uuid)
 
 

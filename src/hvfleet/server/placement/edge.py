@@ -19,7 +19,7 @@ from jinja2 import Environment
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hvfleet.model.errors import Forbidden, Unauthorized
+from hvfleet.model.errors import Forbidden, InvalidInput, Unauthorized
 from hvfleet.placement.errors import (
     PlacementBadRequest,
     PlacementConflict,
@@ -334,6 +334,12 @@ def endpoint(rule: str, handler: Callable[[Call, Any], Any], *,
                 out = await in_thread(handler, call, data)
         except PlacementError as exc:
             return _error_response(exc, version, request_id, headers, request.headers.get("accept", ""))
+        except InvalidInput as exc:
+            # A core refusal no Placement operation names (a bound of what is
+            # stored): still Placement's 400 in its error body, never the
+            # Kubernetes API's Status.
+            return _error_response(PlacementBadRequest(str(exc)), version, request_id, headers,
+                                   request.headers.get("accept", ""))
         headers.update(call.headers)
         location = headers.get("location")
         if location is not None and location.startswith("/"):
