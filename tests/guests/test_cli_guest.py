@@ -166,8 +166,19 @@ def test_hosts_selector_reads_capabilities_from_the_store(tmp_path: Path) -> Non
         ["guest", "generate", "--os", "rhel9.1", "--name", "x", "--vcpus", "1",
          "--memory", "lots", "--caps-dir", str(GROUPS / "single")],
         ["guest", "check", "/nonexistent.xml", "--caps-dir", str(GROUPS / "single")],
+        # XML libvirt would refuse to define ("numerical overflow: value too large").
+        ["guest", "generate", "--os", "rhel9.1", "--name", "x", "--vcpus", "1",
+         "--memory", "8Ei", "--caps-dir", str(GROUPS / "single")],
+        # A domain that defines and never starts: no interface has such a name.
+        ["guest", "generate", "--os", "rhel9.1", "--name", "x", "--vcpus", "1", "--memory", "1Gi",
+         "--nic", "bridge=br-with-a-long-name", "--caps-dir", str(GROUPS / "single")],
+        ["guest", "generate", "--os", "rhel9.1", "--name", "x", "--vcpus", "1", "--memory", "1Gi",
+         "--nic", "bridge=a b", "--caps-dir", str(GROUPS / "single")],
+        ["guest", "generate", "--os", "rhel9.1", "--name", "x", "--vcpus", "1", "--memory", "1Gi",
+         "--nic", "network=a/b", "--caps-dir", str(GROUPS / "single")],
     ],
-    ids=["no-hosts", "unknown-os", "bad-memory", "missing-file"],
+    ids=["no-hosts", "unknown-os", "bad-memory", "missing-file", "memory-past-libvirt",
+         "bridge-too-long", "bridge-with-space", "network-with-slash"],
 )
 def test_bad_input_is_invalid_input_with_one_line(args: list[str]) -> None:
     r = run(*args)

@@ -17,6 +17,7 @@ from hvfleet.guests.errors import NotEverywhere
 from hvfleet.guests.generate import generate
 from hvfleet.guests.hosts import load_caps_dir
 from hvfleet.guests.request import DiskSpec, GuestRequest, HostGroup, NicSpec
+from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import CPUTopology
 
 from .conftest import HOSTS
@@ -125,3 +126,21 @@ def test_mode_none_guest_for_mixed_vendors_defines_and_starts_on_real_qemu(
         dom.destroy()
     finally:
         dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+
+
+def test_guest_memory_is_refused_past_what_libvirt_defines_and_defined_up_to_it(
+        embed_conn: libvirt.virConnect) -> None:
+    """libvirt takes a domain's memory in KiB up to 2**53 - 1 (a larger value
+    is "numerical overflow: value too large"; 1e30 bytes "Invalid value").
+    `--memory 8Ei` or `1e30` made XML no libvirt would define; now the
+    request is refused naming memory, and the largest one libvirt takes is
+    generated and defined by libvirt."""
+    most = (2**53 - 1) * 1024
+    xml, _ = generate(req("rhel9.1", "intersection", memory=most), group("intel-mixed"))
+    dom = embed_conn.defineXML(xml)
+    assert dom.maxMemory() == 2**53 - 1
+    dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+    for too_much in (most + 1024, 2**63, 10**30):
+        with pytest.raises(InvalidInput) as err:
+            req("rhel9.1", "intersection", memory=too_much)
+        assert err.value.field == "memory" and "8Ei" in str(err.value)

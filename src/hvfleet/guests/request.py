@@ -40,6 +40,10 @@ def _pairs(spec: str, field: str, allowed: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+# What the kernel takes as an interface name (dev_valid_name: IFNAMSIZ - 1).
+_LINUX_IFNAME = re.compile(r"^[^/:\s]{1,15}$")
+
+
 @dataclass(frozen=True)
 class DiskSpec:
     kind: str
@@ -81,7 +85,21 @@ class NicSpec:
         mac = kv.get("mac", "").lower()
         if mac and not _MAC_RE.match(mac):
             raise InvalidInput(f"{spec!r}: mac {mac!r} is not aa:bb:cc:dd:ee:ff", field="nics")
-        return cls(kv.get("network", ""), kv.get("bridge", ""), mac)
+        bridge, network = kv.get("bridge", ""), kv.get("network", "")
+        if "bridge" in kv and (not _LINUX_IFNAME.match(bridge) or bridge in (".", "..")):
+            # A domain naming another defines, and then never starts.
+            raise InvalidInput(f"{spec!r}: bridge {bridge[:40]!r} is no Linux interface name (1 to 15 "
+                               "characters, none of them '/', ':' or a space)", field="nics")
+        if "network" in kv and (not network or "/" in network):
+            raise InvalidInput(f"{spec!r}: a libvirt network's name is not empty and has no '/'",
+                               field="nics")
+        return cls(network, bridge, mac)
+
+
+# The most memory libvirt defines a domain with: its memory element in KiB
+# up to 2**53 - 1 (VIR_DOMAIN_MEMORY_PARAM_UNLIMITED); one KiB more is
+# "numerical overflow: value too large".
+MAX_MEMORY = (2**53 - 1) * 1024
 
 
 @dataclass(frozen=True)
@@ -111,6 +129,9 @@ class GuestRequest:
             raise InvalidInput(f"{self.memory} bytes: at least 16Mi is needed", field="memory")
         if self.memory % 1024:
             raise InvalidInput("must be a whole number of KiB", field="memory")
+        if self.memory > MAX_MEMORY:
+            raise InvalidInput(f"{self.memory} bytes: libvirt takes a domain's memory up to "
+                               f"{MAX_MEMORY} bytes ((2**53 - 1) KiB, just under 8Ei)", field="memory")
         if self.firmware not in ("auto", "bios", "efi"):
             raise InvalidInput(f"{self.firmware!r}: must be auto, bios or efi", field="firmware")
         if self.secure_boot and self.firmware == "bios":
