@@ -322,8 +322,11 @@ def _has_room(p: ProviderView, resources: Mapping[str, int]) -> bool:
 
 def _check_capacity(p: ProviderView, rc: str, inv: Mapping[str, Any], reserved_can_be_total: bool,
                     verb: str = "update") -> None:
-    total, reserved = inv["total"], inv["reserved"]
-    bad = reserved > total if reserved_can_be_total else reserved >= total
+    # Placement judges the capacity, int((total - reserved) * allocation_ratio),
+    # not reserved against total: a reserve past the total at a ratio below 1
+    # rounds to a capacity of 0, which 1.26 and later take.
+    capacity = int((inv["total"] - inv["reserved"]) * inv["allocation_ratio"])
+    bad = capacity < 0 if reserved_can_be_total else capacity <= 0
     if bad:
         word = "greater than" if reserved_can_be_total else "greater than or equal to"
         raise PlacementBadRequest(
@@ -472,6 +475,8 @@ def set_provider_traits(src: Source, uuid: str, generation: int, names: Sequence
         raise PlacementBadRequest(f"No such trait {', '.join(missing)}")
     traits = sorted(set(names))
     _at_most(traits, "traits", uuid)
+    if p.record is not None and traits == sorted(set(p.record.spec.traits)):
+        return p  # as Placement: the same traits again write nothing, the generation stays
     _save(src.store, [write_provider(fleet, p, traits=traits)], f"resource provider {uuid}")
     return src.fleet().provider(uuid)
 
