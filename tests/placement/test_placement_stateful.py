@@ -3,7 +3,9 @@ by hypothesis through random lives of providers and consumers: providers
 created (nested under others), their inventories, traits and aggregates set
 (with the generation read, or a stale one), allocations written across one or
 two providers (with the consumer generation read, or a stale one), deleted,
-providers deleted. Every request goes to both at microversion 1.39, and each
+providers deleted, and candidates and providers asked for within one tree
+of the life (resources, required and forbidden traits, member_of, a
+suffixed group: any order). Every request goes to both at microversion 1.39, and each
 answer must agree: the status, Placement's error code, and for a success
 the document (links aside: their mount differs), then the provider's own
 reads (itself, inventories, usages, traits, aggregates, allocations) and the
@@ -13,6 +15,7 @@ rules are tested in test_placement_claims.py)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -62,6 +65,14 @@ def _answer(status: int, doc: Any) -> tuple[int, Any]:
     if isinstance(doc, dict) and "errors" in doc:
         return status, [e.get("code") for e in doc["errors"]]
     return status, _strip(doc)
+
+
+def _unordered(answer: tuple[int, Any]) -> tuple[int, Any]:
+    status, doc = answer
+    if isinstance(doc, dict):
+        doc = {k: sorted(v, key=json.dumps) if k in ("allocation_requests", "resource_providers")
+               and isinstance(v, list) else v for k, v in doc.items()}
+    return status, doc
 
 
 class PlacementPair(RuleBasedStateMachine):
@@ -165,6 +176,41 @@ class PlacementPair(RuleBasedStateMachine):
         for rp in allocations:
             self.same_reads(rp)
         self.both("GET", "/usages?project_id=proj&user_id=user")
+
+    @rule(rp=providers, picks=st.lists(st.tuples(st.sampled_from(CLASSES), st.integers(1, 4)),
+                                       min_size=1, max_size=2, unique_by=lambda t: t[0]),
+          required=st.lists(st.sampled_from(TRAITS + ["!" + t for t in TRAITS]), max_size=2,
+                            unique_by=lambda t: t.lstrip("!")),
+          member_of=st.none() | st.sampled_from(AGGS), suffixed=st.booleans())
+    def candidates(self, rp: str, picks: list[tuple[str, int]], required: list[str],
+                   member_of: str | None, suffixed: bool) -> None:
+        """Candidates within one tree of this life (`in_tree`: the other
+        lives' providers are out of it), and the providers listed by the
+        same filters."""
+        resources = ",".join(f"{rc}:{n}" for rc, n in picks)
+        group = "1" if suffixed else ""
+        query = f"resources{group}={resources}&in_tree{group}={rp}"
+        if required:
+            query += f"&required{group}={','.join(required)}"
+        if member_of:
+            query += f"&member_of{group}={member_of}"
+        self.both_unordered("GET", f"/allocation_candidates?{query}")
+        listed = f"/resource_providers?in_tree={rp}&resources={resources}"
+        if required:
+            listed += f"&required={','.join(required)}"
+        if member_of:
+            listed += f"&member_of={member_of}"
+        self.both_unordered("GET", listed)
+
+    def both_unordered(self, method: str, path: str) -> tuple[int, Any]:
+        """`both`, lists of candidates and providers taken in any order
+        (Placement's order is its database's)."""
+        assert _API is not None
+        r = _API.call(method, path, version=VERSION)
+        ours = _unordered(_answer(r.status_code, r.json() if r.content else None))
+        theirs = _unordered(_answer(*real.call(method, path, None, VERSION)))
+        assert ours == theirs, f"{method} {path}: hvfleet {ours} != Placement {theirs}"
+        return ours
 
     @rule(consumer=consumers)
     def release(self, consumer: str) -> None:
