@@ -102,6 +102,13 @@ class PlacementPair(RuleBasedStateMachine):
         status, doc = self.both("GET", f"/resource_providers/{rp}")
         return (doc["generation"] if status == 200 else 0) + (1 if stale else 0)
 
+    def put_with_generation(self, rp: str, stale: bool, what: str, value: Any) -> None:
+        """PUT the provider's `what` (inventories, traits, aggregates) naming
+        the generation read (or a stale one), then every read of it."""
+        self.both("PUT", f"/resource_providers/{rp}/{what}",
+                  {"resource_provider_generation": self.generation(rp, stale), what: value})
+        self.same_reads(rp)
+
     @initialize()
     def clean_start(self) -> None:
         self.created, self.allocated = [], set()
@@ -125,24 +132,15 @@ class PlacementPair(RuleBasedStateMachine):
                   "step_size": st.sampled_from([1, 2]),
                   "allocation_ratio": st.sampled_from([1.0, 2.0, 0.5])}), max_size=3))
     def set_inventories(self, rp: str, stale: bool, inventories: dict[str, dict[str, Any]]) -> None:
-        gen = self.generation(rp, stale)
-        self.both("PUT", f"/resource_providers/{rp}/inventories",
-                  {"resource_provider_generation": gen, "inventories": inventories})
-        self.same_reads(rp)
+        self.put_with_generation(rp, stale, "inventories", inventories)
 
     @rule(rp=providers, stale=st.booleans(), traits=st.lists(st.sampled_from(TRAITS), unique=True))
     def set_traits(self, rp: str, stale: bool, traits: list[str]) -> None:
-        gen = self.generation(rp, stale)
-        self.both("PUT", f"/resource_providers/{rp}/traits",
-                  {"resource_provider_generation": gen, "traits": traits})
-        self.same_reads(rp)
+        self.put_with_generation(rp, stale, "traits", traits)
 
     @rule(rp=providers, stale=st.booleans(), aggs=st.lists(st.sampled_from(AGGS), unique=True))
     def set_aggregates(self, rp: str, stale: bool, aggs: list[str]) -> None:
-        gen = self.generation(rp, stale)
-        self.both("PUT", f"/resource_providers/{rp}/aggregates",
-                  {"resource_provider_generation": gen, "aggregates": aggs})
-        self.same_reads(rp)
+        self.put_with_generation(rp, stale, "aggregates", aggs)
 
     @rule(target=consumers)
     def new_consumer(self) -> str:

@@ -93,7 +93,7 @@ EffectiveAmount = Annotated[Quantity, QuantityBound(MAX_EFFECTIVE)]
 __all__ = [
     "EARLIEST", "INT64_MAX", "LATEST", "MAX_CELLS", "MAX_CONDITIONS", "MAX_EFFECTIVE",
     "MAX_INSTANCES", "MAX_LABELS", "MAX_LEASE_SECONDS", "MAX_LIST", "MAX_MANAGER", "MAX_NAME",
-    "MAX_QUANTITY",
-    "MAX_RATIO", "MAX_REASON", "MAX_RESOURCES", "MAX_SELECTOR_TERMS", "MAX_TEXT", "MIN_RATIO",
+    "MAX_QUANTITY", "MAX_RATIO", "MAX_REASON", "MAX_RESOURCES", "MAX_SELECTOR_TERMS", "MAX_TEXT",
+    "MIN_RATIO",
     "Amount", "Count", "EffectiveAmount", "Int64", "Ratio", "Reason", "ShortName", "Timestamp",
 ]

@@ -475,7 +475,8 @@ def set_provider_traits(src: Source, uuid: str, generation: int, names: Sequence
         raise PlacementBadRequest(f"No such trait {', '.join(missing)}")
     traits = sorted(set(names))
     _at_most(traits, "traits", uuid)
-    if p.record is not None and traits == sorted(set(p.record.spec.traits)):
+    stored = p.record.spec.traits if p.record is not None else []
+    if traits == sorted(set(stored)):
         return p  # as Placement: the same traits again write nothing, the generation stays
     _save(src.store, [write_provider(fleet, p, traits=traits)], f"resource provider {uuid}")
     return src.fleet().provider(uuid)

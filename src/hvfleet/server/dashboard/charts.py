@@ -30,6 +30,8 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 12, 12, 36  # the plot area's margins
 RANGE_LABELS = {"hour": "last hour", "day": "last day", "week": "last week"}
 # Time ticks per range: seconds between ticks, and how a tick is written.
 _TIME_TICKS = {"hour": (600, "%H:%M"), "day": (3 * 3600, "%H:%M"), "week": (86_400, "%a %d")}
+
+
 @dataclass(frozen=True)
 class Tick:
     at: float  # pixel position along its axis
