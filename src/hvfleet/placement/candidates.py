@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hvfleet.model.bounds import INT64_MAX
 from hvfleet.placement.errors import PlacementBadRequest as PlacementBadRequest  # raised by its parser
 from hvfleet.placement.graph import Inventory, Provider, ProviderGraph
 from hvfleet.placement.query import parse_member_of, uuid_like
@@ -762,7 +763,7 @@ class _Index:
             a = float(amount)
         except OverflowError:  # more than any capacity can be
             return set()
-        if amount <= _INT64_MAX and c.step_size.dtype == np.int64:
+        if amount <= INT64_MAX and c.step_size.dtype == np.int64:
             whole = amount % c.step_size == 0
         else:
             whole = np.fmod(a, c.step_size) == 0  # both positive: fmod is %
@@ -884,9 +885,6 @@ def kept_candidates_json(graph: ProviderGraph, params: Mapping[str, Sequence[str
 def _answer_key(params: Mapping[str, Sequence[str]], microversion: Microversion,
                 resource_classes: frozenset[str] | None, traits: frozenset[str] | None) -> tuple[object, ...]:
     return (tuple((k, tuple(v)) for k, v in params.items()), microversion, resource_classes, traits)
-
-
-_INT64_MAX = 2**63 - 1
 
 
 def _exact(values: Sequence[int]) -> npt.NDArray[np.int64] | FloatArray:
