@@ -95,9 +95,17 @@ def _revision(item: Item) -> int:
 
 def _for(interest: Interest, group: list[Item]) -> list[Item]:
     """Items (of one or more whole revisions) as a watch of `interest` sees them:
-    its own, each revision's last one marking the end of that revision."""
-    mine = [i for i in group
-            if (interest.progress if isinstance(i, Progress) else interest.wants(*_kind_name(i)))]
+    its own, each revision's last one marking the end of that revision. For an
+    interest in `progress`, a revision with none of its own (a write of other
+    kinds only: a claim on a stored Placement provider, a token) comes as
+    Progress: a reader waiting for that revision need not wait out its bound."""
+    mine: list[Item] = []
+    for at, i in enumerate(group):
+        if interest.progress if isinstance(i, Progress) else interest.wants(*_kind_name(i)):
+            mine.append(i)
+        elif (interest.progress and (at + 1 == len(group) or _revision(group[at + 1]) != i.revision)
+              and not (mine and _revision(mine[-1]) == i.revision)):
+            mine.append(Progress(i.revision))
     for at, item in enumerate(mine):
         if isinstance(item, WatchEvent):
             last = at + 1 == len(mine) or _revision(mine[at + 1]) != item.revision
