@@ -36,6 +36,33 @@ def test_list_with_label_and_field_selectors(api: Api) -> None:
     status_of(400, "BadRequest", c.get(HV, params={"labelSelector": "a in"}).json())  # as kube
 
 
+def test_every_field_selector_term_holds_in_a_list_and_a_deletecollection(api: Api) -> None:
+    """Terms are ANDed, as kube-apiserver reads them: two `!=` terms keep both
+    names out of a list and out of a deletecollection (which deleted the
+    first one before), two different `=` names match nothing, and the
+    namespace of these cluster-scoped objects is ""."""
+    fleet(api)
+    c = api.client()
+
+    def names(params: dict[str, str]) -> list[str]:
+        r = c.get(HV, params=params)
+        assert r.status_code == 200, r.text
+        return [o["metadata"]["name"] for o in r.json()["items"]]
+
+    assert names({"fieldSelector": "metadata.name!=hv0,metadata.name!=hv1"}) == ["hv2", "hv3", "hv4"]
+    assert names({"fieldSelector": "metadata.name=hv0,metadata.name=hv1"}) == []
+    assert names({"fieldSelector": "metadata.name=hv0,metadata.name==hv0,"}) == ["hv0"]
+    assert names({"fieldSelector": "metadata.namespace=,metadata.name!=hv0"}) == ["hv1", "hv2", "hv3", "hv4"]
+    assert names({"fieldSelector": "metadata.namespace=default"}) == []
+    for bad in ("metadata.name", "metadata.name=a=b", "metadata.name=a\\x", "spec.maintenance=drain"):
+        status_of(400, "BadRequest", c.get(HV, params={"fieldSelector": bad}).json())
+    gone = c.delete(HV, params={"labelSelector": "rack=a",
+                                "fieldSelector": "metadata.name!=hv0,metadata.name!=hv2"})
+    assert gone.status_code == 200, gone.text
+    assert [o["metadata"]["name"] for o in gone.json()["items"]] == ["hv4"]
+    assert names({}) == ["hv0", "hv1", "hv2", "hv3"]
+
+
 def test_list_pages_with_limit_and_continue(api: Api) -> None:
     fleet(api, 7)
     c = api.client()

@@ -125,3 +125,56 @@ def test_dependents_are_collected_after_their_owner_is_deleted(
         assert c.delete(f"{HV}/owner").status_code == 200
     store = kubectl.api.store
     _eventually(lambda: sorted(h.name for h in store.list_hypervisors()) == ["keep", "other"])
+
+
+@pytest.mark.parametrize("cascade", ["orphan", "foreground"])
+def test_kubectl_delete_cascade_orphan_keeps_the_dependents_and_foreground_deletes_them_first(
+        kubectl: Kubectl, cascade: str) -> None:
+    """`kubectl delete --cascade=orphan` (propagationPolicy Orphan): the
+    dependents stay, without the owner's reference, and the owner goes after
+    (it was ignored, and the collector deleted them). `--cascade=foreground`:
+    the dependents are deleted first; while one is held by a finalizer, the
+    owner is kept, marked, with `foregroundDeletion`, and goes after it."""
+    c = kubectl.api.client()
+    store = kubectl.api.store
+    owner = c.post(HV, json=hypervisor("owner")).json()
+    other = c.post(HV, json=hypervisor("other")).json()
+    for name, refs in (("dep1", [_owner_ref(owner)]), ("dep2", [_owner_ref(owner), _owner_ref(other)]),
+                       ("held", [_owner_ref(owner)])):
+        doc = hypervisor(name)
+        doc["metadata"]["ownerReferences"] = refs
+        if name == "held":
+            doc["metadata"]["finalizers"] = ["example.com/keep"]
+        assert c.post(HV, json=doc).status_code == 201
+    r = kubectl("delete", "hv", "owner", f"--cascade={cascade}", "--wait=false")
+    assert r.returncode == 0, r.stderr
+    if cascade == "orphan":
+        left = ["dep1", "dep2", "held", "other"]
+        _eventually(lambda: sorted(h.name for h in store.list_hypervisors()) == left)
+        time.sleep(0.5)  # the collector has had its turn: nothing more goes
+        kept = {h.name: h.metadata.owner_references for h in store.list_hypervisors()}
+        assert kept["dep1"] is None and kept["held"] is None
+        assert [ref.name for ref in kept["dep2"] or []] == ["other"]
+        assert sorted(kept) == ["dep1", "dep2", "held", "other"]
+        return
+    # dep1 goes; dep2 has another owner that exists, and is still deleted (kube deletes
+    # every dependent of a foreground deletion); `held` waits for its finalizer.
+    _eventually(lambda: sorted(h.name for h in store.list_hypervisors()) == ["held", "other", "owner"])
+    marked = c.get(f"{HV}/owner").json()["metadata"]
+    assert marked["finalizers"] == ["foregroundDeletion"] and marked["deletionTimestamp"]
+    assert c.get(f"{HV}/held").json()["metadata"]["deletionTimestamp"]
+    released = c.patch(f"{HV}/held", {"metadata": {"finalizers": None}})
+    assert released.status_code == 200, released.text
+    _eventually(lambda: sorted(h.name for h in store.list_hypervisors()) == ["other"])
+
+
+def test_invalid_delete_options_are_refused_and_delete_nothing(api: Api) -> None:
+    c = api.client()
+    assert c.post(HV, json=hypervisor("kept")).status_code == 201
+    for options in ({"propagationPolicy": "Bogus"},
+                    {"propagationPolicy": "Orphan", "orphanDependents": True}):
+        r = c.delete(f"{HV}/kept", json={"kind": "DeleteOptions", "apiVersion": "v1", **options})
+        status_of(422, "Invalid", r.json())
+        assert "propagationPolicy" in r.json()["message"]
+    status_of(422, "Invalid", c.delete(f"{HV}/kept", params={"propagationPolicy": "bogus"}).json())
+    assert c.get(f"{HV}/kept").status_code == 200

@@ -171,3 +171,41 @@ def test_the_collectors_sweep_reads_the_followed_kinds_not_the_dashboards_histor
     assert "HistorySeries" not in listed
     assert {"Hypervisor", "Reservation"} <= set(listed)
     assert all(strategy(k).followed for k in listed)
+
+
+@pytest.mark.parametrize("propagation", ["Orphan", "Foreground"])
+def test_an_orphan_or_foreground_deletion_is_finished_by_the_collector_even_one_started_later(
+        store: Store, propagation: lifecycle.Propagation) -> None:
+    """An owner deleted with Orphan: its dependents stay, without its
+    reference; with Foreground: they are deleted, then it. The deletion holds
+    the owner with kube's finalizer (`orphan`, `foregroundDeletion`), so a
+    collector that was not running then (a server restarted) finishes it at
+    its start. A store behind an API server refuses the option it cannot send."""
+    owner = ready_host(store, "hv1", 8)
+    other = ready_host(store, "hv2", 8)
+    store.create(_owned_by(owner, "r1"), OPS)
+    both = _owned_by(owner, "r2")
+    refs = [*(both.metadata.owner_references or []), *(_owned_by(other, "x").metadata.owner_references or [])]
+    store.create(both.model_copy(update={"metadata": both.metadata.model_copy(
+        update={"owner_references": refs})}), OPS)
+    if store.finalizes_on_delete:
+        with pytest.raises(InvalidInput, match="propagationPolicy"):
+            lifecycle.delete(store, store.get("Hypervisor", "hv1"), OPS, propagation=propagation)
+        assert not _gone(store, "Hypervisor", "hv1")
+        return
+    marked, gone = lifecycle.delete(store, store.get("Hypervisor", "hv1"), OPS, propagation=propagation)
+    assert not gone and marked.metadata.deletion_timestamp is not None
+    assert marked.metadata.finalizers == ["orphan" if propagation == "Orphan" else "foregroundDeletion"]
+    time.sleep(0.2)
+    assert not _gone(store, "Reservation", "r1")  # no collector yet: nothing happens
+    collector = lifecycle.GarbageCollector(store).start()
+    try:
+        _eventually(lambda: _gone(store, "Hypervisor", "hv1"))
+        if propagation == "Orphan":
+            assert store.get("Reservation", "r1").metadata.owner_references is None
+            assert [r.name for r in store.get("Reservation", "r2").metadata.owner_references or []] == ["hv2"]
+        else:
+            assert _gone(store, "Reservation", "r1") and _gone(store, "Reservation", "r2")
+        assert not _gone(store, "Hypervisor", "hv2")
+    finally:
+        collector.close()

@@ -23,7 +23,8 @@ import binascii
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -45,6 +46,7 @@ from hvfleet.scheduling.claims import claim_reservation
 from hvfleet.server import bodies
 from hvfleet.server.context import CONTINUE_MISMATCH, ApiContext
 from hvfleet.server.discovery import BY_KIND, RESOURCES, ResourceInfo
+from hvfleet.server.field_selector import parse_field_selector
 from hvfleet.server.guard import about, audited, audited_on_loop, authenticate, precheck
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.narrowing import get_visible, view_of
@@ -167,27 +169,6 @@ def label_selector(text: str | None) -> Selector:
         raise BadRequest(f"labelSelector: {exc.detail}") from None
 
 
-def name_from_field_selector(text: str | None) -> tuple[str | None, str | None]:
-    """(name that must match, name that must not) from `metadata.name=X` terms."""
-    equal: str | None = None
-    unequal: str | None = None
-    for term in (t.strip() for t in (text or "").split(",") if t.strip()):
-        for op in ("!=", "==", "="):
-            key, sep, value = term.partition(op)
-            if sep:
-                break
-        else:
-            raise BadRequest(f"fieldSelector: {term!r} is not FIELD=VALUE")
-        if key.strip() != "metadata.name":
-            raise BadRequest(f'fieldSelector: field label not supported: "{key.strip()}" '
-                             "(only metadata.name)")
-        if op == "!=":
-            unequal = value.strip()
-        else:
-            equal = value.strip()
-    return equal, unequal
-
-
 def list_binding(who: Identity, kind: str, label_selector: str, field_selector: str) -> str:
     """What a continue token and its snapshot are bound to: the caller, the
     kind and the selectors of the list that issued it."""
@@ -257,11 +238,11 @@ async def collection(request: Request) -> Response:
 async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
     q = request.query_params
     selector = label_selector(q.get("labelSelector"))
-    equal, unequal = name_from_field_selector(q.get("fieldSelector"))
+    names = parse_field_selector(q.get("fieldSelector"))
     options = read_options(q, watch=False)
     limit = _limit(request)
     who = await authenticate(ctx, request)
-    narrowed = ctx.authorize_read(who, Action("list", info.plural, name=equal))
+    narrowed = ctx.authorize_read(who, Action("list", info.plural, name=names.equal))
     view = None if narrowed is None else await in_thread(view_of, ctx.store, narrowed)
     binding = list_binding(who, info.kind, q.get("labelSelector", ""), q.get("fieldSelector", ""))
     token_rv, after, snapshot = (_decode_continue(q["continue"], binding) if q.get("continue")
@@ -292,12 +273,9 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
                 # The objects as they were at that revision, from the store's history.
                 result = await in_thread(ctx.store.list_at, info.kind, exact, selector)
         revision = result.revision
-        everything = [o for o in result.items
-                      if (equal is None or o.metadata.name == equal)
-                      and (unequal is None or o.metadata.name != unequal)]
+        everything = [o for o in result.items if names.matches(o.metadata.name)]
         unreadable = [e for e in result.undecodable
-                      if (equal is None or e.name == equal) and (unequal is None or e.name != unequal)
-                      and (after is None or e.name > after)]
+                      if names.matches(e.name) and (after is None or e.name > after)]
     if view is not None:
         everything = [o for o in everything if view.visible(o)]
         unreadable = []  # whether the caller may see them cannot be judged
@@ -327,14 +305,14 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
 async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
     q = request.query_params
     selector = label_selector(q.get("labelSelector"))
-    equal, unequal = name_from_field_selector(q.get("fieldSelector"))
+    names = parse_field_selector(q.get("fieldSelector"))
     options = read_options(q, watch=True)
     timeout_s = bodies.query_int(request, "timeoutSeconds")
     limits = ctx.limits.watch
     # 0, as no value, means the server's longest watch (as in Kubernetes).
     timeout = min(float(timeout_s), limits.max_timeout) if timeout_s else limits.max_timeout
     who = await authenticate(ctx, request)
-    narrowed = ctx.authorize_read(who, Action("watch", info.plural, name=equal))
+    narrowed = ctx.authorize_read(who, Action("watch", info.plural, name=names.equal))
     release = ctx.hub.acquire(who.token_id)
     try:
         fanout = await in_thread(ctx.hub.fanout, info.kind)
@@ -353,7 +331,7 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
             check_not_newer(options, current)
             since = options.revision if options.revision is not None else current
         return WatchResponse(
-            ctx, fanout, info.kind, since, initial, selector=selector, name=equal, not_name=unequal,
+            ctx, fanout, info.kind, since, initial, selector=selector, names=names,
             bookmarks=_flag(request, "allowWatchBookmarks"), timeout=timeout,
             as_table=wants_table(request.headers.get("accept")),
             include_object=q.get("includeObject", "PartialObjectMetadata"), release=release,
@@ -676,31 +654,56 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
     return _retrying(ctx, pinned, attempt) or manifest, created
 
 
-def _delete_options(body: bytes) -> tuple[str | None, str | None, bool]:
-    """(uid, resourceVersion) preconditions from a DeleteOptions body, if any,
-    and whether it asks for a dry run (`dryRun: ["All"]`, as client-go sends it)."""
-    if not body.strip():
-        return None, None, False
-    doc = bodies.decode_document(body, "application/json")
+@dataclass(frozen=True)
+class DeleteOptions:
+    """What a DELETE asks beyond the object (kube's DeleteOptions, from its
+    body or the query): preconditions, a dry run, the propagation."""
+
+    uid: str | None = None
+    resource_version: str | None = None
+    dry_run: bool = False
+    propagation: lifecycle.Propagation | None = None
+
+
+def _delete_options(body: bytes, query: Mapping[str, str]) -> DeleteOptions:
+    """The DeleteOptions of a DELETE: the body's (as client-go sends them),
+    else the query's propagationPolicy / orphanDependents; invalid ones are
+    refused as kube-apiserver's ValidateDeleteOptions refuses them (422)."""
+    doc: dict[str, Any] = {}
+    if body.strip():
+        doc = bodies.decode_document(body, "application/json")
     pre = doc.get("preconditions") or {}
     if not isinstance(pre, dict):
         raise BadRequest("preconditions: must be an object")
     dry = doc.get("dryRun") or []
     if not isinstance(dry, list) or any(v != "All" for v in dry):
         raise BadRequest(f'dryRun: unsupported value {json.dumps(dry)} (supported: ["All"])')
+    policy = doc.get("propagationPolicy", query.get("propagationPolicy"))
+    orphan = doc.get("orphanDependents", query.get("orphanDependents"))
+    if policy is not None and orphan is not None:
+        raise InvalidInput("orphanDependents and deletionPropagation cannot be both set",
+                           field="propagationPolicy")
+    if policy is not None and policy not in lifecycle.PROPAGATIONS:
+        raise InvalidInput(f"Unsupported value: {json.dumps(policy)}: supported values: "
+                           + ", ".join(f'"{p}"' for p in lifecycle.PROPAGATIONS), field="propagationPolicy")
+    if orphan is not None:
+        if orphan not in (True, False, "true", "false"):
+            raise BadRequest(f"orphanDependents: must be true or false, not {json.dumps(orphan)}")
+        policy = "Orphan" if orphan in (True, "true") else "Background"
     uid, rv = pre.get("uid"), pre.get("resourceVersion")
-    return (str(uid) if uid else None), (str(rv) if rv else None), bool(dry)
+    return DeleteOptions((str(uid) if uid else None), (str(rv) if rv else None), bool(dry), policy)
 
 
 async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: str) -> Response:
     dry_run = bodies.dry_run(request)
     who = await authenticate(ctx, request, Action("delete", info.plural, name, dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    uid, rv, body_dry_run = (await in_thread(_delete_options, body)
-                             if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body))
-    dry_run = dry_run or body_dry_run
+    options = (await in_thread(_delete_options, body, request.query_params)
+               if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body, request.query_params))
+    uid, rv = options.uid, options.resource_version
+    dry_run = dry_run or options.dry_run
     try:
-        out = await in_thread(delete_object, ctx, who, info, name, uid, rv, dry_run)
+        out = await in_thread(delete_object, ctx, who, info, name, uid, rv, dry_run, options.propagation)
     except Undecodable as exc:
         gone = await in_thread(delete_undecodable, ctx, who, info, exc, uid, rv, dry_run)
         return JSONResponse(success(Target(info.plural, name, info.kind), gone.uid))
@@ -730,9 +733,11 @@ def delete_undecodable(ctx: ApiContext, who: Identity, info: ResourceInfo, store
 
 
 def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, uid: str | None,
-                  rv: str | None, dry_run: bool = False) -> Resource:
+                  rv: str | None, dry_run: bool = False,
+                  propagation: lifecycle.Propagation | None = None) -> Resource:
     """Delete with preconditions; without them, with the version that was
-    authorized. A dry run answers what would be deleted."""
+    authorized. A dry run answers what would be deleted. `propagation`: what
+    becomes of its dependents (lifecycle.delete)."""
     action = Action("delete", info.plural, name, dry_run=dry_run)
     precheck(ctx, who, action)
 
@@ -744,7 +749,8 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
                 raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
                                    f"uid in object meta: {current.metadata.uid}")
             # With finalizers, only marked (deletionTimestamp) until they are removed.
-            return lifecycle.delete(ctx.store, current, who.manager, rv, dry_run=dry_run)[0]
+            return lifecycle.delete(ctx.store, current, who.manager, rv, dry_run=dry_run,
+                                    propagation=propagation)[0]
 
         out = audited(ctx, who, action, current, write,
                       check=lambda: ctx.authorize(who, action, current, None))
@@ -763,26 +769,26 @@ async def delete_collection(request: Request, ctx: ApiContext, info: ResourceInf
     in Kubernetes it is not atomic: it answers the list of what it deleted."""
     q = request.query_params
     selector = label_selector(q.get("labelSelector"))
-    equal, unequal = name_from_field_selector(q.get("fieldSelector"))
+    names = parse_field_selector(q.get("fieldSelector"))
     dry_run = bodies.dry_run(request)
     # Who is asking comes first: nothing of the body is read for an anonymous caller.
-    who = await authenticate(ctx, request, Action("deletecollection", info.plural, name=equal,
+    who = await authenticate(ctx, request, Action("deletecollection", info.plural, name=names.equal,
                                                   dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    _, _, body_dry_run = (await in_thread(_delete_options, body)
-                          if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body))
-    dry_run = dry_run or body_dry_run
-    action = Action("deletecollection", info.plural, name=equal, dry_run=dry_run)
+    options = (await in_thread(_delete_options, body, q)
+               if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body, q))
+    dry_run = dry_run or options.dry_run
+    action = Action("deletecollection", info.plural, name=names.equal, dry_run=dry_run)
     precheck(ctx, who, action)
     listed = await in_thread(ctx.store.list, info.kind, selector)
     deleted: list[Resource] = []
     for obj in listed.items:
         name = obj.metadata.name
-        if (equal is not None and name != equal) or (unequal is not None and name == unequal):
+        if not names.matches(name):
             continue
         try:
             deleted.append(await in_thread(delete_object, ctx, who, info, name, None, None,
-                                                   dry_run))
+                                           dry_run, options.propagation))
         except NotFound:
             continue  # deleted meanwhile: nothing left to do for it
     rv = await in_thread(ctx.store.revision)

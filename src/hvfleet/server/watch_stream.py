@@ -33,6 +33,7 @@ from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector
 from hvfleet.server.context import ApiContext
+from hvfleet.server.field_selector import FieldSelector
 from hvfleet.server.narrowing import View
 from hvfleet.server.read_options import INITIAL_EVENTS_END
 from hvfleet.server.status import status
@@ -49,8 +50,8 @@ class WatchResponse(Response):
     """A streaming response; a Starlette Response only so handlers have one type."""
 
     def __init__(self, ctx: ApiContext, fanout: KindFanout, kind: str, since: int,
-                 initial: list[Resource] | None, *, selector: Selector, name: str | None,
-                 not_name: str | None, bookmarks: bool, timeout: float, as_table: bool,
+                 initial: list[Resource] | None, *, selector: Selector, names: FieldSelector,
+                 bookmarks: bool, timeout: float, as_table: bool,
                  include_object: str, release: Callable[[], None],
                  view: Callable[[], View] | None = None,
                  authorization: str | None = None,
@@ -61,8 +62,7 @@ class WatchResponse(Response):
         self.since = since
         self.initial = initial
         self.selector = selector
-        self.name = name
-        self.not_name = not_name
+        self.names = names
         self.bookmarks = bookmarks
         self.timeout = timeout
         self.as_table = as_table
@@ -126,7 +126,7 @@ class WatchResponse(Response):
         return self._is_named(obj.metadata.name)
 
     def _is_named(self, n: str) -> bool:
-        return (self.name is None or n == self.name) and (self.not_name is None or n != self.not_name)
+        return self.names.matches(n)
 
     async def _event(self, type_: str, obj: Resource, inputs: TableInputs | None = None) -> None:
         if self.as_table and inputs is None:
@@ -169,7 +169,7 @@ class WatchResponse(Response):
         limits = self.ctx.limits.watch
         deadline = time.monotonic() + self.timeout
         loop = asyncio.get_running_loop()
-        sub, replay, catch_up = self.fanout.subscribe(self.since, self.name, limits.queue, loop)
+        sub, replay, catch_up = self.fanout.subscribe(self.since, self.names.equal, limits.queue, loop)
         last = self.since
         # Names already sent at revision `last` (None: all of them, as for `since`):
         # one etcd batch is one revision for all its objects, and catch-up, history
@@ -229,7 +229,7 @@ class WatchResponse(Response):
                 await self._bookmark(self.since, initial_events_end=True)
             if catch_up is not None:
                 try:
-                    stream = self.ctx.store.watch(self.kind, since=self.since, name=self.name,
+                    stream = self.ctx.store.watch(self.kind, since=self.since, name=self.names.equal,
                                                   timeout=0.2)
                     done = False
                     while not done:

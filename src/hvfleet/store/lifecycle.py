@@ -28,6 +28,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Literal
 
 from hvfleet.model.errors import AlreadyExists, Gone, HvfleetError, InvalidInput, NotFound
 from hvfleet.model.hypervisor import KINDS, STORED_KINDS, Resource
@@ -48,6 +49,12 @@ _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 GENERATE_ATTEMPTS = 8
 # The manager of the collector's own writes.
 COLLECTOR = "hvfleet-garbage-collector"
+# The finalizers of a deletion that propagates (kube's metav1.FinalizerOrphanDependents
+# and FinalizerDeleteDependents): the collector removes each when its work is done.
+ORPHAN = "orphan"
+FOREGROUND = "foregroundDeletion"
+Propagation = Literal["Orphan", "Background", "Foreground"]
+PROPAGATIONS: tuple[Propagation, ...] = ("Orphan", "Background", "Foreground")
 
 
 # -- the rules every write keeps (called by prepare_create / prepare_update) ---------------
@@ -127,25 +134,53 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+def propagation_finalizers(finalizers: list[str] | None, propagation: Propagation | None) -> list[str]:
+    """The finalizers a deletion with `propagation` leaves (kube-apiserver's
+    rules): Orphan adds `orphan`, Foreground `foregroundDeletion`, each
+    dropping the other; Background drops both; None (not given) keeps them."""
+    have = list(finalizers or [])
+    if propagation is None:
+        return have
+    have = [f for f in have if f not in (ORPHAN, FOREGROUND)]
+    if propagation == "Orphan":
+        have.append(ORPHAN)
+    elif propagation == "Foreground":
+        have.append(FOREGROUND)
+    return have
+
+
 def delete(store: Store, current: Resource, manager: str, resource_version: str | None = None,
-           *, dry_run: bool = False) -> tuple[Resource, bool]:
+           *, dry_run: bool = False, propagation: Propagation | None = None) -> tuple[Resource, bool]:
     """Delete `current` (as read; `resource_version` the version the caller
     names, else the one read) — or, while it has finalizers, mark it with a
     deletionTimestamp and keep it. Returns the object as it is now and whether
-    it is gone. A dry run answers the same and writes nothing."""
+    it is gone. A dry run answers the same and writes nothing.
+
+    `propagation` (kube's DeleteOptions.propagationPolicy; None is Background,
+    kube's default for these kinds): what becomes of the objects that name
+    `current` as their owner. Background: the collector deletes them after it.
+    Orphan: the collector takes the owner reference out of each, then lets
+    the owner go (the `orphan` finalizer holds it until then). Foreground:
+    the collector deletes them first, and the owner goes once none is left
+    (`foregroundDeletion`)."""
     rv = resource_version or current.metadata.resource_version
     kind, name = current.kind, current.metadata.name
     if store.finalizes_on_delete and not dry_run:
+        if propagation not in (None, "Background"):
+            raise InvalidInput(f"{propagation}: a store behind an API server deletes with the "
+                               "server's default propagation (Background)", field="propagationPolicy")
         store.delete(kind, name, rv)
         try:
             return store.get(kind, name), False  # kept, marked, for its finalizers
         except NotFound:
             return current, True
-    if current.metadata.finalizers:
-        if current.metadata.deletion_timestamp is not None:
-            return current, False  # already being deleted: nothing more to do
+    if current.metadata.deletion_timestamp is not None:
+        return current, False  # already being deleted: nothing more to do
+    finalizers = propagation_finalizers(current.metadata.finalizers, propagation)
+    if finalizers:
         meta = current.metadata.model_copy(update={
-            "deletion_timestamp": _now(), "deletion_grace_period_seconds": 0, "resource_version": rv})
+            "deletion_timestamp": _now(), "deletion_grace_period_seconds": 0, "resource_version": rv,
+            "finalizers": finalizers})
         marked = current.model_copy(update={"metadata": meta})
         if dry_run:
             return store.dry_run(Write("update", marked), manager), False
@@ -218,6 +253,74 @@ def _names_owners(event: WatchEvent) -> bool:
 
 
 _OWNED = b'"ownerReferences":[{'
+# How many times the collector reads and writes an object again after losing a race.
+_ATTEMPTS = 10
+
+
+def _propagates(obj: Resource) -> bool:
+    """Whether `obj` is being deleted with a finalizer the collector removes."""
+    meta = obj.metadata
+    return (meta.deletion_timestamp is not None and bool(meta.uid)
+            and any(f in (ORPHAN, FOREGROUND) for f in meta.finalizers or []))
+
+
+def _may_propagate(event: WatchEvent) -> bool:
+    """`_propagates`, told from the stored JSON when the event was not decoded."""
+    stored = event.stored
+    if stored is not None and not event.decoded and not (
+            b'"deletionTimestamp"' in stored.raw and (b'"orphan"' in stored.raw
+                                                     or b'"foregroundDeletion"' in stored.raw)):
+        return False
+    return _propagates(event.object)
+
+
+def _rewrite(store: Store, kind: str, name: str, uid: str,
+             change: Callable[[Resource], Resource | None]) -> None:
+    """`change` the object `kind/name` (while it is the one of `uid`) as the
+    collector, reading it again after a lost race; `change` answers None when
+    there is nothing to do."""
+    for _ in range(_ATTEMPTS):
+        try:
+            current = store.get(kind, name)
+        except NotFound:
+            return
+        new = change(current)
+        if (uid and current.metadata.uid != uid) or new is None:
+            return
+        try:
+            update(store, current, new, lambda o: store.update(o, COLLECTOR))
+            return
+        except (StaleVersion, NotFound):
+            continue
+    raise StaleVersion(f"{kind}/{name}: changed {_ATTEMPTS} times while the collector wrote it; "
+                       "it is looked at again at its next event")
+
+
+def _disown(store: Store, kind: str, name: str, owner_uid: str) -> None:
+    """Take the owner `owner_uid` out of `kind/name`'s owner references (an orphan)."""
+
+    def change(current: Resource) -> Resource | None:
+        refs = current.metadata.owner_references or []
+        kept = [r for r in refs if r.uid != owner_uid]
+        if len(kept) == len(refs):
+            return None
+        meta = current.metadata.model_copy(update={"owner_references": kept or None})
+        return current.model_copy(update={"metadata": meta})
+
+    _rewrite(store, kind, name, "", change)
+
+
+def _drop_finalizer(store: Store, kind: str, name: str, uid: str, finalizer: str) -> None:
+    """Take `finalizer` off `kind/name` (of `uid`): deleted if it was the last."""
+
+    def change(current: Resource) -> Resource | None:
+        have = current.metadata.finalizers or []
+        if finalizer not in have:
+            return None
+        meta = current.metadata.model_copy(update={"finalizers": [f for f in have if f != finalizer]})
+        return current.model_copy(update={"metadata": meta})
+
+    _rewrite(store, kind, name, uid, change)
 
 
 class GarbageCollector:
@@ -240,6 +343,8 @@ class GarbageCollector:
         # uid of an owner -> (kind, name) of the objects that name it, and back.
         self._dependents: dict[str, set[tuple[str, str]]] = {}
         self._owners_of: dict[tuple[str, str], set[str]] = {}
+        # uid of an owner deleted in the foreground, waiting for its dependents -> (kind, name).
+        self._foreground: dict[str, tuple[str, str]] = {}
         # Keys that named owners at their last event `_sort` passed on (only `_sort` uses it).
         self._named_owners: set[tuple[str, str]] = set()
         self._position = 0  # the revision `_sort` has passed (the watch resumes after it)
@@ -275,7 +380,9 @@ class GarbageCollector:
         once held every point of every host in memory."""
         self._dependents.clear()
         self._owners_of.clear()
+        self._foreground.clear()
         revision = self.store.revision()
+        propagating: list[Resource] = []
         for kind in STORED_KINDS:
             if not strategy(kind).followed:
                 continue
@@ -283,7 +390,11 @@ class GarbageCollector:
                 if obj.metadata.owner_references:
                     self._track(obj, True)
                     collect(self.store, obj)
+                if _propagates(obj):
+                    propagating.append(obj)
         self._named_owners = set(self._owners_of)
+        for owner in propagating:  # deletions a collector left unfinished
+            self._propagate(owner)
         return revision
 
     def _sort(self, events: list[WatchEvent]) -> None:
@@ -297,7 +408,7 @@ class GarbageCollector:
                 self._named_owners.add(key)
             elif key in self._named_owners:
                 self._named_owners.discard(key)
-            elif event.type != "DELETED":
+            elif event.type != "DELETED" and not _may_propagate(event):
                 continue
             passed.append(event)
         if passed:
@@ -322,13 +433,41 @@ class GarbageCollector:
 
     def _handle(self, event: WatchEvent) -> None:
         obj = event.object
+        owned_by = self._owners_of.get((obj.kind, obj.metadata.name), set())
         self._track(obj, event.type != "DELETED")
         if event.type == "DELETED" and obj.metadata.uid:
+            self._foreground.pop(obj.metadata.uid, None)
             for kind, name in sorted(self._dependents.pop(obj.metadata.uid, set())):
                 with contextlib.suppress(NotFound):
                     collect(self.store, self.store.get(kind, name))
         elif obj.metadata.owner_references and event.type == "ADDED":
             collect(self.store, obj)  # created with an owner already gone
+        if event.type != "DELETED" and _propagates(obj):
+            self._propagate(obj)
+        for uid in owned_by:  # a dependent gone or disowned: its owner may go now
+            if uid in self._foreground and not self._dependents.get(uid):
+                kind, name = self._foreground.pop(uid)
+                _drop_finalizer(self.store, kind, name, uid, FOREGROUND)
+
+    def _propagate(self, owner: Resource) -> None:
+        """An owner being deleted with `orphan` or `foregroundDeletion`: its
+        dependents disowned, or deleted; the finalizer dropped once that is
+        done (for Foreground, when the last dependent is gone)."""
+        uid = owner.metadata.uid or ""  # `_propagates`: it has one
+        finalizers = owner.metadata.finalizers or []
+        dependents = sorted(self._dependents.get(uid, set()))
+        if ORPHAN in finalizers:
+            for kind, name in dependents:
+                _disown(self.store, kind, name, uid)
+            _drop_finalizer(self.store, owner.kind, owner.metadata.name, uid, ORPHAN)
+        elif FOREGROUND in finalizers:
+            if not dependents:
+                _drop_finalizer(self.store, owner.kind, owner.metadata.name, uid, FOREGROUND)
+                return
+            self._foreground[uid] = (owner.kind, owner.metadata.name)
+            for kind, name in dependents:
+                with contextlib.suppress(NotFound, StaleVersion):
+                    delete(self.store, self.store.get(kind, name), COLLECTOR)
 
     def _run(self) -> None:
         since: int | None = None
