@@ -15,7 +15,7 @@ from hvfleet.cli.output import PIPE_WIDTH, plain_table, table
 
 # Printable ASCII, markup and emoji characters included, so some cells decline.
 cell = st.text(alphabet=string.printable[:95], max_size=14) | st.sampled_from(
-    ["True", "1/64", "12:00", ":smile:", "[bold]x", "a  b", " lead", "trail ", "", "-"])
+    ["True", "1/64", "12:00", ":smile:", "[bold]x", "a  b", " lead", "trail ", "", "-", "\x1b[2J", "a\tb"])
 
 
 def rich(columns: list[str], rows: list[list[str]]) -> str:
@@ -47,6 +47,9 @@ def test_it_answers_for_the_tables_the_cli_prints_and_declines_the_rest() -> Non
     rows = [[f"hv{i:05d}", "True", f"{i % 64}/64", "12Gi/256Gi", "3d"] for i in range(200)]
     assert plain_table(cols, rows) == rich(cols, rows)
     assert plain_table(["A"], [["x" * (PIPE_WIDTH + 1)]]) is None  # Rich would cut it
-    assert plain_table(["A"], [["[bold]x"]]) is None  # markup
+    # Markup and emoji codes are literal text in both; control characters their escapes.
+    for cell in ("[bold]x", ":smile: a:b:c", "\x1b[2Jx\x00"):
+        assert plain_table(["A"], [[cell]]) == rich(["A"], [[cell]])
+    assert plain_table(["A"], [["\x1b[2J"]]) == "A      \n\\x1b[2J\n"
     assert plain_table(["A"], [["naïve"]]) is None  # not ASCII: Rich measures cells
-    assert plain_table(["A"], [["a\tb"]]) is None
+    assert plain_table(["A"], [["a\tb"]]) == rich(["A"], [["a\tb"]])  # a tab, shown as its escape

@@ -261,3 +261,39 @@ def test_get_leases_and_ready_follow_the_agents_lease(
                     "metadata: {name: node-a1}\nspec: {holderIdentity: agent/node-a1}\n")
     r = run("apply", "-f", str(path))
     assert r.code != 0 and "written only by 'agent/node-a1'" in r.err, r
+
+
+def test_user_text_is_printed_as_written_never_as_markup_or_terminal_control(
+        run: Run, fleet: str, tmp_path: Path) -> None:
+    """A maintenance reason or label anyone with write access sets reached the
+    operator's terminal raw: ESC ] retitled it, ESC [2J cleared it, and Rich
+    read `[bold]` as its markup. Each control character is now shown as its
+    escape and markup as written (`describe` here; tables and `fit --why`
+    print through the same `shown`)."""
+    reason = "\x1b]0;pwned\x07\x1b[2J [bold]ticket[/bold] a"
+    doc = {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
+           "metadata": {"name": "node-b1", "labels": {"az": "b", "note": "x"}},
+           "spec": {"maintenance": "manual", "maintenanceReason": reason, "extraCapacity": {"VGPU": 2}}}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(doc))
+    assert run("apply", "-f", str(path)).code == 0
+    r = run("describe", "hypervisor", "node-b1")
+    assert r.code == 0, r.err
+    assert "\x1b" not in r.out and "\x07" not in r.out, r.out
+    assert "manual (\\x1b]0;pwned\\x07\\x1b[2J [bold]ticket[/bold] a)" in r.out, r.out
+
+
+def test_a_wide_table_to_a_pipe_is_never_cut(run: Run, fleet: str, tmp_path: Path) -> None:
+    """Past 250 columns Rich cut every cell (`NA…`, `comput…`); kubectl never
+    truncates what goes to a pipe."""
+    labels = {f"k{i}": f"value-{i}-" + "x" * 50 for i in range(5)}
+    doc = {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
+           "metadata": {"name": "node-b1", "labels": {"az": "b", **labels}},
+           "spec": {"extraCapacity": {"VGPU": 2}}}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(doc))
+    assert run("apply", "-f", str(path)).code == 0
+    out = run("get", "hypervisors", "-o", "wide").out
+    assert "…" not in out
+    line = next(x for x in out.splitlines() if x.startswith("node-b1"))
+    assert all(f"{k}={v}" in line for k, v in labels.items()) and len(line) > 300

@@ -7,6 +7,7 @@ command that prints JSON or one line pays for neither (docs/benchmarks.md).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
@@ -31,7 +32,7 @@ class _ConsoleOnFirstUse:
             from rich.console import Console
 
             # Like kubectl, never truncate columns when the output is not a terminal.
-            self._console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
+            self._console = Console(highlight=False, width=None if sys.stdout.isatty() else PIPE_WIDTH)
         return getattr(self._console, name)
 
 
@@ -63,8 +64,26 @@ def emit(objs: Sequence[Model] | Model, fmt: str) -> None:
     sys.stdout.write(dump(as_document(objs), fmt))
 
 
-# Like kubectl, never truncate columns when the output is not a terminal.
-PIPE_WIDTH = 250
+# Like kubectl, never truncate columns when the output is not a terminal: a
+# width no table of the CLI reaches (Rich cuts cells only past it).
+PIPE_WIDTH = 1 << 16
+
+# C0 and C1 control characters and DEL: text a user wrote (a maintenance
+# reason, a label, a condition's message) never moves the cursor, clears the
+# screen or retitles the terminal of the person reading it.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """`text` as it is printed: each control character as its escape (`\\x1b`)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def literal(text: object) -> str:
+    """`text` to put inside Rich markup: shown as written, never read as markup."""
+    from rich.markup import escape
+
+    return escape(shown(str(text)))
 
 
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
@@ -91,14 +110,15 @@ def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]],
     """`table(columns, rows)` as Rich prints it to a non-terminal `width`
     columns wide: each column padded to its widest cell, two spaces between
     columns, none at the edges. None where Rich would do more than pad: a
-    cell with markup (`[`), an emoji code (`:name:`), a character that is not
-    printable ASCII, an empty column, or a table wider than `width` (Rich would
-    cut cells).
+    character that is not printable ASCII (control characters are shown as
+    their escapes first, as `table` shows them), an empty column, or a table
+    wider than `width` (Rich would cut cells). Markup and emoji codes are text
+    in both (`table` makes each cell a literal Text).
     tests/cli/test_plain_table.py checks the equality against Rich."""
-    grid = [list(columns), *(list(r) for r in rows)]
+    grid = [[shown(c) for c in columns], *([shown(c) for c in r] for r in rows)]
     for line in grid:
         for cell in line:
-            if not (cell.isascii() and cell.isprintable()) or "[" in cell or cell.count(":") > 1:
+            if not (cell.isascii() and cell.isprintable()):
                 return None
     widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
     if not widths or 0 in widths or sum(widths) + 2 * (len(widths) - 1) > width:
@@ -109,10 +129,12 @@ def plain_table(columns: Sequence[str], rows: Sequence[Sequence[str]],
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> Table:
     from rich.table import Table
+    from rich.text import Text
 
     t = Table(title=title, box=None, pad_edge=False, header_style="bold")
     for c in columns:
-        t.add_column(c, no_wrap=True)
+        t.add_column(Text(shown(c)), no_wrap=True)
     for r in rows:
-        t.add_row(*r)
+        # Literal text: a label `[red]x` or `:smile:` is shown as written.
+        t.add_row(*(Text(shown(cell)) for cell in r))
     return t

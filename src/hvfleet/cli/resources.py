@@ -24,7 +24,7 @@ from hvfleet.cli.common import (
     parse_ratio,
 )
 from hvfleet.cli.main import app
-from hvfleet.cli.output import OutputFormat, console, dump, emit, human, print_table, table
+from hvfleet.cli.output import OutputFormat, console, dump, emit, human, literal, print_table, table
 from hvfleet.model import capacity as cap
 from hvfleet.model.crd import crds
 from hvfleet.model.errors import InvalidInput
@@ -111,22 +111,24 @@ def describe(
     now = datetime.now(UTC)
     m = h.metadata
     state = readiness(h, now, lease_live)
-    console.print(f"[bold]Name:[/bold]        {m.name}")
-    console.print(f"[bold]Labels:[/bold]      {', '.join(f'{k}={v}' for k, v in m.labels.items()) or '-'}")
+    console.print(f"[bold]Name:[/bold]        {literal(m.name)}")
+    labels = ", ".join(f"{k}={v}" for k, v in m.labels.items()) or "-"
+    console.print(f"[bold]Labels:[/bold]      {literal(labels)}")
     console.print(f"[bold]Created:[/bold]     {m.creation_timestamp}  (generation {m.generation}, "
                   f"observed {h.status.observed_generation})")
-    console.print(f"[bold]Readiness:[/bold]   {state.state} ({state.reason}): {state.message}")
+    console.print(f"[bold]Readiness:[/bold]   {state.state} ({literal(state.reason)}): "
+                  f"{literal(state.message)}")
     synced = spec_sync(h, policies)
-    console.print(f"[bold]Spec synced:[/bold] {synced.state}: {synced.message}")
+    console.print(f"[bold]Spec synced:[/bold] {synced.state}: {literal(synced.message)}")
     console.print(f"[bold]Heartbeat:[/bold]   {h.status.last_heartbeat_time or '-'}")
     maint: str = h.spec.maintenance or "-"
     if h.spec.maintenance_reason:
         maint += f" ({h.spec.maintenance_reason})"
-    console.print(f"[bold]Maintenance:[/bold] {maint}")
+    console.print(f"[bold]Maintenance:[/bold] {literal(maint)}")
     owners = "; ".join(dict.fromkeys(e.manager for e in m.managed_fields))
-    console.print(f"[bold]Managers:[/bold]    {owners or '-'}")
+    console.print(f"[bold]Managers:[/bold]    {literal(owners or '-')}")
     matching = ", ".join(p.name for p in matching_policies(h, policies))
-    console.print(f"[bold]Policies:[/bold]    {matching or '-'}")
+    console.print(f"[bold]Policies:[/bold]    {literal(matching or '-')}")
     console.print()
     console.print(table(
         [c.name for c in views.capacity_detail_columns()],
@@ -150,7 +152,7 @@ def describe(
     console.print(f"[bold]Instances:[/bold]   {len(h.status.instances)}")
     for i in h.status.instances:
         res = ", ".join(f"{k}={human(k, q)}" for k, q in sorted(i.resources.items()))
-        console.print(f"  {i.name:<24} {i.uuid}  {i.state:<9} {res}")
+        console.print(literal(f"  {i.name:<24} {i.uuid}  {i.state:<9} {res}"))
 
 
 # -- capacity -------------------------------------------------------------------------------
@@ -381,7 +383,7 @@ def delete(
         console.print(f"{k.lower()}/{name} deleted")
     else:
         waiting = ", ".join(now.metadata.finalizers or [])
-        console.print(f"{k.lower()}/{name} marked for deletion, waiting for finalizers: {waiting}")
+        console.print(f"{k.lower()}/{name} marked for deletion, waiting for finalizers: {literal(waiting)}")
 
 
 @app.command("crd")

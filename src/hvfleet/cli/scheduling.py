@@ -17,7 +17,7 @@ import typer
 from hvfleet import views as model_views
 from hvfleet.cli.common import SelectorOpt, StoreOpt, consumer_uuid
 from hvfleet.cli.main import app
-from hvfleet.cli.output import dump, print_table
+from hvfleet.cli.output import dump, print_table, shown
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
@@ -111,7 +111,7 @@ def fit_command(
                 print(f"{c.name}: SYNCED False: {c.synced.message}", file=sys.stderr)
         if why and answer.rejected:
             for name, found in answer.rejected.items():
-                print(f"{name}: " + "; ".join(r.message for r in found))
+                print(shown(f"{name}: " + "; ".join(r.message for r in found)))
     if not answer.fits:
         raise answer.nothing_fits()
 
@@ -237,6 +237,8 @@ def placement_export_command(
     query = PlacementQuery.from_plain({"labelSelector": selector})
     with open_store(store) as st:
         doc = export(st, query)
+    for left in doc.get("skipped", []):
+        print(f"warning: hypervisor {left['name']} left out: {left['reason']}", file=sys.stderr)
     _print_doc(doc)
 
 

@@ -21,7 +21,7 @@ the same kind names.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -41,7 +41,9 @@ from hvfleet.model.lease import Lease
 from hvfleet.model.meta import validate_name
 from hvfleet.model.overcommit import selects
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
+from hvfleet.model.resources import placement_alias_error
 from hvfleet.model.token import AccessToken
+from hvfleet.model.units import check_unit_annotations
 
 AGENT_PREFIX = "agent/"
 # An agent writes as agent/<host>, and a field manager is at most MAX_MANAGER
@@ -86,11 +88,41 @@ def _agent_writes_no_spec_on_create(obj: Hypervisor, manager: str) -> None:
         raise Forbidden(f"{obj.kind} {obj.metadata.name}: agents do not write spec ({manager!r})")
 
 
+def _spec_names(spec: HypervisorSpec) -> list[tuple[str, Iterable[str]]]:
+    return [("spec.overcommit", spec.overcommit), ("spec.reserved", spec.reserved),
+            ("spec.extraCapacity", spec.extra_capacity)]
+
+
+def _no_placement_aliases(named: list[tuple[str, Iterable[str]]]) -> None:
+    for where, names in named:
+        error = placement_alias_error(names, where)
+        if error is not None:
+            raise error
+
+
 def _hypervisor_create(obj: Hypervisor, manager: str) -> None:
     why = hypervisor_name_error(obj.metadata.name)
     if why is not None:
         raise InvalidInput(why, field="metadata.name")
     _agent_writes_no_spec_on_create(obj, manager)
+    check_unit_annotations(obj)
+    _no_placement_aliases(_spec_names(obj.spec))
+
+
+def _hypervisor_update(old: Hypervisor, new: Hypervisor, _manager: str, _now: datetime) -> None:
+    """What a create checks, where this write changes it (an agent's status
+    write carries the stored spec and annotations, read before these checks)."""
+    check_unit_annotations(new, old)
+    if new.spec != old.spec:
+        _no_placement_aliases(_spec_names(new.spec))
+
+
+def _reservation_create(obj: Reservation, _manager: str) -> None:
+    _no_placement_aliases([("spec.resources", obj.spec.resources)])
+
+
+def _policy_write(obj: OvercommitPolicy, *_: Any) -> None:
+    _no_placement_aliases([("spec.overcommit", obj.spec.overcommit)])
 
 
 def _lease_writer(obj: Lease, manager: str) -> None:
@@ -216,13 +248,13 @@ STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
     KindStrategy[Hypervisor](
         "Hypervisor", Hypervisor, "hypervisors", ("hv",),
         status_owner=_own_agent, host_of=_named_host,
-        validate_create=_hypervisor_create,
+        validate_create=_hypervisor_create, validate_update=_hypervisor_update,
     ),
     KindStrategy[Reservation](
         "Reservation", Reservation, "reservations", ("res", "rsv"),
         host_of=_reservation_host, host_path=("spec", "hypervisor"), claimed=True,
         status_applied=True,
-        validate_update=_reservation_growth,
+        validate_create=_reservation_create, validate_update=_reservation_growth,
     ),
     KindStrategy[Lease](
         "Lease", Lease, "leases", has_status=False, host_of=_named_host,
@@ -230,7 +262,8 @@ STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
         validate_create=_lease_writer, validate_update=_lease_update,
     ),
     KindStrategy[OvercommitPolicy]("OvercommitPolicy", OvercommitPolicy, "overcommitpolicies",
-                                   ("ocp",), selects_host=selects),
+                                   ("ocp",), selects_host=selects,
+                                   validate_create=_policy_write, validate_update=_policy_write),
     KindStrategy[AccessToken]("AccessToken", AccessToken, "accesstokens", public=False),
     # The Placement API's records (hvfleet.model.placement): stored, served only under /placement.
     KindStrategy[ResourceProvider]("ResourceProvider", ResourceProvider, "resourceproviders",

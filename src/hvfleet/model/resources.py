@@ -10,6 +10,7 @@ else is refused: a typo must not silently become a new resource.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -42,6 +43,25 @@ WELL_KNOWN: dict[str, PlacementClass] = {
     "hugepages-2Mi": PlacementClass("CUSTOM_HUGEPAGES_2MI", "pages of 2MiB", 2 * 2**20),
     "hugepages-1Gi": PlacementClass("CUSTOM_HUGEPAGES_1GI", "pages of 1GiB", 2**30),
 }
+
+# Placement's class of each well-known resource, back to its name: a custom
+# resource of that name would be a second inventory of the same class (in
+# `placement export` one overwrote the other, and its claims went with it).
+STANDARD_CLASSES: dict[str, str] = {pc.resource_class: name for name, pc in WELL_KNOWN.items()}
+
+
+def placement_alias_error(names: Iterable[str], where: str) -> InvalidInput | None:
+    """The error for the first of `names` that is a well-known resource's
+    Placement class (`VCPU` for `cpu`), or None. Checked where a resource is
+    first named (a create, a spec change, a claim), not where one is read."""
+    for name in names:
+        own = STANDARD_CLASSES.get(str(name))
+        if own is not None:
+            return InvalidInput(f"{name} is Placement's class of the resource {own!r}: write {own!r} "
+                                f"(a resource {name!r} beside it would count the same class twice)",
+                                field=f"{where}.{name}")
+    return None
+
 
 # The resources counted in bytes (written in binary suffixes, shown as Gi/Mi,
 # converted to MiB/GiB for Placement). Everything else, the custom Placement

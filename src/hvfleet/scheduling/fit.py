@@ -35,13 +35,9 @@ from hvfleet.model.readiness import (
     readiness,
 )
 from hvfleet.model.resources import ResourceName
+from hvfleet.model.units import unit_constraints
 from hvfleet.scheduling.errors import DoesNotFit
 from hvfleet.scheduling.request import Request
-
-# Placement's per-inventory constraints, declared on a Hypervisor as annotations
-# because libvirt knows nothing of them: `scheduling.hvfleet.io/min-unit.cpu: "2"`.
-MIN_UNIT_PREFIX = "scheduling.hvfleet.io/min-unit."
-STEP_SIZE_PREFIX = "scheduling.hvfleet.io/step-size."
 
 Reason = Literal[
     "maintenance",
@@ -77,28 +73,6 @@ class Rejection:
         if self.reason == "insufficient" and self.requested is not None and self.available is not None:
             out["shortBy"] = str(shown(self.requested - self.available))
         return out
-
-
-@dataclass(frozen=True)
-class UnitConstraint:
-    min_unit: Quantity | None = None
-    step_size: Quantity | None = None
-
-
-def unit_constraints(h: Hypervisor) -> dict[ResourceName, UnitConstraint]:
-    """min_unit / step_size per resource, from the host's annotations."""
-    mins: dict[ResourceName, Quantity] = {}
-    steps: dict[ResourceName, Quantity] = {}
-    for key, value in h.metadata.annotations.items():
-        for prefix, target in ((MIN_UNIT_PREFIX, mins), (STEP_SIZE_PREFIX, steps)):
-            if key.startswith(prefix):
-                where = f"hypervisor {h.name}: annotation {key}"
-                r = ResourceName.parse(key.removeprefix(prefix), where=where)
-                q = Quantity.parse(value, where=where)
-                if q <= 0:
-                    raise InvalidInput(f"{where}: {value!r} must be greater than 0")
-                target[r] = q
-    return {r: UnitConstraint(mins.get(r), steps.get(r)) for r in sorted(set(mins) | set(steps), key=str)}
 
 
 _REJECTION_OF_STATE: dict[ReadinessState, Reason] = {

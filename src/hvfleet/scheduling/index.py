@@ -59,7 +59,8 @@ from hvfleet.model.readiness import DEFAULT_STALENESS, fresh_until, host_readine
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.model.spec_sync import SpecSync, spec_sync
-from hvfleet.scheduling.fit import Rejection, rejections, unit_constraints
+from hvfleet.model.units import unit_constraints
+from hvfleet.scheduling.fit import Rejection, rejections
 from hvfleet.scheduling.placement import HostProvider, host_provider, provider_uuid
 from hvfleet.scheduling.request import Request
 from hvfleet.store.base import Store, WatchEvent

@@ -55,8 +55,9 @@ from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, host_readiness
 from hvfleet.model.resources import WELL_KNOWN, ResourceName
 from hvfleet.model.selectors import Selector
+from hvfleet.model.units import UnitConstraint, unit_constraints
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
-from hvfleet.scheduling.fit import reservations_by_host, unit_constraints
+from hvfleet.scheduling.fit import reservations_by_host
 from hvfleet.scheduling.placement_client import PlacementClient
 from hvfleet.scheduling.placement_push import Changes, PushIdentity, push
 from hvfleet.scheduling.request import Request
@@ -87,11 +88,15 @@ def provider_uuid(h: Hypervisor) -> str:
 
 
 def export_inventories(
-    h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()
+    h: Hypervisor, policies: Sequence[OvercommitPolicy] = (),
+    units: Mapping[ResourceName, UnitConstraint] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Placement inventories for `h`, keyed by resource class; allocation_ratio
-    is the effective ratio (the host's own, else a matching policy's)."""
-    units = unit_constraints(h)
+    is the effective ratio (the host's own, else a matching policy's).
+    `units`: its unit constraints, when read already (else from its
+    annotations: InvalidInput when one is not one)."""
+    if units is None:
+        units = unit_constraints(h)
     ratios = overcommit_ratios(h, policies)
     physical = add([h.status.capacity, h.spec.extra_capacity])
     usable = usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
@@ -190,10 +195,17 @@ def host_provider(h: Hypervisor, reservations: Sequence[Reservation], policies: 
     unclaimed = {rc: n - claimed.get(rc, 0) for rc, n in total.items() if n > claimed.get(rc, 0)}
     expiring = [r.spec.expires_at for r in reservations
                 if r.spec.expires_at is not None and holds_space(r, h, now)]
+    try:
+        units, valid = unit_constraints(h), True
+    except InvalidInput:
+        # An annotation stored before the write-time check (hvfleet.model.units):
+        # the host is out of scheduling, as `fit` takes it out, and the fleet stays readable.
+        units, valid = {}, False
     return HostProvider(
-        uuid=provider_uuid(h), hypervisor=h, inventories=export_inventories(h, policies),
+        uuid=provider_uuid(h), hypervisor=h, inventories=export_inventories(h, policies, units),
         allocations=allocations, made=made, unclaimed=unclaimed,
-        ready=host_readiness(h, lease, now, staleness).ready, at=now, expires=min(expiring, default=None),
+        ready=valid and host_readiness(h, lease, now, staleness).ready, at=now,
+        expires=min(expiring, default=None),
     )
 
 
@@ -227,12 +239,19 @@ def export(
     now: datetime,
     policies: Sequence[OvercommitPolicy] = (),
 ) -> dict[str, Any]:
-    return {
-        "resource_providers": [
-            export_provider(h, reservations.get(h.name, []), now, policies)
-            for h in sorted(hosts, key=lambda h: h.name)
-        ]
-    }
+    providers: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for h in sorted(hosts, key=lambda h: h.name):
+        try:
+            providers.append(export_provider(h, reservations.get(h.name, []), now, policies))
+        except InvalidInput as exc:
+            # One host's annotation stored before the write-time check leaves
+            # that host out, named, not the whole fleet's export.
+            skipped.append({"name": h.name, "reason": str(exc)})
+    out: dict[str, Any] = {"resource_providers": providers}
+    if skipped:
+        out["skipped"] = skipped
+    return out
 
 
 def placement_resources(request: Request) -> dict[str, int]:
@@ -364,9 +383,14 @@ def sync(
     hosts = {h.name: h for h in store.list_hypervisors()}
     reservations = store.list_reservations()
     computed: dict[str, dict[str, dict[str, Any]]] = {}
+    unpushed: list[str] = []
     if push_inventories:
         policies = store.list_overcommit_policies()
-        computed = {name: export_inventories(h, policies) for name, h in hosts.items()}
+        for name, h in hosts.items():
+            try:
+                computed[name] = export_inventories(h, policies)
+            except InvalidInput as exc:
+                unpushed.append(f"{name}: inventories not pushed: {exc}")
     pushed = push(
         client,
         hosts,
@@ -383,7 +407,7 @@ def sync(
         resource_classes=pushed.resource_classes.to_dict() if pushed.resource_classes else None,
         inventories=pushed.inventories.to_dict() if pushed.inventories else None,
         claims=pushed.claims.to_dict() if pushed.claims else None,
-        errors=pushed.errors,
+        errors=[*unpushed, *pushed.errors],
     )
     existing = {
         (r.spec.hypervisor, r.spec.consumer): r

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from hvfleet.model.bounds import MAX_EFFECTIVE
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import CPU, MEMORY, ResourceName
+from hvfleet.model.resources import CPU, MEMORY, ResourceName, placement_alias_error
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,9 @@ class Request:
             raise InvalidInput(f"count: {self.count} must be at least 1")
         if not self.resources:
             raise InvalidInput("request: ask for at least one resource (cpu, memory or another)")
+        alias = placement_alias_error(self.resources, "resources")
+        if alias is not None:
+            raise alias
         for name, q in self.resources.items():
             if q <= 0:
                 raise InvalidInput(f"request {name}: {q} must be greater than 0")
