@@ -144,3 +144,53 @@ def test_guest_memory_is_refused_past_what_libvirt_defines_and_defined_up_to_it(
         with pytest.raises(InvalidInput) as err:
             req("rhel9.1", "intersection", memory=too_much)
         assert err.value.field == "memory" and "8Ei" in str(err.value)
+
+
+def test_what_libvirt_refuses_in_a_disk_or_nic_is_refused_and_what_it_takes_is_defined(
+        embed_conn: libvirt.virConnect) -> None:
+    """`guest generate` exited 0 with XML libvirt's defineXML refused: a
+    multicast MAC ("expected unicast mac address"), a port out of range or
+    not a number, an IPv6 monitor address, a fifth disk on the one IDE
+    controller, more NICs than PCI slots; and a traceback for a control
+    character. Each is now refused naming its field; the edge values libvirt
+    takes are generated and defined by libvirt's QEMU driver."""
+    from hvfleet.guests.request import MAX_NICS
+
+    for bad in ("network=default,mac=01:00:5e:00:00:01", "network=default,mac=ff:ff:ff:ff:ff:ff",
+                "network=net\x01"):
+        with pytest.raises(InvalidInput, match="nics"):
+            NicSpec.parse(bad)
+    for bad in ("kind=network,protocol=rbd,source=pool/img,host=mon1:99999",
+                "kind=network,protocol=rbd,source=pool/img,host=mon1:abc",
+                "kind=network,protocol=rbd,source=pool/img,host=::1:6789",
+                "kind=network,protocol=rbd,source=pool/img,host=mon\x1b1",
+                "kind=qcow2,source=/tmp/a\x01b.qcow2"):
+        with pytest.raises(InvalidInput, match="disks"):
+            DiskSpec.parse(bad)
+    with pytest.raises(InvalidInput, match=f"at most {MAX_NICS} NICs"):
+        req("rhel9.1", "intersection", nics=(NicSpec.parse("network=default"),) * (MAX_NICS + 1))
+    ide = tuple(DiskSpec.parse(f"kind=qcow2,source=/i/{i}.qcow2") for i in range(5))
+    with pytest.raises(InvalidInput, match="at most 4 disks on the ide bus"):
+        generate(req("winxp", "intersection", memory=512 << 20, disks=ide), group("intel-mixed"))
+    taken = [
+        req("rhel9.1", "intersection", name="edges", memory=256 << 20, disks=(
+            DiskSpec.parse("kind=network,protocol=rbd,source=pool/a,host=[::1]:6789"),
+            DiskSpec.parse("kind=network,protocol=rbd,source=pool/b,host=mon1:65535"),
+            DiskSpec.parse("kind=network,protocol=rbd,source=pool/c,host=10.0.0.1")),
+            nics=(NicSpec.parse("network=default,mac=52:54:00:00:00:01"),
+                  *(NicSpec.parse("network=default"),) * (MAX_NICS - 1))),
+        req("winxp", "intersection", name="ide4", memory=512 << 20, disks=ide[:4]),
+    ]
+    for request in taken:
+        xml, _ = generate(request, group("intel-mixed"))
+        dom = embed_conn.defineXML(xml)
+        try:
+            defined = etree.fromstring(dom.XMLDesc(0).encode())
+        finally:
+            dom.undefineFlags(libvirt.VIR_DOMAIN_UNDEFINE_NVRAM)
+        if request.name == "edges":
+            hosts = [(h.get("name"), h.get("port")) for h in defined.iter("host")]
+            assert hosts == [("::1", "6789"), ("mon1", "65535"), ("10.0.0.1", None)]
+            assert len(defined.findall("devices/interface")) == MAX_NICS
+        else:
+            assert [t.get("bus") for t in defined.iter("target")] == ["ide"] * 4

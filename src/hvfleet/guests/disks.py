@@ -97,8 +97,9 @@ def decide_disks(
 ) -> Decision[tuple[Disk, ...]]:
     policy = scope.policy
     prefix = {"virtio": "vd", "sata": "sd", "ide": "hd", "scsi": "sd"}[bus]
-    if len(specs) > 26:
-        raise InvalidInput(f"at most 26 disks, got {len(specs)}", field="disks")
+    most = 4 if bus == "ide" else 26  # one IDE controller: two buses of two units
+    if len(specs) > most:
+        raise InvalidInput(f"at most {most} disks on the {bus} bus, got {len(specs)}", field="disks")
     uring, uring_why = io_uring_offered(group, scope) if specs else (False, "")
     disks = []
     evidence = []

@@ -12,6 +12,7 @@ from lxml import etree
 import hvfleet
 from hvfleet.guests.cpu import cpu_element
 from hvfleet.guests.plan import Plan
+from hvfleet.guests.request import host_and_port
 
 NS = "https://hvfleet.io/xmlns/guest/1"
 
@@ -105,7 +106,7 @@ def _devices(dom: etree._Element, plan: Plan) -> None:
         else:
             src = _sub(disk, "source", protocol=s.protocol, name=s.source)
             if s.host:
-                hname, _, port = s.host.partition(":")
+                hname, port = host_and_port(s.host)
                 if port:
                     _sub(src, "host", name=hname, port=port)
                 else:

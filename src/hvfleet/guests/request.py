@@ -36,8 +36,30 @@ def _pairs(spec: str, field: str, allowed: tuple[str, ...]) -> dict[str, str]:
             raise InvalidInput(f"{spec!r}: unknown key {key!r} (known: {', '.join(allowed)})", field=field)
         if key in out:
             raise InvalidInput(f"{spec!r}: {key!r} given twice", field=field)
+        if _CONTROL.search(value):
+            # XML cannot carry most of them, and libvirt would take none.
+            raise InvalidInput(f"{spec!r}: {key}= has a control character", field=field)
         out[key] = value.strip()
     return out
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+# A network disk's host: a name or IPv4 address, or an IPv6 one in brackets;
+# then maybe a port (libvirt's <host name= port=>, the port 1-65535).
+_HOST_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::(?P<port>[0-9]{1,5}))?$")
+
+
+def host_and_port(text: str) -> tuple[str, str]:
+    """A network disk's `host=` as libvirt's <host name= port=> (an IPv6
+    address without its brackets; "" for no port); InvalidInput for what
+    libvirt would refuse."""
+    m = _HOST_RE.match(text)
+    if m is None:
+        raise InvalidInput(f"host {text!r} is not NAME[:PORT] or [IPV6][:PORT]", field="disks")
+    port = m["port"] or ""
+    if port and not 1 <= int(port) <= 65535:
+        raise InvalidInput(f"host {text!r}: port {port} is not 1-65535", field="disks")
+    return m["v6"] or m["name"], port
 
 
 # What the kernel takes as an interface name (dev_valid_name: IFNAMSIZ - 1).
@@ -68,6 +90,11 @@ class DiskSpec:
             raise InvalidInput(f"{spec!r}: protocol/host only apply to kind=network", field="disks")
         elif not source.startswith("/"):
             raise InvalidInput(f"{spec!r}: source must be an absolute path", field="disks")
+        if "host" in kv:
+            try:
+                host_and_port(kv["host"])
+            except InvalidInput as exc:
+                raise InvalidInput(f"{spec!r}: {exc.detail}", field="disks") from None
         return cls(kind, source, kv.get("protocol", ""), kv.get("host", ""))
 
 
@@ -85,6 +112,9 @@ class NicSpec:
         mac = kv.get("mac", "").lower()
         if mac and not _MAC_RE.match(mac):
             raise InvalidInput(f"{spec!r}: mac {mac!r} is not aa:bb:cc:dd:ee:ff", field="nics")
+        if mac and int(mac[:2], 16) & 1:
+            raise InvalidInput(f"{spec!r}: mac {mac!r} is a multicast address; a NIC's is unicast "
+                               "(the first octet even)", field="nics")
         bridge, network = kv.get("bridge", ""), kv.get("network", "")
         if "bridge" in kv and (not _LINUX_IFNAME.match(bridge) or bridge in (".", "..")):
             # A domain naming another defines, and then never starts.
@@ -95,6 +125,11 @@ class NicSpec:
                                field="nics")
         return cls(network, bridge, mac)
 
+
+# The most NICs a guest is generated with: each takes a PCI(e) slot of its
+# own, and past ~220 (with the other devices) QEMU's machine has none left
+# ("a PCI slot is needed ... none is available").
+MAX_NICS = 200
 
 # The most memory libvirt defines a domain with: its memory element in KiB
 # up to 2**53 - 1 (VIR_DOMAIN_MEMORY_PARAM_UNLIMITED); one KiB more is
@@ -132,6 +167,8 @@ class GuestRequest:
         if self.memory > MAX_MEMORY:
             raise InvalidInput(f"{self.memory} bytes: libvirt takes a domain's memory up to "
                                f"{MAX_MEMORY} bytes ((2**53 - 1) KiB, just under 8Ei)", field="memory")
+        if len(self.nics) > MAX_NICS:
+            raise InvalidInput(f"at most {MAX_NICS} NICs, got {len(self.nics)}", field="nics")
         if self.firmware not in ("auto", "bios", "efi"):
             raise InvalidInput(f"{self.firmware!r}: must be auto, bios or efi", field="firmware")
         if self.secure_boot and self.firmware == "bios":
