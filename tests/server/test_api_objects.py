@@ -63,6 +63,28 @@ def test_strict_decoding_refuses_unknown_fields_by_path_and_writes_nothing(api: 
     assert "overcommitt" not in r.json()["spec"]
 
 
+def test_thousands_of_warnings_stay_in_a_header_every_client_reads(api: Api) -> None:
+    """2,500 unknown fields under Warn made a Warning header past 64 KiB:
+    requests (and the official Python client over urllib3) failed with
+    LineTooLong though the object was created, and a retry met AlreadyExists.
+    The header is bounded as kube-apiserver bounds it (4 KiB)."""
+    c = api.client()
+    doc = hypervisor("many")
+    doc["spec"].update({f"unknown{i:04d}": i for i in range(2500)})
+    r = c.post(HV, json=doc)
+    assert r.status_code == 201, r.text
+    header = r.headers["Warning"]
+    assert len(header) <= 4096 and header.startswith('299 - "unknown field')
+    assert header.endswith(' more warnings not shown"')
+    assert c.get(f"{HV}/many").status_code == 200
+
+
+def test_an_empty_dry_run_value_is_refused_not_written(api: Api) -> None:
+    c = api.client()
+    status_of(400, "BadRequest", c.post(HV, params={"dryRun": ""}, json=hypervisor("dry")).json())
+    assert c.get(f"{HV}/dry").status_code == 404
+
+
 def test_invalid_values_are_422_with_field_causes(api: Api) -> None:
     c = api.client()
     r = c.post(HV, json=hypervisor(overcommit={"cpu": 0}, maintenance="sometimes"))
@@ -226,6 +248,34 @@ def test_server_side_apply_creates_merges_by_owner_and_conflicts_with_causes(api
     r = ops2.patch(f"{HV}/hv1?fieldValidation=Strict", bad, apply)
     status_of(400, "BadRequest", r.json())
     assert r.json()["details"]["causes"][0]["field"] == "spec.bogus"
+
+
+def test_an_apply_of_a_field_at_its_zero_value_is_a_value(api: Api) -> None:
+    """`maintenance: ""` in an apply was read as "not named": it neither
+    conflicted with the manager that set `drain` nor, forced, cleared it
+    (`kubectl apply --server-side --force-conflicts` could not take a host
+    out of maintenance, and said it had). As in kube-apiserver it is a value:
+    a conflict with that manager, and with force the field takes it."""
+    ops, ops2 = api.client(), api.client("ops2-token")
+    apply = "application/apply-patch+yaml"
+    assert ops.patch(f"{HV}/hv1", apply_doc(overcommit={"cpu": 4}), apply).status_code == 201
+    assert ops2.patch(f"{HV}/hv1", {"spec": {"maintenance": "drain", "maintenanceReason": "disks"}}
+                      ).status_code == 200
+    cleared = apply_doc(overcommit={"cpu": 4}, maintenance="", maintenanceReason="")
+    r = ops.patch(f"{HV}/hv1", cleared, apply)
+    status_of(409, "Conflict", r.json())
+    assert {c["field"] for c in r.json()["details"]["causes"]} == {".spec.maintenance",
+                                                                  ".spec.maintenanceReason"}
+    assert api.store.get_hypervisor("hv1").spec.maintenance == "drain"
+    r = ops.patch(f"{HV}/hv1?force=true", cleared, apply)
+    assert r.status_code == 200, r.text
+    spec = r.json()["spec"]
+    assert spec.get("maintenance", "") == "" and spec.get("maintenanceReason", "") == ""
+    assert api.store.get_hypervisor("hv1").spec.maintenance == ""
+    # Applied again unchanged: no write.
+    version = r.json()["metadata"]["resourceVersion"]
+    again = ops.patch(f"{HV}/hv1", cleared, apply)
+    assert again.status_code == 200 and again.json()["metadata"]["resourceVersion"] == version
 
 
 def test_status_subresource_get_put_patch(api: Api) -> None:

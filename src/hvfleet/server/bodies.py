@@ -43,7 +43,7 @@ QUERY_INT_DIGITS = 18
 def dry_run(request: Request) -> bool:
     """Whether a write asks for a dry run (`dryRun=All`, the only value
     Kubernetes defines); any other value is refused."""
-    values = [v for v in request.query_params.getlist("dryRun") if v]
+    values = request.query_params.getlist("dryRun")
     for value in values:
         if value != "All":
             raise BadRequest(f'dryRun: unsupported value "{value}" (supported: "All")')

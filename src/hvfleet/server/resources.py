@@ -116,15 +116,38 @@ def field_validation(request: Request) -> str:
     return bodies.field_validation(request.query_params.get("fieldValidation") or "Warn")
 
 
+# The Warning header's size, as kube-apiserver bounds its warnings (4 KiB in
+# all; past it each is cut to 256 characters, then the rest are dropped): an
+# object with thousands of unknown fields made a header past the 64 KiB line
+# Python's clients read, and the write that succeeded looked failed.
+WARNINGS_MAX = 4096
+WARNING_CUT = 256
+
+
 def warning_header(warnings: list[str] | None) -> dict[str, str] | None:
     """The Warning header kubectl prints (one `299 - "text"` per warning)."""
     if not warnings:
         return None
-    # A header is printable ASCII on one line: anything else (a stored message
-    # quoted in a warning) is shown as '?'.
-    texts = ("".join(c if " " <= c <= "~" else "?" for c in w[:1000])
-             .replace("\\", "\\\\").replace('"', '\\"') for w in warnings)
-    return {"Warning": ", ".join(f'299 - "{w}"' for w in texts)}
+
+    def texts(cut: int) -> list[str]:
+        # A header is printable ASCII on one line: anything else (a stored
+        # message quoted in a warning) is shown as '?'.
+        return ['299 - "' + "".join(c if " " <= c <= "~" else "?" for c in w[:cut])
+                .replace("\\", "\\\\").replace('"', '\\"') + '"' for w in warnings]
+
+    whole = texts(1000)
+    if sum(len(t) + 2 for t in whole) <= WARNINGS_MAX:
+        return {"Warning": ", ".join(whole)}
+    kept: list[str] = []
+    size = 0
+    for t in texts(WARNING_CUT):
+        if size + len(t) + 2 > WARNINGS_MAX - 64:  # room for the count of the rest
+            break
+        kept.append(t)
+        size += len(t) + 2
+    if len(kept) < len(warnings):
+        kept.append(f'299 - "and {len(warnings) - len(kept)} more warnings not shown"')
+    return {"Warning": ", ".join(kept)}
 
 
 def _unreadable_warnings(found: list[Undecodable]) -> list[str]:

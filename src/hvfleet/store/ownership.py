@@ -123,9 +123,11 @@ def _given(value: Any, prefix: Path) -> dict[Path, Any]:
 
 
 def applied_fields(manifest: Resource) -> frozenset[Path]:
-    """The field set of an apply configuration: the spec leaves it names with a
-    value that is set, and its label and annotation keys."""
-    spec = {p for p, v in _given(manifest.spec, ("spec",)).items() if _is_set(v)}
+    """The field set of an apply configuration: the spec leaves it names (a
+    leaf named at its zero value too: `maintenance: ""` is a value, as in
+    kube-apiserver, which clears a field another manager set, a conflict
+    unless forced), and its label and annotation keys."""
+    spec = set(_given(manifest.spec, ("spec",)))
     return frozenset(spec | {p for p in owned_fields(manifest) if p[0] == "metadata"})
 
 
@@ -427,7 +429,7 @@ def apply_merge(current: Resource, manifest: Resource, manager: str, *,
     owned_by_others = set().union(
         *(e.paths for k, e in entries.items() if k != (manager, "Apply", "")))
     pruned = last - applied - owned_by_others if prune else set()
-    desired = {p: v for p, v in owned_fields(manifest).items() if p in applied}
+    desired = {p: v for p, v in (_spec_leaves(manifest) | owned_fields(manifest)).items() if p in applied}
 
     spec = copy.deepcopy(current.spec.model_dump(by_alias=True))
     maps: dict[str, dict[str, str]] = {a: dict(getattr(current.metadata, a)) for a in _META_MAPS}
