@@ -297,3 +297,14 @@ def test_a_wide_table_to_a_pipe_is_never_cut(run: Run, fleet: str, tmp_path: Pat
     assert "…" not in out
     line = next(x for x in out.splitlines() if x.startswith("node-b1"))
     assert all(f"{k}={v}" in line for k, v in labels.items()) and len(line) > 300
+
+
+def test_apply_reads_empty_maps_of_a_templated_manifest_as_absent(run: Run, db_url: str,
+                                                                   tmp_path: Path) -> None:
+    path = tmp_path / "nulls.yaml"
+    path.write_text("apiVersion: hvfleet.io/v1\nkind: OvercommitPolicy\nmetadata:\n  name: p\n"
+                    "  labels:\nspec:\n  selector:\n  overcommit: {cpu: 2}\n")
+    r = run("apply", "-f", str(path))
+    assert r.code == 0, r.err
+    with open_store(db_url) as s:
+        assert s.get("OvercommitPolicy", "p").spec.overcommit == {"cpu": 2.0}

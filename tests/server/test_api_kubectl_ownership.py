@@ -174,3 +174,32 @@ def test_an_identical_apply_or_an_empty_patch_is_no_write(kubectl: Kubectl, tmp_
     assert list(store.watch("Hypervisor", since=at, timeout=0.5)) == []
     after = store.get_hypervisor("hv1")
     assert after == before and after.metadata.generation == before.metadata.generation
+
+
+NULLS = """\
+apiVersion: hvfleet.io/v1
+kind: OvercommitPolicy
+metadata:
+  name: {name}
+  labels:
+  annotations:
+spec:
+  selector:
+  overcommit: {{cpu: 2}}
+  priority:
+"""
+
+
+def test_empty_maps_in_a_templated_manifest_are_absent_as_kube_reads_them(
+        kubectl: Kubectl, tmp_path: Path) -> None:
+    """`labels:` or `selector:` left empty (null) was 422 "Input should be a
+    valid dictionary" for `kubectl create` and `apply --server-side` (client
+    side apply passed only because kubectl strips nulls itself)."""
+    store = kubectl.api.store
+    for verb, name in (("create", "by-create"), ("apply", "by-apply")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(NULLS.format(name=name))
+        done = kubectl("create", "-f", str(path)) if verb == "create" else kubectl.apply(path)
+        assert done.returncode == 0, done.stderr
+        policy = store.get("OvercommitPolicy", name)
+        assert policy.metadata.labels == {} and policy.spec.overcommit == {"cpu": 2.0}

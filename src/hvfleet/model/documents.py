@@ -115,3 +115,16 @@ def load_json(text: str | bytes) -> Any:
         raise DocumentError(f"nested more than {MAX_DEPTH} levels deep") from None
     check_depth(doc)
     return doc
+
+
+def without_nulls(doc: Any) -> Any:
+    """`doc` with every mapping entry whose value is null left out, as
+    kube-apiserver reads an object (a nil map is no map; a custom resource's
+    nulls are pruned): `labels:` or `spec.selector:` left empty in a
+    templated manifest is absent, not "not a valid dictionary". No field of
+    hvfleet's kinds means anything by null that its absence does not."""
+    if isinstance(doc, dict):
+        return {k: without_nulls(v) for k, v in doc.items() if v is not None}
+    if isinstance(doc, list):
+        return [without_nulls(v) for v in doc]
+    return doc

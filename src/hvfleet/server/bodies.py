@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from hvfleet.model.documents import DocumentError, load_json, load_yaml
+from hvfleet.model.documents import DocumentError, load_json, load_yaml, without_nulls
 from hvfleet.model.errors import BadRequest, InvalidInput, TooLarge, UnsupportedMediaType
 from hvfleet.model.hypervisor import KINDS, Resource
 from hvfleet.model.meta import API_VERSION
@@ -176,6 +176,7 @@ def to_object(doc: dict[str, Any], kind: str, target: Target,
                          f"(got kind {doc.get('kind')!r}, apiVersion {doc.get('apiVersion')!r})")
     model = KINDS[kind]
     warnings: list[str] = []
+    doc = without_nulls(doc)
     for _ in range(2):
         try:
             return model.model_validate(doc), warnings

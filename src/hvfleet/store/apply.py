@@ -89,7 +89,9 @@ def _manifest(item: Any, what: str) -> Resource:
         raise InvalidInput(f"{what}: kind: expected one of {', '.join(KINDS)}, got {kind!r}")
     name = (item.get("metadata") or {}).get("name", "?")
     try:
-        manifest: Resource = strategy(kind).decode(item)
+        from hvfleet.model.documents import without_nulls
+
+        manifest: Resource = strategy(kind).decode(without_nulls(item))
         return manifest
     except ValidationError as exc:
         raise InvalidInput(validation_message(exc, f"{what} ({kind} {name})")) from None
