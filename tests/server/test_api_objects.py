@@ -134,6 +134,14 @@ def test_put_is_compare_and_swap_on_resource_version(api: Api) -> None:
     status_of(404, "NotFound", c.put(f"{HV}/hv2", json={**first, "metadata": {**first["metadata"],
                                                                              "name": "hv2"}}).json())
     assert api.store.get_hypervisor("hv1").spec.overcommit == {"cpu": 3.0}
+    # A body naming another object's uid (this name deleted and made again): 409.
+    current = c.get(f"{HV}/hv1").json()
+    other = {**current, "metadata": {**current["metadata"], "uid": "0b6c1b52-uid-of-another"},
+             "spec": {"overcommit": {"cpu": 7}}}
+    r = c.put(f"{HV}/hv1", json=other)
+    status_of(409, "Conflict", r.json())
+    assert "UID in precondition" in r.json()["message"]
+    assert api.store.get_hypervisor("hv1").spec.overcommit == {"cpu": 3.0}
 
 
 def test_delete_with_preconditions(api: Api) -> None:

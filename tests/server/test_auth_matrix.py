@@ -146,6 +146,21 @@ def test_forbidden_reads_as_kube_apiserver_words_it() -> None:
     )
 
 
+@pytest.mark.parametrize(("verb", "key", "why"), [
+    ("patch", "reservations", "role admin may not patch reservations: a reservation holds what its claim "
+                              "checked"),
+    ("update", "hypervisors/status", "status is written only by 'agent/hv1'"),
+    ("delete", "overcommitpolicies/status", "role admin may not delete overcommitpolicies/status"),
+])
+def test_what_admin_may_not_do_is_said_for_that_resource(verb: Verb, key: str, why: str) -> None:
+    """Every refusal of admin said "role admin does not write a hypervisor's
+    status", a reservation's patch and an access review of '*' included."""
+    with pytest.raises(Forbidden) as err:
+        RoleAuthorizer().authorize(identity("admin"), action(verb, key, "hv1"), None, None)
+    assert why in str(err.value)
+    assert "hypervisor's status" not in str(err.value)
+
+
 def test_docs_show_the_role_table_as_it_is() -> None:
     docs = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
     assert role_matrix_markdown() in docs

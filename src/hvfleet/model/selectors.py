@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.meta import label_value_error, qualified_name_error
 
 Op = Literal["=", "!=", "in", "notin", "exists", "!exists"]
 
@@ -77,6 +78,9 @@ def parse_selector(text: str | None) -> Selector:
                 f"selector: cannot parse {text[pos:]!r} at position {pos} "
                 "(expected key=value, key!=value, key in (a,b), key notin (a,b), key or !key)"
             )
+        if m.group().rstrip().endswith(",") and not text[m.end():].strip():
+            raise InvalidInput(f"selector: {text!r}: nothing after the last ',' "
+                               "(expected another requirement)")
         if m["nkey"]:
             reqs.append(Requirement(m["nkey"][1:].strip(), "!exists"))
         elif m["skey"]:
@@ -91,4 +95,15 @@ def parse_selector(text: str | None) -> Selector:
         else:
             reqs.append(Requirement(m["key"], "exists"))
         pos = m.end()
+        _check(reqs[-1])
     return Selector(tuple(reqs))
+
+
+def _check(r: Requirement) -> None:
+    """A requirement's key and values as kube-apiserver's selector parser
+    takes them (a qualified name; label values), else InvalidInput (400)."""
+    why = qualified_name_error(r.key)
+    if why is None:
+        why = next((e for e in map(label_value_error, r.values) if e is not None), None)
+    if why is not None:
+        raise InvalidInput(f"selector: {why}")

@@ -145,8 +145,21 @@ _WHY: dict[Role, str] = {
     "operator": "role operator writes hypervisors' spec and deletes reservations",
     "scheduler": "role scheduler fits, claims, releases and writes the spec fields it owns",
     "agent": "role agent touches only its own hypervisor",
-    "admin": "role admin does not write a hypervisor's status (only its agent does)",
 }
+# Why admin, who holds every other right, is refused a few: said per resource
+# (a hypervisor's status and a Lease are their agent's: `_agent_only`).
+_ADMIN_WHY: dict[str, str] = {
+    "reservations": "a reservation holds what its claim checked: release it and claim anew "
+                    "(its phase moves through reservations/status)",
+}
+
+
+def _why(who: Identity, action: Action) -> str:
+    if who.role != "admin":
+        return _WHY[who.role]
+    key = _resource_key(action)
+    reason = _ADMIN_WHY.get(key)
+    return f"role admin may not {action.verb} {key}" + (f": {reason}" if reason else "")
 
 
 _WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -235,7 +248,7 @@ class RoleAuthorizer:
             allowed = True
             break
         if not allowed:
-            raise _denied(who, action, name, _agent_only(who, action, name) or _WHY[who.role])
+            raise _denied(who, action, name, _agent_only(who, action, name) or _why(who, action))
         if action.force and who.role not in FORCE_ROLES:
             raise _denied(
                 who, action, name,

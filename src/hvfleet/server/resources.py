@@ -536,7 +536,12 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
 
 def _replacement(current: Resource, obj: Resource, sub: str | None) -> Resource:
     """What a PUT writes over `current`: the main resource keeps the stored
-    status, /status keeps everything but status (at the body's version)."""
+    status, /status keeps everything but status (at the body's version). A
+    body naming another uid is about another object (one deleted and made
+    again under the name): 409, as kube-apiserver's UID precondition."""
+    if obj.metadata.uid and obj.metadata.uid != current.metadata.uid:
+        raise StaleVersion(f"Precondition failed: UID in precondition: {obj.metadata.uid}, "
+                           f"UID in object meta: {current.metadata.uid}")
     if sub is None:
         return _with_status_of(obj, current)
     new = _with_status_of(current, obj)
