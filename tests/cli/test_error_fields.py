@@ -24,6 +24,9 @@ GROUPS = Path(__file__).parents[2] / "examples" / "hosts" / "groups"
     (["fit", "--cpu", "1", "--resource", "VGPU=x"], "error: --resource VGPU: 'x' is not a quantity"),
     (["reserve", "hv", "--cpu", "1", "--consumer", "00000000-0000-4000-8000-0000000000c1", "--ttl", "soon"],
      "error: --ttl: 'soon' is not a duration"),
+    # Was a multi-line pydantic dump (ReservationSpec / expires_at / ... errors.pydantic.dev).
+    (["reserve", "hv", "--cpu", "1", "--consumer", "00000000-0000-4000-8000-0000000000c1", "--ttl",
+      "400000d"], "error: --ttl: ends "),
     (["guest", "generate", "--os", "rhel9.1", "--name", "x", "--vcpus", "0", "--memory", "1Gi",
       "--caps-dir", str(GROUPS / "single")], "error: --vcpus: 0: must be between 1 and 4096"),
     (["guest", "generate", "--os", "rhel9.1", "--name", "x", "--vcpus", "1", "--memory", "1Gi",

@@ -308,3 +308,25 @@ def test_apply_reads_empty_maps_of_a_templated_manifest_as_absent(run: Run, db_u
     assert r.code == 0, r.err
     with open_store(db_url) as s:
         assert s.get("OvercommitPolicy", "p").spec.overcommit == {"cpu": 2.0}
+
+
+def test_export_of_a_released_claim_applies_back(run: Run, db_url: str, tmp_path: Path) -> None:
+    """The export carries no status, and apply read that as a reset to
+    Pending: "Released -> Pending would hold more than its claim checked".
+    (It is "configured": the applier now co-owns the spec, as in Kubernetes.)"""
+    from datetime import UTC, datetime
+
+    from tests.scheduling.sched_fleet import host, put_host
+
+    with open_store(db_url) as s:
+        put_host(s, host("hv1", {"cpu": 8, "memory": "8Gi"}, beat=datetime.now(UTC)))
+    made = run("reserve", "hv1", "--cpu", "1", "--consumer", "6f1d2c3a-0000-4000-8000-000000000501")
+    assert made.code == 0, made.err
+    name = made.out.strip()
+    assert run("release", name).code == 0
+    path = tmp_path / "res.yaml"
+    path.write_text(run("export", "--kind", "reservations").out)
+    r = run("apply", "-f", str(path))
+    assert r.code == 0, r.err
+    with open_store(db_url) as s:
+        assert s.get("Reservation", name).status.phase == "Released"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
+from hvfleet.model.bounds import LATEST
 from hvfleet.model.capacity import claim_holds, held_resources, reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
 from hvfleet.model.hypervisor import (
@@ -67,6 +68,9 @@ def new_reservation(
     now: datetime,
 ) -> Reservation:
     try:
+        if ttl is not None and now + ttl >= LATEST:
+            raise InvalidInput(f"ends {(now + ttl).date()}, after the end of {LATEST.year - 1} "
+                               "(use 'never' for no end)", field="ttl")
         return Reservation(
             metadata=ObjectMeta(
                 name=f"res-{uuid.uuid4().hex[:20]}", labels=reservation_labels(host, "hvfleet")

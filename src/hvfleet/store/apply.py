@@ -117,7 +117,9 @@ def plan_one(current: Resource | None, manifest: Resource, manager: str, *,
     merged = apply_merge(current, manifest, manager, prune=prune)
     meta = merged.metadata.model_copy(update={"resource_version": rv})
     merged = merged.model_copy(update={"metadata": meta})
-    if strategy_of(manifest).status_applied:
+    if strategy_of(manifest).status_applied and "status" in manifest.model_fields_set:
+        # Only a status the manifest gives: `hvfleet export` writes none, and
+        # applying its output back must leave a Released claim released.
         merged = merged.model_copy(update={"status": strategy_of(manifest).status_of(manifest)})
     return Write("update", merged, applied_fields(manifest))
 
