@@ -20,7 +20,7 @@ FLEET = Path(__file__).parents[2] / "examples" / "fleet"
 # Heavy modules, each with what may pull it in.
 HEAVY = {
     "numpy": "the fleet index (fit, reserve --auto)",
-    "libvirt": "the agent",
+    "libvirt": "the agent, and `guest check` (libvirt's own parser judges the definition)",
     "prometheus_client": "the agent's metrics",
     "etcd3gw": "etcd stores",
     "lxml": "libvirt XML: the agent, guest and cpu commands",

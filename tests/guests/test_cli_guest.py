@@ -157,6 +157,29 @@ def test_hosts_selector_reads_capabilities_from_the_store(tmp_path: Path) -> Non
     assert isinstance(r.exception, InvalidInput) and "no hypervisor matches" in str(r.exception)
 
 
+@pytest.mark.parametrize(("edit", "said"), [
+    (('<memory unit="KiB">', '<memory unit="furlongs">'), "unknown suffix 'furlongs'"),
+    (("<name>c</name>", "<name>a/b</name>"), "cannot contain '/'"),
+    (("</devices>", "<interface type='network'><source network='default'/>"
+      "<mac address='01:00:5e:00:00:01'/></interface></devices>"), "expected unicast mac address"),
+])
+def test_check_says_no_where_libvirt_refuses_the_definition(
+        tmp_path: Path, edit: tuple[str, str], said: str) -> None:
+    """`guest check` answered "ok" on every host for XML libvirt's defineXML
+    refuses (a unit, a name, a multicast MAC). libvirt's own parser now
+    judges the definition first."""
+    xml = tmp_path / "c.xml"
+    r = run("guest", "generate", "--os", "rhel9.1", "--name", "c", "--vcpus", "1", "--memory", "1Gi",
+            "--caps-dir", str(GROUPS / "intel-same"), "-o", str(xml))
+    assert r.exit_code == 0, r.output
+    text = xml.read_text()
+    assert edit[0] in text
+    xml.write_text(text.replace(edit[0], edit[1], 1))
+    r = run("guest", "check", str(xml), "--caps-dir", str(GROUPS / "intel-same"))
+    assert isinstance(r.exception, NotEverywhere), r.output
+    assert r.stdout.count(": NO") == 3 and "libvirt refuses the definition" in r.stdout and said in r.stdout
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -243,3 +244,43 @@ class LibvirtConnection:
                 raise Unavailable(f"libvirt {self.uri}: read domain: {_message(exc)}") from None
             out.append(DomainRecord(name, uuid, xml, state))
         return out
+
+
+def domain_xml_error(xml: str) -> str | None:
+    """What libvirt says of a domain definition, or None when it takes it:
+    its schema and its own domain parser (the ranges, units, addresses and
+    names `defineXML` refuses), through the test driver in this process (no
+    daemon, nothing of a host's). The definition is tried under a name and
+    uuid of its own, so two checks never meet; libvirt's rule for the name
+    itself (no '/') is checked here."""
+    from lxml import etree
+
+    try:
+        dom = etree.fromstring(xml.encode())
+    except etree.XMLSyntaxError as exc:
+        return f"not XML: {exc}"
+    name = dom.findtext("name") or ""
+    if "/" in name or "\n" in name:
+        return f"name {name!r} cannot contain '/' or a newline"
+    for old in dom.findall("name") + dom.findall("uuid"):
+        dom.remove(old)
+    probe = etree.SubElement(dom, "name")
+    probe.text = f"hvfleet-check-{uuid.uuid4().hex}"
+    ensure_event_loop()  # (also silences libvirt's own printing of errors)
+    try:
+        conn = libvirt.open("test:///default")
+    except libvirt.libvirtError as exc:
+        raise Unavailable(f"test:///default: {exc.get_error_message()}") from None
+    text = etree.tostring(dom, encoding="unicode")
+    try:
+        # The parser first (its words name the value: "expected unicast mac
+        # address"), then the schema too (what the parser lets by).
+        for flags in (0, libvirt.VIR_DOMAIN_DEFINE_VALIDATE):
+            try:
+                conn.defineXMLFlags(text, flags).undefine()
+            except libvirt.libvirtError as exc:
+                lines = str(exc.get_error_message() or exc).strip().splitlines()
+                return "; ".join(line.strip() for line in lines if line.strip())
+        return None
+    finally:
+        conn.close()

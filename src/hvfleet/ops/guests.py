@@ -225,6 +225,15 @@ class GuestCheckAnswer:
 
 
 def check(domain: etree._Element, group: HostGroup) -> GuestCheckAnswer:
-    """Per host of `group`: can the guest start and live-migrate there?"""
+    """Per host of `group`: can the guest start and live-migrate there? A
+    definition libvirt itself refuses (its schema and domain parser:
+    `domain_xml_error`) can start nowhere: that is a problem on every host."""
+    from hvfleet.discovery.libvirt_conn import domain_xml_error  # libvirt for `check` alone
+
     fresh_data()
-    return GuestCheckAnswer(list(check_domain(domain, group)))
+    verdicts = list(check_domain(domain, group))
+    refused = domain_xml_error(etree.tostring(domain, encoding="unicode"))
+    if refused is not None:
+        for v in verdicts:
+            v.problems.insert(0, f"libvirt refuses the definition: {refused}")
+    return GuestCheckAnswer(verdicts)
