@@ -286,6 +286,69 @@ def test_an_apply_of_a_field_at_its_zero_value_is_a_value(api: Api) -> None:
     assert again.status_code == 200 and again.json()["metadata"]["resourceVersion"] == version
 
 
+POLICIES = "/apis/hvfleet.io/v1/overcommitpolicies"
+
+
+def test_a_partial_apply_configuration_is_merged_onto_the_stored_object(api: Api) -> None:
+    """kube-apiserver takes an apply configuration that names only what its
+    manager manages; hvfleet validated it as a whole object (422
+    "spec: Field required" for a policy's labels, "spec.overcommit: Field
+    required" for its priority, and a /status apply naming conditions only
+    emptied the rest of the status)."""
+    ops, ops2, agent = api.client(), api.client("ops2-token"), api.client("agent-hv1-token")
+    apply = "application/apply-patch+yaml"
+    policy = {"apiVersion": "hvfleet.io/v1", "kind": "OvercommitPolicy", "metadata": {"name": "p"},
+              "spec": {"overcommit": {"cpu": 2}}}
+    assert ops.patch(f"{POLICIES}/p", json.dumps(policy), apply).status_code == 201
+    labels_only = {"apiVersion": "hvfleet.io/v1", "kind": "OvercommitPolicy",
+                   "metadata": {"name": "p", "labels": {"team": "a"}}}
+    r = ops2.patch(f"{POLICIES}/p", json.dumps(labels_only), apply)
+    assert r.status_code == 200, r.text
+    assert r.json()["metadata"]["labels"] == {"team": "a"} and r.json()["spec"]["overcommit"] == {"cpu": 2.0}
+    priority_only = {**labels_only, "spec": {"priority": 5}}
+    r = ops2.patch(f"{POLICIES}/p", json.dumps(priority_only), apply)
+    assert r.status_code == 200, r.text
+    assert r.json()["spec"] == {**r.json()["spec"], "priority": 5, "overcommit": {"cpu": 2.0}}
+    owners = {e["manager"]: e["fieldsV1"] for e in r.json()["metadata"]["managedFields"]
+              if e["operation"] == "Apply"}
+    assert "f:priority" in owners["ops2"]["f:spec"] and "f:overcommit" not in owners["ops2"]["f:spec"]
+    # A field spelled otherwise than the API spells it would be set and owned by nobody.
+    snake = {**labels_only, "spec": {"priority": 5, "selector": {"match_labels": {"az": "a"}}}}
+    r = ops2.patch(f"{POLICIES}/p", json.dumps(snake), apply)
+    status_of(400, "BadRequest", r.json())
+    assert "camelCase" in r.json()["message"]
+
+    # /status: the conditions the agent applies; capacity and heartbeat stay.
+    made = ops.post(HV, json=hypervisor(overcommit={"cpu": 2})).json()
+    status = {"capacity": {"cpu": "16", "memory": "64Gi"}, "lastHeartbeatTime": "2026-01-01T00:00:00Z"}
+    assert agent.put(f"{HV}/hv1/status", json={**made, "status": status}).status_code == 200
+    conditions = {"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor", "metadata": {"name": "hv1"},
+                  "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AgentReady"}]}}
+    r = agent.patch(f"{HV}/hv1/status", json.dumps(conditions), apply)
+    assert r.status_code == 200, r.text
+    got = r.json()["status"]
+    assert got["capacity"] == {"cpu": "16", "memory": "64Gi"} and got["lastHeartbeatTime"]
+    assert [c["type"] for c in got["conditions"]] == ["Ready"]
+
+
+def test_an_apply_adds_the_finalizers_and_owners_it_names_to_a_stored_object(api: Api) -> None:
+    """They were taken only when the apply created the object, and dropped
+    silently (200, nothing stored) when it existed."""
+    ops = api.client()
+    apply = "application/apply-patch+yaml"
+    owner = ops.post(HV, json=hypervisor("owner")).json()
+    assert ops.patch(f"{HV}/hv1", apply_doc(overcommit={"cpu": 2}), apply).status_code == 201
+    doc = yaml.safe_load(apply_doc(overcommit={"cpu": 2}))
+    doc["metadata"]["finalizers"] = ["example.com/keep"]
+    doc["metadata"]["ownerReferences"] = [{"apiVersion": "hvfleet.io/v1", "kind": "Hypervisor",
+                                           "name": "owner", "uid": owner["metadata"]["uid"]}]
+    r = ops.patch(f"{HV}/hv1", yaml.safe_dump(doc), apply)
+    assert r.status_code == 200, r.text
+    stored = api.store.get_hypervisor("hv1").metadata
+    assert stored.finalizers == ["example.com/keep"]
+    assert [o.name for o in stored.owner_references or []] == ["owner"]
+
+
 def test_status_subresource_get_put_patch(api: Api) -> None:
     ops, agent = api.client(), api.client("agent-hv1-token")
     made = ops.post(HV, json=hypervisor(overcommit={"cpu": 2})).json()

@@ -58,7 +58,7 @@ from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store import lifecycle
 from hvfleet.store.apply import plan_one
 from hvfleet.store.base import FieldPath, StaleVersion, Write
-from hvfleet.store.ownership import applied_fields
+from hvfleet.store.ownership import applied_fields, named_fields, spec_changes, spec_paths
 from hvfleet.store.undecodable import Undecodable
 
 # The field manager of the apply `kubectl apply --server-side` sends after its
@@ -481,12 +481,11 @@ async def item(request: Request) -> Response:
             replaced = await in_thread(replace, ctx, who, info, obj, sub, force, dry_run)
         return render(request, ctx, info, replaced, 200, warnings)
     if media == bodies.APPLY_PATCH:
-        obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-        _same_name(obj, name)
+        configuration = ApplyConfiguration(doc, info.kind, target, validation)
         out, created = await in_thread(
-            server_side_apply, ctx, who, info, obj, sub, force, dry_run,
+            server_side_apply, ctx, who, info, configuration, sub, force, dry_run,
             request.query_params.get("fieldManager") == LAST_APPLIED_MANAGER)
-        return render(request, ctx, info, out, 201 if created else 200, warnings)
+        return render(request, ctx, info, out, 201 if created else 200, configuration.warnings)
     out, warnings = await in_thread(merge, ctx, who, info, name, doc, sub, force,
                                             validation, media, dry_run)
     return render(request, ctx, info, out, 200, warnings)
@@ -619,12 +618,79 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
     return out, warnings
 
 
-def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manifest: Resource,
-                      sub: str | None, force: bool, dry_run: bool = False,
-                      last_applied: bool = False) -> tuple[Resource, bool]:
+class ApplyConfiguration:
+    """A server-side apply body as sent: a partial document, as kube-apiserver
+    takes it (an apply configuration names only the fields its manager
+    manages). Over a stored object it is merged onto that object's spec (or,
+    at /status, its status) before it is validated, and the fields it names
+    are read from the document itself (`named_fields`); an absent object is
+    created from it, whole."""
+
+    def __init__(self, doc: dict[str, Any], kind: str, target: Target, validation: str) -> None:
+        from hvfleet.model.documents import without_nulls
+
+        self.doc: dict[str, Any] = without_nulls(doc)
+        self.kind, self.target, self.validation = kind, target, validation
+        self.warnings: list[str] = []
+        meta = self.doc.get("metadata")
+        self.meta: dict[str, Any] = meta if isinstance(meta, dict) else {}
+
+    @property
+    def pinned(self) -> bool:
+        return self.meta.get("resourceVersion") is not None
+
+    def decode(self, doc: dict[str, Any]) -> Resource:
+        obj, self.warnings = bodies.to_object(doc, self.kind, self.target, self.validation)
+        _same_name(obj, self.target.name)
+        return obj
+
+    def whole(self) -> Resource:
+        """The configuration as a whole object (a create, a replacement)."""
+        return self.decode(self.doc)
+
+    def over(self, current: Resource, status: bool) -> Resource:
+        """The configuration merged onto `current`: its spec and metadata maps
+        (and a status it gives, for a kind whose apply sets one), or with
+        `status`, onto its status."""
+        stored = current.to_dict()
+        if status:
+            base = {**stored, "metadata": {**stored["metadata"], "resourceVersion": None}}
+            merged = bodies.merge_patch(base, {"status": self.doc.get("status") or {},
+                                               "metadata": self.meta})
+            return self.decode(merged)
+        base = {"apiVersion": self.doc.get("apiVersion"), "kind": self.doc.get("kind"),
+                "metadata": {"name": current.metadata.name}, "spec": stored.get("spec") or {}}
+        if "status" in self.doc and "status" in stored:
+            base["status"] = stored["status"]
+        merged = bodies.merge_patch(base, self.doc)
+        return self.decode(merged)
+
+
+def _listed_meta(current: Resource, manifest: Resource, new: Resource) -> Resource:
+    """`new` with the finalizers and owner references `manifest` names added
+    to the stored ones (sets: kept, not pruned)."""
+    update: dict[str, Any] = {}
+    if manifest.metadata.finalizers:
+        have = list(current.metadata.finalizers or [])
+        update["finalizers"] = have + [f for f in manifest.metadata.finalizers if f not in have]
+    if manifest.metadata.owner_references:
+        have_refs = list(current.metadata.owner_references or [])
+        uids = {r.uid for r in have_refs}
+        update["owner_references"] = have_refs + [r for r in manifest.metadata.owner_references
+                                                  if r.uid not in uids]
+    if not update:
+        return new
+    return new.model_copy(update={"metadata": new.metadata.model_copy(update=update)})
+
+
+def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo,
+                      configuration: ApplyConfiguration, sub: str | None, force: bool,
+                      dry_run: bool = False, last_applied: bool = False) -> tuple[Resource, bool]:
     """PATCH application/apply-patch+yaml: create when absent (a Reservation is
-    claimed), else merge the manifest's spec by field ownership; fields another
-    manager owns conflict (409, one FieldManagerConflict cause each) unless forced.
+    claimed), else merge the configuration's spec by field ownership; fields
+    another manager owns conflict (409, one FieldManagerConflict cause each)
+    unless forced. At /status, the status it gives is merged onto the stored
+    one (fields it leaves out are kept).
 
     `last_applied`: `kubectl apply --server-side` of an object that carries a
     client-side apply's last-applied annotation follows its apply with a
@@ -634,8 +700,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
     wrote: it is written as what it means, an update of the fields it names,
     which removes nothing (and, as an update, is refused to a role that may
     not force if it changes another manager's field)."""
-    name = manifest.metadata.name
-    pinned = manifest.metadata.resource_version is not None
+    name = configuration.target.name
     created = False
     precheck(ctx, who, Action("patch", info.plural, name, sub, force, dry_run, apply=True))
 
@@ -647,9 +712,11 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             if sub is not None:
                 raise
             created = True
+            manifest = configuration.whole()
             return create_object(ctx, who, info, manifest, dry_run, applied_fields(manifest))
         except Undecodable as exc:
             # The manifest replaces an object that cannot be read, at its version.
+            manifest = configuration.whole()
             new_meta = manifest.metadata.model_copy(update={
                 "resource_version": manifest.metadata.resource_version or str(exc.revision)})
             replacing = manifest.model_copy(update={"metadata": new_meta})
@@ -660,10 +727,20 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
             assert out is not None
             return out
         applied: frozenset[FieldPath] | None = None
+        manifest = configuration.over(current, status=sub is not None)
         if sub is None:
+            named = named_fields(configuration.doc)
+            spelled = {p for p in named if p[0] != "spec"} | spec_paths(manifest)
+            unnamed = sorted((named - spelled) | (spec_changes(current, manifest) - named))
+            if unnamed:
+                # A field the document gives under another spelling (snake_case):
+                # it would be dropped, or set and owned by nobody.
+                raise BadRequest(f"{'.'.join(unnamed[0])}: name the field as the API spells it "
+                                 "(camelCase): an apply's field set is read from the document")
             # The one apply planning (as `hvfleet apply`); status is /status's business.
-            planned = plan_one(current, manifest, who.manager, prune=not last_applied)
+            planned = plan_one(current, manifest, who.manager, prune=not last_applied, applied=named)
             new, applied = _with_status_of(planned.object, current), planned.applied
+            new = _listed_meta(current, manifest, new)
             if last_applied:
                 applied = None
         else:
@@ -679,7 +756,9 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo, manife
         assert out is not None
         return out
 
-    return _retrying(ctx, pinned, attempt) or manifest, created
+    out = _retrying(ctx, configuration.pinned, attempt)
+    assert out is not None
+    return out, created
 
 
 @dataclass(frozen=True)

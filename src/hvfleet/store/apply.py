@@ -31,7 +31,7 @@ from hvfleet.model.errors import AlreadyExists, InvalidInput, NotFound, TooLarge
 from hvfleet.model.hypervisor import KINDS, Resource
 from hvfleet.model.kinds import strategy, strategy_of
 from hvfleet.model.meta import API_VERSION, validation_message
-from hvfleet.store.base import StaleVersion, Store, Write
+from hvfleet.store.base import FieldPath, StaleVersion, Store, Write
 from hvfleet.store.errors import ClaimRequired as ClaimRequired  # its home; importable from here
 from hvfleet.store.ownership import applied_fields, apply_merge
 
@@ -98,9 +98,11 @@ def _manifest(item: Any, what: str) -> Resource:
 
 
 def plan_one(current: Resource | None, manifest: Resource, manager: str, *,
-             prune: bool = True) -> Write:
+             prune: bool = True, applied: frozenset[FieldPath] | None = None) -> Write:
     """What applying `manifest` as `manager` writes over `current` (None: absent);
-    `prune=False` sets what the manifest names and removes nothing.
+    `prune=False` sets what the manifest names and removes nothing. `applied`:
+    the fields the configuration names, when read from the document as sent
+    (server-side apply of a partial one); else the manifest's own.
 
     Pure: the ownership conflicts and the version check happen in the write
     (`Store.write_all`, `Store.update`), against the state it lands on."""
@@ -114,14 +116,16 @@ def plan_one(current: Resource | None, manifest: Resource, manager: str, *,
             )
         return Write("create", manifest, applied_fields(manifest))
     rv = manifest.metadata.resource_version or current.metadata.resource_version
-    merged = apply_merge(current, manifest, manager, prune=prune)
+    if applied is None:
+        applied = applied_fields(manifest)
+    merged = apply_merge(current, manifest, manager, prune=prune, applied=applied)
     meta = merged.metadata.model_copy(update={"resource_version": rv})
     merged = merged.model_copy(update={"metadata": meta})
     if strategy_of(manifest).status_applied and "status" in manifest.model_fields_set:
         # Only a status the manifest gives: `hvfleet export` writes none, and
         # applying its output back must leave a Released claim released.
         merged = merged.model_copy(update={"status": strategy_of(manifest).status_of(manifest)})
-    return Write("update", merged, applied_fields(manifest))
+    return Write("update", merged, applied)
 
 
 def plan_apply(store: Store, manifests: Sequence[Resource], manager: str) -> list[Write]:

@@ -131,6 +131,32 @@ def applied_fields(manifest: Resource) -> frozenset[Path]:
     return frozenset(spec | {p for p in owned_fields(manifest) if p[0] == "metadata"})
 
 
+def named_fields(doc: Mapping[str, Any]) -> frozenset[Path]:
+    """The field set of an apply configuration as sent (a partial document:
+    kube-apiserver's apply configurations name only the fields their manager
+    manages): the spec leaves it names, at any value, and its label and
+    annotation keys, by the names the API spells them."""
+    spec = doc.get("spec")
+    paths: set[Path] = set(leaves(spec, ("spec",))) if isinstance(spec, dict) else set()
+    meta = doc.get("metadata")
+    for attr in _META_MAPS:
+        given = meta.get(attr) if isinstance(meta, dict) else None
+        paths |= {("metadata", attr, str(k)) for k in given or {}}
+    return frozenset(paths)
+
+
+def spec_paths(obj: Resource) -> set[Path]:
+    """Every spec leaf of `obj`, by the names the API spells them."""
+    return set(_spec_leaves(obj))
+
+
+def spec_changes(current: Resource, new: Resource) -> set[Path]:
+    """The spec leaves whose value `new` changes from `current`'s."""
+    before, after = _spec_leaves(current), _spec_leaves(new)
+    missing = object()
+    return {p for p in set(before) | set(after) if before.get(p, missing) != after.get(p, missing)}
+
+
 def to_fields_v1(paths: Iterable[Path]) -> dict[str, Any]:
     root: dict[str, Any] = {}
     for path in sorted(paths):
@@ -415,15 +441,17 @@ def unchanged(old: Resource, stored: Resource) -> bool:
 
 
 def apply_merge(current: Resource, manifest: Resource, manager: str, *,
-                prune: bool = True) -> Resource:
+                prune: bool = True, applied: frozenset[Path] | None = None) -> Resource:
     """Server-side-apply merge of `manifest` onto `current`, as `manager`
     (structured-merge-diff's merge and prune, on the fields hvfleet records):
     the spec leaves, labels and annotations the manifest names are set; those
     `manager` applied before (its Apply entry) and leaves out now are removed,
     unless another manager (or its own Update) owns them too; everything else
     is kept. Conflicts are found by the write (`prepare_update` with the
-    manifest's `applied_fields`)."""
-    applied = applied_fields(manifest)
+    manifest's `applied_fields`, or `applied` when the caller read them from
+    the document as sent: `named_fields`)."""
+    if applied is None:
+        applied = applied_fields(manifest)
     entries = _entries(current)
     last = entries.get((manager, "Apply", ""), _Entry(manager, "Apply", "")).paths
     owned_by_others = set().union(
