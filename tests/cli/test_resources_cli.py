@@ -330,3 +330,10 @@ def test_export_of_a_released_claim_applies_back(run: Run, db_url: str, tmp_path
     assert r.code == 0, r.err
     with open_store(db_url) as s:
         assert s.get("Reservation", name).status.phase == "Released"
+
+
+def test_get_o_name_prints_kubectls_kind_group_slash_name(run: Run, fleet: str) -> None:
+    r = run("get", "hypervisors", "-o", "name")
+    assert r.code == 0, r.err
+    assert r.out == "hypervisor.hvfleet.io/node-a1\nhypervisor.hvfleet.io/node-b1\n"
+    assert run("get", "hypervisor", "node-b1", "-o", "name").out == "hypervisor.hvfleet.io/node-b1\n"

@@ -7,6 +7,7 @@ import functools
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,6 +45,19 @@ from hvfleet.store.undecodable import Undecodable
 
 OutputOpt = Annotated[OutputFormat, typer.Option("-o", "--output", help="table|wide|json|yaml")]
 
+
+class GetOutput(StrEnum):
+    """`get`'s forms: OutputFormat's, and kubectl's `name` (KIND.GROUP/NAME per line)."""
+
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+    name = "name"
+
+
+GetOutputOpt = Annotated[GetOutput, typer.Option("-o", "--output", help="table|wide|json|yaml|name")]
+
 overcommit_app = typer.Typer(help="Set or unset overcommit ratios (spec.overcommit).", no_args_is_help=True)
 reserved_app = typer.Typer(help="Set or unset the host reserve (spec.reserved).", no_args_is_help=True)
 extra_app = typer.Typer(help="Capacity libvirt cannot see (spec.extraCapacity).", no_args_is_help=True)
@@ -59,7 +73,7 @@ def get(
     kind: Annotated[str, typer.Argument(help="hypervisors | reservations | leases | overcommitpolicies")],
     name: Annotated[str | None, typer.Argument(help="One object by name.")] = None,
     selector: SelectorOpt = None,
-    output: OutputOpt = OutputFormat.table,
+    output: GetOutputOpt = GetOutput.table,
     store: StoreOpt = None,
 ) -> None:
     """List objects, or show one (kubectl get)."""
@@ -70,7 +84,7 @@ def get(
             try:
                 objs: list[Resource] = [s.get(k, name)]
             except Undecodable as exc:
-                if output in (OutputFormat.json, OutputFormat.yaml):
+                if output in (GetOutput.json, GetOutput.yaml):
                     raise
                 objs, unreadable = [], [exc]
         else:
@@ -79,10 +93,14 @@ def get(
         inputs = views.table_inputs(k, s)
     for err in unreadable:  # skipped by the store; shown Unknown below
         print(f"warning: {err}", file=sys.stderr)
-    if output in (OutputFormat.json, OutputFormat.yaml):
+    if output in (GetOutput.json, GetOutput.yaml):
         emit(objs[0] if name else objs, output.value)
         return
-    cols, rows = views.rows_for(k, objs, inputs, datetime.now(UTC), output == OutputFormat.wide)
+    if output is GetOutput.name:
+        names = sorted([o.metadata.name for o in objs] + [err.name for err in unreadable])
+        sys.stdout.write("".join(f"{k.lower()}.hvfleet.io/{n}\n" for n in names))
+        return
+    cols, rows = views.rows_for(k, objs, inputs, datetime.now(UTC), output == GetOutput.wide)
     if unreadable:
         rows = sorted(rows + [views.unknown_row(cols, err.name) for err in unreadable],
                       key=lambda row: row[0])
