@@ -337,3 +337,11 @@ def test_get_o_name_prints_kubectls_kind_group_slash_name(run: Run, fleet: str) 
     assert r.code == 0, r.err
     assert r.out == "hypervisor.hvfleet.io/node-a1\nhypervisor.hvfleet.io/node-b1\n"
     assert run("get", "hypervisor", "node-b1", "-o", "name").out == "hypervisor.hvfleet.io/node-b1\n"
+
+
+def test_a_resource_given_twice_in_a_spec_edit_is_refused(run: Run, fleet: str) -> None:
+    """`overcommit set node-a1 cpu=2 cpu=3` took the last silently; `fit` refuses it."""
+    before = snapshot(fleet)
+    r = run("overcommit", "set", "node-a1", "cpu=2", "cpu=3")
+    assert r.code == 2 and "cpu is given twice" in r.err, r.err
+    assert snapshot(fleet) == before

@@ -236,7 +236,11 @@ def _edit(store_url: str | None, targets: list[str], selector: str | None, field
     every host the selector matches (all or nothing), and print the result."""
     name, entries = _targets(targets, selector)
     if parse is not None:
-        edit = SpecEdit(field, changes=dict(parse(e) for e in entries))
+        pairs = [parse(e) for e in entries]
+        twice = sorted({r for r, _ in pairs if [q for q, _ in pairs].count(r) > 1})
+        if twice:  # as `fit` refuses a resource requested twice
+            raise InvalidInput(f"{twice[0]} is given twice", field=SPEC_FIELD[field])
+        edit = SpecEdit(field, changes=dict(pairs))
     else:
         edit = SpecEdit(field, removals=[ResourceName.parse(e, where=SPEC_FIELD[field]) for e in entries])
     with connect(store_url) as s:
