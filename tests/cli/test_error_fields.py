@@ -22,6 +22,7 @@ GROUPS = Path(__file__).parents[2] / "examples" / "hosts" / "groups"
     (["fit", "--memory", "lots"], "error: --memory: 'lots' is not a quantity"),
     (["fit", "--cpu", "1", "--resource", "VGPU"], "error: --resource: 'VGPU' is not NAME=QUANTITY"),
     (["fit", "--cpu", "1", "--resource", "VGPU=x"], "error: --resource VGPU: 'x' is not a quantity"),
+    (["fit", "--cpu", "1", "--memory", "1e30"], "error: --memory: 1"),  # was "--resource memory:"
     (["reserve", "hv", "--cpu", "1", "--consumer", "00000000-0000-4000-8000-0000000000c1", "--ttl", "soon"],
      "error: --ttl: 'soon' is not a duration"),
     # Was a multi-line pydantic dump (ReservationSpec / expires_at / ... errors.pydantic.dev).

@@ -110,6 +110,8 @@ def error_line(exc: HvfleetError) -> str:
     if exc.field is None:
         return f"error: {exc}"
     head, dot, rest = exc.field.partition(".")
+    if head == "resources" and rest in ("cpu", "memory"):
+        head, dot, rest = rest, "", ""  # set by --cpu / --memory, as a request is written
     flag = FLAGS.get(head)
     shown = exc.field if flag is None else f"{flag} {rest}" if dot else flag
     return f"error: {shown}: {exc.detail}"
