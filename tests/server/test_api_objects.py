@@ -349,6 +349,20 @@ def test_an_apply_adds_the_finalizers_and_owners_it_names_to_a_stored_object(api
     assert [o.name for o in stored.owner_references or []] == ["owner"]
 
 
+def test_managed_fields_in_a_request_are_not_read(api: Api) -> None:
+    """kube's `{"metadata":{"managedFields":[{}]}}` (clear them) was a 422
+    "manager: Field required"; hvfleet records ownership from identities and
+    reads none from a request: taken, and the entries stay."""
+    ops, ops2 = api.client(), api.client("ops2-token")
+    apply = "application/apply-patch+yaml"
+    assert ops.patch(f"{HV}/hv1", apply_doc(overcommit={"cpu": 4}), apply).status_code == 201
+    r = ops2.patch(f"{HV}/hv1", {"metadata": {"managedFields": [{}]}})
+    assert r.status_code == 200, r.text
+    assert {e["manager"] for e in r.json()["metadata"]["managedFields"]} == {"ops"}
+    r = ops2.patch(f"{HV}/hv1", apply_doc(overcommit={"cpu": 2}), apply)
+    status_of(409, "Conflict", r.json())  # still ops's
+
+
 def test_status_subresource_get_put_patch(api: Api) -> None:
     ops, agent = api.client(), api.client("agent-hv1-token")
     made = ops.post(HV, json=hypervisor(overcommit={"cpu": 2})).json()

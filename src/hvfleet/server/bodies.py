@@ -177,6 +177,11 @@ def to_object(doc: dict[str, Any], kind: str, target: Target,
     model = KINDS[kind]
     warnings: list[str] = []
     doc = without_nulls(doc)
+    meta = doc.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        # The store records who owns what from each writer's identity; what a
+        # request says of it is not read (not even kube's `[{}]` that clears it).
+        doc = {**doc, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     for _ in range(2):
         try:
             return model.model_validate(doc), warnings
