@@ -36,6 +36,7 @@ from hvfleet.discovery.domains import (
     units_to_resources,
 )
 from hvfleet.discovery.host import HostTopology, NodeInfo, host_capacity, parse_host_topology
+from hvfleet.model.bounds import MAX_INSTANCE_NAME, MAX_REASON
 from hvfleet.model.capacity import add, counts_in_allocation, with_effective_capacity
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCapabilities
@@ -231,6 +232,12 @@ def add_capacity(h: Hypervisor, facts: Facts) -> Hypervisor:
     return _status(h, capacity=capacity, cells=cells)
 
 
+def instance_name(name: str) -> str:
+    """A domain's name as the status lists it: as libvirt has it, cut (with
+    '…') past what a status holds (libvirt sets no bound; the uuid names it)."""
+    return name if len(name) <= MAX_INSTANCE_NAME else name[:MAX_INSTANCE_NAME - 1] + "…"
+
+
 def add_instances(h: Hypervisor, facts: Facts) -> Hypervisor:
     before = {i.uuid: i for i in h.status.instances}
     crashes: dict[str, list[CrashEvent]] = defaultdict(list)
@@ -249,7 +256,7 @@ def add_instances(h: Hypervisor, facts: Facts) -> Hypervisor:
             last_time, last_reason = latest.at, latest.reason
         instances.append(Instance(
             uuid=uuid,
-            name=d.demand.name,
+            name=instance_name(d.demand.name),
             state=state_name(d.record.state),
             resources=d.demand.resources(),
             crash_count=count,
@@ -419,12 +426,15 @@ def mark_disconnected(
 
 
 def mark_unreadable_host(
-    h: Hypervisor, message: str, now: datetime, policies: Policies = ()
+    h: Hypervisor, message: str, now: datetime, policies: Policies = (),
+    reason: str = "UnreadableHost",
 ) -> Hypervisor:
-    """libvirt answers, but its description of the host cannot be parsed."""
+    """libvirt answers, but its description of the host cannot be parsed (or,
+    `reason` StatusRefused, what it describes cannot be stored): the last
+    observation kept, not Ready, and why."""
     conditions = set_condition(
         h.status.conditions,
-        Condition(type=READY, status="False", reason="UnreadableHost", message=message),
+        Condition(type=READY, status="False", reason=reason, message=message[:MAX_REASON]),
         now,
     )
     h = with_resolved_capacity(_status(h, conditions=conditions), policies, now)

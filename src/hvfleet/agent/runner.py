@@ -34,6 +34,8 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from hvfleet.agent.backoff import Backoff
 from hvfleet.agent.metrics import AgentMetrics
 from hvfleet.agent.observe import HostFacts, observe
@@ -54,9 +56,11 @@ from hvfleet.agent.reconcile import (
 from hvfleet.agent.status_writer import StatusWriter, WriteResult
 from hvfleet.discovery.capabilities import parse_host_capabilities
 from hvfleet.discovery.libvirt_conn import LibvirtConnection, node_file_of_test_uri
+from hvfleet.model.bounds import MAX_LEASE_SECONDS
 from hvfleet.model.errors import Gone, HvfleetError, InvalidInput, Unavailable
 from hvfleet.model.hypervisor import CountMode, Hypervisor, HypervisorSpec, OvercommitPolicy
 from hvfleet.model.kinds import hypervisor_name_error
+from hvfleet.model.meta import validation_message
 from hvfleet.model.readiness import DEFAULT_RESYNC
 from hvfleet.store.base import Store
 
@@ -95,6 +99,10 @@ def usable_dump_location(path: str | None) -> str | None:
     return None
 
 
+class StatusRefused(HvfleetError):
+    """The observed status cannot be stored; the host was marked not Ready."""
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     uri: str
@@ -130,8 +138,11 @@ class Agent:
     ) -> None:
         if config.resync <= 0:
             raise InvalidInput(f"{config.resync} must be greater than 0", field="resync")
-        if config.lease_ttl < 0:
-            raise InvalidInput(f"{config.lease_ttl} must not be negative", field="lease_ttl")
+        if not 0 <= config.lease_ttl <= MAX_LEASE_SECONDS:
+            # A longer Lease is refused by the store at its first renewal, and
+            # the next one comes a third of it later: no Lease for hours.
+            raise InvalidInput(f"{config.lease_ttl} seconds: must be from 0 (no Lease) to "
+                               f"{MAX_LEASE_SECONDS} (a day)", field="lease_ttl")
         if config.status_resync <= 0:
             raise InvalidInput(f"{config.status_resync} must be greater than 0", field="status_resync")
         self.config = config
@@ -286,8 +297,22 @@ class Agent:
             crashes = tuple(self._crashes)
         # A CAS retry rebuilds from the newest stored status, so the same
         # pending crashes are added exactly once to whatever was stored.
-        with_crashes = replace(facts, crashes=crashes, policies=self.policies())
-        result = self.write(lambda h: reconcile(h, with_crashes, datetime.now(UTC)), heartbeat)
+        policies = self.policies()
+        with_crashes = replace(facts, crashes=crashes, policies=policies)
+        try:
+            result = self.write(lambda h: reconcile(h, with_crashes, datetime.now(UTC)), heartbeat)
+        except (InvalidInput, ValidationError) as exc:
+            # What libvirt shows cannot be stored (past a bound of the status:
+            # more guests or cells than it lists, an amount out of range). The
+            # host must not stay Ready on its last numbers: the last stored
+            # observation is kept, not Ready, saying why.
+            why = (validation_message(exc, "status") if isinstance(exc, ValidationError)
+                   else str(exc))
+            message = f"this host's status cannot be stored: {why}"
+            log.error("%s: %s", self.name, message)
+            self.write(partial(mark_unreadable_host, message=message, now=datetime.now(UTC),
+                               policies=policies, reason="StatusRefused"), heartbeat=True)
+            raise StatusRefused(message) from None
         if crashes:
             with self._lock:
                 del self._crashes[: len(crashes)]

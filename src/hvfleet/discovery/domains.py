@@ -240,11 +240,13 @@ def parse_domain(
     root = parse_xml(xml, "domain XML")
     if root.tag != "domain":
         raise InvalidInput(f"domain XML: root element is <{root.tag}>, not <domain>")
-    name = (root.findtext("name") or "").strip()
+    # The name exactly as libvirt has it: libvirt takes " " or " a " as a
+    # name, and a guest so named still runs and is counted.
+    name = root.findtext("name") or ""
     uuid = (root.findtext("uuid") or "").strip().lower()
     where = f"domain {name!r}" if name else "domain"
     if not name:
-        raise InvalidInput("domain XML: no <name>")
+        raise InvalidInput(f"domain XML{' ' + uuid if uuid else ''}: no <name>")
     if not uuid:
         raise InvalidInput(f"{where}: no <uuid>")
     mem_elem = root.find("memory")

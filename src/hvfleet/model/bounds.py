@@ -61,6 +61,7 @@ MAX_RESOURCES: Final = 128  # entries of one resource map (capacity, overcommit,
 MAX_CONDITIONS: Final = 64
 MAX_CELLS: Final = 1024  # NUMA cells of one host
 MAX_INSTANCES: Final = 10_000  # guests listed in one host's status
+MAX_INSTANCE_NAME: Final = 1024  # a guest's name in that list (libvirt has no bound)
 MAX_LIST: Final = 4096  # any other list (CPU features, machine types, notes, selector values)
 MAX_SELECTOR_TERMS: Final = 64
 
@@ -92,7 +93,8 @@ EffectiveAmount = Annotated[Quantity, QuantityBound(MAX_EFFECTIVE)]
 
 __all__ = [
     "EARLIEST", "INT64_MAX", "LATEST", "MAX_CELLS", "MAX_CONDITIONS", "MAX_EFFECTIVE",
-    "MAX_INSTANCES", "MAX_LABELS", "MAX_LEASE_SECONDS", "MAX_LIST", "MAX_MANAGER", "MAX_NAME",
+    "MAX_INSTANCES", "MAX_INSTANCE_NAME", "MAX_LABELS", "MAX_LEASE_SECONDS", "MAX_LIST", "MAX_MANAGER",
+    "MAX_NAME",
     "MAX_QUANTITY", "MAX_RATIO", "MAX_REASON", "MAX_RESOURCES", "MAX_SELECTOR_TERMS", "MAX_TEXT",
     "MIN_RATIO",
     "Amount", "Count", "EffectiveAmount", "Int64", "Ratio", "Reason", "ShortName", "Timestamp",

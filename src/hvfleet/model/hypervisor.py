@@ -19,6 +19,7 @@ from pydantic import Field, PlainSerializer, field_validator, model_validator
 from hvfleet.model.bounds import (
     MAX_CELLS,
     MAX_CONDITIONS,
+    MAX_INSTANCE_NAME,
     MAX_INSTANCES,
     MAX_LIST,
     MAX_NAME,
@@ -144,8 +145,9 @@ class Cell(Model):
 
 class Instance(Model):
     uuid: str = Field(max_length=MAX_NAME)
-    # A domain name as libvirt has it (libvirt sets no limit of its own).
-    name: str = Field(max_length=1024)
+    # A domain name as libvirt has it (libvirt sets no limit of its own; the
+    # agent cuts a longer one: agent.reconcile.instance_name).
+    name: str = Field(max_length=MAX_INSTANCE_NAME)
     state: str = Field(max_length=MAX_NAME)
     resources: ResourceList = Field(default_factory=dict)
     # Guest crashes the node agent saw (libvirt's lifecycle event CRASHED, which
