@@ -29,15 +29,18 @@ NODE = """<node>
   <memory>16777216</memory>
 {domains}
 </node>"""
-DOMAIN = """  <domain type='test'>
+DOMAIN = """  <domain type='test' xmlns:test='http://libvirt.org/schemas/domain/test/1.0'>
     <name>{name}</name><uuid>{uuid}</uuid>
-    <memory unit='KiB'>{kib}</memory><vcpu>{vcpus}</vcpu><os><type>hvm</type></os>
+    <memory unit='KiB'>{kib}</memory><vcpu>{vcpus}</vcpu><os><type>hvm</type></os>{state}
   </domain>"""
 
 
-def _node(tmp_path: Path, guests: list[tuple[str, int, int]]) -> str:
-    domains = "\n".join(DOMAIN.format(name=escape(name), uuid=uuid.uuid4(), kib=kib, vcpus=vcpus)
-                        for name, vcpus, kib in guests)
+def _node(tmp_path: Path, guests: list[tuple[str, int, int]], states: dict[str, int] | None = None) -> str:
+    states = states or {}
+    domains = "\n".join(DOMAIN.format(
+        name=escape(name), uuid=uuid.uuid4(), kib=kib, vcpus=vcpus,
+        state=f"<test:runstate>{states[name]}</test:runstate>" if name in states else "")
+        for name, vcpus, kib in guests)
     path = tmp_path / "node.xml"
     path.write_text(NODE.format(domains=domains))
     return f"test://{path}"
@@ -70,6 +73,30 @@ def test_a_status_that_cannot_be_stored_leaves_the_host_not_ready_and_exits_1(tm
     ready = next(c for c in h.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "StatusRefused"), ready
     assert "allocation" in ready.message
+
+
+def test_under_count_running_a_crashed_guest_libvirt_keeps_is_counted(tmp_path: Path) -> None:
+    """libvirt keeps a domain in the crashed state only while its QEMU process
+    is kept (on_crash=preserve), holding its memory, and calls it active; the
+    agent left it out of the allocation with the shut-off ones."""
+    import libvirt
+
+    uri = _node(tmp_path, [("up", 2, 1 << 20), ("crashed", 6, 1 << 20), ("off", 4, 1 << 20)],
+                states={"crashed": 6, "off": 5})
+    conn = libvirt.open(uri)
+    try:
+        assert conn.lookupByName("crashed").isActive() == 1
+        assert conn.lookupByName("off").isActive() == 0
+    finally:
+        conn.close()
+    url = f"sqlite:///{tmp_path}/h.db"
+    done = hvfleet("agent", "--connect", uri, "--name", "c", "--count", "running", "--once", "--store", url)
+    assert done.returncode == 0, done.stderr
+    with open_store(url) as s:
+        h = s.get_hypervisor("c")
+    assert {i.name: i.state for i in h.status.instances} == {"up": "running", "crashed": "crashed",
+                                                             "off": "shutoff"}
+    assert str(h.status.allocation["cpu"]) == "8"
 
 
 def test_a_lease_past_a_day_is_refused_before_anything_runs(tmp_path: Path) -> None:

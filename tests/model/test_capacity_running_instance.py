@@ -83,10 +83,11 @@ def _host_in(state: str, count_mode: str | None, instance: dict[str, int]) -> Hy
        claim_cpu=st.integers(1, 16), vm_cpu=st.integers(0, 16), vgpu=st.integers(0, 2))
 def test_a_claim_holds_all_it_has_while_libvirts_allocation_leaves_its_instance_out(
         state: str, count_mode: str | None, claim_cpu: int, vm_cpu: int, vgpu: int) -> None:
-    # The agent counts an active domain in every mode, a shut-off or crashed
-    # one only under --count defined; a status that does not say its mode
-    # (written before the agent recorded it) counts only what is active.
-    counted = state not in ("shutoff", "crashed") or count_mode == "defined"
+    # The agent counts an active domain in every mode (a crashed one libvirt
+    # keeps is active: its QEMU process holds its memory), a shut-off one only
+    # under --count defined; a status that does not say its mode (written
+    # before the agent recorded it) counts only what is active.
+    counted = state != "shutoff" or count_mode == "defined"
     resources = {"cpu": claim_cpu, "memory": GI, **({"VGPU": vgpu} if vgpu else {})}
     h = _host_in(state, count_mode, {"cpu": vm_cpu, "memory": GI})
     claim = _claim(resources)

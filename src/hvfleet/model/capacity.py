@@ -191,14 +191,18 @@ def instance_of(consumer: str, h: Hypervisor | None) -> Instance | None:
 
 # Domain states (as `status.instances[].state` words them: virsh's, with
 # "shut off" as "shutoff") with no QEMU process holding resources. The agent
-# leaves these out of the allocation under `--count running`.
-INACTIVE_STATES: frozenset[str] = frozenset({"shutoff", "crashed"})
+# leaves these out of the allocation under `--count running`. Not "crashed":
+# libvirt keeps a domain in that state only while its QEMU process is kept
+# (on_crash=preserve, a core dump being written), still holding its memory,
+# and calls it active (virDomainIsActive); a crash that ends the process
+# leaves it shut off (reason crashed).
+INACTIVE_STATES: frozenset[str] = frozenset({"shutoff"})
 
 
 def counts_in_allocation(state: str, count_mode: CountMode | None) -> bool:
     """Whether the agent counts a domain in `state` in the host's allocation
-    under `count_mode`: an active one always; a shut-off or crashed one only
-    under `--count defined`. Where the mode is not known (a status written
+    under `count_mode`: an active one always (a crashed one kept by libvirt
+    is active); a shut-off one only under `--count defined`. Where the mode is not known (a status written
     before the agent recorded it), a shut-off one is taken as not counted, so
     a claim for it holds all it asks rather than nothing."""
     return state not in INACTIVE_STATES or count_mode == "defined"
