@@ -104,3 +104,25 @@ def test_a_lease_past_a_day_is_refused_before_anything_runs(tmp_path: Path) -> N
     done = hvfleet("agent", "--connect", "test:///default", "--lease-ttl", "2d", "--once", "--store", url)
     assert done.returncode == 2, done.stderr
     assert "--lease-ttl" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_second_agent_with_the_same_name_is_said_and_one_alone_is_not(tmp_path: Path) -> None:
+    """Two agents started with the same --name on different hosts overwrote
+    each other's status at every pass, silently (both hold the Lease as
+    agent/NAME). Each now says so on stderr; an agent alone never does."""
+    import signal
+    import time
+
+    from .conftest import fleet_uri, start_agent, stop
+
+    url = f"sqlite:///{tmp_path}/h.db"
+    alone = start_agent("--connect", fleet_uri("edge-01"), "--name", "solo", "--resync", "0.3s",
+                        "--store", url)
+    pair = [start_agent("--connect", fleet_uri(host), "--name", "shared", "--resync", "0.3s",
+                        "--store", url) for host in ("edge-01", "lab-01")]
+    try:
+        time.sleep(6)
+    finally:
+        said = [stop(agent, signal.SIGTERM)[2] for agent in (alone, *pair)]
+    assert "another agent writes" not in said[0], said[0]
+    assert any("another agent writes the status of shared" in err for err in said[1:]), said[1:]

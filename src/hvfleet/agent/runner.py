@@ -25,9 +25,11 @@ guessed), and the write is retried with the same backoff until they can.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -170,6 +172,12 @@ class Agent:
         self.unresolved = False  # the last status write could not resolve its ratios
         # Crash events not yet in a written status (guarded by _lock).
         self._crashes: list[CrashEvent] = []
+        # The resourceVersions of this agent's own recent status writes, and
+        # when it last warned of another agent's (`_another_writer`).
+        self._written: deque[str | None] = deque(maxlen=256)
+        self._suspects: deque[tuple[str | None, float]] = deque(maxlen=256)
+        self._foreign_writes = 0
+        self._warned_other_writer = -math.inf
         self._dump_ok: bool | None = None  # last dump location check, to warn on change
         self.reconnects = 0
         # libvirt passes and status writes, for tests and benchmarks
@@ -263,6 +271,8 @@ class Agent:
     ) -> WriteResult:
         assert self.writer is not None
         result = self.writer.write(build, heartbeat=heartbeat)
+        with self._lock:
+            self._written.append(result.hypervisor.metadata.resource_version)
         self.last = result.hypervisor
         self._last_spec = result.hypervisor.spec
         if self.metrics is not None:
@@ -549,6 +559,7 @@ class Agent:
         # answered after a relabel carries the new labels, though its ratios were
         # resolved for the old ones, and the relabel's own event must still count.
         labels: dict[str, str] | None = None
+        status: object | None = None  # the status of the last event seen
         while not stop.is_set():
             try:
                 if since is None:
@@ -562,6 +573,8 @@ class Agent:
                     obj = ev.object
                     if not isinstance(obj, Hypervisor) or obj.metadata.name != self.name:
                         continue
+                    self._another_writer(obj, status)
+                    status = obj.status
                     # Labels decide which policies select this host.
                     relabelled = labels is not None and obj.metadata.labels != labels
                     labels = dict(obj.metadata.labels)
@@ -574,6 +587,31 @@ class Agent:
                 log.warning("watching %s in the store failed, will retry: %s", self.name, exc)
                 since = None
                 stop.wait(backoff.next_delay())
+
+    def _another_writer(self, obj: Hypervisor, status_before: object | None) -> None:
+        """Only `agent/<name>` writes this host's status (the store's rule), so
+        a status change this agent did not write is another agent's started
+        with the same --name: the two overwrite each other at every pass.
+        Said once a minute (each can only see the other's writes)."""
+        now = time.monotonic()
+        with self._lock:
+            # A write's event can come before the writer noted its version:
+            # judged a second later, at a later event.
+            while self._suspects and now - self._suspects[0][1] >= 1.0:
+                version, _ = self._suspects.popleft()
+                if version not in self._written:
+                    self._foreign_writes += 1
+            if status_before is not None and obj.status != status_before:
+                self._suspects.append((obj.metadata.resource_version, now))
+            foreign, self._foreign_writes = self._foreign_writes, 0
+        if not foreign:
+            return
+        if now - self._warned_other_writer >= 60:
+            self._warned_other_writer = now
+            log.error("another agent writes the status of %s (a second `hvfleet agent --name %s`?): "
+                      "the two overwrite each other", self.name, self.name)
+        if self.metrics is not None:
+            self.metrics.store_errors.labels(self.name).inc(foreign)
 
     def _watch_policies(self, stop: threading.Event) -> None:
         """Any OvercommitPolicy change may change this host's effective capacity:
