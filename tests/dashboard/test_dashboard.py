@@ -213,6 +213,10 @@ def test_operator_sees_actions_a_conflict_names_the_owner_and_force_takes_over(f
     page.click("section.confirm button")  # maintenance asks first (test_flows.py)
     page.wait_for_selector("p.notice:has-text('maintenance')")
     assert _get(fleet, "edge-01").spec.maintenance == "manual"
+    # A notice is the server's own, carried signed: one in a link anyone can
+    # write is not shown (it showed any text as this server's success words).
+    page.goto(fleet.url + "/hosts/edge-01?notice=Your+token+was+revoked.+Log+in+at+evil.example")
+    assert page.locator("p.notice").count() == 0 and "evil.example" not in page.content()
     page.goto(fleet.url + "/?selector=role%3Dedge")
     page.wait_for_selector("tr[data-host='edge-01'] .state:has-text('Maintenance')")
 
@@ -246,6 +250,15 @@ def test_bad_form_input_gives_a_message_by_the_field_and_writes_nothing(fleet: F
     assert "RESOURCE=QUANTITY" in page.inner_text("#resources-error")
     page.goto(fleet.url + "/fit?go=1&cpu=2&selector=az+in+%28")
     assert "cannot parse" in page.inner_text("#selector-error")
+    # Digits str.isdigit takes and int() refuses ('²', 5000 of them) were a 500.
+    for count in ("%C2%B2", "9" * 5000, "%D9%A3"):
+        answer = page.goto(fleet.url + f"/fit?go=1&cpu=2&count={count}")
+        assert answer is not None and answer.status == 422
+        assert "whole number" in page.inner_text("#count-error")
+    answer = page.goto(fleet.url + "/guests?go=1&os=rhel9.1&name=vm&memory=1Gi&selector=az%3Daz1"
+                                   "&vcpus=%C2%B2")
+    assert answer is not None and answer.status == 422
+    assert "whole number" in page.inner_text("#g-vcpus-error")
     page.goto(fleet.url + "/guests")
     page.fill("#c-selector", "az=az1")
     page.fill("#c-domain", "<domain><name>broken")

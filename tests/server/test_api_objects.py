@@ -363,6 +363,21 @@ def test_managed_fields_in_a_request_are_not_read(api: Api) -> None:
     status_of(409, "Conflict", r.json())  # still ops's
 
 
+def test_digits_int_refuses_are_a_4xx_not_a_500(api: Api) -> None:
+    """str.isdigit() takes '²', which int() then refuses: a JSON patch index
+    or a resourceVersion spelled so was a 500 (and a dashboard count, a
+    libvirt capabilities file of a caps dir, a --listen port)."""
+    c = api.client()
+    made = c.post(HV, json=hypervisor()).json()
+    patch = [{"op": "add", "path": "/metadata/finalizers", "value": ["a"]},
+             {"op": "add", "path": "/metadata/finalizers/²", "value": "b"}]
+    r = c.patch(f"{HV}/hv1", json.dumps(patch), "application/json-patch+json")
+    assert 400 <= r.status_code < 500, r.text
+    r = c.put(f"{HV}/hv1", json={**made, "metadata": {**made["metadata"], "resourceVersion": "²"}})
+    assert 400 <= r.status_code < 500, r.text
+    assert api.store.get_hypervisor("hv1").metadata.finalizers is None
+
+
 def test_status_subresource_get_put_patch(api: Api) -> None:
     ops, agent = api.client(), api.client("agent-hv1-token")
     made = ops.post(HV, json=hypervisor(overcommit={"cpu": 2})).json()

@@ -19,7 +19,7 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     """'127.0.0.1:9177' → ('127.0.0.1', 9177); '[::1]:9177' for IPv6."""
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not port.isdecimal() or not 0 <= int(port) <= 65535:
         raise InvalidInput(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9177)", field="metrics_addr")
     return host, int(port)
 

@@ -608,8 +608,8 @@ class Agent:
             return
         if now - self._warned_other_writer >= 60:
             self._warned_other_writer = now
-            log.error("another agent writes the status of %s (a second `hvfleet agent --name %s`?): "
-                      "the two overwrite each other", self.name, self.name)
+            log.error("another agent writes the status of %s (a second agent started under this "
+                      "host's name?): the two overwrite each other", self.name)
         if self.metrics is not None:
             self.metrics.store_errors.labels(self.name).inc(foreign)
 

@@ -151,7 +151,7 @@ def _parse_capabilities(root: etree._Element, caps: HostCapabilities) -> None:
             MachineType(
                 name=name,
                 canonical=m.get("canonical") or name,
-                max_cpus=int(max_cpus) if max_cpus and max_cpus.isdigit() else None,
+                max_cpus=int(max_cpus) if max_cpus and max_cpus.isdecimal() else None,
                 deprecated=m.get("deprecated") == "yes",
             )
         )
@@ -188,7 +188,7 @@ def _parse_domcapabilities(root: etree._Element, caps: HostCapabilities) -> None
     caps.domcapabilities_available = True
     caps.domcapabilities_domain_type = _text(root.find("domain"))
     vcpu = root.find("vcpu")
-    if vcpu is not None and (mx := vcpu.get("max", "")).isdigit():
+    if vcpu is not None and (mx := vcpu.get("max", "")).isdecimal():
         caps.max_vcpus = int(mx)
     machine = _text(root.find("machine"))
     if machine and all(m.canonical != machine for m in caps.machine_types):

@@ -126,7 +126,7 @@ def _memory_by_resource(parts: tuple[MemoryPart, ...]) -> dict[ResourceName, int
 
 def _int_attr(elem: etree._Element, attr: str, where: str) -> int:
     text = (elem.get(attr) or "").strip()
-    if not text.isdigit():
+    if not text.isdecimal():
         raise InvalidInput(f"{where}: {attr}={text!r} is not a whole number")
     return int(text)
 
@@ -136,7 +136,7 @@ def _vcpus(root: etree._Element, where: str) -> tuple[int, frozenset[int] | None
     if elem is None:
         return 1, None  # libvirt's default
     text = (elem.text or "").strip()
-    if not text.isdigit() or not 0 < int(text) <= MAX_VCPUS:
+    if not text.isdecimal() or not 0 < int(text) <= MAX_VCPUS:
         raise InvalidInput(f"{where}: <vcpu> {text!r} is not a vCPU count (1..{MAX_VCPUS})")
     cpuset = elem.get("cpuset")
     return int(text), parse_set(cpuset, f"{where} <vcpu cpuset>") if cpuset else None
@@ -153,7 +153,7 @@ def _guest_cells(root: etree._Element, where: str) -> dict[int, tuple[frozenset[
         cpus_text = c.get("cpus")
         cpus = parse_set(cpus_text, f"{w} {cid} cpus") if cpus_text else frozenset()
         mem_text = (c.get("memory") or "").strip()
-        if not mem_text.isdigit():
+        if not mem_text.isdecimal():
             raise InvalidInput(f"{w} {cid}: memory={mem_text!r} is not a whole number")
         probe = etree.Element("memory", unit=c.get("unit") or "KiB")
         probe.text = mem_text

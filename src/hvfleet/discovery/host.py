@@ -99,7 +99,7 @@ class HostTopology:
 
 def _cell_from_xml(elem: etree._Element) -> HostCell:
     cid_text = elem.get("id", "")
-    if not cid_text.isdigit():
+    if not cid_text.isdecimal():
         raise InvalidInput(f"capabilities: NUMA cell id {cid_text!r} is not a number")
     cid = int(cid_text)
     where = f"capabilities: cell {cid}"
@@ -110,14 +110,14 @@ def _cell_from_xml(elem: etree._Element) -> HostCell:
     cpus: set[int] = set()
     for cpu in elem.iterfind("cpus/cpu"):
         cpu_id = cpu.get("id", "")
-        if not cpu_id.isdigit():
+        if not cpu_id.isdecimal():
             raise InvalidInput(f"{where}: cpu id {cpu_id!r} is not a number")
         cpus.add(int(cpu_id))
     pages: dict[int, int] = {}
     for p in elem.iterfind("pages"):
         size = size_kib(p.get("size"), p.get("unit"), f"{where} pages")
         count = (p.text or "0").strip()
-        if not count.isdigit():
+        if not count.isdecimal():
             raise InvalidInput(f"{where}: page count {count!r} is not a number")
         pages[size] = int(count)
     ordinary = min(pages) if pages else None

@@ -40,7 +40,7 @@ def unit_bytes(unit: str | None, where: str) -> int:
 def memory_bytes(elem: etree._Element, where: str, default_unit: str = "KiB") -> int:
     """The size in bytes of an element like `<memory unit='MiB'>64</memory>`."""
     text = (elem.text or "").strip()
-    if not text.isdigit():
+    if not text.isdecimal():
         raise InvalidInput(f"{where}: {text!r} is not a whole number")
     return int(text) * unit_bytes(elem.get("unit") or default_unit, where)
 
@@ -48,7 +48,7 @@ def memory_bytes(elem: etree._Element, where: str, default_unit: str = "KiB") ->
 def size_kib(value: str | None, unit: str | None, where: str) -> int:
     """A page size (`size='2048' unit='KiB'`) in KiB."""
     text = (value or "").strip()
-    if not text.isdigit():
+    if not text.isdecimal():
         raise InvalidInput(f"{where}: page size {text!r} is not a whole number")
     total = int(text) * unit_bytes(unit or "KiB", where)
     if total <= 0 or total % 1024:
@@ -68,7 +68,7 @@ def parse_set(text: str | None, where: str) -> frozenset[int]:
         if part.startswith("^"):
             target, part = excluded, part[1:].strip()
         lo_text, sep, hi_text = part.partition("-")
-        if not lo_text.isdigit() or (sep and not hi_text.isdigit()):
+        if not lo_text.isdecimal() or (sep and not hi_text.isdecimal()):
             raise InvalidInput(f"{where}: cannot parse {text!r} (expected e.g. 0-3,^2,8)")
         lo = int(lo_text)
         hi = int(hi_text) if sep else lo

@@ -107,7 +107,7 @@ def recorded_versions(dom: etree._Element) -> dict[str, str]:
 
 
 def _memory_bytes(el: etree._Element | None) -> int:
-    if el is None or not (el.text or "").strip().isdigit():
+    if el is None or not (el.text or "").strip().isdecimal():
         raise InvalidInput("existing domain: <memory> is missing or not a number")
     unit = {"b": 1, "bytes": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20,
             "g": 1 << 30, "gib": 1 << 30, "kb": 1000, "mb": 10**6, "gb": 10**9}

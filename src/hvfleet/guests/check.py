@@ -165,7 +165,7 @@ def _check_host(dom: etree._Element, name: str, caps: HostCapabilities) -> HostV
         if "reenlightenment" in asked:
             v.warnings.append("Hyper-V reenlightenment is on: it breaks live migration")
     vcpu = dom.findtext("vcpu")
-    n_vcpu = int(vcpu) if vcpu and vcpu.strip().isdigit() else 0
+    n_vcpu = int(vcpu) if vcpu and vcpu.strip().isdecimal() else 0
     for m in caps.machine_types:
         if m.name == mach and m.max_cpus and n_vcpu > m.max_cpus:
             v.problems.append(f"{n_vcpu} vCPUs exceed {mach}'s maximum {m.max_cpus}")

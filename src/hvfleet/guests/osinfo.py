@@ -119,8 +119,8 @@ def _parse_os(el: etree._Element, drivers: set[str]) -> _Raw:
         if res.get("arch") in ("x86_64", "all", None):
             ram = res.findtext("minimum/ram")
             cpus = res.findtext("minimum/n-cpus")
-            min_ram = int(ram) if ram and ram.isdigit() else min_ram
-            min_cpus = int(cpus) if cpus and cpus.isdigit() else min_cpus
+            min_ram = int(ram) if ram and ram.isdecimal() else min_ram
+            min_cpus = int(cpus) if cpus and cpus.isdecimal() else min_cpus
     parent = el.find("derives-from")
     return _Raw(
         os_id=el.get("id", ""),

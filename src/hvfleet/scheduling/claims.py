@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
+from pydantic import ValidationError
+
 from hvfleet.model.bounds import LATEST
 from hvfleet.model.capacity import claim_holds, held_resources, reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
@@ -33,7 +35,7 @@ from hvfleet.model.hypervisor import (
     ReservationStatus,
 )
 from hvfleet.model.lease import Lease, lease_live
-from hvfleet.model.meta import ObjectMeta
+from hvfleet.model.meta import ObjectMeta, validation_message
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Selector
@@ -85,6 +87,8 @@ def new_reservation(
         )
     except OverflowError:
         raise InvalidInput("is longer than any date", field="ttl") from None
+    except ValidationError as exc:  # one line naming the field (`cpu: '0.1n' is finer than 1n`)
+        raise InvalidInput(validation_message(exc, f"reservation for {consumer} on {host}")) from None
     except ValueError as exc:
         raise InvalidInput(f"reservation for {consumer} on {host}: {exc}") from None
 

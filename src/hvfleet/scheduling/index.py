@@ -948,4 +948,4 @@ class Turns:
 
 def _rv(obj: Hypervisor | Reservation | OvercommitPolicy) -> int:
     rv = obj.metadata.resource_version
-    return int(rv) if rv and rv.isdigit() else 0
+    return int(rv) if rv and rv.isdecimal() else 0

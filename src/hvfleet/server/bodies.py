@@ -61,7 +61,7 @@ FIELD_VALIDATION = ("Strict", "Warn", "Ignore")
 async def read_body(request: Request, max_body: int) -> bytes:
     """The whole body, refusing (413) as soon as it passes `max_body` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_body:
+    if declared is not None and declared.isdecimal() and int(declared) > max_body:
         raise TooLarge(f"request body of {declared} bytes is larger than the limit of {max_body} bytes")
     chunks: list[bytes] = []
     size = 0
@@ -85,11 +85,22 @@ def query_int(request: Request, name: str, *, low: int = 0,
     text = request.query_params.get(name, "")
     if not text:
         return None
-    if not (text.isascii() and text.isdigit()) or len(text) > QUERY_INT_DIGITS or \
-            not low <= int(text) <= high:
+    value = whole_number(text, low, high)
+    if value is None:
         shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
         raise BadRequest(f"{shown!r} is not a whole number from {low} to {high}", field=name)
-    return int(text)
+    return value
+
+
+def whole_number(text: str, low: int = 0, high: int = 10**QUERY_INT_DIGITS - 1) -> int | None:
+    """`text` as a whole number from `low` to `high`, or None: ASCII digits
+    only (`str.isdigit` takes '²' and '٣', which `int` then refuses or reads),
+    at most QUERY_INT_DIGITS of them. The one reading of an integer a query
+    string or a dashboard form gives."""
+    if not (text.isascii() and text.isdigit()) or len(text) > QUERY_INT_DIGITS:
+        return None
+    value = int(text)
+    return value if low <= value <= high else None
 
 
 def _decode(body: bytes, media: str) -> Any:
@@ -218,7 +229,7 @@ def _parent(doc: Any, parts: list[str], path: str) -> Any:
 def _index(node: list[Any], part: str, path: str, adding: bool) -> int:
     if adding and part == "-":
         return len(node)
-    if not part.isdigit() or int(part) > len(node) - (0 if adding else 1):
+    if not part.isdecimal() or int(part) > len(node) - (0 if adding else 1):
         raise InvalidInput(f"json patch: index {part!r} of {path!r} is out of range")
     return int(part)
 

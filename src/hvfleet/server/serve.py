@@ -50,7 +50,7 @@ def default_data_dir() -> Path:
 def parse_listen(text: str) -> tuple[str, int]:
     """`HOST:PORT`, `[V6]:PORT`; port 0 picks a free one."""
     host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not port.isdecimal() or int(port) > 65535:
         raise InvalidInput(f"listen: {text!r} is not HOST:PORT (e.g. 127.0.0.1:8443 or [::1]:8443)")
     if host.startswith("["):
         if not host.endswith("]"):

@@ -412,7 +412,7 @@ class EtcdStore(Store):
     writes_on_loop = True
 
     def at_hand(self, kind: str, name: str, resource_version: str | None) -> Resource | None:
-        if not resource_version or not resource_version.isdigit():
+        if not resource_version or not resource_version.isdecimal():
             return None
         kind = kind_of(kind)
         key, revision = self._key(kind, name), int(resource_version)
@@ -513,7 +513,7 @@ class EtcdStore(Store):
         kind, name = obj.kind, obj.metadata.name
         key = self._key(kind, name)
         rv = obj.metadata.resource_version
-        cached = self._recall(key, int(rv)) if rv is not None and rv.isdigit() else None
+        cached = self._recall(key, int(rv)) if rv is not None and rv.isdecimal() else None
         if cached is not None and rv is not None:
             old_revision, old_value = int(rv), cached
         else:
@@ -538,7 +538,7 @@ class EtcdStore(Store):
         kind, name = obj.kind, obj.metadata.name
         key = self._key(kind, name)
         rv = current.metadata.resource_version
-        if kind != current.kind or name != current.metadata.name or rv is None or not rv.isdigit():
+        if kind != current.kind or name != current.metadata.name or rv is None or not rv.isdecimal():
             raise InvalidInput(f"update {kind} {name}: not over the stored object")
         old, stored = prepare_update_over(lambda: current, obj, manager, force=force, now=_now())
         if old is not None and unchanged(old, stored):
@@ -671,7 +671,7 @@ class EtcdStore(Store):
                 ranges.append([])
                 continue
             rv = w.object.metadata.resource_version
-            value = self._recall(key, int(rv)) if rv is not None and rv.isdigit() else None
+            value = self._recall(key, int(rv)) if rv is not None and rv.isdecimal() else None
             if rv is None or value is None:
                 return None
             ranges.append([KeyValue(key, value, int(rv), 0, 0)])

@@ -161,7 +161,7 @@ def parse_etcd_url(url: str) -> tuple[list[str], dict[str, str]]:
     endpoints: list[str] = []
     for ep in parts.netloc.split(","):
         host, sep, port = ep.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not sep or not host or not port.isdecimal() or not 0 < int(port) < 65536:
             raise InvalidInput(f"store: etcd endpoint {ep!r} in {url!r} is not HOST:PORT")
         endpoints.append(f"{host}:{int(port)}")
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}

@@ -232,7 +232,7 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
         revision, _, why = str(unreadable.get("message", "")).partition(": ")
         return Undecodable(
             next((k for k, s in STRATEGIES.items() if s.plural == plural), plural),
-            str(details.get("name") or ""), int(revision) if revision.isdigit() else 0, why,
+            str(details.get("name") or ""), int(revision) if revision.isdecimal() else 0, why,
         )
     if reason == "NotFound" or (not reason and code == 404):
         return NotFound(message)

@@ -473,7 +473,7 @@ def running_pid(path: str) -> int | None:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             text = f.read().strip()
-            return int(text) if text.isdigit() else -1
+            return int(text) if text.isdecimal() else -1
         return None
 
 

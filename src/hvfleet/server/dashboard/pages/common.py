@@ -185,7 +185,8 @@ async def _return_to(request: Request) -> str:
     host_page = request.url.path.removesuffix("/actions")
     if request.url.path.endswith("/actions") and back == host_page:
         try:
-            form = await read_form(request)
+            # Read before anyone is known (the session ended): as small as a login's.
+            form = await read_form(request, ANONYMOUS_FORM_MAX)
         except HvfleetError:
             return back
         fields = {k: v for k, v in form.items() if k not in ("csrf", "force", "confirm")}

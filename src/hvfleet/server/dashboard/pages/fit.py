@@ -14,6 +14,7 @@ from starlette.responses import Response
 from hvfleet.model.errors import Forbidden, InvalidInput
 from hvfleet.ops.fit import FitQuery
 from hvfleet.server import actions
+from hvfleet.server.bodies import whole_number
 from hvfleet.server.dashboard.pages.common import (
     ctx_of,
     error_page,
@@ -39,8 +40,9 @@ def _fit_body(q: dict[str, str]) -> tuple[FitQuery, dict[str, str]]:
             continue
         resources[k.strip()] = v.strip()
     count = q.get("count", "1").strip() or "1"
-    if not count.isdigit() or int(count) < 1:
-        errors["count"] = f"{count!r} is not a whole number of at least 1"
+    instances = whole_number(count, 1)
+    if instances is None:
+        errors["count"] = f"{count[:40]!r} is not a whole number of at least 1"
     weigher = q.get("weigher", "binpack")
     if weigher not in ("binpack", "spread"):
         errors["weigher"] = f"{weigher!r} is not binpack or spread"
@@ -49,7 +51,7 @@ def _fit_body(q: dict[str, str]) -> tuple[FitQuery, dict[str, str]]:
         errors["cpu"] = "give at least one resource (cpu, memory or others)"
     body = FitQuery.from_plain({
         "cpu": cpu or None, "memory": memory or None, "resources": resources,
-        "count": int(count) if count.isdigit() and int(count) else 1,
+        "count": instances or 1,
         "labelSelector": q.get("selector", ""),
         "weigher": "spread" if weigher == "spread" else "binpack", "why": True})
     return body, errors
@@ -101,10 +103,11 @@ def _result_values(doc: dict[str, Any], show: int) -> dict[str, Any]:
 
 def _show(q: dict[str, str], errors: dict[str, str]) -> int:
     text = q.get("show", "") or str(_DEFAULT_SHOW)
-    if not text.isdigit() or int(text) not in SHOW:
-        errors["show"] = f"{text!r} is not one of {', '.join(map(str, SHOW))}"
+    shown = whole_number(text)
+    if shown is None or shown not in SHOW:
+        errors["show"] = f"{text[:40]!r} is not one of {', '.join(map(str, SHOW))}"
         return _DEFAULT_SHOW
-    return int(text)
+    return shown
 
 
 @signed_in

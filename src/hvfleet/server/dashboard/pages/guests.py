@@ -17,6 +17,7 @@ from hvfleet.guests.errors import NotEverywhere
 from hvfleet.model.errors import Forbidden, HvfleetError, InvalidInput
 from hvfleet.ops.guests import GuestQuery, generate, group_of
 from hvfleet.ops.guests import check as check_guest
+from hvfleet.server.bodies import whole_number
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard.pages.common import (
     ctx_of,
@@ -40,15 +41,16 @@ def _guest_body(q: dict[str, str]) -> tuple[GuestQuery | None, dict[str, str]]:
         if not q.get(key, "").strip():
             errors[key] = f"required: {label}"
     vcpus = q.get("vcpus", "").strip()
-    if not vcpus.isdigit() or int(vcpus) < 1:
-        errors["vcpus"] = f"{vcpus!r} is not a whole number of at least 1"
+    count = whole_number(vcpus, 1)
+    if count is None:
+        errors["vcpus"] = f"{vcpus[:40]!r} is not a whole number of at least 1"
     if not q.get("memory", "").strip():
         errors["memory"] = "required, e.g. 4Gi"
     if errors:
         return None, errors
     disks = [d.strip() for d in q.get("disks", "").split(";") if d.strip()]
     return GuestQuery.from_plain({
-        "os": q["os"].strip(), "name": q["name"].strip(), "vcpus": int(vcpus), "memory": q["memory"].strip(),
+        "os": q["os"].strip(), "name": q["name"].strip(), "vcpus": count, "memory": q["memory"].strip(),
         "disks": disks, "firmware": q.get("firmware", "auto"), "labelSelector": q["selector"].strip(),
         "explain": True}), {}
 

@@ -10,7 +10,7 @@ import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
@@ -139,8 +139,10 @@ async def host(request: Request, who: Identity) -> Response:
         if request.query_params.get("part") == "live":
             return html(await run_in_threadpool(host_live_html, state_of(request), ctx_of(request), name))
         q = request.query_params
-        notice = q.get("notice", "")
         flash = read_flash(request) or {}
+        # Only a notice the server made, carried signed (a `?notice=` in a link
+        # anyone can write once showed any text as this server's own words).
+        notice = str(flash.get("notice") or "")
         values: dict[str, str] = flash.get("values") or {}
         if q.get("resume") == "1":  # a form sent after its session ended, back after the login
             values = {k: v for k, v in q.items() if k not in ("resume", "range", "notice")}
@@ -237,4 +239,6 @@ async def host_action(request: Request, who: Identity) -> Response:
     # Show the new state now, not a watch event later.
     await asyncio.sleep(0)
     state.fresh()
-    return RedirectResponse(f"{_path(name)}?{urlencode({'notice': notice})}", status_code=303)
+    response = RedirectResponse(_path(name), status_code=303)
+    set_flash(response, request, _path(name), {"notice": notice})
+    return response
