@@ -31,6 +31,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from hvfleet.model.documents import without_nulls
 from hvfleet.model.errors import (
     BadRequest,
     Gone,
@@ -627,8 +628,6 @@ class ApplyConfiguration:
     created from it, whole."""
 
     def __init__(self, doc: dict[str, Any], kind: str, target: Target, validation: str) -> None:
-        from hvfleet.model.documents import without_nulls
-
         self.doc: dict[str, Any] = without_nulls(doc)
         self.kind, self.target, self.validation = kind, target, validation
         self.warnings: list[str] = []
