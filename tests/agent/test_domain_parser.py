@@ -358,3 +358,29 @@ def test_mangled_domains_parse_or_are_refused_never_crash(
     summed = add(cells.values())
     for r, q in d.resources().items():
         assert summed.get(r, Quantity(0)) == q
+
+
+_MEMORY_ONLY_NODE = """<capabilities><host><uuid>00000000-0000-0000-0000-000000000001</uuid>
+<cpu><arch>x86_64</arch></cpu><topology><cells num='2'>
+ <cell id='0'><memory unit='KiB'>8388608</memory><pages unit='KiB' size='4'>2097152</pages>
+   <cpus num='4'><cpu id='0'/><cpu id='1'/><cpu id='2'/><cpu id='3'/></cpus></cell>
+ <cell id='1'><memory unit='KiB'>8388608</memory><pages unit='KiB' size='4'>2097152</pages>
+   <cpus num='0'></cpus></cell>
+</cells></topology></host></capabilities>"""
+
+
+@pytest.mark.parametrize("numatune", ["", "<numatune><memory nodeset='1'/></numatune>"])
+def test_a_vcpu_never_lands_on_a_memory_only_cell(numatune: str) -> None:
+    """A CXL or HBM node is a NUMA cell with memory and no CPUs (`<cpus
+    num='0'>`). Unpinned vCPUs were spread over it too (2 of 4 there); they
+    run on CPUs, so they go to the cells that have some, even when all the
+    guest's memory is bound to the memory-only one."""
+    from hvfleet.discovery.host import NodeInfo, parse_host_topology
+
+    topology = parse_host_topology(_MEMORY_ONLY_NODE, NodeInfo("x86_64", 16384, 4, 2000, 2, 1, 4, 1))
+    d = parse_domain("<domain type='kvm'><name>plain</name><uuid>11111111-1111-1111-1111-111111111111"
+                     f"</uuid><memory unit='GiB'>2</memory><vcpu>4</vcpu>{numatune}"
+                     "<os><type>hvm</type></os></domain>")
+    cells = attribute_to_cells(d, topology)
+    assert cells[0]["cpu"] == q("4") and "cpu" not in cells.get(1, {})
+    assert add(list(cells.values()))["memory"] == q("2Gi")

@@ -17,7 +17,8 @@ Counting rules (see docs/agent.md):
   the host cells holding its pinned CPUs, in proportion to how many of them
   each holds. An unpinned vCPU follows its memory's host nodes if numatune names
   them (libvirt's automatic placement does the same), else it is spread evenly
-  over all cells. Unplaced memory is spread evenly over all cells. Spreading is
+  over all cells; never over a cell without CPUs (a CXL or HBM memory node),
+  where no vCPU runs. Unplaced memory is spread evenly over all cells. Spreading is
   the honest answer for an unpinned guest: the kernel may run it anywhere, and
   an even share keeps every cell's sum equal to the host's.
 - Node ids that the host does not have are ignored; if none remain, the demand
@@ -307,7 +308,12 @@ def _vcpu_weights(d: DomainDemand, vcpu: int, t: HostTopology) -> dict[int, int]
         if weights:
             return weights
     home = _memory_home(d, _guest_cell_of_vcpu(d, vcpu), t)
-    return dict.fromkeys(sorted(home if home is not None else t.cell_ids), 1)
+    cells = home if home is not None else t.cell_ids
+    # A vCPU runs on a CPU: never on a memory-only cell (CXL, HBM nodes:
+    # `<cpus num='0'>`); with its memory all on such cells, on any that has CPUs.
+    with_cpus = {c.id for c in t.cells if c.cpus}
+    runnable = [c for c in cells if c in with_cpus] or sorted(with_cpus) or list(cells)
+    return dict.fromkeys(sorted(runnable), 1)
 
 
 CellUnits = dict[int, dict[ResourceName, int]]
