@@ -7,12 +7,12 @@ command that prints JSON or one line pays for neither (docs/benchmarks.md).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, cast
 
+from hvfleet.model.bounds import CONTROL_CHARACTERS
 from hvfleet.model.meta import Model
 from hvfleet.views.text import human as human  # the one home of quantity formatting
 
@@ -68,15 +68,12 @@ def emit(objs: Sequence[Model] | Model, fmt: str) -> None:
 # width no table of the CLI reaches (Rich cuts cells only past it).
 PIPE_WIDTH = 1 << 16
 
-# C0 and C1 control characters and DEL: text a user wrote (a maintenance
-# reason, a label, a condition's message) never moves the cursor, clears the
-# screen or retitles the terminal of the person reading it.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
 def shown(text: str) -> str:
-    """`text` as it is printed: each control character as its escape (`\\x1b`)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """`text` as it is printed: each control character as its escape
+    (`\\x1b`), so text a user wrote (a maintenance reason, a label, a
+    condition's message) never moves the cursor, clears the screen or
+    retitles the terminal of the person reading it."""
+    return CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def literal(text: object) -> str:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from hvfleet.guests.policy import KNOWN_DRIVERS
+from hvfleet.model.bounds import CONTROL_CHARACTERS
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hostcaps import HostCapabilities
 from hvfleet.model.quantity import Quantity
@@ -36,14 +37,13 @@ def _pairs(spec: str, field: str, allowed: tuple[str, ...]) -> dict[str, str]:
             raise InvalidInput(f"{spec!r}: unknown key {key!r} (known: {', '.join(allowed)})", field=field)
         if key in out:
             raise InvalidInput(f"{spec!r}: {key!r} given twice", field=field)
-        if _CONTROL.search(value):
+        if CONTROL_CHARACTERS.search(value):
             # XML cannot carry most of them, and libvirt would take none.
             raise InvalidInput(f"{spec!r}: {key}= has a control character", field=field)
         out[key] = value.strip()
     return out
 
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # A network disk's host: a name or IPv4 address, or an IPv6 one in brackets;
 # then maybe a port (libvirt's <host name= port=>, the port 1-65535).
 _HOST_RE = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::(?P<port>[0-9]{1,5}))?$")

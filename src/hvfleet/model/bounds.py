@@ -16,6 +16,7 @@ in `hvfleet.model.hypervisor.check_ratio`, label keys and values in
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Final
 
@@ -50,6 +51,10 @@ MAX_LEASE_SECONDS: Final = 86_400
 # a condition message), metadata at most MAX_ANNOTATIONS_BYTES of annotations
 # (Kubernetes' total), a condition's reason MAX_REASON and type MAX_NAME.
 MAX_TEXT: Final = 32_768
+# C0 and C1 control characters and DEL: what a value for libvirt's XML never
+# holds (guests.request refuses them) and what a terminal acts on (the CLI
+# prints them as escapes: cli.output.shown).
+CONTROL_CHARACTERS: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_ANNOTATIONS_BYTES: Final = 256 * 1024
 MAX_REASON: Final = 1024
 MAX_NAME: Final = 253
@@ -92,7 +97,7 @@ Amount = Annotated[Quantity, QuantityBound(MAX_QUANTITY)]
 EffectiveAmount = Annotated[Quantity, QuantityBound(MAX_EFFECTIVE)]
 
 __all__ = [
-    "EARLIEST", "INT64_MAX", "LATEST", "MAX_CELLS", "MAX_CONDITIONS", "MAX_EFFECTIVE",
+    "CONTROL_CHARACTERS", "EARLIEST", "INT64_MAX", "LATEST", "MAX_CELLS", "MAX_CONDITIONS", "MAX_EFFECTIVE",
     "MAX_INSTANCES", "MAX_INSTANCE_NAME", "MAX_LABELS", "MAX_LEASE_SECONDS", "MAX_LIST", "MAX_MANAGER",
     "MAX_NAME",
     "MAX_QUANTITY", "MAX_RATIO", "MAX_REASON", "MAX_RESOURCES", "MAX_SELECTOR_TERMS", "MAX_TEXT",
