@@ -138,3 +138,18 @@ def test_the_placement_api_serves_the_fleet_with_that_host_disabled(api: Placeme
     listed = api.call("GET", "/resource_providers").json()["resource_providers"]
     assert {p["uuid"] for p in listed} == {hv1, hv2}
     assert "COMPUTE_STATUS_DISABLED" in api.call("GET", f"/resource_providers/{hv2}/traits").json()["traits"]
+
+
+def test_a_policy_update_naming_a_standard_class_is_refused_too(run: Run, db_url: str,
+                                                                tmp_path: Path) -> None:
+    """The check ran on the policy as it was stored, not as the update wrote it."""
+    policy = ("apiVersion: hvfleet.io/v1\nkind: OvercommitPolicy\nmetadata:\n  name: p\n"
+              "spec:\n  overcommit: {{{ratios}}}\n")
+    path = tmp_path / "p.yaml"
+    path.write_text(policy.format(ratios="cpu: 2"))
+    assert run("apply", "-f", str(path)).code == 0
+    before = _revision(db_url)
+    path.write_text(policy.format(ratios="cpu: 2, VCPU: 3"))
+    r = run("apply", "-f", str(path))
+    assert r.code == 2 and "Placement's class of the resource 'cpu'" in r.err, r.err
+    assert _revision(db_url) == before

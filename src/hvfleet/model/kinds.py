@@ -121,8 +121,12 @@ def _reservation_create(obj: Reservation, _manager: str) -> None:
     _no_placement_aliases([("spec.resources", obj.spec.resources)])
 
 
-def _policy_write(obj: OvercommitPolicy, *_: Any) -> None:
+def _policy_create(obj: OvercommitPolicy, _manager: str) -> None:
     _no_placement_aliases([("spec.overcommit", obj.spec.overcommit)])
+
+
+def _policy_update(_old: OvercommitPolicy, new: OvercommitPolicy, manager: str, _now: datetime) -> None:
+    _policy_create(new, manager)
 
 
 def _lease_writer(obj: Lease, manager: str) -> None:
@@ -263,7 +267,7 @@ STRATEGIES: dict[str, KindStrategy[Any]] = {s.kind: s for s in (
     ),
     KindStrategy[OvercommitPolicy]("OvercommitPolicy", OvercommitPolicy, "overcommitpolicies",
                                    ("ocp",), selects_host=selects,
-                                   validate_create=_policy_write, validate_update=_policy_write),
+                                   validate_create=_policy_create, validate_update=_policy_update),
     KindStrategy[AccessToken]("AccessToken", AccessToken, "accesstokens", public=False),
     # The Placement API's records (hvfleet.model.placement): stored, served only under /placement.
     KindStrategy[ResourceProvider]("ResourceProvider", ResourceProvider, "resourceproviders",
