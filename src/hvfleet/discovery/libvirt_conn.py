@@ -13,11 +13,12 @@ both, once per process, in a daemon thread.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import libvirt
@@ -25,6 +26,9 @@ import libvirt
 from hvfleet.discovery.domains import DomainRecord
 from hvfleet.discovery.host import NodeInfo
 from hvfleet.model.errors import Unavailable
+
+if TYPE_CHECKING:
+    from lxml import etree
 
 log = logging.getLogger(__name__)
 
@@ -246,19 +250,16 @@ class LibvirtConnection:
         return out
 
 
-def domain_xml_error(xml: str) -> str | None:
-    """What libvirt says of a domain definition, or None when it takes it:
-    its schema and its own domain parser (the ranges, units, addresses and
-    names `defineXML` refuses), through the test driver in this process (no
-    daemon, nothing of a host's). The definition is tried under a name and
-    uuid of its own, so two checks never meet; libvirt's rule for the name
-    itself (no '/') is checked here."""
+def domain_xml_error(domain: etree._Element) -> str | None:
+    """What libvirt says of a domain definition (as parsed, safely, by its
+    reader), or None when it takes it: its schema and its own domain parser
+    (the ranges, units, addresses and names `defineXML` refuses), through the
+    test driver in this process (no daemon, nothing of a host's). A copy is
+    tried under a name and uuid of its own, so two checks never meet;
+    libvirt's rule for the name itself (no '/') is checked here."""
     from lxml import etree
 
-    try:
-        dom = etree.fromstring(xml.encode())
-    except etree.XMLSyntaxError as exc:
-        return f"not XML: {exc}"
+    dom = copy.deepcopy(domain)
     name = dom.findtext("name") or ""
     if "/" in name or "\n" in name:
         return f"name {name!r} cannot contain '/' or a newline"

@@ -232,7 +232,7 @@ def check(domain: etree._Element, group: HostGroup) -> GuestCheckAnswer:
 
     fresh_data()
     verdicts = list(check_domain(domain, group))
-    refused = domain_xml_error(etree.tostring(domain, encoding="unicode"))
+    refused = domain_xml_error(domain)
     if refused is not None:
         for v in verdicts:
             v.problems.insert(0, f"libvirt refuses the definition: {refused}")
