@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -237,7 +238,7 @@ def _edit(store_url: str | None, targets: list[str], selector: str | None, field
     name, entries = _targets(targets, selector)
     if parse is not None:
         pairs = [parse(e) for e in entries]
-        twice = sorted({r for r, _ in pairs if [q for q, _ in pairs].count(r) > 1})
+        twice = sorted(r for r, n in Counter(r for r, _ in pairs).items() if n > 1)
         if twice:  # as `fit` refuses a resource requested twice
             raise InvalidInput(f"{twice[0]} is given twice", field=SPEC_FIELD[field])
         edit = SpecEdit(field, changes=dict(pairs))
