@@ -51,9 +51,19 @@ from hvfleet.server.field_selector import parse_field_selector
 from hvfleet.server.guard import about, audited, audited_on_loop, authenticate, precheck
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.narrowing import get_visible, view_of
+from hvfleet.server.negotiation import (
+    PARTIAL_LIST,
+    Form,
+    a_list,
+    encoded,
+    form_of,
+    include_object,
+    not_a_list,
+    partial_metadata,
+)
 from hvfleet.server.read_options import EXACT, check_not_newer, read_options
 from hvfleet.server.status import ApiError, Target, status, success
-from hvfleet.server.table import TableInputs, table, wants_table
+from hvfleet.server.table import TableInputs, table
 from hvfleet.server.threads import in_thread
 from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store import lifecycle
@@ -158,13 +168,31 @@ def _unreadable_warnings(found: list[Undecodable]) -> list[str]:
 
 def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource, code: int = 200,
            warnings: list[str] | None = None, inputs: TableInputs | None = None) -> Response:
+    """One object's answer in the form the client negotiated (the object,
+    a Table, or its PartialObjectMetadata)."""
     headers = warning_header(warnings)
-    if wants_table(request.headers.get("accept")):
+    form = form_of(request)
+    if form.table:
         inputs = ctx.table_inputs(info.kind) if inputs is None else inputs
         body = table(info.kind, [obj], inputs, obj.metadata.resource_version or "",
-                     request.query_params.get("includeObject", "PartialObjectMetadata"))
-        return JSONResponse(body, status_code=code, headers=headers)
-    return Response(obj.to_json(), status_code=code, headers=headers, media_type="application/json")
+                     include_object(request), api_version=form.meta_api_version)
+        return encoded(form, body, code, headers)
+    if form.kind:
+        return encoded(form, partial_metadata(obj.to_dict()["metadata"], form), code, headers)
+    return encoded(form, obj.to_json(), code, headers)
+
+
+def list_answer(form: Form, info: ResourceInfo, items: list[Resource], meta: dict[str, Any],
+           headers: dict[str, str] | None = None) -> Response:
+    """A list's answer: the kind's List, or meta.k8s.io's
+    PartialObjectMetadataList (a Table is built by its caller)."""
+    if form.kind == PARTIAL_LIST:
+        return encoded(form, {"kind": PARTIAL_LIST, "apiVersion": form.meta_api_version,
+                              "metadata": meta,
+                              "items": [partial_metadata(o.to_dict()["metadata"], form)
+                                        for o in items]}, headers=headers)
+    return encoded(form, {"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": meta,
+                          "items": [o.to_dict() for o in items]}, headers=headers)
 
 
 def _retrying(ctx: ApiContext, pinned: bool, attempt: Callable[[], Resource | None]) -> Resource | None:
@@ -250,12 +278,17 @@ def _limit(request: Request) -> int | None:
 async def collection(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     info = _info(request)
+    # The answer's form first: a client nothing can be answered to gets 406
+    # before anything is read or written (kube negotiates first too).
+    form = form_of(request, stream=request.method == "GET" and _flag(request, "watch"))
     if request.method == "POST":
+        not_a_list(form)
         return await create(request, ctx, info)
-    if request.method == "DELETE":
-        return await delete_collection(request, ctx, info)
     if _flag(request, "watch"):
         return await watch(request, ctx, info)
+    a_list(form)
+    if request.method == "DELETE":
+        return await delete_collection(request, ctx, info)
     return await list_objects(request, ctx, info)
 
 
@@ -312,18 +345,18 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
         token = _encode_continue(revision, items[-1].metadata.name, snapshot, binding)
     rv = str(revision)
     headers = warning_header(_unreadable_warnings(unreadable))
-    if wants_table(request.headers.get("accept")):
+    form = form_of(request)
+    if form.table:
         inputs = (await in_thread(ctx.table_inputs, info.kind) if view is None
                   else view.table_inputs)
-        body = table(info.kind, items, inputs, rv, q.get("includeObject", "PartialObjectMetadata"),
-                     token, unreadable)
-        return JSONResponse(body, headers=headers)
+        body = table(info.kind, items, inputs, rv, include_object(request), token, unreadable,
+                     api_version=form.meta_api_version)
+        return encoded(form, body, headers=headers)
     meta: dict[str, Any] = {"resourceVersion": rv}
     if token:
         meta["continue"] = token
         meta["remainingItemCount"] = remaining
-    return JSONResponse({"apiVersion": API_VERSION, "kind": f"{info.kind}List", "metadata": meta,
-                         "items": [o.to_dict() for o in items]}, headers=headers)
+    return list_answer(form, info, items, meta, headers)
 
 
 async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
@@ -357,8 +390,9 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
         return WatchResponse(
             ctx, fanout, info.kind, since, initial, selector=selector, names=names,
             bookmarks=_flag(request, "allowWatchBookmarks"), timeout=timeout,
-            as_table=wants_table(request.headers.get("accept")),
-            include_object=q.get("includeObject", "PartialObjectMetadata"), release=release,
+            form=form_of(request, stream=True),
+            include_object=include_object(request) if form_of(request, stream=True).table else "",
+            release=release,
             view=None if narrowed is None else partial(view_of, ctx.store, narrowed),
             authorization=request.headers.get("authorization"),
             initial_events_end=bool(options.send_initial_events),
@@ -425,6 +459,7 @@ async def item(request: Request) -> Response:
     name = request.path_params["name"]
     if sub is not None and not info.has_status:
         raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
+    not_a_list(form_of(request))
     if request.method == "GET":
         # A get's only read option: a version past the newest is 504, as for lists.
         options = read_options({"resourceVersion": request.query_params.get("resourceVersion", "")},
@@ -441,14 +476,14 @@ async def item(request: Request) -> Response:
         try:
             obj = await in_thread(ctx.store.get, info.kind, name)
         except Undecodable as exc:
-            if not wants_table(request.headers.get("accept")):
+            form = form_of(request)
+            if not form.table:
                 raise
             # `kubectl get KIND NAME`: the row says Unknown, the Warning why.
             inputs = await in_thread(ctx.table_inputs, info.kind)
-            rows_doc = table(info.kind, [], inputs, str(exc.revision),
-                             request.query_params.get("includeObject", "PartialObjectMetadata"),
-                             undecodable=[exc])
-            return JSONResponse(rows_doc, headers=warning_header([str(exc)]))
+            rows_doc = table(info.kind, [], inputs, str(exc.revision), include_object(request),
+                             undecodable=[exc], api_version=form.meta_api_version)
+            return encoded(form, rows_doc, headers=warning_header([str(exc)]))
         return render(request, ctx, info, obj)
     if request.method == "DELETE":
         if sub is not None:
@@ -898,6 +933,4 @@ async def delete_collection(request: Request, ctx: ApiContext, info: ResourceInf
         except NotFound:
             continue  # deleted meanwhile: nothing left to do for it
     rv = await in_thread(ctx.store.revision)
-    return JSONResponse({"apiVersion": API_VERSION, "kind": f"{info.kind}List",
-                         "metadata": {"resourceVersion": str(rv)},
-                         "items": [o.to_dict() for o in deleted]})
+    return list_answer(form_of(request), info, deleted, {"resourceVersion": str(rv)})

@@ -35,6 +35,7 @@ from hvfleet.model.selectors import Selector
 from hvfleet.server.context import ApiContext
 from hvfleet.server.field_selector import FieldSelector
 from hvfleet.server.narrowing import View
+from hvfleet.server.negotiation import PARTIAL, Form, partial_metadata
 from hvfleet.server.read_options import INITIAL_EVENTS_END
 from hvfleet.server.status import status
 from hvfleet.server.table import TableInputs, table
@@ -51,7 +52,7 @@ class WatchResponse(Response):
 
     def __init__(self, ctx: ApiContext, fanout: KindFanout, kind: str, since: int,
                  initial: list[Resource] | None, *, selector: Selector, names: FieldSelector,
-                 bookmarks: bool, timeout: float, as_table: bool,
+                 bookmarks: bool, timeout: float, form: Form,
                  include_object: str, release: Callable[[], None],
                  view: Callable[[], View] | None = None,
                  authorization: str | None = None,
@@ -65,7 +66,11 @@ class WatchResponse(Response):
         self.names = names
         self.bookmarks = bookmarks
         self.timeout = timeout
-        self.as_table = as_table
+        self.form = form
+        self.as_table = form.table
+        # Each event's object turned into a Table or its metadata (a watch
+        # asked for as PartialObjectMetadataList sends the objects, as kube's).
+        self.transformed = form.table or form.kind == PARTIAL
         self.include_object = include_object
         self.release = release
         # A narrowed watch (an agent's policies): what it may see, read again
@@ -137,7 +142,9 @@ class WatchResponse(Response):
         if self.as_table:
             assert inputs is not None
             body = table(self.kind, [obj], inputs, obj.metadata.resource_version or "",
-                         self.include_object)
+                         self.include_object, api_version=self.form.meta_api_version)
+        elif self.transformed:
+            body = partial_metadata(obj.to_dict()["metadata"], self.form)
         else:
             body = obj.to_dict()
         return json.dumps({"type": type_, "object": body}).encode() + b"\n"
@@ -189,7 +196,7 @@ class WatchResponse(Response):
             # Sent as the fan-out encoded it when nothing here looks into the
             # object (no selector, no narrowing, no table): from the stored
             # bytes, without a decode, when the store vouched for them.
-            as_is = not self.as_table and view is None and not self.selector.requirements
+            as_is = not self.transformed and view is None and not self.selector.requirements
             for ev in events:
                 name = ev.name
                 if ev.revision < last or (ev.revision == last and (sent_at_last is None
@@ -208,7 +215,7 @@ class WatchResponse(Response):
                 if seen is None:
                     continue
                 type_, obj = seen
-                if self.as_table or type_ != ev.type or obj is not ev.object:
+                if self.transformed or type_ != ev.type or obj is not ev.object:
                     lines.append(self._line(type_, obj, inputs))
                 else:
                     lines.append(self.fanout.encoded(ev))
