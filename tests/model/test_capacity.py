@@ -33,16 +33,26 @@ TABLE = [
     ({"cpu": 7}, {}, {}, {"cpu": 1.3}, {"cpu": 9}),
     # The float 0.29 × 100 is 28.999999999999996; taken at its decimal it is 29.
     ({"cpu": 100}, {}, {}, {"cpu": 0.29}, {"cpu": 29}),
-    # Ratio below 1 keeps part free: (32 − 0) × 0.5 = 16; (9) × 0.7 = 6.3 → 6.
-    ({"cpu": 32, "disk": 9}, {}, {}, {"cpu": 0.5, "disk": 0.7}, {"cpu": 16, "disk": 6}),
+    # Ratio below 1 keeps part free: (32 − 0) × 0.5 = 16; (9 GiB) × 0.7 = 6.3 → 6 GiB.
+    ({"cpu": 32, "disk": "9Gi"}, {}, {}, {"cpu": 0.5, "disk": 0.7}, {"cpu": 16, "disk": "6Gi"}),
     # Reserve larger than capacity: 0, never negative.
     ({"cpu": 4, "memory": "2Gi"}, {}, {"cpu": 8, "memory": "4Gi"}, {"cpu": 16}, {"cpu": 0, "memory": 0}),
     # Extra capacity for what libvirt cannot see: (0 + 4 − 1) × 2 = 6 VGPUs.
     ({"cpu": 8}, {"VGPU": 4}, {"VGPU": 1}, {"VGPU": 2}, {"cpu": 8, "VGPU": 6}),
     # A ratio or reserve for a resource the host does not have adds nothing.
     ({"cpu": 8}, {}, {"pcpu": 2}, {"memory": 2}, {"cpu": 8}),
-    # Memory in bytes with a fractional ratio: 1000 B × 1.5 = 1500 B; 1001 × 1.5 = 1501.5 → 1501.
-    ({"memory": 1000, "disk": 1001}, {}, {}, {"memory": 1.5, "disk": 1.5}, {"memory": 1500, "disk": 1501}),
+    # A fractional ratio: 1000 MiB × 1.5 = 1500 MiB; 1001 GiB × 1.5 = 1501.5 → 1501 GiB.
+    ({"memory": "1000Mi", "disk": "1001Gi"}, {}, {}, {"memory": 1.5, "disk": 1.5},
+     {"memory": "1500Mi", "disk": "1501Gi"}),
+    # Whole Placement units, as Nova reports them: a total rounded down (10^9 B is
+    # 953.67 MiB → 953 MiB; × 1.5 = 1429.5 → 1429 MiB), a reserve rounded up
+    # (500m cpu → 1: (4 − 1) × 16 = 48, not 3.5 × 16 = 56).
+    ({"cpu": 4, "memory": 10**9}, {}, {"cpu": "500m"}, {"cpu": 16, "memory": 1.5},
+     {"cpu": 48, "memory": "1429Mi"}),
+    # Memory the reserve takes part of a MiB from: ⌊2 GiB + 1 B⌋ − ⌈1 MiB + 1 B⌉ = 2046 MiB.
+    ({"memory": 2 * GI + 1}, {}, {"memory": 2**20 + 1}, {}, {"memory": "2046Mi"}),
+    # Less than one unit is nothing: 500m of VGPU extra capacity, 1 KiB of disk.
+    ({"disk": "1Ki"}, {"VGPU": "500m"}, {}, {}, {"disk": 0, "VGPU": 0}),
 ]
 
 
@@ -140,9 +150,10 @@ def test_effective_is_floor_of_exact_product_and_never_negative(
 def test_usable_and_effective_keep_the_exact_value_and_the_capacitys_form(
     capacity: int, extra: int, reserved: int, fmt: Any, ratio: float | None
 ) -> None:
-    """With or without a ratio, reserve or extra capacity: the exact formula,
-    in the capacity's own form (binary stays binary), as before the shortcuts
-    that hand back the usable quantity itself where the ratio is 1."""
+    """With or without a ratio, reserve or extra capacity: the exact formula
+    in whole MiB (total down, reserve up), in the capacity's own form (binary
+    stays binary), as before the shortcuts that hand back the usable quantity
+    itself where the ratio is 1."""
     from fractions import Fraction
     from math import floor
 
@@ -151,10 +162,14 @@ def test_usable_and_effective_keep_the_exact_value_and_the_capacitys_form(
     extras = {mem: Quantity(extra)} if extra else {}
     reserve = {mem: Quantity(reserved)}
     form = fmt if capacity else "decimal"  # a zero capacity has no form of its own (nor the extra)
+    from math import ceil
+
+    mib = 2**20  # memory counts whole MiB, as Placement's MEMORY_MB
     usable = cap.usable_capacity(caps, reserve, extras)[mem]
-    assert usable.value == max(capacity + extra - reserved, 0) and usable.format == form
+    whole = max((capacity + extra) // mib - ceil(reserved / mib), 0)
+    assert usable.value == whole * mib and usable.format == form
     eff = cap.effective_capacity(caps, {mem: ratio} if ratio is not None else {}, reserve, extras)[mem]
-    assert eff.value == floor(usable.value * Fraction(repr(ratio or 1.0)))
+    assert eff.value == floor(whole * Fraction(repr(ratio or 1.0))) * mib
     assert eff.format == form and str(eff) == str(Quantity(eff.value, form))
     assert cap.subtract({mem: usable}, {}) == {mem: usable}
     assert cap.subtract({mem: usable}, {}) == cap.subtract({mem: usable}, {mem: Quantity(0)})

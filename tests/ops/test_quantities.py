@@ -66,8 +66,9 @@ def test_a_rejection_says_it_in_binary_units_and_keeps_exact_fields() -> None:
     insufficient = next(r for r in found if r.reason == "insufficient")
     assert insufficient.message == "memory: needs 64Gi, 61.6Gi free (short by 2.4Gi)"
     doc = Rejection.to_dict(insufficient)
-    assert doc["requested"] == "64Gi" and doc["available"] == "66142496358"
-    assert doc["shortBy"] == "2576980378"
+    # Free memory in whole MiB (Placement's MEMORY_MB): ⌊66142496358 B⌋ = 63078 MiB.
+    assert doc["requested"] == "64Gi" and doc["available"] == "63078Mi"
+    assert doc["shortBy"] == "2458Mi"  # 65536 − 63078 MiB
 
 
 def test_the_agents_summary_line_is_in_the_human_form() -> None:

@@ -206,10 +206,14 @@ def test_index_keeps_fractional_and_huge_quantities_exact() -> None:
     def names(r: Request) -> set[str]:
         return {c.name for c in index.fit(r, now=NOW).candidates}
 
-    assert names(req("2500m")) == {"frac", "huge"}
-    assert names(req("2501m")) == {"huge"}
-    assert names(req("1250m", count=2)) == {"frac", "huge"}
-    assert names(req("1251m", count=2)) == {"huge"}
+    # An allocation of 1500m counts as 2 vCPUs (rounded up, as Placement counts
+    # whole units): 2 of 4 free; fractional requests are compared exactly.
+    assert names(req("2")) == {"frac", "huge"}
+    assert names(req("2001m")) == {"huge"}
+    assert names(req("1", count=2)) == {"frac", "huge"}
+    assert names(req("1001m", count=2)) == {"huge"}
+    assert names(req("500m", count=4)) == {"frac", "huge"}
+    assert names(req("501m", count=4)) == {"huge"}
     assert names(req("1", "1")) == {"frac"}
     assert names(req("1", "1Gi")) == {"frac"}
     assert names(req("1", "1025Mi")) == set()

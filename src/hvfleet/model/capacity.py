@@ -1,12 +1,20 @@
 """Capacity arithmetic: the one place where effective and free capacity are computed.
 
-    effective[r] = floor((capacity[r] + extraCapacity[r] − reserved[r]) × overcommit[r])
+    effective[r] = floor((⌊capacity[r] + extraCapacity[r]⌋ − ⌈reserved[r]⌉) × overcommit[r])
 
 is OpenStack Placement's `(total − reserved) × allocation_ratio`, with a ratio
 of 1 where none is given; with nothing reserved it equals the seed's node agent.
+Placement counts whole units of each resource's class (a vCPU, a MiB of
+MEMORY_MB, a GiB of DISK_GB, a page: `ResourceName.placement`), so the
+amounts it is given are whole units too, taken as Nova's compute service
+reports them: a total rounded down (⌊ ⌋: 15.6 GiB of memory seen by libvirt in
+KiB is 15,974 MiB), a reserve rounded up (⌈ ⌉), the allocation libvirt counts
+rounded up, and each claim's holding rounded up (a claim stored before claims
+had to be whole units). So hvfleet's free space is Placement's, to the unit:
+fit, claims and the served Placement API never disagree at the margin.
 Ratios are taken at the decimal value a person wrote (`1.1`, not the binary
 float 1.1000000000000000888), so the arithmetic is exact and never drifts.
-A single request may not exceed `capacity + extra − reserved` (Placement's
+A single request may not exceed `⌊capacity + extra⌋ − ⌈reserved⌉` (Placement's
 `max_unit`): overcommit makes room for more guests, not bigger ones.
 Every consumer (agent, scheduling, API, dashboard, CLI) calls these functions.
 The ratio of a resource is the host's own, else that of the matching
@@ -53,16 +61,37 @@ def _get(values: Mapping[ResourceName, Quantity], r: ResourceName) -> Quantity:
     return values.get(r, _ZERO)
 
 
+def units_down(r: ResourceName, q: Quantity) -> Quantity:
+    """`q` rounded down to whole units of `r`'s Placement class (a total)."""
+    unit = r.placement.base_per_unit
+    if (q.value / unit).denominator == 1:
+        return q
+    return Quantity(math.floor(q.value / unit) * unit, q.format)
+
+
+def units_up(r: ResourceName, q: Quantity) -> Quantity:
+    """`q` rounded up to whole units of `r`'s Placement class (a reserve, a use)."""
+    unit = r.placement.base_per_unit
+    if (q.value / unit).denominator == 1:
+        return q
+    return Quantity(math.ceil(q.value / unit) * unit, q.format)
+
+
+def _units_up_all(values: Mapping[ResourceName, Quantity]) -> ResourceList:
+    return {r: units_up(r, q) for r, q in values.items()}
+
+
 def usable_capacity(
     capacity: Mapping[ResourceName, Quantity],
     reserved: Mapping[ResourceName, Quantity],
     extra: Mapping[ResourceName, Quantity] | None = None,
 ) -> ResourceList:
-    """capacity + extra − reserved, never below 0: also Placement's max_unit."""
+    """⌊capacity + extra⌋ − ⌈reserved⌉ in whole units of each resource's
+    Placement class, never below 0: also Placement's max_unit."""
     extra = extra or {}
     out: ResourceList = {}
     for r in sorted(set(capacity) | set(extra), key=str):
-        total = _get(capacity, r) + _get(extra, r) - _get(reserved, r)
+        total = units_down(r, _get(capacity, r) + _get(extra, r)) - units_up(r, _get(reserved, r))
         fmt = (capacity.get(r) or extra.get(r) or _ZERO).format
         out[r] = total if total.value >= 0 and total.format == fmt else Quantity(max(total.value, _NONE), fmt)
     return out
@@ -74,14 +103,16 @@ def effective_capacity(
     reserved: Mapping[ResourceName, Quantity] | None = None,
     extra: Mapping[ResourceName, Quantity] | None = None,
 ) -> ResourceList:
-    """floor((capacity + extra − reserved) × ratio) per resource, never below 0."""
+    """floor((⌊capacity + extra⌋ − ⌈reserved⌉) × ratio) per resource, in whole
+    units of its Placement class, never below 0."""
     out: ResourceList = {}
     for r, usable in usable_capacity(capacity, reserved or {}, extra).items():
         ratio = exact_ratio(overcommit[r]) if r in overcommit else _NO_RATIO
-        if ratio == 1 and usable.is_integer():
-            out[r] = usable  # floor(usable × 1) is usable itself
+        if ratio == 1:
+            out[r] = usable  # whole units already: floor(usable × 1) is usable itself
         else:
-            out[r] = Quantity(math.floor(usable.value * ratio), usable.format)
+            unit = r.placement.base_per_unit
+            out[r] = Quantity(math.floor(usable.value / unit * ratio) * unit, usable.format)
     return out
 
 
@@ -271,10 +302,11 @@ def claim_holds(
     """What a new claim of `resources` for `consumer` would hold on `h` now
     (as `held_resources` judges it once written): everything, unless the
     consumer's instance is already listed there (`beyond_libvirt`: still
-    everything while libvirt's allocation does not count it). This, not the
-    whole request, is what the claim needs free."""
+    everything while libvirt's allocation does not count it), in whole units
+    as `free_capacity` counts it. This, not the whole request, is what the
+    claim needs free."""
     instance = instance_of(consumer, h)
-    return dict(resources) if instance is None else beyond_libvirt(resources, instance, h)
+    return _units_up_all(resources if instance is None else beyond_libvirt(resources, instance, h))
 
 
 def reservation_phase(
@@ -353,10 +385,13 @@ def free_capacity(
     effective: ResourceList | None = None,
 ) -> ResourceList:
     """effective − allocation − space held by reservations on this host
-    (`held_resources`). Negative means overcommitted beyond what spec allows.
-    `effective` is `hypervisor_effective_capacity(h, policies)` where the
-    caller has it already."""
-    held = add(held_resources(r, h, now) for r in reservations if r.spec.hypervisor == h.name)
+    (`held_resources`), in whole units of each resource's Placement class: the
+    allocation and each claim's holding rounded up, as Placement counts them.
+    Negative means overcommitted beyond what spec allows. `effective` is
+    `hypervisor_effective_capacity(h, policies)` where the caller has it
+    already."""
+    held = add(_units_up_all(held_resources(r, h, now)) for r in reservations
+               if r.spec.hypervisor == h.name)
     if effective is None:
         effective = hypervisor_effective_capacity(h, policies)
-    return subtract(subtract(effective, h.status.allocation), held)
+    return subtract(subtract(effective, _units_up_all(h.status.allocation)), held)

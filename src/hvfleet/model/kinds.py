@@ -41,7 +41,8 @@ from hvfleet.model.lease import Lease
 from hvfleet.model.meta import validate_name
 from hvfleet.model.overcommit import selects
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
-from hvfleet.model.resources import placement_alias_error
+from hvfleet.model.quantity import Quantity
+from hvfleet.model.resources import ResourceName, placement_alias_error, whole_units_error
 from hvfleet.model.token import AccessToken
 from hvfleet.model.units import check_unit_annotations
 
@@ -100,6 +101,22 @@ def _no_placement_aliases(named: list[tuple[str, Iterable[str]]]) -> None:
             raise error
 
 
+def _whole_units(named: list[tuple[str, Mapping[ResourceName, Quantity]]],
+                 before: list[tuple[str, Mapping[ResourceName, Quantity]]] | None = None) -> None:
+    """Amounts in whole Placement units (`whole_units_error`): those given
+    anew, not one stored before that this write leaves as it was."""
+    for n, (where, values) in enumerate(named):
+        kept = before[n][1] if before is not None else {}
+        given = {r: q for r, q in values.items() if kept.get(r) != q}
+        error = whole_units_error(given, where)
+        if error is not None:
+            raise error
+
+
+def _spec_amounts(spec: HypervisorSpec) -> list[tuple[str, Mapping[ResourceName, Quantity]]]:
+    return [("spec.reserved", spec.reserved), ("spec.extraCapacity", spec.extra_capacity)]
+
+
 def _hypervisor_create(obj: Hypervisor, manager: str) -> None:
     why = hypervisor_name_error(obj.metadata.name)
     if why is not None:
@@ -107,6 +124,7 @@ def _hypervisor_create(obj: Hypervisor, manager: str) -> None:
     _agent_writes_no_spec_on_create(obj, manager)
     check_unit_annotations(obj)
     _no_placement_aliases(_spec_names(obj.spec))
+    _whole_units(_spec_amounts(obj.spec))
 
 
 def _hypervisor_update(old: Hypervisor, new: Hypervisor, _manager: str, _now: datetime) -> None:
@@ -115,10 +133,12 @@ def _hypervisor_update(old: Hypervisor, new: Hypervisor, _manager: str, _now: da
     check_unit_annotations(new, old)
     if new.spec != old.spec:
         _no_placement_aliases(_spec_names(new.spec))
+        _whole_units(_spec_amounts(new.spec), _spec_amounts(old.spec))
 
 
 def _reservation_create(obj: Reservation, _manager: str) -> None:
     _no_placement_aliases([("spec.resources", obj.spec.resources)])
+    _whole_units([("spec.resources", obj.spec.resources)])
 
 
 def _policy_create(obj: OvercommitPolicy, _manager: str) -> None:

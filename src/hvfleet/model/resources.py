@@ -10,7 +10,7 @@ else is refused: a typo must not silently become a new resource.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -60,6 +60,25 @@ def placement_alias_error(names: Iterable[str], where: str) -> InvalidInput | No
             return InvalidInput(f"{name} is Placement's class of the resource {own!r}: write {own!r} "
                                 f"(a resource {name!r} beside it would count the same class twice)",
                                 field=f"{where}.{name}")
+    return None
+
+
+def whole_units_error(values: Mapping[ResourceName, Quantity], where: str) -> InvalidInput | None:
+    """The error for the first amount of `values` that is not a whole number
+    of its resource's Placement unit (`500m` cpu, `100M` of memory), or None.
+    Placement counts whole units, so an amount hvfleet holds, reserves or
+    adds must be one, or fit and Placement would disagree at the margin.
+    Checked where an amount is first given (a create, a spec change, a
+    claim); one stored before is read rounded as Placement reads it
+    (`hvfleet.model.capacity`)."""
+    for name, q in values.items():
+        r = ResourceName.parse(name, where=where)  # a model_copy may carry plain text keys
+        pc = r.placement
+        # A model_copy's update may carry the raw value (`"1Gi"`, `4`), not a Quantity.
+        value = (q if isinstance(q, Quantity) else Quantity.parse(q, where=f"{where}.{name}")).value
+        if (value / pc.base_per_unit).denominator != 1:
+            return InvalidInput(f"{q} is not a whole number of {pc.unit} ({pc.resource_class}): Placement "
+                                "counts whole units", field=f"{where}.{name}")
     return None
 
 

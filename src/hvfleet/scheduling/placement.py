@@ -122,14 +122,15 @@ def export_inventories(
 def export_usages(h: Hypervisor, reservations: Iterable[Reservation], now: datetime | None) -> dict[str, int]:
     """What Placement would count as used: the allocation libvirt sees plus what
     reservations hold (`held_resources`: all of a Pending/Active one, and of a
-    Confirmed one what the agent does not discover, while its instance runs)."""
-    held = [held_resources(r, h, now) for r in reservations if r.spec.hypervisor == h.name]
-    used = add([h.status.allocation, *held])
-    return {
-        r.placement.resource_class: _units_up(r, q)
-        for r, q in sorted(used.items(), key=lambda kv: str(kv[0]))
-        if q > 0
-    }
+    Confirmed one what the agent does not discover, while its instance runs),
+    each in whole units rounded up, so the usages are the sum of the
+    allocations each consumer is shown with (`units_of`), as in Placement."""
+    out = units_of(h.status.allocation)
+    for res in reservations:
+        if res.spec.hypervisor == h.name:
+            for rc, n in units_of(held_resources(res, h, now)).items():
+                out[rc] = out.get(rc, 0) + n
+    return {rc: out[rc] for rc in sorted(out) if out[rc] > 0}
 
 
 def units_of(resources: ResourceList) -> dict[str, int]:
