@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from hvfleet.model.documents import without_nulls
 from hvfleet.model.errors import (
     BadRequest,
+    Conflict,
     Gone,
     InvalidInput,
     NotFound,
@@ -569,14 +570,21 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     return out
 
 
+def uid_mismatch(wanted: str, stored: str | None) -> Conflict:
+    """kube-apiserver's UID precondition failure: a Conflict about another
+    object under the name, not a stale write (no resourceVersion cause, so a
+    client that retries stale writes does not retry it against that object)."""
+    return Conflict(f"Precondition failed: UID in precondition: {wanted}, "
+                    f"UID in object meta: {stored or ''}")
+
+
 def _replacement(current: Resource, obj: Resource, sub: str | None) -> Resource:
     """What a PUT writes over `current`: the main resource keeps the stored
     status, /status keeps everything but status (at the body's version). A
     body naming another uid is about another object (one deleted and made
     again under the name): 409, as kube-apiserver's UID precondition."""
     if obj.metadata.uid and obj.metadata.uid != current.metadata.uid:
-        raise StaleVersion(f"Precondition failed: UID in precondition: {obj.metadata.uid}, "
-                           f"UID in object meta: {current.metadata.uid}")
+        raise uid_mismatch(obj.metadata.uid, current.metadata.uid)
     if sub is None:
         return _with_status_of(obj, current)
     new = _with_status_of(current, obj)
@@ -860,8 +868,7 @@ def delete_undecodable(ctx: ApiContext, who: Identity, info: ResourceInfo, store
 
     def write() -> Undecodable:
         if uid is not None and uid != stored.uid:
-            raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
-                               f"uid in object meta: {stored.uid}")
+            raise uid_mismatch(uid, stored.uid)
         version = rv or str(stored.revision)
         if version != str(stored.revision):
             raise StaleVersion(f"{info.kind} {stored.name}: resourceVersion {version} is stale "
@@ -887,8 +894,7 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
 
         def write() -> Resource:
             if uid is not None and uid != current.metadata.uid:
-                raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
-                                   f"uid in object meta: {current.metadata.uid}")
+                raise uid_mismatch(uid, current.metadata.uid)
             # With finalizers, only marked (deletionTimestamp) until they are removed.
             return lifecycle.delete(ctx.store, current, who.manager, rv, dry_run=dry_run,
                                     propagation=propagation)[0]
