@@ -215,8 +215,14 @@ def test_json_patch(api: Api) -> None:
                                    {"op": "remove", "path": "/spec/overcommit"}],
                      "application/json-patch+json")
     status_of(422, "Invalid", failed.json())
-    status_of(422, "Invalid", c.patch(f"{HV}/hv1", [{"op": "remove", "path": "/spec/nothing"}],
-                                      "application/json-patch+json").json())
+    # Why it did not apply is the Status's cause, which kubectl prints.
+    assert failed.json()["details"]["causes"] == [
+        {"reason": "FieldValueInvalid", "message": "test of '/spec/overcommit/cpu' failed",
+         "field": "patch"}]
+    missing = c.patch(f"{HV}/hv1", [{"op": "remove", "path": "/spec/nothing"}],
+                      "application/json-patch+json").json()
+    status_of(422, "Invalid", missing)
+    assert [c["message"] for c in missing["details"]["causes"]] == ["path '/spec/nothing' does not exist"]
     status_of(400, "BadRequest", c.patch(f"{HV}/hv1", {"op": "add"}, "application/json-patch+json").json())
     assert api.store.get("Hypervisor", "hv1").metadata.resource_version == before
 
