@@ -3,6 +3,7 @@ OpenAPI, and Reservation creation as a claim."""
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -89,6 +90,71 @@ def test_list_pages_with_limit_and_continue(api: Api) -> None:
     assert [o["metadata"]["name"] for o in rest["items"]] == [f"hv{i}" for i in range(3, 7)]
     assert rest["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
     assert "hv35" in [o["metadata"]["name"] for o in c.get(HV).json()["items"]]
+
+
+def _forged(token: str, **fields: Any) -> str:
+    """A continue token with some of its fields changed by hand."""
+    data = json.loads(base64.urlsafe_b64decode(token))
+    return base64.urlsafe_b64encode(json.dumps({**data, **fields}).encode()).decode()
+
+
+def test_a_continue_token_naming_a_version_not_reached_is_400_for_any_caller(api: Api) -> None:
+    """A token edited to name a revision past the store's is an invalid token
+    (400, as kube's "continue key is not valid"), never a 500."""
+    fleet(api, 3)
+    for who in ("ops-token", "viewer-token"):
+        c = api.client(who)
+        token = c.get(HV, params={"limit": 1}).json()["metadata"]["continue"]
+        for rv in (api.store.revision() + 1000, 99999999):
+            r = c.get(HV, params={"limit": 2, "continue": _forged(token, rv=rv, snapshot="")})
+            status_of(400, "BadRequest", r.json())
+            assert "continue" in r.json()["message"]
+
+
+def test_a_continue_token_with_a_resource_version_is_400_as_kube_answers_it(api: Api) -> None:
+    fleet(api, 3)
+    c = api.client()
+    first = c.get(HV, params={"limit": 1}).json()
+    token, rv = first["metadata"]["continue"], first["metadata"]["resourceVersion"]
+    r = c.get(HV, params={"limit": 1, "continue": token, "resourceVersion": rv})
+    status_of(400, "BadRequest", r.json())
+    assert "specifying resource version is not allowed when using continue" in r.json()["message"]
+    # "0" is read as no version (kube: treated as the continue token alone).
+    r = c.get(HV, params={"limit": 1, "continue": token, "resourceVersion": "0"})
+    assert r.status_code == 200, r.text
+    assert [o["metadata"]["name"] for o in r.json()["items"]] == ["hv1"]
+
+
+def test_a_limited_list_at_a_version_without_a_match_is_read_exactly_there(api: Api) -> None:
+    """kube's legacy rule: resourceVersion=R (not 0) with a limit and no
+    resourceVersionMatch is Exact; without a limit it is NotOlderThan."""
+    fleet(api, 4)
+    c = api.client()
+    then = c.get(HV).json()
+    rv = then["metadata"]["resourceVersion"]
+    c.patch(f"{HV}/hv0", {"metadata": {"labels": {"rack": "c"}}})
+    c.delete(f"{HV}/hv1")
+    c.post(HV, json=hypervisor("hv11"))
+    first = c.get(HV, params={"resourceVersion": rv, "limit": 2}).json()
+    assert first["metadata"]["resourceVersion"] == rv
+    assert first["items"] == then["items"][:2]
+    rest = c.get(HV, params={"limit": 2, "continue": first["metadata"]["continue"]}).json()
+    assert rest["items"] == then["items"][2:]
+    now = c.get(HV, params={"resourceVersion": rv}).json()
+    assert [o["metadata"]["name"] for o in now["items"]] == ["hv0", "hv11", "hv2", "hv3"]
+    assert now["metadata"]["resourceVersion"] == str(api.store.revision())
+
+
+def test_remaining_item_count_is_left_out_of_a_selected_list(api: Api) -> None:
+    """As kube's ListMeta: the count is only known for a list without selectors."""
+    fleet(api, 5)
+    c = api.client()
+    whole = c.get(HV, params={"limit": 1}).json()["metadata"]
+    assert whole["remainingItemCount"] == 4 and whole["continue"]
+    for params in ({"labelSelector": "rack=a"}, {"fieldSelector": "metadata.name!=hv0"},
+                   {"labelSelector": "rack=a", "fieldSelector": "metadata.name!=hv0"}):
+        meta = c.get(HV, params={"limit": 1, **params}).json()["metadata"]
+        assert meta["continue"] and "remainingItemCount" not in meta, params
 
 
 def test_table_has_the_columns_of_hvfleet_get(api: Api) -> None:

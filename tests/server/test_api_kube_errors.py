@@ -9,8 +9,10 @@ from collections.abc import Callable
 
 import pytest
 
+from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import Resource
 from hvfleet.server.identity import Action, Identity
+from hvfleet.server.status import Target, from_error
 from hvfleet.store import sqlite as sqlite_backend
 from tests.server.conftest import Api
 from tests.server.objects import HV, hypervisor, status_of
@@ -108,6 +110,19 @@ def test_an_exact_list_past_the_kept_history_is_410_expired(
         c.post(HV, json=hypervisor(f"hv{i}"))
     r = c.get(HV, params={"resourceVersion": rv, "resourceVersionMatch": "Exact"})
     status_of(410, "Expired", r.json())
+    assert r.json()["message"] == "The resourceVersion for the provided list is too old."
+    # A limited list at that version is exact too (kube's legacy rule): 410 alike.
+    r = c.get(HV, params={"resourceVersion": rv, "limit": 2})
+    status_of(410, "Expired", r.json())
+
+
+def test_a_compacted_version_answers_without_naming_the_store() -> None:
+    """The store's words (its URL: etcd endpoints and key prefix) stay in the
+    server's log; any reader gets kube-apiserver's."""
+    exc = Gone("store etcd://10.0.0.5:2379/hvfleet-prod: list Hypervisor: revision was compacted")
+    body = from_error(exc, Target("hypervisors", "", "Hypervisor"))
+    assert (body["code"], body["reason"]) == (410, "Expired")
+    assert body["message"] == "The resourceVersion for the provided list is too old."
 
 
 def test_a_ratio_set_without_validation_still_serializes_as_an_integer() -> None:

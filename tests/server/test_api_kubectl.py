@@ -51,6 +51,11 @@ def test_kubectl_apply_get_patch_delete(kubectl: Kubectl, tmp_path: Path) -> Non
                       '{"op":"add","path":"/spec/maintenanceReason","value":"disk"}]')
     assert r.returncode == 0, r.stderr
     assert kubectl.api.store.get_hypervisor("hv1").spec.maintenance_reason == "disk"
+    # A patch that does not apply: kubectl prints why (the Status's cause).
+    r = kubectl("patch", "hv", "hv1", "--type", "json",
+                "-p", '[{"op":"test","path":"/spec/maintenance","value":"drain"}]')
+    assert r.returncode == 1
+    assert "is invalid: patch: test of '/spec/maintenance' failed" in r.stderr, r.stderr
     r = kubectl("patch", "hv", "hv1", "--type", "strategic", "-p", '{"spec":{"maintenance":""}}')
     assert r.returncode != 0 and "not supported" in r.stderr
 

@@ -140,7 +140,11 @@ def test_put_is_compare_and_swap_on_resource_version(api: Api) -> None:
              "spec": {"overcommit": {"cpu": 7}}}
     r = c.put(f"{HV}/hv1", json=other)
     status_of(409, "Conflict", r.json())
-    assert "UID in precondition" in r.json()["message"]
+    assert r.json()["message"] == (
+        'Operation cannot be fulfilled on hypervisors.hvfleet.io "hv1": Precondition failed: '
+        f'UID in precondition: 0b6c1b52-uid-of-another, UID in object meta: {current["metadata"]["uid"]}')
+    # Not a stale write: no resourceVersion cause (a client retries only those).
+    assert "causes" not in r.json()["details"]
     assert api.store.get_hypervisor("hv1").spec.overcommit == {"cpu": 3.0}
 
 
@@ -152,8 +156,13 @@ def test_delete_with_preconditions(api: Api) -> None:
     r = c.delete(f"{HV}/hv1", json={"kind": "DeleteOptions", "apiVersion": "v1",
                                     "preconditions": {"resourceVersion": rv}})
     status_of(409, "Conflict", r.json())
+    assert r.json()["details"]["causes"][0]["field"] == "metadata.resourceVersion"  # stale
     r = c.delete(f"{HV}/hv1", json={"preconditions": {"uid": "not-the-uid"}})
     status_of(409, "Conflict", r.json())
+    assert r.json()["message"] == (
+        'Operation cannot be fulfilled on hypervisors.hvfleet.io "hv1": Precondition failed: '
+        f"UID in precondition: not-the-uid, UID in object meta: {uid}")
+    assert "causes" not in r.json()["details"]  # not a stale write
     assert api.store.get("Hypervisor", "hv1")
     r = c.delete(f"{HV}/hv1", json={"preconditions": {"uid": uid}, "propagationPolicy": "Background"})
     assert r.status_code == 200, r.text
@@ -206,8 +215,14 @@ def test_json_patch(api: Api) -> None:
                                    {"op": "remove", "path": "/spec/overcommit"}],
                      "application/json-patch+json")
     status_of(422, "Invalid", failed.json())
-    status_of(422, "Invalid", c.patch(f"{HV}/hv1", [{"op": "remove", "path": "/spec/nothing"}],
-                                      "application/json-patch+json").json())
+    # Why it did not apply is the Status's cause, which kubectl prints.
+    assert failed.json()["details"]["causes"] == [
+        {"reason": "FieldValueInvalid", "message": "test of '/spec/overcommit/cpu' failed",
+         "field": "patch"}]
+    missing = c.patch(f"{HV}/hv1", [{"op": "remove", "path": "/spec/nothing"}],
+                      "application/json-patch+json").json()
+    status_of(422, "Invalid", missing)
+    assert [c["message"] for c in missing["details"]["causes"]] == ["path '/spec/nothing' does not exist"]
     status_of(400, "BadRequest", c.patch(f"{HV}/hv1", {"op": "add"}, "application/json-patch+json").json())
     assert api.store.get("Hypervisor", "hv1").metadata.resource_version == before
 

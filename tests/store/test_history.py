@@ -3,8 +3,11 @@ read behind a list with resourceVersionMatch=Exact)."""
 
 from __future__ import annotations
 
+import pytest
+
 from hvfleet.model import Hypervisor
 from hvfleet.store import Store
+from hvfleet.store.errors import RevisionNotReached
 
 
 def _hv(name: str, rack: str) -> Hypervisor:
@@ -28,3 +31,11 @@ def test_list_at_gives_the_objects_as_they_were(store: Store) -> None:
         == ["hv1", "hv2"]
     now = store.list_at("Hypervisor", store.revision())
     assert [o.metadata.name for o in now.items] == ["hv1", "hv3"]
+
+
+def test_list_at_a_revision_not_reached_is_a_typed_refusal(store: Store) -> None:
+    """Not a ValueError: every backend (the remote one from its server's 504)
+    raises RevisionNotReached, which an edge maps like any other error."""
+    store.create(_hv("hv1", "a"), "operator")
+    with pytest.raises(RevisionNotReached):
+        store.list_at("Hypervisor", store.revision() + 1000)

@@ -196,3 +196,23 @@ def test_a_watch_from_a_compacted_revision_is_gone(
             list(s.watch("Hypervisor", since=1, timeout=2))
         recent = list(s.watch("Hypervisor", since=s.revision() - 2, timeout=0.3))
         assert [e.object.metadata.name for e in recent] == ["hv10", "hv11"]
+
+
+def test_a_write_to_another_object_under_the_name_is_a_conflict_not_a_stale_write(
+    remote_url: str, make_hypervisor: Callable[..., Hypervisor],
+) -> None:
+    """The server answers a UID precondition failure as a plain Conflict and a
+    stale resourceVersion with its cause: the remote store raises StaleVersion
+    (which its callers retry) only for the second."""
+    with open_store(remote_url) as s:
+        made = s.create(make_hypervisor("hv1"), "operator")
+        moved = s.update(made.model_copy(update={"metadata": made.metadata.model_copy(
+            update={"labels": {"rack": "b"}})}), "operator")
+        with pytest.raises(StaleVersion):
+            s.update(made, "operator")
+        other = moved.model_copy(update={"metadata": moved.metadata.model_copy(
+            update={"uid": "0b6c1b52-uid-of-another", "labels": {"rack": "c"}})})
+        with pytest.raises(Conflict, match="Precondition failed: UID in precondition") as caught:
+            s.update(other, "operator")
+        assert type(caught.value) is Conflict
+        assert s.get("Hypervisor", "hv1").metadata.labels == {"rack": "b"}

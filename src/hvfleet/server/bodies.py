@@ -210,6 +210,14 @@ def to_object(doc: dict[str, Any], kind: str, target: Target,
     raise ApiError(400, "BadRequest", "the body could not be decoded")
 
 
+def _unapplied(message: str) -> InvalidInput:
+    """A JSON patch that does not apply to the stored object (422). The field is
+    `patch`, as kube-apiserver names its patch errors, so the Status carries
+    the reason as a cause, which kubectl prints ("... is invalid: patch: test
+    of '/spec/x' failed")."""
+    return InvalidInput(message, field="patch")
+
+
 def _pointer(path: Any) -> list[str]:
     if not isinstance(path, str) or (path and not path.startswith("/")):
         raise BadRequest(f"json patch: path {path!r} is not a JSON pointer")
@@ -222,7 +230,7 @@ def _parent(doc: Any, parts: list[str], path: str) -> Any:
         try:
             node = node[int(part)] if isinstance(node, list) else node[part]
         except (KeyError, IndexError, ValueError, TypeError):
-            raise InvalidInput(f"json patch: path {path!r} does not exist") from None
+            raise _unapplied(f"path {path!r} does not exist") from None
     return node
 
 
@@ -230,7 +238,7 @@ def _index(node: list[Any], part: str, path: str, adding: bool) -> int:
     if adding and part == "-":
         return len(node)
     if not part.isdecimal() or int(part) > len(node) - (0 if adding else 1):
-        raise InvalidInput(f"json patch: index {part!r} of {path!r} is out of range")
+        raise _unapplied(f"index {part!r} of {path!r} is out of range")
     return int(part)
 
 
@@ -244,18 +252,18 @@ def _get(doc: Any, path: str) -> Any:
             return node[_index(node, parts[-1], path, False)]
         return node[parts[-1]]
     except (KeyError, TypeError):
-        raise InvalidInput(f"json patch: path {path!r} does not exist") from None
+        raise _unapplied(f"path {path!r} does not exist") from None
 
 
 def _remove(doc: Any, path: str) -> Any:
     parts = _pointer(path)
     if not parts:
-        raise InvalidInput("json patch: cannot remove the whole document")
+        raise _unapplied("cannot remove the whole document")
     node = _parent(doc, parts, path)
     if isinstance(node, list):
         return node.pop(_index(node, parts[-1], path, False))
     if not isinstance(node, dict) or parts[-1] not in node:
-        raise InvalidInput(f"json patch: path {path!r} does not exist")
+        raise _unapplied(f"path {path!r} does not exist")
     return node.pop(parts[-1])
 
 
@@ -272,10 +280,10 @@ def _add(doc: Any, path: str, value: Any, replace: bool = False) -> Any:
             node.insert(i, copy.deepcopy(value))
     elif isinstance(node, dict):
         if replace and parts[-1] not in node:
-            raise InvalidInput(f"json patch: path {path!r} does not exist")
+            raise _unapplied(f"path {path!r} does not exist")
         node[parts[-1]] = copy.deepcopy(value)
     else:
-        raise InvalidInput(f"json patch: path {path!r} does not exist")
+        raise _unapplied(f"path {path!r} does not exist")
     return doc
 
 
@@ -302,7 +310,7 @@ def json_patch(doc: dict[str, Any], ops: Any) -> Any:
             out = _add(out, path, value)
         elif kind == "test":
             if _get(out, path) != op["value"]:
-                raise InvalidInput(f"json patch: test of {path!r} failed")
+                raise _unapplied(f"test of {path!r} failed")
         else:
             raise BadRequest(f"json patch: unknown op {kind!r}")
     return out

@@ -36,7 +36,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hvfleet.model.errors import Forbidden, HvfleetError
+from hvfleet.model.errors import Forbidden, Gone, HvfleetError
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_GROUP
 from hvfleet.server.auth import authenticate_request
@@ -78,6 +78,9 @@ def answer(request: Request, exc: Exception) -> JSONResponse:
     target: Target = getattr(request.state, "about", None) or target_of(request)
     if not isinstance(exc, (HvfleetError, ApiError)):
         log.error("unexpected error serving %s %s", request.method, request.url.path, exc_info=exc)
+    elif isinstance(exc, Gone):
+        # The Status says only "too old" (status.TOO_OLD); the store's detail stays here.
+        log.info("%s %s: %s", request.method, request.url.path, exc)
     return _status(exc, target)
 
 

@@ -4,7 +4,8 @@ the same answers here as from a cluster: `resourceVersion`,
 `resourceVersionMatch` and `sendInitialEvents` (the watch-list of client-go's
 reflector and kubectl `wait`).
 
-A refused combination is 422 Invalid naming the field, as kube words it; a
+A refused combination is 422 Invalid naming the field, as kube words it
+(a `continue` with a resourceVersion other than "0": 400, as kube); a
 version past the newest the store has is 504 "Too large resource version"
 (reason Timeout, cause ResourceVersionTooLarge, retry after 1 s), which is how
 kube-apiserver tells a client that this server has not caught up yet.
@@ -37,6 +38,12 @@ class ReadOptions:
     def revision(self) -> int | None:
         """The revision the client named, if it named one (not "" or "0")."""
         return int(self.resource_version) if self.resource_version not in ("", "0") else None
+
+    def exact(self, limited: bool) -> int | None:
+        """The revision a list is read exactly at, if any: with `Exact`, and, by
+        kube's legacy rule, with no match but a `limit` (`limited`); else None
+        (the current state)."""
+        return self.revision if self.match == EXACT or (limited and not self.match) else None
 
 
 def _bool(query: Mapping[str, str], name: str) -> bool | None:
@@ -109,6 +116,10 @@ def read_options(query: Mapping[str, str], *, watch: bool) -> ReadOptions:
                            "Forbidden: sendInitialEvents is forbidden for list"))
     if errors:
         raise _invalid(errors)
+    if not watch and query.get("continue") and rv not in ("", "0"):
+        # A later page is read at its token's revision (kube's storage.ValidateListOptions).
+        raise BadRequest("specifying resource version is not allowed when using continue",
+                         field="resourceVersion")
     return ReadOptions(rv, match, send)
 
 

@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from hvfleet.model.documents import without_nulls
 from hvfleet.model.errors import (
     BadRequest,
+    Conflict,
     Gone,
     InvalidInput,
     NotFound,
@@ -61,7 +62,7 @@ from hvfleet.server.negotiation import (
     not_a_list,
     partial_metadata,
 )
-from hvfleet.server.read_options import EXACT, check_not_newer, read_options
+from hvfleet.server.read_options import check_not_newer, read_options
 from hvfleet.server.status import ApiError, Target, status, success
 from hvfleet.server.table import TableInputs, table
 from hvfleet.server.threads import in_thread
@@ -69,6 +70,7 @@ from hvfleet.server.watch_stream import WatchResponse
 from hvfleet.store import lifecycle
 from hvfleet.store.apply import plan_one
 from hvfleet.store.base import FieldPath, StaleVersion, Write
+from hvfleet.store.errors import RevisionNotReached
 from hvfleet.store.ownership import applied_fields, named_fields, spec_changes, spec_paths
 from hvfleet.store.undecodable import Undecodable
 
@@ -322,10 +324,14 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
             except Gone:
                 assert after is not None
                 return _continue_expired(after, binding)
+            except RevisionNotReached:
+                # Only a token edited by hand names a revision no replica has read at.
+                raise BadRequest(f"continue: not a token this server issued (revision {token_rv} "
+                                 "is past the store's)") from None
         else:
             result = await in_thread(ctx.store.list, info.kind, selector)
             check_not_newer(options, result.revision)
-            exact = options.revision if options.match == EXACT else None
+            exact = options.exact(limited=limit is not None)
             if exact is not None and exact != result.revision:
                 # The objects as they were at that revision, from the store's history.
                 result = await in_thread(ctx.store.list_at, info.kind, exact, selector)
@@ -337,9 +343,12 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
         everything = [o for o in everything if view.visible(o)]
         unreadable = []  # whether the caller may see them cannot be judged
     items = [o for o in everything if after is None or o.metadata.name > after]
-    token, remaining = "", 0
+    token, remaining = "", None
     if limit is not None and len(items) > limit:
-        remaining = len(items) - limit
+        # As kube-apiserver: only a list without label or field selectors says
+        # how many items are left (ListMeta.remainingItemCount).
+        selected = bool(q.get("labelSelector") or q.get("fieldSelector"))
+        remaining = None if selected else len(items) - limit
         items = items[:limit]
         snapshot = snapshot if kept is not None else ctx.list_snapshots.put(revision, everything, binding)
         token = _encode_continue(revision, items[-1].metadata.name, snapshot, binding)
@@ -355,6 +364,7 @@ async def list_objects(request: Request, ctx: ApiContext, info: ResourceInfo) ->
     meta: dict[str, Any] = {"resourceVersion": rv}
     if token:
         meta["continue"] = token
+    if remaining is not None:
         meta["remainingItemCount"] = remaining
     return list_answer(form, info, items, meta, headers)
 
@@ -569,14 +579,21 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     return out
 
 
+def uid_mismatch(wanted: str, stored: str | None) -> Conflict:
+    """kube-apiserver's UID precondition failure: a Conflict about another
+    object under the name, not a stale write (no resourceVersion cause, so a
+    client that retries stale writes does not retry it against that object)."""
+    return Conflict(f"Precondition failed: UID in precondition: {wanted}, "
+                    f"UID in object meta: {stored or ''}")
+
+
 def _replacement(current: Resource, obj: Resource, sub: str | None) -> Resource:
     """What a PUT writes over `current`: the main resource keeps the stored
     status, /status keeps everything but status (at the body's version). A
     body naming another uid is about another object (one deleted and made
     again under the name): 409, as kube-apiserver's UID precondition."""
     if obj.metadata.uid and obj.metadata.uid != current.metadata.uid:
-        raise StaleVersion(f"Precondition failed: UID in precondition: {obj.metadata.uid}, "
-                           f"UID in object meta: {current.metadata.uid}")
+        raise uid_mismatch(obj.metadata.uid, current.metadata.uid)
     if sub is None:
         return _with_status_of(obj, current)
     new = _with_status_of(current, obj)
@@ -860,8 +877,7 @@ def delete_undecodable(ctx: ApiContext, who: Identity, info: ResourceInfo, store
 
     def write() -> Undecodable:
         if uid is not None and uid != stored.uid:
-            raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
-                               f"uid in object meta: {stored.uid}")
+            raise uid_mismatch(uid, stored.uid)
         version = rv or str(stored.revision)
         if version != str(stored.revision):
             raise StaleVersion(f"{info.kind} {stored.name}: resourceVersion {version} is stale "
@@ -887,8 +903,7 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
 
         def write() -> Resource:
             if uid is not None and uid != current.metadata.uid:
-                raise StaleVersion(f"precondition failed: uid in precondition: {uid}, "
-                                   f"uid in object meta: {current.metadata.uid}")
+                raise uid_mismatch(uid, current.metadata.uid)
             # With finalizers, only marked (deletionTimestamp) until they are removed.
             return lifecycle.delete(ctx.store, current, who.manager, rv, dry_run=dry_run,
                                     propagation=propagation)[0]

@@ -18,6 +18,7 @@ from hvfleet.model.errors import (
     AlreadyExists,
     BadRequest,
     Conflict,
+    Gone,
     HvfleetError,
     InvalidInput,
     NotFound,
@@ -32,6 +33,11 @@ from hvfleet.store.undecodable import Undecodable
 
 # The cause of a Status about a stored object that does not decode.
 UNDECODABLE = "Undecodable"
+
+# kube-apiserver's words (storage/etcd3) for a read at a compacted revision. The
+# store's own message names the store (an etcd URL: endpoints, key prefix),
+# which is for the server's log, not for any reader.
+TOO_OLD = "The resourceVersion for the provided list is too old."
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,8 @@ def from_error(exc: Exception, target: Target) -> dict[str, Any]:
                   if r.resource is not None else {"reason": r.reason, "message": r.message}
                   for r in exc.rejections]
         message = f'{q} "{name}" does not fit: {detail}' if name else detail
+    elif isinstance(exc, Gone):
+        message = TOO_OLD
     elif isinstance(exc, Conflict) and name:
         message = f'Operation cannot be fulfilled on {q} "{name}": {detail}'
     elif isinstance(exc, InvalidInput) and not isinstance(exc, (TooLarge, UnsupportedMediaType,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 
@@ -41,6 +42,8 @@ from hvfleet.server.status import status
 from hvfleet.server.table import TableInputs, table
 from hvfleet.server.watch import KindFanout, catch_up_batch, seen_through
 from hvfleet.store.base import WatchEvent
+
+log = logging.getLogger("hvfleet.server")
 
 
 class _Dropped(Exception):
@@ -243,7 +246,9 @@ class WatchResponse(Response):
                         batch, done = await run_in_threadpool(catch_up_batch, stream, catch_up)
                         await deliver(batch)
                 except Gone as exc:
-                    await self._error(410, "Expired", f"too old resource version: {self.since} ({exc})")
+                    # kube's words; the store's (which may name the store) go to the log.
+                    log.info("watch %s from %s: %s", self.kind, self.since, exc)
+                    await self._error(410, "Expired", f"too old resource version: {self.since}")
                     return
             await deliver(replay)
             last_bookmark = checked = time.monotonic()

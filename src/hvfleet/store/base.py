@@ -527,7 +527,7 @@ class Store(ABC):
     def list_at(self, kind: str, revision: int, selector: Selector | str | None = None) -> ListResult:
         """The objects of `kind` as they were at `revision` (not newer than the
         current one), from the store's history (hvfleet.store.history); Gone
-        once that history is compacted."""
+        once that history is compacted, RevisionNotReached for a newer one."""
         from hvfleet.store.history import list_at  # history builds on this module
 
         return list_at(self, kind, revision, selector)

@@ -6,7 +6,8 @@ can refuse beyond the model's own errors (`hvfleet.model.errors`).
 - `OwnershipConflict`: an apply changes fields other managers own;
 - `ClaimRefused`: a claim refused by the check a remote store's server ran;
 - `ClaimRequired`: a manifest would create a Reservation, which only a claim may;
-- `Undecodable`: a stored object this hvfleet's model does not read.
+- `Undecodable`: a stored object this hvfleet's model does not read;
+- `RevisionNotReached`: a read at a revision newer than the store's current one.
 
 Like every hvfleet error they carry no transport code: each edge maps the
 class (the CLI to an exit code, the API to a Status).
@@ -18,7 +19,7 @@ import builtins
 from collections.abc import Sequence
 from typing import Any
 
-from hvfleet.model.errors import Conflict, HvfleetError, InvalidInput
+from hvfleet.model.errors import Conflict, HvfleetError, InvalidInput, Unavailable
 
 
 class StaleVersion(Conflict):
@@ -65,6 +66,11 @@ class ClaimRefused(Conflict):
         super().__init__(message)
         self.host = host
         self.rejections = list(rejections)
+
+
+class RevisionNotReached(Unavailable):
+    """A read at a revision this store has not reached (`Store.list_at`): it
+    may be reached later, as the API's 504 "Too large resource version" says."""
 
 
 class ClaimRequired(InvalidInput):

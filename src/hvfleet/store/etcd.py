@@ -50,6 +50,7 @@ from hvfleet.store.base import (
 from hvfleet.store.decoded import KEPT as DECODED_KEPT
 from hvfleet.store.decoded import DecodedAt
 from hvfleet.store.encoding import decode, encode, encode_and_read, vouched, with_version
+from hvfleet.store.errors import RevisionNotReached
 from hvfleet.store.etcd_transport import (
     FOLLOW_ALL,
     FOLLOW_CHOICES,
@@ -445,7 +446,7 @@ class EtcdStore(Store):
         page N of a paged list at the revision page 1 was read at."""
         current = self.revision()
         if revision > current:
-            raise ValueError(f"revision {revision} is newer than the store's {current}")
+            raise RevisionNotReached(f"revision {revision} is newer than the store's {current}")
         return self._list_once(kind_of(kind), as_selector(selector), revision)
 
     def _list_once(self, kind: str, sel: Selector, revision: int | None = None) -> ListResult:

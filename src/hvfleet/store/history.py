@@ -14,6 +14,7 @@ from __future__ import annotations
 from hvfleet.model.errors import Gone
 from hvfleet.model.selectors import Selector
 from hvfleet.store.base import ListResult, Store, WatchEvent, as_selector
+from hvfleet.store.errors import RevisionNotReached
 
 # Seconds a quiet store watch waits before the history is taken as read.
 _QUIET = 0.2
@@ -22,11 +23,12 @@ _QUIET = 0.2
 def list_at(store: Store, kind: str, revision: int,
             selector: Selector | str | None = None) -> ListResult:
     """The objects of `kind` (matching `selector`) as they were at `revision`,
-    which must not be newer than the store's current one (`Store.list_at`; a
-    backend without local history, the remote store, asks its server)."""
+    which must not be newer than the store's current one (RevisionNotReached;
+    `Store.list_at`; a backend without local history, the remote store, asks
+    its server)."""
     current = store.list(kind)
     if revision > current.revision:
-        raise ValueError(f"revision {revision} is newer than the store's {current.revision}")
+        raise RevisionNotReached(f"revision {revision} is newer than the store's {current.revision}")
     state = {o.metadata.name: o for o in current.items}
     if revision < current.revision:
         first: dict[str, WatchEvent] = {}

@@ -73,6 +73,7 @@ from hvfleet.store.base import (
     gc_paused,
     kind_of,
 )
+from hvfleet.store.errors import RevisionNotReached
 from hvfleet.store.ownership import AGENT_PREFIX
 from hvfleet.store.statuses import ERROR_OF_CODE, ERROR_OF_REASON
 from hvfleet.store.undecodable import Undecodable
@@ -260,6 +261,9 @@ def error_from_status(code: int, doc: dict[str, Any], what: str,
         if len(fields) == 1 and len(causes) == 1:
             return InvalidInput(str(fields[0].get("message", message)), field=str(fields[0]["field"]))
         return InvalidInput(message)
+    if any(c.get("reason") == "ResourceVersionTooLarge" for c in causes):
+        # kube-apiserver's 504 for a version it has not reached (hvfleet serve's too).
+        return RevisionNotReached(message)
     # NotFound, AlreadyExists, Conflict and Invalid were read above, with their details.
     if reason in ERROR_OF_REASON:
         return ERROR_OF_REASON[reason](message)
