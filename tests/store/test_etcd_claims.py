@@ -9,6 +9,7 @@ import multiprocessing
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from tests.support.etcd_local import EtcdCluster
 
 from hvfleet.model import Hypervisor, InvalidInput, Quantity, Reservation, free_capacity
 from hvfleet.store import Store, open_store
+from hvfleet.store import etcd as etcd_store
+from hvfleet.store.base import Write
 from hvfleet.store.etcd import EtcdStore
 
 MakeHv = Callable[..., Hypervisor]
@@ -107,6 +110,51 @@ def test_claims_from_many_processes_never_overbook(
     assert free_capacity(store.get_hypervisor("hv1"), held) == {"cpu": 0}
 
 
+def test_a_host_with_more_reservations_than_one_etcd_transaction_takes_still_accepts_claims(
+    store: Store, make_hypervisor: MakeHv
+) -> None:
+    """etcd refuses a transaction of more than 128 operations (--max-txn-ops,
+    left at its default by tests/support/etcd_local.py); a host's ended
+    reservations stay until `reservations gc`, so a claim's read of them must
+    not be bounded by it. The check still sees every one, and counts the live."""
+    _host_with_cpus(store, make_hypervisor, "hv1", 12)
+    past = "2020-01-01T00:00:00Z"
+    for i in range(130):  # ended by their expiry, as the default TTL ends a forgotten one
+        store.create(Reservation.model_validate({
+            "metadata": {"name": f"old{i:03}"},
+            "spec": {"hypervisor": "hv1", "resources": {"cpu": 1}, "consumer": f"uuid-old{i}",
+                     "expiresAt": past}}), "scheduler")
+    for i in range(20):  # claimed, then released, as `hvfleet release` does
+        r = store.claim(_reservation(f"rel{i:02}", "hv1"), "scheduler", lambda h, o: None)
+        released = r.status.model_copy(update={"phase": "Released"})
+        store.update(r.model_copy(update={"status": released}), "scheduler")
+    for i in range(10):
+        store.claim(_reservation(f"live{i}", "hv1"), "scheduler", lambda h, o: None)
+    seen: list[int] = []
+
+    def check(want: Reservation) -> Callable[[Hypervisor, list[Reservation]], None]:
+        def run(h: Hypervisor, others: list[Reservation]) -> None:
+            seen.append(len(others))
+            free = free_capacity(h, others, datetime.now(UTC))
+            if free["cpu"] < want.spec.resources["cpu"]:
+                raise DoesNotFit(f"{want.name}: {free['cpu']} CPUs free")
+        return run
+
+    want = _reservation("fits", "hv1", cpu=2)
+    store.claim(want, "scheduler", check(want))
+    assert seen == [160]
+    too_much = _reservation("over", "hv1", cpu=1)
+    with pytest.raises(DoesNotFit):
+        store.claim(too_much, "scheduler", check(too_much))
+    assert seen == [160, 161]
+    # A batch's claim (Write.check) reads the host's reservations the same way.
+    swap = _reservation("swap", "hv1", cpu=1)
+    store.write_all([Write("delete", store.get("Reservation", "live0")),
+                     Write("create", swap, check=check(swap))], "scheduler")
+    assert seen == [160, 161, 160]
+    assert len(store.list_reservations()) == 161
+
+
 @pytest.fixture
 def etcd_pair(etcd_session: EtcdCluster) -> tuple[EtcdStore, EtcdStore]:
     """Two clients of one fleet, as a scheduler and someone else would be."""
@@ -169,6 +217,44 @@ def test_claim_rechecks_when_a_reservation_grows_or_the_host_changes(
     assert len(calls) == 3
     assert calls[0][0] != calls[1][0], "the retry did not re-read the host"
     assert [r.name for r in scheduler.list_reservations()] == ["small"]
+
+
+def test_a_reservation_written_between_two_chunks_of_a_claims_read_makes_it_read_again(
+    etcd_pair: tuple[EtcdStore, EtcdStore], make_hypervisor: MakeHv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host's reservations beyond one transaction are read in chunks, each
+    guarded by the set key read with the host: a write between two chunks makes
+    the claim read them all again, so its check never sees a mix."""
+    scheduler, other = etcd_pair
+    monkeypatch.setattr(etcd_store, "CLAIM_READS_PER_TXN", 3)
+    _host_with_cpus(scheduler, make_hypervisor, "hv1", 8)
+    for i in range(7):
+        scheduler.create(_reservation(f"r{i}", "hv1"), "someone")
+    reads: list[int] = []
+    real_txn = scheduler.transport.txn
+
+    def txn(compare: list[dict[str, Any]], success: list[dict[str, Any]], *args: Any,
+            **kwargs: Any) -> Any:
+        got = real_txn(compare, success, *args, **kwargs)
+        if len(compare) == 1 and success and all("request_range" in op for op in success):
+            reads.append(len(success))
+            if len(reads) == 1:  # between the first chunk and the second
+                other.create(_reservation("interloper", "hv1"), "someone")
+        return got
+
+    monkeypatch.setattr(scheduler.transport, "txn", txn)
+    seen: list[list[str]] = []
+    want = _reservation("mine", "hv1")
+
+    def check(h: Hypervisor, others: list[Reservation]) -> None:
+        seen.append(sorted(o.name for o in others))
+        fits(h, others, want)
+
+    with pytest.raises(DoesNotFit):
+        scheduler.claim(want, "scheduler", check)
+    # The first chunk, the second refused (the set moved), then all 8 from the start.
+    assert reads == [3, 3, 3, 3, 2]
+    assert seen == [sorted(["interloper", *(f"r{i}" for i in range(7))])]
 
 
 def test_moving_a_reservation_to_another_host_moves_it_in_the_claim_view(

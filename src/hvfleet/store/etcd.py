@@ -107,6 +107,10 @@ FEED_PACE_S = 0.01
 CLAIM_DEADLINE_S = 30.0
 # Reads of one host's reservations for a claim inside a batch, before the batch gives up.
 CLAIM_ATTEMPTS_IN_BATCH = 20
+# A claim reads its host's reservations this many per transaction: etcd refuses
+# a transaction of more than --max-txn-ops operations (128 by default), and a
+# host's ended reservations stay until `reservations gc`.
+CLAIM_READS_PER_TXN = 100
 
 
 def _once_per_key(ops: builtins.list[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
@@ -713,10 +717,19 @@ class EtcdStore(Store):
         assert isinstance(host, Hypervisor)
         set_cmp = cmp_mod(set_key, set_kvs[0].mod_revision) if set_kvs else cmp_absent(set_key)
         others: builtins.list[Reservation] = []
-        if index_kvs:
-            names = [kv.key.removeprefix(index) for kv in index_kvs]
+        names = [kv.key.removeprefix(index) for kv in index_kvs]
+        # One transaction while they fit in one (the common case), else several,
+        # each guarded by the same set compare. Together they are still the set
+        # as the snapshot above saw it: every write of a Reservation bumps the set
+        # key of its host(s) in its own transaction, so while `set_cmp` holds no
+        # reservation of this host was created, changed, moved or deleted since
+        # the snapshot, and each chunk reads exactly the values it had there. A
+        # chunk whose compare fails means the set moved: read it all again. (The
+        # claim's write compares the host and the set key once more.)
+        for start in range(0, len(names), CLAIM_READS_PER_TXN):
+            chunk = names[start:start + CLAIM_READS_PER_TXN]
             got = self.transport.txn(
-                [set_cmp], [op_get(self._key("Reservation", n)) for n in names], what=what)
+                [set_cmp], [op_get(self._key("Reservation", n)) for n in chunk], what=what)
             if not got.succeeded:
                 return None
             for kvs in got.ranges:
