@@ -48,7 +48,14 @@ from hvfleet.server import bodies
 from hvfleet.server.context import CONTINUE_MISMATCH, ApiContext
 from hvfleet.server.discovery import BY_KIND, RESOURCES, ResourceInfo
 from hvfleet.server.field_selector import parse_field_selector
-from hvfleet.server.guard import about, audited, audited_on_loop, authenticate, precheck
+from hvfleet.server.guard import (
+    about,
+    audited,
+    audited_on_loop,
+    authenticate,
+    precheck,
+    refusals_audited,
+)
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.narrowing import get_visible, view_of
 from hvfleet.server.negotiation import (
@@ -552,8 +559,9 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     precheck(ctx, who, action)
     try:
         # A PUT names the version it replaces: the store may know it already.
-        current = ctx.store.get_for_write(info.kind, obj.metadata.name,
-                                          obj.metadata.resource_version)
+        with refusals_audited(ctx, who, action):
+            current = ctx.store.get_for_write(info.kind, obj.metadata.name,
+                                              obj.metadata.resource_version)
     except Undecodable:
         # Nothing stored can be read to keep: the body, as its writer may write
         # it, replaces the object (hvfleet.store.undecodable.overwrite).
@@ -562,7 +570,8 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
                       check=lambda: ctx.authorize(who, action, None, obj))
         assert out is not None
         return out
-    new = _replacement(current, obj, sub)
+    with refusals_audited(ctx, who, action):
+        new = _replacement(current, obj, sub)
     out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
                   check=lambda: authorize_write(ctx, who, action, current, new))
     assert out is not None
@@ -649,7 +658,8 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
         assert out is not None
         return out
 
-    out = _retrying(ctx, pinned, attempt)
+    with refusals_audited(ctx, who, action):
+        out = _retrying(ctx, pinned, attempt)
     assert out is not None
     return out, warnings
 
@@ -736,7 +746,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo,
     not force if it changes another manager's field)."""
     name = configuration.target.name
     created = False
-    precheck(ctx, who, Action("patch", info.plural, name, sub, force, dry_run, apply=True))
+    applying = Action("patch", info.plural, name, sub, force, dry_run, apply=True)
+    precheck(ctx, who, applying)
 
     def attempt() -> Resource:
         nonlocal created
@@ -790,7 +801,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo,
         assert out is not None
         return out
 
-    out = _retrying(ctx, configuration.pinned, attempt)
+    with refusals_audited(ctx, who, applying):
+        out = _retrying(ctx, configuration.pinned, attempt)
     assert out is not None
     return out, created
 
@@ -898,7 +910,8 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
         assert out is not None
         return out
 
-    out = _retrying(ctx, rv is not None or uid is not None, attempt)
+    with refusals_audited(ctx, who, action):
+        out = _retrying(ctx, rv is not None or uid is not None, attempt)
     assert out is not None
     return out
 
@@ -921,7 +934,8 @@ async def delete_collection(request: Request, ctx: ApiContext, info: ResourceInf
     dry_run = dry_run or options.dry_run
     action = Action("deletecollection", info.plural, name=names.equal, dry_run=dry_run)
     precheck(ctx, who, action)
-    listed = await in_thread(ctx.store.list, info.kind, selector)
+    with refusals_audited(ctx, who, action):
+        listed = await in_thread(ctx.store.list, info.kind, selector)
     deleted: list[Resource] = []
     for obj in listed.items:
         name = obj.metadata.name
