@@ -676,6 +676,8 @@ class ApplyConfiguration:
         self.doc: dict[str, Any] = without_nulls(doc)
         self.kind, self.target, self.validation = kind, target, validation
         self.warnings: list[str] = []
+        # Unknown fields dropped under fieldValidation Warn/Ignore: not named.
+        self.dropped: list[tuple[str, ...]] = []
         meta = self.doc.get("metadata")
         self.meta: dict[str, Any] = meta if isinstance(meta, dict) else {}
 
@@ -684,9 +686,19 @@ class ApplyConfiguration:
         return self.meta.get("resourceVersion") is not None
 
     def decode(self, doc: dict[str, Any]) -> Resource:
-        obj, self.warnings = bodies.to_object(doc, self.kind, self.target, self.validation)
+        obj, self.warnings, self.dropped = bodies.to_object_dropping(doc, self.kind, self.target,
+                                                                     self.validation)
         _same_name(obj, self.target.name)
         return obj
+
+    def named(self) -> frozenset[FieldPath]:
+        """The fields the configuration names (`named_fields`), but for the
+        unknown ones it dropped: an apply that names a field this server does
+        not know (a newer client's) applies again as it applied first."""
+        named = named_fields(self.doc)
+        if not self.dropped:
+            return named
+        return frozenset(p for p in named if not any(p[:len(d)] == d for d in self.dropped))
 
     def whole(self) -> Resource:
         """The configuration as a whole object (a create, a replacement)."""
@@ -774,7 +786,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo,
         applied: frozenset[FieldPath] | None = None
         manifest = configuration.over(current, status=sub is not None)
         if sub is None:
-            named = named_fields(configuration.doc)
+            named = configuration.named()
             spelled = {p for p in named if p[0] != "spec"} | spec_paths(manifest)
             unnamed = sorted((named - spelled) | (spec_changes(current, manifest) - named))
             if unnamed:
