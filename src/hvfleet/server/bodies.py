@@ -32,6 +32,10 @@ APPLY_PATCH = "application/apply-patch+yaml"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 PATCH_TYPES = (MERGE_PATCH, APPLY_PATCH, JSON_PATCH)
+YAML = "application/yaml"
+# What an object's create or replacement (POST, PUT) may be sent as, as for a
+# custom resource in kube-apiserver: JSON, or YAML (the same safe reader as apply).
+OBJECT_TYPES = ("application/json", "*/*", YAML)
 # Bodies larger than this are decoded in a worker thread, not on the event loop.
 OFF_LOOP_BYTES = 64 * 1024
 # The longest integer a query parameter may spell (int64 has 19 digits): a
@@ -106,9 +110,9 @@ def whole_number(text: str, low: int = 0, high: int = 10**QUERY_INT_DIGITS - 1) 
 def _decode(body: bytes, media: str) -> Any:
     if not body.strip():
         raise BadRequest("request body is empty")
-    language = "YAML" if media == APPLY_PATCH else "JSON"
+    language = "YAML" if media in (APPLY_PATCH, YAML) else "JSON"
     try:
-        if media == APPLY_PATCH:
+        if media in (APPLY_PATCH, YAML):
             doc = load_yaml(body)
         elif media in ("application/json", MERGE_PATCH, JSON_PATCH, "*/*", ""):
             doc = load_json(body)

@@ -413,8 +413,9 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     dry_run = bodies.dry_run(request)
     validation = field_validation(request)
     media = bodies.media_type(request)
-    if media not in ("application/json", "*/*"):
-        raise UnsupportedMediaType(f"create: the body must be application/json, not {media!r}")
+    if media not in bodies.OBJECT_TYPES:
+        raise UnsupportedMediaType(f"create: the body must be application/json or application/yaml, "
+                                   f"not {media!r}")
     # Who is asking comes first: nothing is read or decoded for an anonymous caller.
     who = await authenticate(ctx, request, Action("create", info.plural, dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
@@ -507,8 +508,9 @@ async def item(request: Request) -> Response:
     if request.method == "PATCH" and media not in bodies.PATCH_TYPES:
         raise UnsupportedMediaType(f"PATCH: the media type {media!r} is not supported "
                                    f"(use one of {', '.join(bodies.PATCH_TYPES)})")
-    if request.method == "PUT" and media not in ("application/json", "*/*"):
-        raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
+    if request.method == "PUT" and media not in bodies.OBJECT_TYPES:
+        raise UnsupportedMediaType(f"PUT: the body must be application/json or application/yaml, "
+                                   f"not {media!r}")
     # Who is asking comes first: nothing is read or decoded for an anonymous caller.
     who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
                                                   force, dry_run))
