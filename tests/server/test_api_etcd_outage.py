@@ -38,3 +38,52 @@ def test_etcd_outage_is_503_and_the_server_recovers(make_api: Callable[..., Api]
             time.sleep(0.5)
         w.wait_for(lambda ev: ("ADDED", "hv2") in names(ev), timeout=60)
         w.close()
+
+
+def test_a_watch_outlives_an_etcd_outage_and_readyz_says_the_store_is_gone(tmp_path: Path) -> None:
+    """With store-backed tokens (as `hvfleet serve`), the watch's token re-check
+    every 2 s met the outage as an error that cut the stream without an
+    event (and a traceback); and /readyz said ok while every request was 503.
+    Now the re-check is put off while the store cannot answer, the watch goes
+    on and sees the writes after it, and /readyz is 500 until etcd is back."""
+    from datetime import UTC, datetime
+
+    import requests
+
+    from hvfleet.server.app import create_app
+    from hvfleet.server.auth import RoleAuthorizer, TokenAuthenticator
+    from hvfleet.store import open_store
+    from hvfleet.store.tokens import issue_token
+    from tests.server.running import ServerThread
+
+    with EtcdCluster(tmp_path / "etcd", size=1) as cluster:
+        store = open_store(cluster.url(prefix="/watch-outage"))
+        _, token = issue_token(store, "operator", manager="test", now=datetime.now(UTC), ttl=None,
+                               name="t-ops")
+        app = create_app(store, TokenAuthenticator(store), RoleAuthorizer(), dashboard_pages=False)
+        with ServerThread(app) as server:
+            api = Api(server.url, store, None, server, None)  # type: ignore[arg-type]
+            auth = {"Authorization": f"Bearer {token}"}
+            c = requests.Session()
+            c.headers.update(auth)
+            assert c.post(server.url + HV, json=hypervisor("hv0"), timeout=30).status_code == 201
+            rv = c.get(server.url + HV, timeout=30).json()["metadata"]["resourceVersion"]
+            w = Watcher(api, {"resourceVersion": rv}, token=token)
+            assert requests.get(server.url + "/readyz", timeout=10).text == "ok"
+            cluster.kill_all()
+            time.sleep(5)  # two token re-checks (every 2 s) while etcd is down
+            assert not w.done.is_set(), "the watch ended during the outage"
+            ready = requests.get(server.url + "/readyz", timeout=10)
+            assert ready.status_code == 500 and "store failed" in ready.text
+            assert requests.get(server.url + "/healthz", timeout=10).status_code == 500
+            assert requests.get(server.url + "/livez", timeout=10).text == "ok"
+            cluster.start()
+            deadline = time.monotonic() + 60
+            while c.post(server.url + HV, json=hypervisor("hv2"), timeout=30).status_code != 201:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+            w.wait_for(lambda ev: ("ADDED", "hv2") in names(ev), timeout=60)
+            assert not any(e["type"] == "ERROR" for e in w.kinds()), w.kinds()
+            assert requests.get(server.url + "/readyz", timeout=10).text == "ok"
+            w.close()
+        store.close()

@@ -197,3 +197,26 @@ def test_negotiate_answers_a_form_or_406_and_nothing_else(clauses: list[str], st
     assert form.media in SERVED and (not stream or form.media == JSON)
     assert form.kind in ("", "Table", "PartialObjectMetadata", "PartialObjectMetadataList")
     assert form.version in ("v1", "v1beta1")
+
+
+def test_an_object_may_be_sent_as_yaml_with_the_safe_reader(api: Api) -> None:
+    """kube-apiserver takes a custom resource's create or replacement as YAML
+    (Content-Type application/yaml); hvfleet answered 415. The same safe reader
+    as an apply: no aliases (a YAML bomb is 400), nulls are absent fields."""
+    c = api.client()
+    doc = yaml.safe_dump(_labelled("hv-y", zone="a"))
+    r = c.call("POST", HV, data=doc, headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 201 and r.json()["metadata"]["labels"] == {"zone": "a"}, r.text
+    current = r.json()
+    current["spec"]["maintenance"] = "drain"
+    current["spec"]["maintenanceReason"] = None
+    r = c.call("PUT", f"{HV}/hv-y", data=yaml.safe_dump(current),
+               headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 200 and r.json()["spec"]["maintenance"] == "drain", r.text
+    bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
+    r = c.call("POST", HV, data=bomb, headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 400 and "alias" in r.json()["message"], r.text
+    r = c.call("POST", HV, data="a: [", headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 400 and "YAML" in r.json()["message"], r.text
+    r = c.call("POST", HV, data=doc, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415, r.text

@@ -9,6 +9,7 @@ import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +79,38 @@ def test_nothing_is_formatted_while_the_audit_log_is_off(caplog: pytest.LogCaptu
         audit_write(AGENT, Action(verb="create", resource="leases", name="hv1"), None, "1", 201, "Created")
     [record] = caplog.records
     assert json.loads(record.getMessage())["objectRef"]["resource"] == "leases"
+
+
+def test_a_write_refused_before_the_write_itself_has_its_line_once(make_api: Any) -> None:
+    """A DELETE, PATCH or PUT of an object that is not there, a JSON patch that
+    does not apply, a merge patch whose result is not valid: each refused
+    before the store's write, each wrote no audit line (probe 14). One line
+    each now, with the code the caller got, and still one line, not two, for a
+    refusal the write itself meets."""
+    from tests.server.objects import HV, hypervisor
+    from tests.server.static_auth import RecordingAudit
+
+    audit = RecordingAudit()
+    api = make_api(audit=audit)
+    c = api.client()
+    assert c.post(HV, json=hypervisor("hv0")).status_code == 201
+    first = c.get(f"{HV}/hv0").json()["metadata"]["resourceVersion"]
+    assert c.patch(f"{HV}/hv0", {"metadata": {"labels": {"x": "y"}}}).status_code == 200
+    calls = [
+        (lambda: c.delete(f"{HV}/gone"), "delete", 404),
+        (lambda: c.patch(f"{HV}/gone", {"spec": {"maintenance": "drain"}}), "patch", 404),
+        (lambda: c.call("PUT", f"{HV}/gone", json=hypervisor("gone")), "update", 404),
+        (lambda: c.patch(f"{HV}/hv0", [{"op": "test", "path": "/spec/maintenance", "value": "x"}],
+                         content_type="application/json-patch+json"), "patch", 422),
+        (lambda: c.patch(f"{HV}/hv0", {"spec": {"maintenance": "sometimes"}}), "patch", 422),
+        # Refused by the write itself (a stale version): still one line.
+        (lambda: c.call("PUT", f"{HV}/hv0", json={**hypervisor("hv0"),
+                                                 "metadata": {"name": "hv0", "resourceVersion": first}}),
+         "update", 409),
+    ]
+    for call, verb, code in calls:
+        before = len(audit.records)
+        r = call()
+        assert r.status_code == code, r.text
+        made = audit.records[before:]
+        assert [(m.action.verb, m.code) for m in made] == [(verb, code)], (verb, code, made)

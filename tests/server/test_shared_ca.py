@@ -58,7 +58,10 @@ def test_a_rotation_trusts_both_then_switches_then_drops_the_old(tmp_path: Path)
     old_trust = a.ca.read_bytes()
     with pytest.raises(InvalidInput, match="begin first"):
         rotate_shared_ca(store, "switch")
-    assert "beside" in rotate_shared_ca(store, "begin")
+    begun = rotate_shared_ca(store, "begin")
+    # The step's words say to restart the replicas before kubeconfigs are handed out:
+    # a replica only serves the new trust bundle once restarted (probe 14).
+    assert "beside" in begun and begun.index("restart each replica") < begun.index("kubeconfigs")
     a = _replica(store, tmp_path / "a")  # a restart: still signed by the old CA, both trusted
     assert a.ca is not None
     both = a.ca.read_bytes()

@@ -9,7 +9,9 @@ caller); /version, /healthz, /livez and /readyz need none.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from hvfleet.guests import datasets
+from hvfleet.model.errors import HvfleetError
 from hvfleet.server import access_review, actions, dashboard, discovery, guard, impersonation, openapi
 from hvfleet.server import placement as placement_api
 from hvfleet.server.batch import batch
@@ -37,6 +40,7 @@ from hvfleet.store.base import Store
 from hvfleet.store.lifecycle import GarbageCollector
 
 GV = "/apis/hvfleet.io/v1"
+log = logging.getLogger("hvfleet.server")
 
 
 class KnownPlural(StringConvertor):
@@ -71,6 +75,28 @@ async def _openapi_v2(request: Request) -> Response:
 
 
 async def _healthy(request: Request) -> Response:
+    """/livez: the process answers (a replica cut off from its store is
+    still alive: restarting it would not bring the store back)."""
+    return PlainTextResponse("ok")
+
+
+# How long /readyz waits for the store (a load balancer's check times out soon).
+READY_STORE_WAIT_S = 2.0
+
+
+async def _ready(request: Request) -> Response:
+    """/readyz and /healthz: the process answers and its store does (one read
+    of the store's revision), as kube-apiserver's checks include etcd. A
+    replica whose store is unreachable answers 500, so a load balancer's
+    health check (docs/scaling.md) takes it out of the pool while every API
+    request would be 503; the reason stays in the server's log."""
+    ctx: ApiContext = request.app.state.ctx
+    try:
+        await asyncio.wait_for(run_in_threadpool(ctx.store.revision), READY_STORE_WAIT_S)
+    except (HvfleetError, TimeoutError) as exc:
+        log.warning("%s: the store does not answer: %s", request.url.path, exc or "timed out")
+        return PlainTextResponse(f"[-]store failed: reason withheld\n{request.url.path[1:]} check failed",
+                                 status_code=500)
     return PlainTextResponse("ok")
 
 
@@ -87,7 +113,7 @@ def routes(dashboard_pages: bool = True) -> list[Any]:
         # The dashboard's pages: /, /login, /hosts/..., /dashboard/...
         *(dashboard.routes() if dashboard_pages else []),
         Route("/version", _document(discovery.version, public=True)),
-        Route("/healthz", _healthy), Route("/livez", _healthy), Route("/readyz", _healthy),
+        Route("/healthz", _ready), Route("/livez", _healthy), Route("/readyz", _ready),
         Route("/api", _document(discovery.api_versions)),
         Route("/apis", _document(discovery.api_group_list)),
         Route("/apis/hvfleet.io", _document(discovery.api_group)),

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 from starlette.concurrency import run_in_threadpool
 
-from hvfleet.model.errors import Forbidden, Unauthorized
+from hvfleet.model.errors import Forbidden, Unauthorized, Unavailable
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_GROUP, ObjectMeta
 from hvfleet.model.token import ROLES, AccessToken, Role, check_token, split_token
@@ -461,3 +461,19 @@ async def authenticate_request(authenticator: Authenticator, authorization: str 
         if who is not None:
             return who
     return await run_in_threadpool(authenticator.authenticate, authorization)
+
+
+async def no_longer_in_force(authenticator: Authenticator, authorization: str | None) -> str | None:
+    """Why a long answer (a watch, a dashboard feed) must end because its
+    caller's token is no longer in force (revoked, expired), or None while it
+    is, or while the store cannot say: an outage of the store is not a
+    revocation (nothing can be revoked while it is down either), so the
+    answer goes on and the next check asks again, as kube-apiserver's watches
+    outlive an etcd outage."""
+    try:
+        await run_in_threadpool(authenticator.authenticate, authorization)
+    except Unauthorized as exc:
+        return str(exc)
+    except Unavailable as exc:
+        log.info("token re-check put off, the store is unavailable: %s", exc)
+    return None

@@ -32,6 +32,10 @@ APPLY_PATCH = "application/apply-patch+yaml"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 PATCH_TYPES = (MERGE_PATCH, APPLY_PATCH, JSON_PATCH)
+YAML = "application/yaml"
+# What an object's create or replacement (POST, PUT) may be sent as, as for a
+# custom resource in kube-apiserver: JSON, or YAML (the same safe reader as apply).
+OBJECT_TYPES = ("application/json", "*/*", YAML)
 # Bodies larger than this are decoded in a worker thread, not on the event loop.
 OFF_LOOP_BYTES = 64 * 1024
 # The longest integer a query parameter may spell (int64 has 19 digits): a
@@ -106,9 +110,9 @@ def whole_number(text: str, low: int = 0, high: int = 10**QUERY_INT_DIGITS - 1) 
 def _decode(body: bytes, media: str) -> Any:
     if not body.strip():
         raise BadRequest("request body is empty")
-    language = "YAML" if media == APPLY_PATCH else "JSON"
+    language = "YAML" if media in (APPLY_PATCH, YAML) else "JSON"
     try:
-        if media == APPLY_PATCH:
+        if media in (APPLY_PATCH, YAML):
             doc = load_yaml(body)
         elif media in ("application/json", MERGE_PATCH, JSON_PATCH, "*/*", ""):
             doc = load_json(body)
@@ -182,6 +186,16 @@ def to_object(doc: dict[str, Any], kind: str, target: Target,
 
     Unknown fields are found by the model itself (every model forbids extras), so
     their paths are exact; any other error is a 422 with one cause per field."""
+    obj, warnings, _ = to_object_dropping(doc, kind, target, validation)
+    return obj, warnings
+
+
+def to_object_dropping(doc: dict[str, Any], kind: str, target: Target, validation: str = "Strict",
+                       ) -> tuple[Resource, list[str], list[tuple[str, ...]]]:
+    """`to_object`, and the paths of the unknown fields it dropped (under
+    fieldValidation Warn or Ignore): a server-side apply leaves them out of
+    its field set, as kube-apiserver's does."""
+    dropped: list[tuple[str, ...]] = []
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != kind:
         raise BadRequest(f"the body must be a {kind} of apiVersion {API_VERSION} "
                          f"(got kind {doc.get('kind')!r}, apiVersion {doc.get('apiVersion')!r})")
@@ -195,7 +209,7 @@ def to_object(doc: dict[str, Any], kind: str, target: Target,
         doc = {**doc, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     for _ in range(2):
         try:
-            return model.model_validate(doc), warnings
+            return model.model_validate(doc), warnings, dropped
         except ValidationError as exc:
             unknown = [e["loc"] for e in exc.errors() if e["type"] == "extra_forbidden"]
             if not unknown:
@@ -205,6 +219,7 @@ def to_object(doc: dict[str, Any], kind: str, target: Target,
                 raise unknown_fields(paths) from None
             for loc in unknown:
                 _drop(doc, tuple(loc))
+                dropped.append(tuple(str(p) for p in loc))
             if validation == "Warn":
                 warnings += [f'unknown field "{p}"' for p in paths]
     raise ApiError(400, "BadRequest", "the body could not be decoded")

@@ -174,7 +174,29 @@ def precheck(ctx: ApiContext, who: Identity, action: Action, before: str | None 
         if ctx.audit is not None:
             code, reason = code_of(exc)
             ctx.audit.record(who, action, before=before, after=None, code=code, reason=reason)
+        _mark_audited(exc)
         raise
+
+
+# Set on an exception whose refusal has its audit line, so a scope around the
+# whole request (`refusals_audited`) does not write a second one.
+_AUDITED = "_hvfleet_audited"
+
+
+def _mark_audited(exc: Exception) -> None:
+    with contextlib.suppress(AttributeError, TypeError):
+        setattr(exc, _AUDITED, True)
+
+
+@contextlib.contextmanager
+def refusals_audited(ctx: ApiContext, who: Identity, action: Action) -> Iterator[None]:
+    """Around a write request after its precheck: a refusal met before the
+    write itself (the object not found, the store down, a patch that does
+    not apply, a result that is not valid) has its audit line too, as the
+    write's own refusal has (`audited`): one line per write request, allowed
+    or refused, as kube-apiserver audits every request."""
+    with _refusal_audited(ctx, who, action, None):
+        yield
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
@@ -228,10 +250,13 @@ def _store_refusal_worded(action: Action, worded: bool) -> Iterator[None]:
 
 def _audit_refusal(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
                    exc: Exception) -> None:
+    if getattr(exc, _AUDITED, False):
+        return
     if ctx.audit is not None:
         code, reason = code_of(exc)
         rv_before = before.metadata.resource_version if before is not None else None
         ctx.audit.record(who, action, before=rv_before, after=None, code=code, reason=reason)
+    _mark_audited(exc)
 
 
 def _audit_success(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,

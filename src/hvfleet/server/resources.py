@@ -49,7 +49,14 @@ from hvfleet.server import bodies
 from hvfleet.server.context import CONTINUE_MISMATCH, ApiContext
 from hvfleet.server.discovery import BY_KIND, RESOURCES, ResourceInfo
 from hvfleet.server.field_selector import parse_field_selector
-from hvfleet.server.guard import about, audited, audited_on_loop, authenticate, precheck
+from hvfleet.server.guard import (
+    about,
+    audited,
+    audited_on_loop,
+    authenticate,
+    precheck,
+    refusals_audited,
+)
 from hvfleet.server.identity import Action, Identity, Verb
 from hvfleet.server.narrowing import get_visible, view_of
 from hvfleet.server.negotiation import (
@@ -416,8 +423,9 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     dry_run = bodies.dry_run(request)
     validation = field_validation(request)
     media = bodies.media_type(request)
-    if media not in ("application/json", "*/*"):
-        raise UnsupportedMediaType(f"create: the body must be application/json, not {media!r}")
+    if media not in bodies.OBJECT_TYPES:
+        raise UnsupportedMediaType(f"create: the body must be application/json or application/yaml, "
+                                   f"not {media!r}")
     # Who is asking comes first: nothing is read or decoded for an anonymous caller.
     who = await authenticate(ctx, request, Action("create", info.plural, dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
@@ -510,8 +518,9 @@ async def item(request: Request) -> Response:
     if request.method == "PATCH" and media not in bodies.PATCH_TYPES:
         raise UnsupportedMediaType(f"PATCH: the media type {media!r} is not supported "
                                    f"(use one of {', '.join(bodies.PATCH_TYPES)})")
-    if request.method == "PUT" and media not in ("application/json", "*/*"):
-        raise UnsupportedMediaType(f"PUT: the body must be application/json, not {media!r}")
+    if request.method == "PUT" and media not in bodies.OBJECT_TYPES:
+        raise UnsupportedMediaType(f"PUT: the body must be application/json or application/yaml, "
+                                   f"not {media!r}")
     # Who is asking comes first: nothing is read or decoded for an anonymous caller.
     who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
                                                   force, dry_run))
@@ -562,8 +571,9 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     precheck(ctx, who, action)
     try:
         # A PUT names the version it replaces: the store may know it already.
-        current = ctx.store.get_for_write(info.kind, obj.metadata.name,
-                                          obj.metadata.resource_version)
+        with refusals_audited(ctx, who, action):
+            current = ctx.store.get_for_write(info.kind, obj.metadata.name,
+                                              obj.metadata.resource_version)
     except Undecodable:
         # Nothing stored can be read to keep: the body, as its writer may write
         # it, replaces the object (hvfleet.store.undecodable.overwrite).
@@ -572,7 +582,8 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
                       check=lambda: ctx.authorize(who, action, None, obj))
         assert out is not None
         return out
-    new = _replacement(current, obj, sub)
+    with refusals_audited(ctx, who, action):
+        new = _replacement(current, obj, sub)
     out = audited(ctx, who, action, current, lambda: _update(ctx, who, current, new, force, dry_run),
                   check=lambda: authorize_write(ctx, who, action, current, new))
     assert out is not None
@@ -666,7 +677,8 @@ def merge(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str, patch: 
         assert out is not None
         return out
 
-    out = _retrying(ctx, pinned, attempt)
+    with refusals_audited(ctx, who, action):
+        out = _retrying(ctx, pinned, attempt)
     assert out is not None
     return out, warnings
 
@@ -683,6 +695,8 @@ class ApplyConfiguration:
         self.doc: dict[str, Any] = without_nulls(doc)
         self.kind, self.target, self.validation = kind, target, validation
         self.warnings: list[str] = []
+        # Unknown fields dropped under fieldValidation Warn/Ignore: not named.
+        self.dropped: list[tuple[str, ...]] = []
         meta = self.doc.get("metadata")
         self.meta: dict[str, Any] = meta if isinstance(meta, dict) else {}
 
@@ -691,9 +705,19 @@ class ApplyConfiguration:
         return self.meta.get("resourceVersion") is not None
 
     def decode(self, doc: dict[str, Any]) -> Resource:
-        obj, self.warnings = bodies.to_object(doc, self.kind, self.target, self.validation)
+        obj, self.warnings, self.dropped = bodies.to_object_dropping(doc, self.kind, self.target,
+                                                                     self.validation)
         _same_name(obj, self.target.name)
         return obj
+
+    def named(self) -> frozenset[FieldPath]:
+        """The fields the configuration names (`named_fields`), but for the
+        unknown ones it dropped: an apply that names a field this server does
+        not know (a newer client's) applies again as it applied first."""
+        named = named_fields(self.doc)
+        if not self.dropped:
+            return named
+        return frozenset(p for p in named if not any(p[:len(d)] == d for d in self.dropped))
 
     def whole(self) -> Resource:
         """The configuration as a whole object (a create, a replacement)."""
@@ -753,7 +777,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo,
     not force if it changes another manager's field)."""
     name = configuration.target.name
     created = False
-    precheck(ctx, who, Action("patch", info.plural, name, sub, force, dry_run, apply=True))
+    applying = Action("patch", info.plural, name, sub, force, dry_run, apply=True)
+    precheck(ctx, who, applying)
 
     def attempt() -> Resource:
         nonlocal created
@@ -780,7 +805,7 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo,
         applied: frozenset[FieldPath] | None = None
         manifest = configuration.over(current, status=sub is not None)
         if sub is None:
-            named = named_fields(configuration.doc)
+            named = configuration.named()
             spelled = {p for p in named if p[0] != "spec"} | spec_paths(manifest)
             unnamed = sorted((named - spelled) | (spec_changes(current, manifest) - named))
             if unnamed:
@@ -807,7 +832,8 @@ def server_side_apply(ctx: ApiContext, who: Identity, info: ResourceInfo,
         assert out is not None
         return out
 
-    out = _retrying(ctx, configuration.pinned, attempt)
+    with refusals_audited(ctx, who, applying):
+        out = _retrying(ctx, configuration.pinned, attempt)
     assert out is not None
     return out, created
 
@@ -913,7 +939,8 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
         assert out is not None
         return out
 
-    out = _retrying(ctx, rv is not None or uid is not None, attempt)
+    with refusals_audited(ctx, who, action):
+        out = _retrying(ctx, rv is not None or uid is not None, attempt)
     assert out is not None
     return out
 
@@ -936,7 +963,8 @@ async def delete_collection(request: Request, ctx: ApiContext, info: ResourceInf
     dry_run = dry_run or options.dry_run
     action = Action("deletecollection", info.plural, name=names.equal, dry_run=dry_run)
     precheck(ctx, who, action)
-    listed = await in_thread(ctx.store.list, info.kind, selector)
+    with refusals_audited(ctx, who, action):
+        listed = await in_thread(ctx.store.list, info.kind, selector)
     deleted: list[Resource] = []
     for obj in listed.items:
         name = obj.metadata.name

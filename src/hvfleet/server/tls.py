@@ -363,7 +363,8 @@ def rotate_shared_ca(store: Store, step: str, now: datetime | None = None) -> st
             key, cert = _make_ca(now)
             new = replace(ca, next_cert=_pem(cert), next_key=_key_pem(key),
                           trust=(*ca.trust, _pem(cert)))
-            said = "a new CA is trusted beside the current one; hand out kubeconfigs again, then switch"
+            said = ("a new CA is trusted beside the current one; restart each replica (each then "
+                    "serves the new trust bundle), hand out kubeconfigs again, then switch")
         elif step == "switch":
             if ca.next_cert is None or ca.next_key is None:
                 raise InvalidInput("rotate-ca: no rotation has begun (begin first)")

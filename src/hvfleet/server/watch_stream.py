@@ -29,10 +29,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from hvfleet.model.errors import Gone, Unauthorized
+from hvfleet.model.errors import Gone
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.meta import API_VERSION
 from hvfleet.model.selectors import Selector
+from hvfleet.server.auth import no_longer_in_force
 from hvfleet.server.context import ApiContext
 from hvfleet.server.field_selector import FieldSelector
 from hvfleet.server.narrowing import View
@@ -159,10 +160,9 @@ class WatchResponse(Response):
     async def _still_authenticated(self) -> bool:
         """Whether the caller's token is still in force; if not, the stream's
         last event says why (a revoked or expired token watches no longer)."""
-        try:
-            await run_in_threadpool(self.ctx.authenticator.authenticate, self.authorization)
-        except Unauthorized as exc:
-            await self._error(401, "Unauthorized", str(exc))
+        why = await no_longer_in_force(self.ctx.authenticator, self.authorization)
+        if why is not None:
+            await self._error(401, "Unauthorized", why)
             return False
         return True
 

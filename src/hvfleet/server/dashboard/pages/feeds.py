@@ -9,11 +9,11 @@ import json
 import time
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from hvfleet.model.errors import Forbidden, TooManyRequests, Unauthorized
+from hvfleet.model.errors import Forbidden, TooManyRequests
+from hvfleet.server.auth import no_longer_in_force
 from hvfleet.server.context import ApiContext
 from hvfleet.server.dashboard.pages.common import (
     Visible,
@@ -95,10 +95,9 @@ async def events(request: Request, who: Identity) -> Response:
                 if time.monotonic() - checked >= recheck:
                     # A revoked or expired token ends the stream (the cache keeps this cheap).
                     checked = time.monotonic()
-                    try:
-                        await run_in_threadpool(ctx.authenticator.authenticate, authorization)
-                    except Unauthorized as exc:
-                        yield f"event: ended\ndata: {json.dumps({'message': str(exc)})}\n\n".encode()
+                    why = await no_longer_in_force(ctx.authenticator, authorization)
+                    if why is not None:
+                        yield f"event: ended\ndata: {json.dumps({'message': why})}\n\n".encode()
                         return
                 if names is not None:
                     if visible is not None and names:
