@@ -114,7 +114,38 @@ def test_an_hvfleet_reserve_shows_as_a_placement_allocation(
     assert got["allocations"] == {uid: {"resources": {"VCPU": 2, "MEMORY_MB": 1024},
                                         "generation": got["allocations"][uid]["generation"]}}
     on_rp = api.call("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
-    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}, "consumer_generation": None}
+    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}, "consumer_generation": 0}
+    assert got["consumer_generation"] == 0
+
+
+def test_a_put_naming_an_hvfleet_reserves_consumer_as_new_is_refused_and_one_with_its_generation_replaces_it(
+        api: Placement, run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer that has allocations has an integer generation in Placement
+    (1.28 on): an `hvfleet reserve` claim's consumer (no Placement record)
+    shows generation 0, a PUT that thinks it new (`null`) is Placement's 409
+    and leaves the claim, and a PUT with 0 replaces it in one write."""
+    monkeypatch.setenv("HVFLEET_STORE", api.store.url)
+    consumer = str(uuid.uuid4())
+    uid = _uuid(api.store, "hv2")
+    assert run("reserve", "hv2", "--cpu", "2", "--memory", "1Gi", "--consumer", consumer,
+               "--ttl", "0").code == 0
+    got = api.call("GET", f"/allocations/{consumer}").json()
+    assert got["consumer_generation"] == 0
+    body = {"allocations": {uid: {"resources": {"VCPU": 1}}}, "project_id": str(uuid.uuid4()),
+            "user_id": str(uuid.uuid4()), "consumer_generation": None, "consumer_type": "INSTANCE"}
+    as_new = api.call("PUT", f"/allocations/{consumer}", "scheduler", body)
+    assert as_new.status_code == 409, as_new.text
+    assert as_new.json()["errors"][0]["code"] == "placement.concurrent_update"
+    assert api.call("GET", f"/allocations/{consumer}").json()["allocations"][uid]["resources"] == {
+        "VCPU": 2, "MEMORY_MB": 1024}
+    body = {**body, "consumer_generation": 0}
+    assert api.call("PUT", f"/allocations/{consumer}", "scheduler", body).status_code == 204
+    after = api.call("GET", f"/allocations/{consumer}").json()
+    assert after["allocations"][uid]["resources"] == {"VCPU": 1} and after["consumer_generation"] == 1
+    held = [r for r in json.loads(run("reservations", "-o", "json").out)["items"]
+            if r["spec"]["consumer"] == consumer]
+    assert [r["spec"]["resources"] for r in held] == [{"cpu": "1"}]
+    assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
 
 
 def test_an_allocation_stays_as_made_when_its_instance_shows_in_libvirt_and_counts_once(

@@ -385,7 +385,7 @@ def get_allocations(call: Call, _: Any) -> Any:
         out["project_id"] = rec.spec.project_id if rec else alloc.INCOMPLETE
         out["user_id"] = rec.spec.user_id if rec else alloc.INCOMPLETE
     if call.at_least(1, 28) and found.allocations:
-        out["consumer_generation"] = found.record.spec.generation if found.record else None
+        out["consumer_generation"] = alloc.consumer_generation(found.record, True)
     if call.at_least(1, 38) and found.allocations:
         out["consumer_type"] = (found.record.spec.consumer_type if found.record else None) or "unknown"
     return out
@@ -457,11 +457,10 @@ def provider_allocations(call: Call, _: Any) -> Any:
     allocs = alloc.provider_allocations(fleet, uuid)
     call.last_modified = _now()
     out: dict[str, dict[str, Any]] = {c: {"resources": r} for c, r in allocs.items()}
-    if call.at_least(1, 28):  # each consumer's generation (None: an hvfleet claim, no record)
+    if call.at_least(1, 28):  # each consumer's generation (0: hvfleet's claims, no record)
         src = call.source()
         for c, doc in out.items():
-            rec = src.consumer(c)
-            doc["consumer_generation"] = rec.spec.generation if rec else None
+            doc["consumer_generation"] = alloc.consumer_generation(src.consumer(c), True)
     return {"resource_provider_generation": fleet.providers[uuid].generation, "allocations": out}
 
 
