@@ -228,7 +228,8 @@ def get_resource_class(call: Call, _: Any) -> Any:
 def create_resource_class(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.POST_RC)
     name = data["name"]
-    if not service.create_custom(call.store, "resource-class", name):
+    # A class a hypervisor's inventories name exists without a record of its own.
+    if name in call.source().known_names()[0] or not service.create_custom(call.store, "resource-class", name):
         from hvfleet.placement.errors import PlacementConflict
 
         raise PlacementConflict(f"Conflicting resource class already exists: {name}")
@@ -241,8 +242,11 @@ def put_resource_class(call: Call, data: Any) -> Any:
     name = call.path("name")
     if call.at_least(1, 7):
         schemas.validate({"name": name}, schemas.POST_RC)
+        existed = name in call.source().known_names()[0]
+        # Stored even where a hypervisor's inventories name it already: a class
+        # a client made stays when they no longer do, as in Placement.
         created = service.create_custom(call.store, "resource-class", name)
-        call.status = 201 if created else 204
+        call.status = 201 if created and not existed else 204
         call.headers["location"] = f"{call.mount}/resource_classes/{name}"
         return None
     schemas.validate(data, schemas.POST_RC)
