@@ -351,7 +351,8 @@ class Source:
         """(resource classes, traits): the standard ones and the custom ones."""
         if self.snapshot is not None:
             return self.snapshot(True).known_names()
-        classes = set(resource_classes(self.store)) | inventory_classes(read_fleet(self.store).providers.values())
+        classes = set(resource_classes(self.store))
+        classes |= inventory_classes(read_fleet(self.store).providers.values())
         return frozenset(classes), frozenset(traits(self.store))
 
     def consumer(self, uuid: str) -> PlacementConsumer | None:

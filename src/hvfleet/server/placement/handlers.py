@@ -229,7 +229,8 @@ def create_resource_class(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.POST_RC)
     name = data["name"]
     # A class a hypervisor's inventories name exists without a record of its own.
-    if name in call.source().known_names()[0] or not service.create_custom(call.store, "resource-class", name):
+    known = call.source().known_names()[0]
+    if name in known or not service.create_custom(call.store, "resource-class", name):
         from hvfleet.placement.errors import PlacementConflict
 
         raise PlacementConflict(f"Conflicting resource class already exists: {name}")
