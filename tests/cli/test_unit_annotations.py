@@ -1,7 +1,9 @@
 """A Hypervisor's scheduling annotations (`scheduling.hvfleet.io/min-unit.*`,
-`step-size.*`) and resource names that are a standard resource's Placement
-class (`VCPU` for `cpu`): refused where they are written (exit 2, the field
-named, nothing written), so no later reader fails. An annotation stored
+`step-size.*`), resource names that are a standard resource's Placement
+class (`VCPU` for `cpu`) and names Placement can never have as a class
+(`FOO`): refused where they are written (exit 2, the field named, nothing
+written), so no later reader fails. A name stored before the check is left
+out of every Placement view, its host otherwise served. An annotation stored
 before the check (put in behind hvfleet's back) takes only its own host out:
 `placement export` leaves it out with a warning, `fit` says why, and the
 Placement API serves the rest of the fleet with that host disabled."""
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor
@@ -153,3 +156,94 @@ def test_a_policy_update_naming_a_standard_class_is_refused_too(run: Run, db_url
     r = run("apply", "-f", str(path))
     assert r.code == 2 and "Placement's class of the resource 'cpu'" in r.err, r.err
     assert _revision(db_url) == before
+
+
+@pytest.mark.parametrize("args", [
+    ["extra-capacity", "set", "hv1", "FOO=2"], ["reserved", "set", "hv1", "FOO=1"],
+    ["overcommit", "set", "hv1", "FOO=2"], ["reserve", "hv1", "--resource", "FOO=1", "--consumer", CONSUMER],
+    ["fit", "--resource", "FOO=1"], ["extra-capacity", "set", "hv1", "CUSTOMNIC=1"],
+])
+def test_a_name_placement_can_never_have_as_a_class_is_refused_where_it_is_written(
+        run: Run, db_url: str, tmp_path: Path, args: list[str]) -> None:
+    """`FOO` was taken and shown as a Placement inventory class, which
+    Placement refuses (`PUT /resource_classes/FOO` is 400)."""
+    path = tmp_path / "hv.yaml"
+    path.write_text(MANIFEST.format(name="hv1", key="a", value="b"))
+    assert run("apply", "-f", str(path)).code == 0
+    before = _revision(db_url)
+    r = run(*args)
+    assert r.code == 2, (r.code, r.err)
+    assert "can never be a Placement resource class" in r.err and "CUSTOM_" in r.err, r.err
+    assert "Traceback" not in r.err
+    assert _revision(db_url) == before
+
+
+def test_standard_and_custom_placement_classes_are_taken(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "hv.yaml"
+    path.write_text(MANIFEST.format(name="hv1", key="a", value="b"))
+    assert run("apply", "-f", str(path)).code == 0
+    for args in (["extra-capacity", "set", "hv1", "VGPU=2", "PCI_DEVICE=1", "CUSTOM_NIC_VF=4"],
+                 ["reserved", "set", "hv1", "CUSTOM_NIC_VF=1"], ["overcommit", "set", "hv1", "NUMA_CORE=2"]):
+        r = run(*args)
+        assert r.code == 0, (args, r.err)
+
+
+def test_a_policy_naming_a_name_placement_can_never_have_is_refused(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("apiVersion: hvfleet.io/v1\nkind: OvercommitPolicy\nmetadata:\n  name: p\n"
+                    "spec:\n  overcommit: {cpu: 2, FOO: 3}\n")
+    r = run("apply", "-f", str(path))
+    assert r.code == 2 and "spec.overcommit.FOO" in r.err and "Placement resource class" in r.err, r.err
+
+
+def _stored_spec(url: str, name: str, **spec: Any) -> None:
+    """A spec value stored before the write-time check (behind hvfleet's back)."""
+    with open_store(url) as s:
+        host = s.get_hypervisor(name).to_dict()
+    host.setdefault("spec", {}).update(spec)
+    poison(url, "Hypervisor", name, host)
+
+
+def test_a_name_stored_before_the_check_is_left_out_of_placement_and_the_host_stays_writable(
+        run: Run, db_url: str, tmp_path: Path) -> None:
+    for name in ("hv1", "hv2"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(MANIFEST.format(name=name, key="a", value="b"))
+        assert run("apply", "-f", str(path)).code == 0
+    _stored_spec(db_url, "hv1", extraCapacity={"FOO": "2", "CUSTOM_NIC_VF": "4"})
+    r = run("placement", "export")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert [p["name"] for p in doc["resource_providers"]] == ["hv1", "hv2"]
+    assert set(doc["resource_providers"][0]["inventories"]) == {"CUSTOM_NIC_VF"}
+    assert doc["omitted"] == [{"name": "hv1", "resource": "FOO", "reason": doc["omitted"][0]["reason"]}]
+    assert "warning: hypervisor hv1: FOO can never be a Placement resource class" in r.err, r.err
+    # Stored, it stays: another change of the spec is taken, a new such name is not.
+    assert run("overcommit", "set", "hv1", "cpu=2").code == 0
+    assert run("extra-capacity", "set", "hv1", "CUSTOM_NIC_VF=8").code == 0
+    assert run("extra-capacity", "set", "hv1", "BAR=1").code == 2
+    with open_store(db_url) as s:
+        extra = {str(r): str(q) for r, q in s.get_hypervisor("hv1").spec.extra_capacity.items()}
+    assert extra == {"FOO": "2", "CUSTOM_NIC_VF": "8"}
+
+
+def test_the_placement_api_leaves_a_stored_name_placement_cannot_have_out_and_refuses_a_new_one(
+        api: Placement) -> None:
+    assert isinstance(api.store, SqliteStore)
+    url = f"sqlite:///{api.store.path}"
+    _stored_spec(url, "hv1", extraCapacity={"FOO": "2"})
+    hv1 = _uuid(api.store, "hv1")
+    inv = api.call("GET", f"/resource_providers/{hv1}/inventories").json()["inventories"]
+    assert "FOO" not in inv and "VCPU" in inv
+    classes = [c["name"] for c in api.call("GET", "/resource_classes").json()["resource_classes"]]
+    assert "FOO" not in classes
+    r = api.call("GET", "/allocation_candidates?resources=VCPU:1")
+    assert r.status_code == 200 and hv1 in r.json()["provider_summaries"]
+    # The Kubernetes-shaped API refuses a new one: 422 naming the field.
+    patched = requests.patch(
+        f"{api.url}/apis/hvfleet.io/v1/hypervisors/hv2", verify=str(api.ca), timeout=30,
+        headers={"Authorization": f"Bearer {api.tokens['admin']}",
+                 "Content-Type": "application/merge-patch+json"},
+        data=json.dumps({"spec": {"extraCapacity": {"FOO": "2"}}}))
+    assert patched.status_code == 422, patched.text
+    assert "spec.extraCapacity.FOO" in patched.text and "CUSTOM_" in patched.text

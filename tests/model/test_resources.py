@@ -59,3 +59,43 @@ def test_byte_resources_render_in_binary_suffixes_everywhere() -> None:
     assert str(ResourceName.parse("hugepages-2Mi").quantity(4 * 2**21)) == "8Mi"
     assert human(ResourceName.parse("disk"), ResourceName.parse("disk").quantity(3 * 2**29)) == "1.5Gi"
     assert human("VGPU", ResourceName.parse("VGPU").quantity(8)) == "8"
+
+
+@given(st.from_regex(r"\A[A-Z][A-Z0-9_]{0,40}\Z"))
+def test_a_name_is_in_placement_exactly_when_placement_can_have_it_as_a_class(name: str) -> None:
+    """A standard class of os-resource-classes or `CUSTOM_[A-Z0-9_]+`, as
+    Placement's own schema for a new class; `ResourceName.parse` still
+    reads every other (stored before the write-time check)."""
+    import os_resource_classes
+
+    from hvfleet.model.resources import placement_class_error
+
+    expected = name in os_resource_classes.STANDARDS or (name.startswith("CUSTOM_") and len(name) > 7)
+    assert ResourceName.parse(name).in_placement is expected
+    error = placement_class_error([name], "spec.extraCapacity")
+    assert (error is None) is expected
+    if error is not None:
+        assert error.field == f"spec.extraCapacity.{name}" and "CUSTOM_" in str(error)
+    # A name the field held before passes (an update of a value stored before the check).
+    assert placement_class_error([name], "spec.extraCapacity", before=[name]) is None
+
+
+def test_the_well_known_resources_are_in_placement() -> None:
+    from hvfleet.model.resources import WELL_KNOWN
+
+    assert all(ResourceName.parse(n).in_placement for n in WELL_KNOWN)
+
+
+def test_a_create_naming_what_placement_cannot_have_is_refused_and_an_update_keeping_it_is_taken() -> None:
+    from datetime import UTC, datetime
+
+    from hvfleet.model.kinds import strategy
+
+    s = strategy("Hypervisor")
+    bad = Hypervisor.model_validate({"metadata": {"name": "h"}, "spec": {"extraCapacity": {"FOO": "2"}}})
+    with pytest.raises(InvalidInput, match="FOO can never be a Placement resource class") as exc:
+        s.validate_create(bad, "operator")
+    assert exc.value.field == "spec.extraCapacity.FOO"
+    changed = bad.model_copy(update={"spec": bad.spec.model_copy(update={"maintenance": "manual",
+                                                                          "maintenance_reason": "x"})})
+    s.validate_update(bad, changed, "operator", datetime.now(UTC))

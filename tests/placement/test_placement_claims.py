@@ -25,6 +25,7 @@ from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import ResourceName
 from hvfleet.placement import candidates
+from hvfleet.placement.records import Source
 from hvfleet.placement.snapshot import ProviderSnapshot
 from hvfleet.scheduling.placement import export_inventories
 from hvfleet.store import open_store
@@ -114,7 +115,38 @@ def test_an_hvfleet_reserve_shows_as_a_placement_allocation(
     assert got["allocations"] == {uid: {"resources": {"VCPU": 2, "MEMORY_MB": 1024},
                                         "generation": got["allocations"][uid]["generation"]}}
     on_rp = api.call("GET", f"/resource_providers/{uid}/allocations").json()["allocations"]
-    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}, "consumer_generation": None}
+    assert on_rp[consumer] == {"resources": {"VCPU": 2, "MEMORY_MB": 1024}, "consumer_generation": 0}
+    assert got["consumer_generation"] == 0
+
+
+def test_a_put_naming_an_hvfleet_reserves_consumer_as_new_is_refused_and_one_with_its_generation_replaces_it(
+        api: Placement, run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer that has allocations has an integer generation in Placement
+    (1.28 on): an `hvfleet reserve` claim's consumer (no Placement record)
+    shows generation 0, a PUT that thinks it new (`null`) is Placement's 409
+    and leaves the claim, and a PUT with 0 replaces it in one write."""
+    monkeypatch.setenv("HVFLEET_STORE", api.store.url)
+    consumer = str(uuid.uuid4())
+    uid = _uuid(api.store, "hv2")
+    assert run("reserve", "hv2", "--cpu", "2", "--memory", "1Gi", "--consumer", consumer,
+               "--ttl", "0").code == 0
+    got = api.call("GET", f"/allocations/{consumer}").json()
+    assert got["consumer_generation"] == 0
+    body = {"allocations": {uid: {"resources": {"VCPU": 1}}}, "project_id": str(uuid.uuid4()),
+            "user_id": str(uuid.uuid4()), "consumer_generation": None, "consumer_type": "INSTANCE"}
+    as_new = api.call("PUT", f"/allocations/{consumer}", "scheduler", body)
+    assert as_new.status_code == 409, as_new.text
+    assert as_new.json()["errors"][0]["code"] == "placement.concurrent_update"
+    assert api.call("GET", f"/allocations/{consumer}").json()["allocations"][uid]["resources"] == {
+        "VCPU": 2, "MEMORY_MB": 1024}
+    body = {**body, "consumer_generation": 0}
+    assert api.call("PUT", f"/allocations/{consumer}", "scheduler", body).status_code == 204
+    after = api.call("GET", f"/allocations/{consumer}").json()
+    assert after["allocations"][uid]["resources"] == {"VCPU": 1} and after["consumer_generation"] == 1
+    held = [r for r in json.loads(run("reservations", "-o", "json").out)["items"]
+            if r["spec"]["consumer"] == consumer]
+    assert [r["spec"]["resources"] for r in held] == [{"cpu": "1"}]
+    assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
 
 
 def test_an_allocation_stays_as_made_when_its_instance_shows_in_libvirt_and_counts_once(
@@ -578,3 +610,49 @@ def test_a_kept_candidates_answer_never_outlives_a_change(which: str, request: p
     finally:
         current = api.store.get_hypervisor("hv1")
         api.store.update(current.model_copy(update={"status": h.status}), agent_manager("hv1"))
+
+
+def test_every_class_a_hypervisors_inventories_name_exists_in_placement_while_they_name_it(
+        api: Placement) -> None:
+    """In Placement no inventory is of a class that does not exist: a host's
+    extra capacity (`CUSTOM_NIC_VF`) and hugepages (`CUSTOM_HUGEPAGES_2MI`)
+    are listed and found as classes, asked for in candidates, allocated, and
+    not deleted while in use (Placement's 409); they are no stored copy: a
+    class no inventory names any more and nobody created is gone with it."""
+    put_host(api.store, host("hv-vf", {"cpu": 4, "memory": "8Gi", "hugepages-2Mi": "1Gi"},
+                             extra={"CUSTOM_NIC_VF": 4}, beat=datetime.now(UTC)))
+    uid = _uuid(api.store, "hv-vf")
+    inv = api.call("GET", f"/resource_providers/{uid}/inventories").json()["inventories"]
+    assert {"CUSTOM_NIC_VF", "CUSTOM_HUGEPAGES_2MI"} <= set(inv)
+    listed = [c["name"] for c in api.call("GET", "/resource_classes").json()["resource_classes"]]
+    assert {"CUSTOM_NIC_VF", "CUSTOM_HUGEPAGES_2MI"} <= set(listed)
+    # A one-off reader's whole read knows them as the server's snapshot does.
+    assert {"CUSTOM_NIC_VF", "CUSTOM_HUGEPAGES_2MI"} <= Source(api.store).known_names()[0]
+    for rc in ("CUSTOM_NIC_VF", "CUSTOM_HUGEPAGES_2MI"):
+        assert api.call("GET", f"/resource_classes/{rc}").status_code == 200
+        found = api.call("GET", f"/allocation_candidates?resources={rc}:1")
+        assert found.status_code == 200, found.text
+        assert uid in found.json()["provider_summaries"]
+    consumer = str(uuid.uuid4())
+    made = {"CUSTOM_NIC_VF": 2, "CUSTOM_HUGEPAGES_2MI": 3}
+    put = api.call("PUT", f"/allocations/{consumer}", "scheduler", {
+        "allocations": {uid: {"resources": made}}, "project_id": str(uuid.uuid4()),
+        "user_id": str(uuid.uuid4()), "consumer_generation": None, "consumer_type": "INSTANCE"})
+    assert put.status_code == 204, put.text
+    usages = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+    assert usages["CUSTOM_NIC_VF"] == 2 and usages["CUSTOM_HUGEPAGES_2MI"] == 3
+    refused = api.call("DELETE", "/resource_classes/CUSTOM_NIC_VF")
+    assert refused.status_code == 409
+    assert refused.json()["errors"][0]["detail"].strip().endswith(
+        "Error in delete resource class: Cannot delete resource class CUSTOM_NIC_VF. "
+        "Class is in use in inventory.")
+    # It exists: a POST of it is Placement's conflict, a PUT (1.7) finds it.
+    assert api.call("POST", "/resource_classes", body={"name": "CUSTOM_NIC_VF"}).status_code == 409
+    assert api.call("PUT", "/resource_classes/CUSTOM_NIC_VF").status_code == 204
+    assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
+    api.store.delete("Hypervisor", "hv-vf")
+    listed = [c["name"] for c in api.call("GET", "/resource_classes").json()["resource_classes"]]
+    # The PUT made CUSTOM_NIC_VF a class of its own; the hugepages class went with the host.
+    assert "CUSTOM_NIC_VF" in listed and "CUSTOM_HUGEPAGES_2MI" not in listed
+    assert api.call("GET", "/resource_classes/CUSTOM_HUGEPAGES_2MI").status_code == 404
+    assert api.call("DELETE", "/resource_classes/CUSTOM_NIC_VF").status_code == 204

@@ -239,6 +239,8 @@ def placement_export_command(
         doc = export(st, query)
     for left in doc.get("skipped", []):
         print(f"warning: hypervisor {left['name']} left out: {left['reason']}", file=sys.stderr)
+    for gone in doc.get("omitted", []):
+        print(f"warning: hypervisor {gone['name']}: {gone['reason']}", file=sys.stderr)
     _print_doc(doc)
 
 

@@ -42,7 +42,12 @@ from hvfleet.model.meta import validate_name
 from hvfleet.model.overcommit import selects
 from hvfleet.model.placement import PlacementConsumer, PlacementName, ResourceProvider
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import ResourceName, placement_alias_error, whole_units_error
+from hvfleet.model.resources import (
+    ResourceName,
+    placement_alias_error,
+    placement_class_error,
+    whole_units_error,
+)
 from hvfleet.model.token import AccessToken
 from hvfleet.model.units import check_unit_annotations
 
@@ -94,9 +99,17 @@ def _spec_names(spec: HypervisorSpec) -> list[tuple[str, Iterable[str]]]:
             ("spec.extraCapacity", spec.extra_capacity)]
 
 
-def _no_placement_aliases(named: list[tuple[str, Iterable[str]]]) -> None:
+def _no_placement_aliases(named: list[tuple[str, Iterable[str]]],
+                          before: list[tuple[str, Iterable[str]]] | None = None) -> None:
+    """Every resource named is one Placement can have, and not a well-known
+    resource's class under its Placement name. On an update, a name the
+    field held before passes the class check (`before`): a value stored
+    before it stays writable beside other changes."""
+    held = dict(before or [])
     for where, names in named:
-        error = placement_alias_error(names, where)
+        names = list(names)
+        error = (placement_alias_error(names, where)
+                 or placement_class_error(names, where, held.get(where, ())))
         if error is not None:
             raise error
 
@@ -132,7 +145,7 @@ def _hypervisor_update(old: Hypervisor, new: Hypervisor, _manager: str, _now: da
     write carries the stored spec and annotations, read before these checks)."""
     check_unit_annotations(new, old)
     if new.spec != old.spec:
-        _no_placement_aliases(_spec_names(new.spec))
+        _no_placement_aliases(_spec_names(new.spec), _spec_names(old.spec))
         _whole_units(_spec_amounts(new.spec), _spec_amounts(old.spec))
 
 
@@ -145,8 +158,9 @@ def _policy_create(obj: OvercommitPolicy, _manager: str) -> None:
     _no_placement_aliases([("spec.overcommit", obj.spec.overcommit)])
 
 
-def _policy_update(_old: OvercommitPolicy, new: OvercommitPolicy, manager: str, _now: datetime) -> None:
-    _policy_create(new, manager)
+def _policy_update(old: OvercommitPolicy, new: OvercommitPolicy, _manager: str, _now: datetime) -> None:
+    _no_placement_aliases([("spec.overcommit", new.spec.overcommit)],
+                          [("spec.overcommit", old.spec.overcommit)])
 
 
 def _lease_writer(obj: Lease, manager: str) -> None:

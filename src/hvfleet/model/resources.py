@@ -20,8 +20,13 @@ from pydantic_core import core_schema
 
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity, text_schema
+from hvfleet.model.standard_classes import STANDARD_RESOURCE_CLASSES
 
 _CLASS_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# The names Placement can have as a class: os-resource-classes' standard ones
+# and custom ones (Placement's own schema for a new class).
+_CUSTOM_CLASS_RE = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+_STANDARD = frozenset(STANDARD_RESOURCE_CLASSES)
 _MAX_LEN = 255  # Placement's limit for a resource class name
 
 
@@ -82,6 +87,35 @@ def whole_units_error(values: Mapping[ResourceName, Quantity], where: str) -> In
     return None
 
 
+PLACEMENT_FORMS = (
+    "one of " + ", ".join(WELL_KNOWN) + ", one of Placement's standard resource classes "
+    "(VGPU, PCI_DEVICE, SRIOV_NET_VF, …) or a custom class CUSTOM_[A-Z0-9_]+ (e.g. CUSTOM_NIC_VF)"
+)
+
+
+def placement_class_error(names: Iterable[str], where: str,
+                          before: Iterable[str] = ()) -> InvalidInput | None:
+    """The error for the first of `names` that Placement can never have as a
+    resource class (`FOO`: neither standard nor `CUSTOM_*`), or None; names
+    in `before` (what the field held before this write) pass. Checked, like
+    `placement_alias_error`, where a resource is first named, never where one
+    is read: a name stored before this check stays readable, and the
+    Placement view leaves it out (hvfleet.scheduling.placement)."""
+    held = {str(n) for n in before}
+    for name in names:
+        if str(name) not in held and not in_placement(str(name)):
+            return InvalidInput(f"{name} can never be a Placement resource class: expected {PLACEMENT_FORMS}",
+                                field=f"{where}.{name}")
+    return None
+
+
+def in_placement(name: str) -> bool:
+    """Whether the resource `name` is one Placement can have: a well-known
+    resource (its class is standard or CUSTOM_HUGEPAGES_*), a standard class
+    or a CUSTOM_* class."""
+    return name in WELL_KNOWN or name in _STANDARD or bool(_CUSTOM_CLASS_RE.match(name))
+
+
 # The resources counted in bytes (written in binary suffixes, shown as Gi/Mi,
 # converted to MiB/GiB for Placement). Everything else, the custom Placement
 # classes included, counts whole or decimal units.
@@ -112,6 +146,11 @@ class ResourceName(str):
     def placement(self) -> PlacementClass:
         known = WELL_KNOWN.get(str(self))
         return known if known is not None else PlacementClass(str(self), "unit")
+
+    @property
+    def in_placement(self) -> bool:
+        """Whether Placement can have this resource's class (`in_placement`)."""
+        return in_placement(str(self))
 
     @property
     def is_custom(self) -> bool:

@@ -53,6 +53,23 @@ from hvfleet.scheduling.placement import resource_for_class
 from hvfleet.store.base import Store, Write
 
 INCOMPLETE = "00000000-0000-0000-0000-000000000000"
+# The generation of a consumer whose allocations are hvfleet's own claims
+# (`hvfleet reserve`, the API's claim) and that has no Placement record: in
+# Placement (1.28 on) a consumer with allocations always has one, and a write
+# that names it new (`null`) is refused. 0 is a consumer created and never
+# moved on by a Placement write; the first such write (naming 0) creates its
+# record at 1, compare-and-swapped by the store (a second writer naming 0
+# finds the record made: 409), and replaces its claims in the same write.
+CLAIMS_ONLY_GENERATION = 0
+
+
+def consumer_generation(rec: PlacementConsumer | None, has_allocations: bool) -> int | None:
+    """The generation Placement's clients see of a consumer: its record's, else
+    CLAIMS_ONLY_GENERATION while it has allocations (hvfleet's claims), else
+    None (no consumer: a write names it new)."""
+    if not has_allocations:
+        return None
+    return rec.spec.generation if rec is not None else CLAIMS_ONLY_GENERATION
 
 
 @dataclass
@@ -215,8 +232,9 @@ class _Plan:
         # a claim released in hvfleet) is no consumer, as in Placement, which
         # deletes a consumer with its last allocation: it is asked for as a
         # new one (generation null) and its record written over, its
-        # generation still moving on (a claim's name carries it).
-        expected = rec.spec.generation if rec is not None and before else None
+        # generation still moving on (a claim's name carries it). Claims
+        # without a record (`hvfleet reserve`) are a consumer of generation 0.
+        expected = consumer_generation(rec, bool(before))
         if req.check_generation:
             if expected is not None and expected != req.consumer_generation:
                 raise PlacementConflict(

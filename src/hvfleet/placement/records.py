@@ -351,7 +351,9 @@ class Source:
         """(resource classes, traits): the standard ones and the custom ones."""
         if self.snapshot is not None:
             return self.snapshot(True).known_names()
-        return frozenset(resource_classes(self.store)), frozenset(traits(self.store))
+        classes = set(resource_classes(self.store))
+        classes |= inventory_classes(read_fleet(self.store).providers.values())
+        return frozenset(classes), frozenset(traits(self.store))
 
     def consumer(self, uuid: str) -> PlacementConsumer | None:
         if self.snapshot is not None:
@@ -379,6 +381,14 @@ def resource_classes(store: Store) -> dict[str, PlacementName | None]:
     out: dict[str, PlacementName | None] = dict.fromkeys(RESOURCE_CLASSES)
     out.update(custom_names(store, "resource-class"))
     return out
+
+
+def inventory_classes(views: Iterable[ProviderView]) -> set[str]:
+    """The classes the providers' inventories name. In Placement a class
+    exists before any inventory of it; a hypervisor's inventories are
+    computed (a custom resource in its `spec.extraCapacity`, its hugepages),
+    so the classes they name exist while they name them, no stored copy."""
+    return {rc for p in views for rc in p.inventories}
 
 
 def in_placement_order(classes: Iterable[str]) -> list[str]:

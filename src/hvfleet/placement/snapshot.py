@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 FOLLOW_WAIT_S = 0.5
 # The kinds the snapshot follows; the index follows the hosts' kinds.
 _RECORD_KINDS = ("ResourceProvider", "PlacementName", "PlacementConsumer")
+_STANDARD_CLASSES = frozenset(RESOURCE_CLASSES)
 
 
 class ProviderSnapshot:
@@ -126,6 +127,10 @@ class ProviderSnapshot:
         self._graph: ProviderGraph | None = None
         self._last: ProviderGraph | None = None  # the graph handed out last
         self._known: tuple[frozenset[str], frozenset[str]] | None = None  # made again when a name changes
+        # Custom class -> how many shown providers' inventories name it: a
+        # class a hypervisor's computed inventories name exists while they
+        # name it (records.inventory_classes), counted per provider change.
+        self._in_use: dict[str, int] = {}
 
     @property
     def staleness(self) -> timedelta:
@@ -364,6 +369,7 @@ class ProviderSnapshot:
         lookups patched; a provider whose graph value is the same is no change
         to the graph."""
         old = self._views.get(uid)
+        self._count_classes(old, view)
         if old is not None:
             _drop(self._by_consumer, old.consumers, uid)
             _drop(self._children, [old.parent_uuid] if old.parent_uuid else [], uid)
@@ -385,6 +391,26 @@ class ProviderSnapshot:
         if self._providers.get(uid) != provider:
             self._providers[uid] = provider
             self._changed.add(uid)
+
+    def _count_classes(self, old: ProviderView | None, new: ProviderView | None) -> None:
+        """Count the custom classes `new`'s inventories name in place of
+        `old`'s; the known names are made again only when a class comes or goes."""
+        was = old.inventories.keys() - _STANDARD_CLASSES if old is not None else set()
+        now = new.inventories.keys() - _STANDARD_CLASSES if new is not None else set()
+        if was == now:
+            return
+        for c in was - now:
+            left = self._in_use[c] - 1
+            if left:
+                self._in_use[c] = left
+            else:
+                del self._in_use[c]
+                self._known = None
+        for c in now - was:
+            n = self._in_use.get(c, 0)
+            self._in_use[c] = n + 1
+            if not n:
+                self._known = None
 
     def fleet(self, now: datetime | None = None) -> Fleet:
         """Every provider's view as of the last refresh, judged at `now` (by
@@ -445,16 +471,20 @@ class ProviderSnapshot:
         h = self.index.host(host)
         return None if h is None else provider_uuid(h)
 
-    def known_names(self) -> tuple[frozenset[str], frozenset[str]]:
-        """(resource classes, traits) Placement knows: standard and custom.
-        The same two sets until a name is added or removed (they key the
-        candidates bodies kept per graph: equal by identity, hashed once)."""
+    def known_names(self, now: datetime | None = None) -> tuple[frozenset[str], frozenset[str]]:
+        """(resource classes, traits) Placement knows: standard and custom,
+        the custom classes being the stored ones and those a provider's
+        inventories name (a hypervisor's are computed: `_in_use`), judged at
+        `now` as `fleet()`. The same two sets until a name is added or removed
+        (they key the candidates bodies kept per graph: equal by identity,
+        hashed once)."""
         with self._lock:
+            self._patch(now or datetime.now(UTC))
             known = self._known
             if known is None:
                 custom = list(self._names.values())
-                classes = frozenset(RESOURCE_CLASSES) | {n.spec.placement_name for n in custom
-                                                         if n.spec.of == "resource-class"}
+                classes = _STANDARD_CLASSES | self._in_use.keys() | {
+                    n.spec.placement_name for n in custom if n.spec.of == "resource-class"}
                 traits = TRAITS | {n.spec.placement_name for n in custom if n.spec.of == "trait"}
                 known = self._known = (frozenset(classes), frozenset(traits))
             return known

@@ -8,7 +8,10 @@ allocation_ratio`, `min_unit <= amount <= max_unit`, `amount % step_size == 0`
 accepts exactly what `hvfleet fit` accepts (tested against a real Placement).
 Amounts are converted to Placement's units (MEMORY_MB in MiB, DISK_GB in GiB):
 capacity is rounded down and reserve and usage up, so Placement never sees
-room the host does not have.
+room the host does not have. A resource Placement can never have as a class
+(`FOO`, stored before the write-time check: hvfleet.model.resources
+.placement_class_error) is left out of every Placement view (inventories,
+usages, allocations), and `export` says so per host (`omitted`).
 
 `sync` reads a real Placement's providers and allocations and keeps one
 Reservation (source `placement`) per Placement consumer per host, so space
@@ -102,6 +105,8 @@ def export_inventories(
     usable = usable_capacity(h.status.capacity, h.spec.reserved, h.spec.extra_capacity)
     out: dict[str, dict[str, Any]] = {}
     for r in sorted(physical, key=str):
+        if not r.in_placement:
+            continue  # no Placement class: see `omitted`
         total = _units_down(r, physical[r])
         if total < 1:
             continue  # Placement refuses an inventory of 0; nothing could fit anyway.
@@ -137,7 +142,7 @@ def units_of(resources: ResourceList) -> dict[str, int]:
     """hvfleet amounts as Placement's: resource class -> whole units (rounded up)."""
     out: dict[str, int] = {}
     for name, q in resources.items():
-        if q > 0:
+        if q > 0 and name.in_placement:
             rc = name.placement.resource_class
             out[rc] = out.get(rc, 0) + _units_up(name, q)
     return out
@@ -210,6 +215,14 @@ def host_provider(h: Hypervisor, reservations: Sequence[Reservation], policies: 
     )
 
 
+def omitted(h: Hypervisor) -> list[str]:
+    """The resources of `h` (its capacity, extra capacity, reserve or
+    overcommit) that no Placement class can carry, stored before the
+    write-time check: left out of its provider."""
+    named = {*h.status.capacity, *h.spec.extra_capacity, *h.spec.reserved, *h.spec.overcommit}
+    return sorted(str(r) for r in named if not r.in_placement)
+
+
 def export_provider(
     h: Hypervisor,
     reservations: Iterable[Reservation],
@@ -242,6 +255,7 @@ def export(
 ) -> dict[str, Any]:
     providers: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
+    left_out: list[dict[str, str]] = []
     for h in sorted(hosts, key=lambda h: h.name):
         try:
             providers.append(export_provider(h, reservations.get(h.name, []), now, policies))
@@ -249,9 +263,16 @@ def export(
             # One host's annotation stored before the write-time check leaves
             # that host out, named, not the whole fleet's export.
             skipped.append({"name": h.name, "reason": str(exc)})
+            continue
+        left_out.extend({"name": h.name, "resource": r,
+                         "reason": f"{r} can never be a Placement resource class (stored before "
+                                   "hvfleet refused such names): left out of its provider"}
+                        for r in omitted(h))
     out: dict[str, Any] = {"resource_providers": providers}
     if skipped:
         out["skipped"] = skipped
+    if left_out:
+        out["omitted"] = left_out
     return out
 
 

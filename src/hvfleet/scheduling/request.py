@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from hvfleet.model.bounds import MAX_EFFECTIVE
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import CPU, MEMORY, ResourceName, placement_alias_error
+from hvfleet.model.resources import CPU, MEMORY, ResourceName, placement_alias_error, placement_class_error
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class Request:
             raise InvalidInput(f"count: {self.count} must be at least 1")
         if not self.resources:
             raise InvalidInput("request: ask for at least one resource (cpu, memory or another)")
-        alias = placement_alias_error(self.resources, "resources")
+        alias = placement_alias_error(self.resources, "resources") or placement_class_error(
+            self.resources, "resources")
         if alias is not None:
             raise alias
         for name, q in self.resources.items():

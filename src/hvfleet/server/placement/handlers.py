@@ -228,7 +228,9 @@ def get_resource_class(call: Call, _: Any) -> Any:
 def create_resource_class(call: Call, data: Any) -> Any:
     schemas.validate(data, schemas.POST_RC)
     name = data["name"]
-    if not service.create_custom(call.store, "resource-class", name):
+    # A class a hypervisor's inventories name exists without a record of its own.
+    known = call.source().known_names()[0]
+    if name in known or not service.create_custom(call.store, "resource-class", name):
         from hvfleet.placement.errors import PlacementConflict
 
         raise PlacementConflict(f"Conflicting resource class already exists: {name}")
@@ -241,8 +243,11 @@ def put_resource_class(call: Call, data: Any) -> Any:
     name = call.path("name")
     if call.at_least(1, 7):
         schemas.validate({"name": name}, schemas.POST_RC)
+        existed = name in call.source().known_names()[0]
+        # Stored even where a hypervisor's inventories name it already: a class
+        # a client made stays when they no longer do, as in Placement.
         created = service.create_custom(call.store, "resource-class", name)
-        call.status = 201 if created else 204
+        call.status = 201 if created and not existed else 204
         call.headers["location"] = f"{call.mount}/resource_classes/{name}"
         return None
     schemas.validate(data, schemas.POST_RC)
@@ -385,7 +390,7 @@ def get_allocations(call: Call, _: Any) -> Any:
         out["project_id"] = rec.spec.project_id if rec else alloc.INCOMPLETE
         out["user_id"] = rec.spec.user_id if rec else alloc.INCOMPLETE
     if call.at_least(1, 28) and found.allocations:
-        out["consumer_generation"] = found.record.spec.generation if found.record else None
+        out["consumer_generation"] = alloc.consumer_generation(found.record, True)
     if call.at_least(1, 38) and found.allocations:
         out["consumer_type"] = (found.record.spec.consumer_type if found.record else None) or "unknown"
     return out
@@ -457,11 +462,10 @@ def provider_allocations(call: Call, _: Any) -> Any:
     allocs = alloc.provider_allocations(fleet, uuid)
     call.last_modified = _now()
     out: dict[str, dict[str, Any]] = {c: {"resources": r} for c, r in allocs.items()}
-    if call.at_least(1, 28):  # each consumer's generation (None: an hvfleet claim, no record)
+    if call.at_least(1, 28):  # each consumer's generation (0: hvfleet's claims, no record)
         src = call.source()
         for c, doc in out.items():
-            rec = src.consumer(c)
-            doc["consumer_generation"] = rec.spec.generation if rec else None
+            doc["consumer_generation"] = alloc.consumer_generation(src.consumer(c), True)
     return {"resource_provider_generation": fleet.providers[uuid].generation, "allocations": out}
 
 
