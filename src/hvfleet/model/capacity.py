@@ -320,6 +320,16 @@ def growth_past_claim(old: Reservation, new: Reservation, now: datetime) -> tupl
     return None
 
 
+def covers_consumer(res: Reservation, h: Hypervisor | None, now: datetime | None = None) -> bool:
+    """Whether the reservation is still its consumer's claim on its host: while
+    it holds all it reserved (Pending, Active), and while Confirmed with its
+    instance there (it covers that instance for its lifetime, holding what
+    libvirt does not see). A consumer holds at most one such claim per host; a
+    recorded Confirmed whose instance is gone covers nothing."""
+    phase = reservation_phase(res, h, now)
+    return phase in HOLDING_PHASES or (phase == "Confirmed" and consumer_present(res, h))
+
+
 def holds_space(res: Reservation, h: Hypervisor | None, now: datetime | None = None) -> bool:
     """Whether the reservation holds all it reserved (it is Pending or Active)."""
     return reservation_phase(res, h, now) in HOLDING_PHASES
