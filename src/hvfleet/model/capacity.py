@@ -305,8 +305,13 @@ def growth_past_claim(old: Reservation, new: Reservation, now: datetime) -> tupl
     another host, or revive one that stopped holding (Released, Expired,
     Confirmed). Judged without the host: its instances only ever make a
     reservation hold less. A mirror of a Placement allocation (source
-    `placement`, kept so by `placement sync`) follows what Placement decided."""
-    if old.spec.source == new.spec.source == "placement":
+    `placement`, kept so by `placement sync`) follows what Placement decided.
+    Who promised the space (`spec.source`) never changes: no writer changes it
+    (sync updates only its mirrors, and a Placement allocation replaces a claim
+    by a new one), and a claim turned mirror would then grow unchecked."""
+    if new.spec.source != old.spec.source:
+        return "spec.source", f"{old.spec.source} → {new.spec.source}"
+    if old.spec.source == "placement":
         return None
     if new.spec.hypervisor != old.spec.hypervisor:
         return "spec.hypervisor", f"{old.spec.hypervisor} → {new.spec.hypervisor}"
