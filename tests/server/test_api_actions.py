@@ -46,6 +46,15 @@ def test_fit_answers_as_hvfleet_fit(api: Api, run: Callable[..., Any]) -> None:
     r = api.client("sched-token").post(f"{GV}/fit", json={"resources": {"cpu": "2", "VGPU": "x"}})
     status_of(422, "Invalid", r.json())
     assert r.json()["details"]["causes"][0]["field"] == "resources.VGPU"
+    # A boolean is no amount, count or limit, and "yes" no flag (stored objects agree).
+    for sent, field in (({"resources": {"cpu": True}}, "resources.cpu"), ({"cpu": True}, "cpu"),
+                        ({"cpu": "1", "count": True}, "count"), ({"cpu": "1", "limit": True}, "limit"),
+                        ({"cpu": "1", "why": "yes"}, "why")):
+        r = api.client("sched-token").post(f"{GV}/fit", json=sent)
+        status_of(422, "Invalid", r.json())
+        assert r.json()["details"]["causes"][0]["field"] == field, sent
+    r = api.client("sched-token").post(f"{GV}/fit", json={"cpu": 3, "memory": 1073741824.0})
+    assert r.status_code == 200 and r.json()["request"]["resources"] == body["request"]["resources"]
 
 
 def test_release_gives_space_back(api: Api) -> None:

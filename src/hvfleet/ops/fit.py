@@ -10,11 +10,12 @@ table shows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, StrictBool, StrictInt
 
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.quantity import Quantity
@@ -35,14 +36,31 @@ Weigher = Literal["binpack", "spread"]
 Form = Literal["exact", "human"]
 
 
+def _amount(v: Any) -> Any:
+    """An amount as the Quantity type takes it in a stored object: text or a
+    JSON number, never a boolean (pydantic's lax mode would read `true` as 1)."""
+    if isinstance(v, bool):
+        raise ValueError("expected a quantity, got a boolean")
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"{v!r} is not a finite quantity")
+        return repr(v)
+    return v
+
+
+# Parsed into a Quantity by `SpaceQuery.request`, where the field is named.
+Amount = Annotated[str | int, BeforeValidator(_amount)]
+
+
 class SpaceQuery(Query):
     """The space a request asks for, as fit and claim take it: `cpu` and
-    `memory` beside the other `resources`, for `count` instances."""
+    `memory` beside the other `resources`, for `count` instances. Numbers and
+    flags are strict: a boolean is no count, nor "yes" a flag."""
 
-    resources: dict[str, str | int] = Field(default_factory=dict)
-    cpu: str | int | None = None
-    memory: str | int | None = None
-    count: int = 1
+    resources: dict[str, Amount] = Field(default_factory=dict)
+    cpu: Amount | None = None
+    memory: Amount | None = None
+    count: StrictInt = 1
 
     def request(self) -> Request:
         """The scheduling request: each amount parsed where its field names it
@@ -64,8 +82,8 @@ class FitQuery(SpaceQuery):
 
     label_selector: str = ""
     weigher: Weigher = "binpack"
-    limit: int | None = Field(default=None, ge=1)
-    why: bool = False
+    limit: StrictInt | None = Field(default=None, ge=1)
+    why: StrictBool = False
 
     def selector(self) -> Selector:
         return parse_selector(self.label_selector)
