@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt
 
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.meta import API_VERSION
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector, parse_selector
@@ -126,9 +127,12 @@ class FitAnswer:
         return bool(self.candidates)
 
     def document(self, form: Form = "exact") -> dict[str, Any]:
-        """The answer as JSON: `exact` quantities for programs, `human` for a page."""
+        """The answer as JSON, a FitResult (`POST .../fit` answers it as it is):
+        `exact` quantities for programs, `human` for a page."""
         show = exact if form == "exact" else readable
         doc: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": "FitResult",
             "request": request_document(self.request),
             "weigher": self.weigher,
             "considered": self.considered,
