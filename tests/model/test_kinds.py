@@ -18,10 +18,11 @@ from hvfleet.store.base import fleet_kind_of, kind_of
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _reservation(host: str, cpu: int = 1) -> Reservation:
+def _reservation(host: str, cpu: int = 1, source: str = "hvfleet") -> Reservation:
     return Reservation.model_validate({
         "metadata": {"name": "r1"},
-        "spec": {"hypervisor": host, "consumer": "c", "resources": {"cpu": str(cpu)}},
+        "spec": {"hypervisor": host, "consumer": "c", "resources": {"cpu": str(cpu)},
+                 "source": source},
     })
 
 
@@ -96,6 +97,18 @@ def test_an_update_may_not_grow_a_reservation_past_its_claim() -> None:
     s.validate_update(new, old, "ops", NOW)  # shrinking is fine
     with pytest.raises(InvalidInput, match="would hold more than its claim"):
         s.validate_update(old, new, "ops", NOW)
+
+
+def test_an_update_may_not_change_who_promised_a_reservation() -> None:
+    # A mirror of a Placement allocation follows Placement (placement sync may
+    # grow it); a claim becoming such a mirror would escape the growth check.
+    s = strategy_of(_reservation("h1"))
+    for was, becomes in (("hvfleet", "placement"), ("placement", "hvfleet")):
+        with pytest.raises(InvalidInput, match=f"{was} → {becomes} would hold more") as err:
+            s.validate_update(_reservation("h1", 1, was), _reservation("h1", 1, becomes), "ops", NOW)
+        assert err.value.field == "spec.source"
+    grown = _reservation("h1", 100, "placement")
+    s.validate_update(_reservation("h1", 1, "placement"), grown, "placement-sync", NOW)
 
 
 def test_only_a_policy_governs_hosts_and_only_those_its_selector_matches() -> None:

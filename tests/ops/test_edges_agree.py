@@ -220,7 +220,7 @@ def test_fit_gives_the_same_hosts_order_and_quantities_on_every_edge(
     r = edges.api("/fit", _api_fit_body(req, sel))
     assert r.status_code == 200, r.text
     api = r.json()
-    assert api.pop("apiVersion") == "hvfleet.io/v1" and api.pop("kind") == "FitResult"
+    assert (api["apiVersion"], api["kind"]) == ("hvfleet.io/v1", "FitResult")
 
     code, out, err = edges.cli(*_cli_fit_args(req, sel))
     assert json.loads(out) == api, err

@@ -43,6 +43,41 @@ def test_a_bad_entry_is_invalid_input_naming_its_field(model: type[Query], given
     assert caught.value.field == field
 
 
+@pytest.mark.parametrize(("given", "field", "message"), [
+    ({"resources": {"cpu": True}}, "resources.cpu", "expected a quantity, got a boolean"),
+    ({"cpu": True}, "cpu", "expected a quantity, got a boolean"),
+    ({"memory": False}, "memory", "expected a quantity, got a boolean"),
+    ({"cpu": "1", "count": True}, "count", "valid integer"),
+    ({"cpu": "1", "count": "3"}, "count", "valid integer"),
+    ({"cpu": "1", "count": 3.0}, "count", "valid integer"),
+    ({"cpu": "1", "limit": True}, "limit", "valid integer"),
+    ({"cpu": "1", "limit": "2"}, "limit", "valid integer"),
+    ({"cpu": "1", "why": "yes"}, "why", "valid boolean"),
+    ({"cpu": "1", "why": 1}, "why", "valid boolean"),
+])
+def test_a_boolean_or_a_string_is_not_taken_for_a_number_or_a_flag(
+        given: dict[str, object], field: str, message: str) -> None:
+    # As stored objects refuse a boolean quantity: `true` is not 1, nor "yes" true.
+    for model in (FitQuery, ClaimQuery):
+        if model is ClaimQuery and field in ("limit", "why"):
+            continue
+        with pytest.raises(InvalidInput, match=message) as caught:
+            model.from_plain(given)
+        assert caught.value.field == field
+    with pytest.raises(InvalidInput, match="valid boolean") as caught:
+        ClaimQuery.from_plain({"cpu": "1", "auto": "true"})
+    assert caught.value.field == "auto"
+
+
+def test_a_quantity_may_be_a_json_number() -> None:
+    query = FitQuery.from_plain({"cpu": 2, "memory": 1e9, "resources": {"VGPU": 1, "disk": 1.5}})
+    assert FitQuery.from_plain({"cpu": "2", "memory": "1e9",
+                                "resources": {"VGPU": "1", "disk": "1.5"}}).request() == query.request()
+    with pytest.raises(InvalidInput) as caught:
+        FitQuery.from_plain({"cpu": float("nan")})
+    assert caught.value.field == "cpu"
+
+
 def test_fit_and_claim_read_the_same_space() -> None:
     plain = {"cpu": "2", "memory": "4Gi", "resources": {"VGPU": "1"}, "count": 3}
     assert FitQuery.from_plain(plain).request() == ClaimQuery.from_plain(plain).request()

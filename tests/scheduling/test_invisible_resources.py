@@ -7,16 +7,20 @@ point on a real SQLite store."""
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sched_fleet import host, now, put_host
 
-from hvfleet.model import Quantity, ResourceName
-from hvfleet.model.capacity import discovered_resources, free_capacity, held_resources
+from hvfleet.model import Quantity, Reservation, ResourceName
+from hvfleet.model.capacity import discovered_resources, free_capacity, held_resources, reservation_phase
 from hvfleet.model.hypervisor import Hypervisor, Instance
+from hvfleet.scheduling.claims import reserve
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import parse_request
 from hvfleet.store import Store, open_store
@@ -283,3 +287,30 @@ def test_releasing_a_recorded_confirmed_claim_frees_its_vgpu(store: Store, run: 
     assert _free(run)["VGPU"] == "6"
     assert run("release", name).out.strip() == f"{name} Released"
     assert _free(run)["VGPU"] == "8"
+
+
+def test_an_expired_claim_whose_instance_appears_is_confirmed_and_may_overcommit_the_host(
+        store: Store, run: Any) -> None:
+    # A deliberate choice (docs/scheduling.md, "Free capacity and phases"): the
+    # instance is real and uses what it claimed, so the host's picture shows
+    # its VGPU, overcommitted, rather than hide what a running instance uses.
+    late = reserve(store, "gpu-01", parse_request("1", None, ["VGPU=1"]), VM,
+                   ttl=timedelta(milliseconds=1))
+    time.sleep(0.01)
+    assert json.loads(run("reservations", "-o", "json").out)["items"][0]["status"]["phase"] == "Expired"
+    assert _free(run)["VGPU"] == "8"
+    taken = run("reserve", "gpu-01", "--resource", "VGPU=8", "--consumer", VM2, "--ttl", "0")
+    assert taken.code == 0, taken.err
+
+    _agent_sees(store, running=True)  # the expired claim's instance shows up after all
+    h = store.get_hypervisor("gpu-01")
+    claim = store.get_as(Reservation, late.name)
+    assert reservation_phase(claim, h, now()) == "Confirmed"
+    assert held_resources(claim, h, now()) == {VGPU: Quantity(1)}  # libvirt counts its cpu
+    phases = {i["metadata"]["name"]: i["status"]["phase"]
+              for i in json.loads(run("reservations", "-o", "json").out)["items"]}
+    assert phases[late.name] == "Confirmed"
+    assert _free(run)["VGPU"] == "-1"  # 8 − 8 − 1: overcommitted, and said so
+    fit = run("fit", "--resource", "VGPU=1", "-o", "json")
+    assert fit.code == 3 and json.loads(fit.out)["candidates"] == []
+    assert run("reserve", "gpu-01", "--resource", "VGPU=1", "--consumer", str(uuid.uuid4())).code == 3

@@ -17,11 +17,19 @@ from hvfleet.cli.exit_codes import exit_code_of
 from hvfleet.model import Reservation, ResourceName
 from hvfleet.model.capacity import free_capacity
 from hvfleet.model.errors import Conflict, NotFound
-from hvfleet.scheduling.claims import gc, release, reserve, reserve_auto
+from hvfleet.scheduling.claims import (
+    claim_reservation,
+    gc,
+    new_reservation,
+    release,
+    reserve,
+    reserve_auto,
+)
 from hvfleet.scheduling.errors import ConsumerAlreadyHolds, DoesNotFit, NoHostFits
 from hvfleet.scheduling.index import FleetIndex
 from hvfleet.scheduling.request import Request, parse_request
 from hvfleet.store import Store, open_store
+from hvfleet.store.ownership import agent_manager
 
 CPU = ResourceName("cpu")
 MEM = ResourceName("memory")
@@ -60,6 +68,29 @@ def test_a_consumer_holds_one_reservation_per_host(store: Store) -> None:
     reserve(store, "a", ONE, "vm-1")
     with pytest.raises(Conflict, match="already holds"):
         reserve(store, "a", ONE, "vm-1")
+
+
+def test_a_confirmed_claim_is_still_the_consumers_one_reservation_on_that_host(store: Store) -> None:
+    # The instance runs, so the claim is Confirmed at once; it still holds its
+    # VGPU (libvirt does not see it) for the instance's lifetime. A second claim
+    # would hold another one for the same instance.
+    put_host(store, host("a", {"cpu": 8, "memory": "16Gi"}, extra={"VGPU": 4}, beat=now(),
+                         instances=["vm-1"]))
+    gpu = parse_request("2", None, ["VGPU=1"])
+    held = reserve(store, "a", gpu, "vm-1")
+    with pytest.raises(ConsumerAlreadyHolds, match=f"vm-1 already holds reservation {held.name} on a"):
+        reserve(store, "a", gpu, "vm-1")
+    again = new_reservation("a", gpu, "vm-1", None, now())
+    with pytest.raises(ConsumerAlreadyHolds):  # the API's create (POST) runs the same check
+        claim_reservation(store, again, "scheduler")
+    assert [r.name for r in store.list_reservations()] == [held.name]
+    # A recorded Confirmed claim whose instance is gone covers nothing: the
+    # consumer may claim that host again.
+    gc(store)
+    assert store.get("Reservation", held.name).status.phase == "Confirmed"  # type: ignore[union-attr]
+    store.update_hypervisor("a", lambda h: h.model_copy(update={
+        "status": h.status.model_copy(update={"instances": []})}), agent_manager("a"))
+    reserve(store, "a", gpu, "vm-1")
 
 
 def test_auto_does_not_move_a_consumer_that_already_holds_a_host_elsewhere(store: Store) -> None:

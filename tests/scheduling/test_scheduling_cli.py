@@ -103,6 +103,28 @@ def test_reserve_release_list_and_gc(store: Store, run: Any) -> None:
     assert free[CPU] == 4
 
 
+def test_reservations_lists_live_claims_on_a_deleted_host(store: Store, run: Any) -> None:
+    # Deleting a host leaves its claims in the store; they hold again when it
+    # registers again, so the listing must not hide them.
+    consumer = str(uuid.uuid4())
+    name = run("reserve", "hv-a", "--cpu", "3", "--consumer", consumer, "--ttl", "0").out.strip()
+    run("reserve", "hv-b", "--cpu", "1", "--consumer", str(uuid.uuid4()))
+    assert run("delete", "hypervisor", "hv-a").code == 0
+    r = run("reservations")
+    assert r.code == 0, r.err
+    header, *rows = (line.split() for line in r.out.splitlines())
+    row = next(row for row in rows if row[0] == name)
+    assert row[header.index("HYPERVISOR")] == "hv-a" and row[header.index("PHASE")] == "Active"
+    assert f"reservation {name} is on hypervisor hv-a, which does not exist" in r.err
+    doc = json.loads(run("reservations", "-o", "json").out)
+    assert sorted(i["spec"]["hypervisor"] for i in doc["items"]) == ["hv-a", "hv-b"]
+    on_a = json.loads(run("reservations", "-o", "json", "-l", "hvfleet.io/hypervisor=hv-a").out)
+    assert [i["metadata"]["name"] for i in on_a["items"]] == [name]
+    # Only a host selector asks for hosts that exist (and match it).
+    by_labels = json.loads(run("reservations", "-o", "json", "--hypervisor-selector", "zone").out)
+    assert [i["spec"]["hypervisor"] for i in by_labels["items"]] == ["hv-b"]
+
+
 @pytest.fixture(scope="module")
 def placement() -> Iterator[RealPlacement]:
     with RealPlacement() as p:

@@ -35,7 +35,7 @@ def test_fit_answers_as_hvfleet_fit(api: Api, run: Callable[..., Any]) -> None:
     cli = run("fit", "--cpu", "3", "--memory", "1Gi", "-o", "json", "--why", "--store", store_url(api))
     assert cli.code == 0, cli.err
     expected = json.loads(cli.out)
-    assert {k: body[k] for k in expected} == expected
+    assert body == expected  # the one document, apiVersion and kind included
     assert [c["name"] for c in body["candidates"]] == ["hv2", "hv1"]  # binpack: fullest first
     assert "hv3" in body["rejected"]
     # Unknown fields and bad values are refused like any body.
@@ -46,6 +46,15 @@ def test_fit_answers_as_hvfleet_fit(api: Api, run: Callable[..., Any]) -> None:
     r = api.client("sched-token").post(f"{GV}/fit", json={"resources": {"cpu": "2", "VGPU": "x"}})
     status_of(422, "Invalid", r.json())
     assert r.json()["details"]["causes"][0]["field"] == "resources.VGPU"
+    # A boolean is no amount, count or limit, and "yes" no flag (stored objects agree).
+    for sent, field in (({"resources": {"cpu": True}}, "resources.cpu"), ({"cpu": True}, "cpu"),
+                        ({"cpu": "1", "count": True}, "count"), ({"cpu": "1", "limit": True}, "limit"),
+                        ({"cpu": "1", "why": "yes"}, "why")):
+        r = api.client("sched-token").post(f"{GV}/fit", json=sent)
+        status_of(422, "Invalid", r.json())
+        assert r.json()["details"]["causes"][0]["field"] == field, sent
+    r = api.client("sched-token").post(f"{GV}/fit", json={"cpu": 3, "memory": 1073741824.0})
+    assert r.status_code == 200 and r.json()["request"]["resources"] == body["request"]["resources"]
 
 
 def test_release_gives_space_back(api: Api) -> None:

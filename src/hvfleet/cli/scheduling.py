@@ -20,7 +20,7 @@ from hvfleet.cli.main import app
 from hvfleet.cli.output import dump, print_table, shown
 from hvfleet.model.durations import parse_duration
 from hvfleet.model.errors import InvalidInput
-from hvfleet.model.hypervisor import Hypervisor
+from hvfleet.model.hypervisor import HOLDING_PHASES, Hypervisor
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.selectors import parse_selector
 from hvfleet.ops.claims import ClaimQuery, claim
@@ -200,10 +200,17 @@ def reservations_command(
     with open_store(store) as st:
         hosts = {h.name: h for h in st.list_hypervisors()}
         listed = st.list_reservations(parse_selector(selector))
-        if on is not None:
+        # Only a host selector asks for hosts that exist: a claim on a deleted
+        # host stays in the store and holds again when the host registers again.
+        if on.requirements:
             chosen = {h.name for h in st.list_hypervisors(on)}
             listed = [r for r in listed if r.spec.hypervisor in chosen]
         views = derive_phases(listed, hosts.values(), datetime.now(UTC))
+    for v in views:
+        r = v.reservation
+        if r.spec.hypervisor not in hosts and v.phase in HOLDING_PHASES:
+            print(f"warning: reservation {r.name} is on hypervisor {r.spec.hypervisor}, which does "
+                  "not exist (it holds its space there if the host registers again)", file=sys.stderr)
     _reservation_rows(views, hosts, output)
 
 

@@ -337,8 +337,13 @@ def growth_past_claim(old: Reservation, new: Reservation, now: datetime) -> tupl
     another host, or revive one that stopped holding (Released, Expired,
     Confirmed). Judged without the host: its instances only ever make a
     reservation hold less. A mirror of a Placement allocation (source
-    `placement`, kept so by `placement sync`) follows what Placement decided."""
-    if old.spec.source == new.spec.source == "placement":
+    `placement`, kept so by `placement sync`) follows what Placement decided.
+    Who promised the space (`spec.source`) never changes: no writer changes it
+    (sync updates only its mirrors, and a Placement allocation replaces a claim
+    by a new one), and a claim turned mirror would then grow unchecked."""
+    if new.spec.source != old.spec.source:
+        return "spec.source", f"{old.spec.source} → {new.spec.source}"
+    if old.spec.source == "placement":
         return None
     if new.spec.hypervisor != old.spec.hypervisor:
         return "spec.hypervisor", f"{old.spec.hypervisor} → {new.spec.hypervisor}"
@@ -350,6 +355,16 @@ def growth_past_claim(old: Reservation, new: Reservation, now: datetime) -> tupl
         was, becomes = reservation_phase(old, None, now), reservation_phase(new, None, now)
         return "status.phase", f"{was} → {becomes}"
     return None
+
+
+def covers_consumer(res: Reservation, h: Hypervisor | None, now: datetime | None = None) -> bool:
+    """Whether the reservation is still its consumer's claim on its host: while
+    it holds all it reserved (Pending, Active), and while Confirmed with its
+    instance there (it covers that instance for its lifetime, holding what
+    libvirt does not see). A consumer holds at most one such claim per host; a
+    recorded Confirmed whose instance is gone covers nothing."""
+    phase = reservation_phase(res, h, now)
+    return phase in HOLDING_PHASES or (phase == "Confirmed" and consumer_present(res, h))
 
 
 def holds_space(res: Reservation, h: Hypervisor | None, now: datetime | None = None) -> bool:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from pydantic import StrictBool
+
 from hvfleet.model.durations import parse_expiry
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Reservation
@@ -25,7 +27,7 @@ from hvfleet.store.base import Store
 
 class ClaimQuery(SpaceQuery):
     host: str | None = None
-    auto: bool = False
+    auto: StrictBool = False
     consumer: str = ""
     ttl: str = "10m"
     label_selector: str | None = None

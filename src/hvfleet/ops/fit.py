@@ -10,13 +10,15 @@ table shows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field, StrictBool, StrictInt
 
 from hvfleet.model.errors import InvalidInput
+from hvfleet.model.meta import API_VERSION
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.resources import CPU, MEMORY, ResourceName
 from hvfleet.model.selectors import Selector, parse_selector
@@ -35,14 +37,31 @@ Weigher = Literal["binpack", "spread"]
 Form = Literal["exact", "human"]
 
 
+def _amount(v: Any) -> Any:
+    """An amount as the Quantity type takes it in a stored object: text or a
+    JSON number, never a boolean (pydantic's lax mode would read `true` as 1)."""
+    if isinstance(v, bool):
+        raise ValueError("expected a quantity, got a boolean")
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"{v!r} is not a finite quantity")
+        return repr(v)
+    return v
+
+
+# Parsed into a Quantity by `SpaceQuery.request`, where the field is named.
+Amount = Annotated[str | int, BeforeValidator(_amount)]
+
+
 class SpaceQuery(Query):
     """The space a request asks for, as fit and claim take it: `cpu` and
-    `memory` beside the other `resources`, for `count` instances."""
+    `memory` beside the other `resources`, for `count` instances. Numbers and
+    flags are strict: a boolean is no count, nor "yes" a flag."""
 
-    resources: dict[str, str | int] = Field(default_factory=dict)
-    cpu: str | int | None = None
-    memory: str | int | None = None
-    count: int = 1
+    resources: dict[str, Amount] = Field(default_factory=dict)
+    cpu: Amount | None = None
+    memory: Amount | None = None
+    count: StrictInt = 1
 
     def request(self) -> Request:
         """The scheduling request: each amount parsed where its field names it
@@ -64,8 +83,8 @@ class FitQuery(SpaceQuery):
 
     label_selector: str = ""
     weigher: Weigher = "binpack"
-    limit: int | None = Field(default=None, ge=1)
-    why: bool = False
+    limit: StrictInt | None = Field(default=None, ge=1)
+    why: StrictBool = False
 
     def selector(self) -> Selector:
         return parse_selector(self.label_selector)
@@ -108,9 +127,12 @@ class FitAnswer:
         return bool(self.candidates)
 
     def document(self, form: Form = "exact") -> dict[str, Any]:
-        """The answer as JSON: `exact` quantities for programs, `human` for a page."""
+        """The answer as JSON, a FitResult (`POST .../fit` answers it as it is):
+        `exact` quantities for programs, `human` for a page."""
         show = exact if form == "exact" else readable
         doc: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": "FitResult",
             "request": request_document(self.request),
             "weigher": self.weigher,
             "considered": self.considered,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 from pydantic import ValidationError
 
 from hvfleet.model.bounds import LATEST
-from hvfleet.model.capacity import claim_holds, held_resources, reservation_phase
+from hvfleet.model.capacity import claim_holds, covers_consumer, held_resources, reservation_phase
 from hvfleet.model.errors import Conflict, InvalidInput, NotFound, Unavailable
 from hvfleet.model.hypervisor import (
     HOLDING_PHASES,
@@ -140,7 +140,8 @@ def claim_check(
     lease: Lease | None = None,
 ) -> ClaimCheck:
     """The check every claim runs inside the store's atomic write: the consumer
-    holds nothing else on that host, and `request` fits there (under the
+    has no other live claim on that host (`covers_consumer`: Pending, Active,
+    or Confirmed while its instance is there), and `request` fits there (under the
     fleet's overcommit `policies` and with the agent's `lease`, both read
     before the write; the lease is judged at the time taken inside it). What
     must be free is what the claim will hold (`claim_holds`): where
@@ -151,8 +152,10 @@ def claim_check(
     def check(h: Hypervisor, others: list[Reservation]) -> None:
         # The time is taken inside the atomic write: what expired by now is free.
         now = datetime.now(UTC)
+        # A Confirmed claim counts too: it covers the running instance, and a
+        # second claim would hold its VGPU twice.
         for other in others:
-            if other.spec.consumer == consumer and reservation_phase(other, h, now) in HOLDING_PHASES:
+            if other.spec.consumer == consumer and covers_consumer(other, h, now):
                 raise ConsumerAlreadyHolds(consumer, other.name, h.name)
         live = None if lease is None else lease_live(lease, now)
         check_claim(h, others, request, now, staleness, policies, live,

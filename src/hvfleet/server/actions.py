@@ -100,7 +100,7 @@ def fit_answer(ctx: ApiContext, who: Identity, query: FitQuery) -> FitAnswer:
         return run_fit(ctx.fleet_index(), query)
 
 
-fit = _verb("fit", FitQuery, _fit, "FitResult")
+fit = _verb("fit", FitQuery, _fit, None)  # the answer is a FitResult already (FitAnswer.document)
 
 
 # -- release ------------------------------------------------------------------------------------
