@@ -28,6 +28,9 @@ def test_etcd_outage_is_503_and_the_server_recovers(make_api: Callable[..., Api]
                      lambda: c.patch(f"{HV}/hv0", {"spec": {"maintenance": "drain"}})):
             r = call()
             status_of(503, "ServiceUnavailable", r.json())
+            # The store's address (etcd's endpoints, the key prefix) is not any caller's.
+            assert api.store.url not in r.text and "/outage" not in r.text, r.text  # type: ignore[attr-defined]
+            assert "the store" in r.json()["message"]
         cluster.start()
         deadline = time.monotonic() + 60
         while True:

@@ -81,7 +81,20 @@ def answer(request: Request, exc: Exception) -> JSONResponse:
     elif isinstance(exc, Gone):
         # The Status says only "too old" (status.TOO_OLD); the store's detail stays here.
         log.info("%s %s: %s", request.method, request.url.path, exc)
-    return _status(exc, target)
+    body = from_error(exc, target)
+    url = _store_url(request)
+    if url and url in body["message"]:
+        # The store's address (etcd's endpoints and key prefix, SQLite's path) is
+        # the server's business, not any caller's: the log keeps it.
+        log.info("%s %s: %s", request.method, request.url.path, exc)
+        body["message"] = body["message"].replace(f"store {url}", "the store").replace(url, "the store")
+    return JSONResponse(body, status_code=body["code"])
+
+
+def _store_url(request: Request) -> str | None:
+    ctx = getattr(request.app.state, "ctx", None)
+    url = getattr(getattr(ctx, "store", None), "url", None)
+    return url if isinstance(url, str) and url else None
 
 
 def _status(exc: Exception, target: Target) -> JSONResponse:
