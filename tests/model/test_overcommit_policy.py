@@ -240,6 +240,11 @@ def test_spec_sync_says_when_status_is_from_before_a_policy_change() -> None:
     assert lagging.state == "False" and "an OvercommitPolicy changed" in lagging.message
     assert "cpu=10" in lagging.message
     assert spec_sync(with_effective_capacity(h, ps), ps).state == "True"  # the agent caught up
+    # No effectiveCapacity written at all: said so, not blamed on a policy (probe 14).
+    bare = h.model_copy(update={"status": h.status.model_copy(update={"effective_capacity": {}})})
+    unwritten = spec_sync(bare, [])
+    assert unwritten.state == "False" and "written no status.effectiveCapacity" in unwritten.message
+    assert "OvercommitPolicy" not in unwritten.message
     row = dict(
         zip([c.name for c in hypervisor_columns()], hypervisor_row(h, NOW, None, policies=ps), strict=True)
     )

@@ -62,12 +62,16 @@ def spec_sync(h: Hypervisor, policies: Sequence[OvercommitPolicy] | None = None)
         if policies is not None and h.status.capacity:
             current = cap.hypervisor_effective_capacity(h, policies)
             if current != h.status.effective_capacity:
-                return SpecSync(
-                    "False", gen, seen,
-                    f"an OvercommitPolicy changed since the agent's last write: status.effectiveCapacity "
-                    f"({_pairs(h.status.effective_capacity, human)}) is from before; shown is the capacity "
-                    "under the current policies",
-                )
+                if not h.status.effective_capacity:
+                    why = "the agent has written no status.effectiveCapacity"
+                else:
+                    # A policy change moves no generation; nor does an agent of
+                    # another version, which computes the capacity otherwise.
+                    why = (f"an OvercommitPolicy changed since the agent's last write, or an agent "
+                           f"of another version wrote it: status.effectiveCapacity "
+                           f"({_pairs(h.status.effective_capacity, human)}) differs")
+                return SpecSync("False", gen, seen,
+                                f"{why}; shown is the capacity under the current spec and policies")
         return SpecSync("True", gen, seen, f"the agent observed generation {gen}")
     lag = _pairs(h.status.effective_capacity, human)
     return SpecSync(
