@@ -95,19 +95,37 @@ def test_a_standard_placement_class_is_no_resource_name_of_its_own(run: Run, db_
     assert r.code == 0, r.err
 
 
-def _poisoned(url: str, name: str, annotations: dict[str, str]) -> None:
+def _stored(url: str, name: str, section: str, values: dict[str, Any], replace: bool = False) -> None:
+    """Values of a host's `section` (metadata.annotations: "metadata",
+    "annotations"; spec: "spec") stored before the write-time check, behind
+    hvfleet's back; `replace`: instead of the section's own."""
     with open_store(url) as s:
         host = s.get_hypervisor(name).to_dict()
-    host["metadata"]["annotations"] = annotations
+    *parents, last = section.split(".")
+    node = host
+    for part in parents:
+        node = node.setdefault(part, {})
+    if replace:
+        node[last] = dict(values)
+    else:
+        node.setdefault(last, {}).update(values)
     poison(url, "Hypervisor", name, host)
 
 
-def test_placement_export_leaves_out_a_host_with_an_annotation_stored_before_the_check(
-        run: Run, db_url: str, tmp_path: Path) -> None:
+def _poisoned(url: str, name: str, annotations: dict[str, str]) -> None:
+    _stored(url, name, "metadata.annotations", annotations, replace=True)
+
+
+def _two_hosts(run: Run, tmp_path: Path) -> None:
     for name in ("hv1", "hv2"):
         path = tmp_path / f"{name}.yaml"
         path.write_text(MANIFEST.format(name=name, key="a", value="b"))
         assert run("apply", "-f", str(path)).code == 0
+
+
+def test_placement_export_leaves_out_a_host_with_an_annotation_stored_before_the_check(
+        run: Run, db_url: str, tmp_path: Path) -> None:
+    _two_hosts(run, tmp_path)
     _poisoned(db_url, "hv1", {"scheduling.hvfleet.io/step-size.cpu": "abc"})
     r = run("placement", "export")
     assert r.code == 0, r.err
@@ -198,18 +216,12 @@ def test_a_policy_naming_a_name_placement_can_never_have_is_refused(run: Run, tm
 
 def _stored_spec(url: str, name: str, **spec: Any) -> None:
     """A spec value stored before the write-time check (behind hvfleet's back)."""
-    with open_store(url) as s:
-        host = s.get_hypervisor(name).to_dict()
-    host.setdefault("spec", {}).update(spec)
-    poison(url, "Hypervisor", name, host)
+    _stored(url, name, "spec", spec)
 
 
 def test_a_name_stored_before_the_check_is_left_out_of_placement_and_the_host_stays_writable(
         run: Run, db_url: str, tmp_path: Path) -> None:
-    for name in ("hv1", "hv2"):
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(MANIFEST.format(name=name, key="a", value="b"))
-        assert run("apply", "-f", str(path)).code == 0
+    _two_hosts(run, tmp_path)
     _stored_spec(db_url, "hv1", extraCapacity={"FOO": "2", "CUSTOM_NIC_VF": "4"})
     r = run("placement", "export")
     assert r.code == 0, r.err
