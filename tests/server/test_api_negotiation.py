@@ -220,3 +220,29 @@ def test_an_object_may_be_sent_as_yaml_with_the_safe_reader(api: Api) -> None:
     assert r.status_code == 400 and "YAML" in r.json()["message"], r.text
     r = c.call("POST", HV, data=doc, headers={"Content-Type": "text/plain"})
     assert r.status_code == 415, r.text
+
+
+@pytest.mark.parametrize(("media", "body"), [
+    ("application/json", '{"apiVersion":"hvfleet.io/v1","kind":"Hypervisor",'
+                         '"metadata":{"name":"hv-d","labels":{"a":"1","a":"2"}},"spec":{}}'),
+    ("application/yaml", "apiVersion: hvfleet.io/v1\nkind: Hypervisor\nmetadata:\n  name: hv-d\n"
+                         "  labels:\n    a: '1'\n    a: '2'\nspec: {}\n"),
+])
+def test_a_key_given_twice_is_judged_by_field_validation(api: Api, media: str, body: str) -> None:
+    """kube-apiserver refuses a duplicate field under fieldValidation=Strict and
+    warns of it under Warn (the default); hvfleet took the last one silently,
+    even under Strict."""
+    c = api.client()
+    r = c.call("POST", f"{HV}?fieldValidation=Strict", data=body, headers={"Content-Type": media})
+    assert r.status_code == 400 and 'duplicate field "a"' in r.json()["message"], r.text
+    assert api.store.revision() == 0 or "hv-d" not in [h.metadata.name for h in api.store.list_hypervisors()]
+    r = c.call("POST", HV, data=body, headers={"Content-Type": media})
+    assert r.status_code == 201 and 'duplicate field \\"a\\"' in r.headers["Warning"], r.text
+    assert r.json()["metadata"]["labels"] == {"a": "2"}  # the last one, as JSON readers take it
+    patch = '{"metadata":{"labels":{"b":"1","b":"2"}}}'
+    r = c.call("PATCH", f"{HV}/hv-d?fieldValidation=Strict", data=patch,
+               headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 400, r.text
+    r = c.call("PATCH", f"{HV}/hv-d?fieldValidation=Ignore", data=patch,
+               headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200 and "Warning" not in r.headers, r.text

@@ -31,11 +31,23 @@ class DocumentError(ValueError):
 
 
 class _BoundedSafeLoader(yaml.SafeLoader):
-    """yaml.SafeLoader without aliases and anchors, at most MAX_DEPTH deep."""
+    """yaml.SafeLoader without aliases and anchors, at most MAX_DEPTH deep;
+    the keys a mapping gives twice are noted in `duplicates`."""
 
     def __init__(self, stream: str | bytes) -> None:
         super().__init__(stream)
         self._depth = 0
+        self.duplicates: list[str] = []
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in seen:
+                        self.duplicates.append(str(key.value))
+                    seen.add(key.value)
+        return super().construct_mapping(node, deep)
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event: Any = self.peek_event()  # type: ignore[no-untyped-call]
@@ -64,8 +76,10 @@ def _yaml_error(exc: yaml.YAMLError) -> DocumentError:
     return DocumentError(f"malformed YAML{where}: {problem}")
 
 
-def load_yaml_all(text: str | bytes) -> list[Any]:
-    """Every document of a YAML stream (JSON is YAML), empty ones left out."""
+def load_yaml_all(text: str | bytes, duplicates: list[str] | None = None) -> list[Any]:
+    """Every document of a YAML stream (JSON is YAML), empty ones left out;
+    the keys a mapping gives twice are added to `duplicates` when given (the
+    last one counts, as in JSON)."""
     loader = _BoundedSafeLoader(text)
     try:
         docs = []
@@ -73,6 +87,8 @@ def load_yaml_all(text: str | bytes) -> list[Any]:
             doc = loader.get_data()
             if doc is not None:
                 docs.append(doc)
+        if duplicates is not None:
+            duplicates += loader.duplicates
         return docs
     except yaml.YAMLError as exc:
         raise _yaml_error(exc) from None
@@ -82,9 +98,10 @@ def load_yaml_all(text: str | bytes) -> list[Any]:
         loader.dispose()
 
 
-def load_yaml(text: str | bytes) -> Any:
-    """The one document of a YAML text (None when empty)."""
-    docs = load_yaml_all(text)
+def load_yaml(text: str | bytes, duplicates: list[str] | None = None) -> Any:
+    """The one document of a YAML text (None when empty); `duplicates` as
+    for `load_yaml_all`."""
+    docs = load_yaml_all(text, duplicates)
     if len(docs) > 1:
         raise DocumentError("malformed YAML: expected one document, found several")
     return docs[0] if docs else None
@@ -107,10 +124,19 @@ def check_depth(doc: Any, limit: int = MAX_DEPTH) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
-def load_json(text: str | bytes) -> Any:
-    """A JSON document, at most MAX_DEPTH deep."""
+def load_json(text: str | bytes, duplicates: list[str] | None = None) -> Any:
+    """A JSON document, at most MAX_DEPTH deep; the keys an object gives
+    twice are added to `duplicates` when given (the last one counts)."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in items:
+            if k in out and duplicates is not None:
+                duplicates.append(k)
+            out[k] = v
+        return out
+
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=pairs) if duplicates is not None else json.loads(text)
     except RecursionError:
         raise DocumentError(f"nested more than {MAX_DEPTH} levels deep") from None
     check_depth(doc)

@@ -107,15 +107,15 @@ def whole_number(text: str, low: int = 0, high: int = 10**QUERY_INT_DIGITS - 1) 
     return value if low <= value <= high else None
 
 
-def _decode(body: bytes, media: str) -> Any:
+def _decode(body: bytes, media: str, duplicates: list[str] | None = None) -> Any:
     if not body.strip():
         raise BadRequest("request body is empty")
     language = "YAML" if media in (APPLY_PATCH, YAML) else "JSON"
     try:
         if media in (APPLY_PATCH, YAML):
-            doc = load_yaml(body)
+            doc = load_yaml(body, duplicates)
         elif media in ("application/json", MERGE_PATCH, JSON_PATCH, "*/*", ""):
-            doc = load_json(body)
+            doc = load_json(body, duplicates)
         else:
             raise UnsupportedMediaType(f"the body's media type {media!r} is not supported here")
     except DocumentError as exc:
@@ -134,10 +134,22 @@ def _decode(body: bytes, media: str) -> Any:
 
 def decode_document(body: bytes, media: str) -> dict[str, Any]:
     """A JSON object (for apply YAML, of which JSON is a subset)."""
-    doc = _decode(body, media)
+    return decode_object_body(body, media, "Ignore")[0]
+
+
+def decode_object_body(body: bytes, media: str, validation: str) -> tuple[dict[str, Any], list[str]]:
+    """An object's body (a create, a replacement, a merge patch or an apply)
+    as a JSON object, and the warnings for keys it gives twice, judged as
+    kube-apiserver's fieldValidation judges them: Strict refuses them (400),
+    Warn says so, Ignore takes the last one silently."""
+    duplicates: list[str] = []
+    doc = _decode(body, media, duplicates if validation != "Ignore" else None)
     if not isinstance(doc, dict):
         raise BadRequest("the body must be an object")
-    return doc
+    said = [f'duplicate field "{k}"' for k in dict.fromkeys(duplicates)]
+    if said and validation == "Strict":
+        raise BadRequest(f"strict decoding error: {', '.join(said)}")
+    return doc, said
 
 
 def decode_patch_operations(body: bytes) -> list[Any]:
@@ -153,6 +165,13 @@ async def parse_document(body: bytes, media: str) -> dict[str, Any]:
     if len(body) > OFF_LOOP_BYTES:
         return await run_in_threadpool(decode_document, body, media)
     return decode_document(body, media)
+
+
+async def parse_object_body(body: bytes, media: str, validation: str) -> tuple[dict[str, Any], list[str]]:
+    """`decode_object_body`, in a worker thread when the body is large."""
+    if len(body) > OFF_LOOP_BYTES:
+        return await run_in_threadpool(decode_object_body, body, media, validation)
+    return decode_object_body(body, media, validation)
 
 
 async def parse_patch_operations(body: bytes) -> list[Any]:

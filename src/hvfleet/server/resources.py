@@ -429,13 +429,13 @@ async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respo
     # Who is asking comes first: nothing is read or decoded for an anonymous caller.
     who = await authenticate(ctx, request, Action("create", info.plural, dry_run=dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    doc = await bodies.parse_document(body, media)
+    doc, twice = await bodies.parse_object_body(body, media, validation)
     name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
     target = Target(info.plural, str(name), info.kind)
     about(request, target)  # the object the body names, in any error's Status
     obj, warnings = bodies.to_object(doc, info.kind, target, validation)
     out = await in_thread(create_object, ctx, who, info, obj, dry_run)
-    return render(request, ctx, info, out, 201, warnings)
+    return render(request, ctx, info, out, 201, twice + warnings)
 
 
 def create_object(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource,
@@ -525,8 +525,13 @@ async def item(request: Request) -> Response:
     who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
                                                   force, dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
-    doc: Any = (await bodies.parse_patch_operations(body) if media == bodies.JSON_PATCH
-                else await bodies.parse_document(body, media))
+    # Keys given twice: refused under fieldValidation=Strict, said under Warn.
+    twice: list[str] = []
+    doc: Any
+    if media == bodies.JSON_PATCH:
+        doc = await bodies.parse_patch_operations(body)
+    else:
+        doc, twice = await bodies.parse_object_body(body, media, validation)
     target = Target(info.plural, name, info.kind)
     if request.method == "PUT":
         obj, warnings = bodies.to_object(doc, info.kind, target, validation)
@@ -534,16 +539,17 @@ async def item(request: Request) -> Response:
         replaced = await replace_on_loop(ctx, who, info, obj, sub, force, dry_run)
         if replaced is None:  # not on the loop: in a worker thread
             replaced = await in_thread(replace, ctx, who, info, obj, sub, force, dry_run)
-        return render(request, ctx, info, replaced, 200, warnings)
+        return render(request, ctx, info, replaced, 200, twice + warnings)
     if media == bodies.APPLY_PATCH:
         configuration = ApplyConfiguration(doc, info.kind, target, validation)
         out, created = await in_thread(
             server_side_apply, ctx, who, info, configuration, sub, force, dry_run,
             request.query_params.get("fieldManager") == LAST_APPLIED_MANAGER)
-        return render(request, ctx, info, out, 201 if created else 200, configuration.warnings)
+        return render(request, ctx, info, out, 201 if created else 200,
+                      twice + configuration.warnings)
     out, warnings = await in_thread(merge, ctx, who, info, name, doc, sub, force,
                                             validation, media, dry_run)
-    return render(request, ctx, info, out, 200, warnings)
+    return render(request, ctx, info, out, 200, twice + warnings)
 
 
 def _same_name(obj: Resource, name: str) -> None:
