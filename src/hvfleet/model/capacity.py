@@ -61,23 +61,39 @@ def _get(values: Mapping[ResourceName, Quantity], r: ResourceName) -> Quantity:
     return values.get(r, _ZERO)
 
 
+@functools.lru_cache(maxsize=4096)  # a fleet names a handful of resources; read per host per resource
+def _unit(r: ResourceName) -> int:
+    return r.placement.base_per_unit
+
+
+def _whole(value: Fraction, unit: int) -> bool:
+    # Integers first: nearly every amount is one, and Fraction division is slow.
+    return value.denominator == 1 and value.numerator % unit == 0
+
+
 def units_down(r: ResourceName, q: Quantity) -> Quantity:
     """`q` rounded down to whole units of `r`'s Placement class (a total)."""
-    unit = r.placement.base_per_unit
-    if (q.value / unit).denominator == 1:
+    unit = _unit(r)
+    value = q.value
+    if _whole(value, unit):
         return q
-    return Quantity(math.floor(q.value / unit) * unit, q.format)
+    return Quantity(math.floor(value / unit) * unit, q.format)
 
 
 def units_up(r: ResourceName, q: Quantity) -> Quantity:
     """`q` rounded up to whole units of `r`'s Placement class (a reserve, a use)."""
-    unit = r.placement.base_per_unit
-    if (q.value / unit).denominator == 1:
+    unit = _unit(r)
+    value = q.value
+    if _whole(value, unit):
         return q
-    return Quantity(math.ceil(q.value / unit) * unit, q.format)
+    return Quantity(math.ceil(value / unit) * unit, q.format)
 
 
-def _units_up_all(values: Mapping[ResourceName, Quantity]) -> ResourceList:
+def _units_up_all(values: Mapping[ResourceName, Quantity]) -> Mapping[ResourceName, Quantity]:
+    """`values` with each amount rounded up to whole units (`values` itself
+    when every one is whole already, as nearly always)."""
+    if all(_whole(q.value, _unit(r)) for r, q in values.items()):
+        return values
     return {r: units_up(r, q) for r, q in values.items()}
 
 
@@ -111,7 +127,7 @@ def effective_capacity(
         if ratio == 1:
             out[r] = usable  # whole units already: floor(usable × 1) is usable itself
         else:
-            unit = r.placement.base_per_unit
+            unit = _unit(r)
             out[r] = Quantity(math.floor(usable.value / unit * ratio) * unit, usable.format)
     return out
 
@@ -306,7 +322,7 @@ def claim_holds(
     as `free_capacity` counts it. This, not the whole request, is what the
     claim needs free."""
     instance = instance_of(consumer, h)
-    return _units_up_all(resources if instance is None else beyond_libvirt(resources, instance, h))
+    return dict(_units_up_all(resources if instance is None else beyond_libvirt(resources, instance, h)))
 
 
 def reservation_phase(
