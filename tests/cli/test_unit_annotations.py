@@ -259,3 +259,57 @@ def test_the_placement_api_leaves_a_stored_name_placement_cannot_have_out_and_re
         data=json.dumps({"spec": {"extraCapacity": {"FOO": "2"}}}))
     assert patched.status_code == 422, patched.text
     assert "spec.extraCapacity.FOO" in patched.text and "CUSTOM_" in patched.text
+
+
+def test_values_stored_before_the_checks_leave_edits_of_anything_else_alone(
+        run: Run, db_url: str, tmp_path: Path) -> None:
+    """Probe 14: a host with a stored `extraCapacity.VCPU` (an alias refused
+    since), or a stored `step-size.cpu: 500m`, could not be drained, given
+    another ratio or another annotation; a policy with a stored `VCPU` ratio
+    could not even be labelled. Each check judges only what a write gives anew."""
+    _two_hosts(run, tmp_path)
+    _stored_spec(db_url, "hv1", extraCapacity={"VCPU": "2"})
+    # Placement's view leaves the alias out, named (it was a second VCPU inventory, silently).
+    r = run("placement", "export")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert "VCPU" not in doc["resource_providers"][0]["inventories"]
+    assert [(o["name"], o["resource"]) for o in doc["omitted"]] == [("hv1", "VCPU")]
+    assert "Placement's class of 'cpu'" in r.err
+    assert run("overcommit", "set", "hv1", "memory=2").code == 0
+    assert run("reserved", "set", "hv1", "cpu=1").code == 0
+    # A new alias beside the stored one is still refused.
+    refused = run("overcommit", "set", "hv1", "MEMORY_MB=2")
+    assert refused.code == 2 and "MEMORY_MB" in refused.err
+    _poisoned(db_url, "hv2", {"scheduling.hvfleet.io/step-size.cpu": "500m"})
+    path = tmp_path / "hv2-note.yaml"
+    path.write_text(MANIFEST.format(name="hv2", key="scheduling.hvfleet.io/step-size.cpu", value="500m")
+                    + '    note: "hi"\n')
+    r = run("apply", "-f", str(path))
+    assert r.code == 0, r.err
+    with open_store(db_url) as s:
+        assert s.get_hypervisor("hv2").metadata.annotations["note"] == "hi"
+    bad = tmp_path / "hv2-bad.yaml"
+    bad.write_text(MANIFEST.format(name="hv2", key="scheduling.hvfleet.io/min-unit.cpu", value="abc"))
+    assert run("apply", "-f", str(bad)).code == 2
+    policy = {"apiVersion": "hvfleet.io/v1", "kind": "OvercommitPolicy",
+              "metadata": {"name": "legacy", "labels": {}},
+              "spec": {"selector": {"matchLabels": {"az": "b"}}, "overcommit": {"VCPU": 2}}}
+    poison(db_url, "OvercommitPolicy", "legacy", policy)
+    policy["metadata"]["labels"] = {"team": "a"}
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(policy))
+    r = run("apply", "-f", str(path))
+    assert r.code == 0, r.err
+
+
+def test_a_restore_refused_for_one_object_names_that_object(run: Run, tmp_path: Path) -> None:
+    """Probe 14: `export | apply` into a new store stopped at the first value
+    refused since, with a line naming the field but not the object among the
+    manifests (`error: spec.reserved.memory: 100M is not a whole number …`)."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(MANIFEST.format(name="hv1", key="a", value="b") + "---\n"
+                    + MANIFEST.format(name="hv2", key="a", value="b") + "spec:\n  reserved:\n    memory: 100M\n")
+    r = run("apply", "-f", str(path))
+    assert r.code == 2
+    assert r.err.startswith("error: Hypervisor hv2: spec.reserved.memory: 100M is not a whole number"), r.err

@@ -173,3 +173,50 @@ def test_usable_and_effective_keep_the_exact_value_and_the_capacitys_form(
     assert eff.format == form and str(eff) == str(Quantity(eff.value, form))
     assert cap.subtract({mem: usable}, {}) == {mem: usable}
     assert cap.subtract({mem: usable}, {}) == cap.subtract({mem: usable}, {mem: Quantity(0)})
+
+
+def test_an_instance_at_a_size_that_is_not_whole_mib_is_counted_once_to_the_unit() -> None:
+    """Probe 14: a claim of 191 MiB whose instance libvirt counts at 200M
+    (190.73 MiB) held the 0.27 MiB left rounded up to a whole MiB, on top of
+    the host's allocation rounded up: the instance cost 192 units, the host
+    showed −1 MiB free, and re-sending its unchanged allocation was refused.
+    What a claim has beyond libvirt's count is rounded down: the part of a
+    unit libvirt counts is in the host's allocation, which is rounded up."""
+    from hvfleet.scheduling.placement import export_usages
+
+    mib = 2**20
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    x, z = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+
+    def claim(name: str, consumer: str, memory: int) -> Reservation:
+        return Reservation.model_validate({
+            "metadata": {"name": name},
+            "spec": {"hypervisor": "hv1", "consumer": consumer, "resources": {"memory": memory * mib}},
+            "status": {"phase": "Active"}})
+
+    claims = [claim("x", x, 191), claim("z", z, 666)]
+    before = hv(status={"capacity": {"memory": 1000 * 10**6}, "allocation": {"memory": 100 * 10**6}})
+    # ⌊953.67⌋ − ⌈95.37⌉ − 191 − 666 = 0: full.
+    assert cap.free_capacity(before, claims, now) == q({"memory": 0})
+    booted = hv(status={"capacity": {"memory": 1000 * 10**6}, "allocation": {"memory": 300 * 10**6},
+                        "countMode": "running",
+                        "instances": [{"uuid": x, "name": "x", "state": "running",
+                                       "resources": {"memory": 200 * 10**6}}]})
+    # ⌈286.1⌉ = 287 counted by libvirt, x holds ⌊191 − 190.73⌋ = 0 more, z 666: still full, not −1.
+    assert cap.free_capacity(booted, claims, now) == q({"memory": 0})
+    assert export_usages(booted, claims, now) == {"MEMORY_MB": 953}
+    # x's unchanged allocation sent again needs nothing more.
+    assert cap.claim_holds(x, claims[0].spec.resources, booted) == {}
+
+
+def test_the_cells_carry_the_host_reserve_once_not_rounded_up_in_each() -> None:
+    """Probe 14: with the reserve in whole units, each cell's share of a 1 cpu
+    reserve (0.5) was rounded up to a whole vCPU: host (16 − 1) × 2 = 30 but
+    cells 14 + 14. The cells share the host's whole-unit reserve exactly."""
+    h = hv(overcommit={"cpu": 2}, reserved={"cpu": 1},
+           status={"capacity": {"cpu": 16, "memory": "64Gi"},
+                   "cells": [{"id": 0, "capacity": {"cpu": 8, "memory": "32Gi"}},
+                             {"id": 1, "capacity": {"cpu": 8, "memory": "32Gi"}}]})
+    out = cap.with_effective_capacity(h)
+    assert out.status.effective_capacity[R("cpu")] == Quantity(30)
+    assert [c.effective_capacity[R("cpu")] for c in out.status.cells] == [Quantity(15), Quantity(15)]

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from hvfleet.model.capacity import held_resources
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Hypervisor, Reservation
 from hvfleet.model.quantity import Quantity
@@ -129,6 +130,8 @@ def test_usages_are_the_sum_of_each_claims_whole_units() -> None:
                  "expiresAt": (now + timedelta(hours=1)).isoformat()},
         "status": {"phase": "Active"}}) for i in range(2)]
     assert export_usages(h, claims, now) == {"VCPU": 3}
+    # What each holds, as every view shows it, is what is counted: one VCPU.
+    assert [held_resources(c, h, now) for c in claims] == [{CPU: Quantity(1)}] * 2
     index = FleetIndex()
     index.load([h], claims, now=now)
     assert index.free("u")[CPU] == 8 - 1 - 2

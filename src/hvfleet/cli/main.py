@@ -106,7 +106,15 @@ FLAGS = {
 
 
 def error_line(exc: HvfleetError) -> str:
-    """The one line a user sees for `exc`, its field named by the flag that sets it."""
+    """The one line a user sees for `exc`, its field named by the flag that sets
+    it, after the object it is about where the message does not name it."""
+    line = _error_line(exc)
+    if exc.about and exc.about not in line:
+        return line.replace("error: ", f"error: {exc.about}: ", 1)
+    return line
+
+
+def _error_line(exc: HvfleetError) -> str:
     if exc.field is None:
         return f"error: {exc}"
     head, dot, rest = exc.field.partition(".")

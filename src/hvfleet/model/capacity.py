@@ -101,13 +101,19 @@ def usable_capacity(
     capacity: Mapping[ResourceName, Quantity],
     reserved: Mapping[ResourceName, Quantity],
     extra: Mapping[ResourceName, Quantity] | None = None,
+    *,
+    whole: bool = True,
 ) -> ResourceList:
     """⌊capacity + extra⌋ − ⌈reserved⌉ in whole units of each resource's
-    Placement class, never below 0: also Placement's max_unit."""
+    Placement class, never below 0: also Placement's max_unit. With `whole`
+    False, exactly (a NUMA cell's share of the host's reserve)."""
     extra = extra or {}
     out: ResourceList = {}
     for r in sorted(set(capacity) | set(extra), key=str):
-        total = units_down(r, _get(capacity, r) + _get(extra, r)) - units_up(r, _get(reserved, r))
+        if whole:
+            total = units_down(r, _get(capacity, r) + _get(extra, r)) - units_up(r, _get(reserved, r))
+        else:
+            total = _get(capacity, r) + _get(extra, r) - _get(reserved, r)
         fmt = (capacity.get(r) or extra.get(r) or _ZERO).format
         out[r] = total if total.value >= 0 and total.format == fmt else Quantity(max(total.value, _NONE), fmt)
     return out
@@ -118,16 +124,19 @@ def effective_capacity(
     overcommit: Mapping[ResourceName, float],
     reserved: Mapping[ResourceName, Quantity] | None = None,
     extra: Mapping[ResourceName, Quantity] | None = None,
+    *,
+    whole: bool = True,
 ) -> ResourceList:
     """floor((⌊capacity + extra⌋ − ⌈reserved⌉) × ratio) per resource, in whole
-    units of its Placement class, never below 0."""
+    units of its Placement class, never below 0 (`whole`: as `usable_capacity`;
+    without, exact and then floored to a unit)."""
     out: ResourceList = {}
-    for r, usable in usable_capacity(capacity, reserved or {}, extra).items():
+    for r, usable in usable_capacity(capacity, reserved or {}, extra, whole=whole).items():
         ratio = exact_ratio(overcommit[r]) if r in overcommit else _NO_RATIO
-        if ratio == 1:
+        unit = _unit(r)
+        if ratio == 1 and (whole or _whole(usable.value, unit)):
             out[r] = usable  # whole units already: floor(usable × 1) is usable itself
         else:
-            unit = _unit(r)
             out[r] = Quantity(math.floor(usable.value / unit * ratio) * unit, usable.format)
     return out
 
@@ -168,15 +177,18 @@ def cell_effective_capacity(
     policies: Sequence[OvercommitPolicy] = (),
 ) -> ResourceList:
     """The same formula per NUMA cell. The host reserve is host-wide, so each cell
-    carries the share of it that its capacity is of the host's (exact, then
-    floored); extraCapacity is invisible to libvirt and belongs to no cell."""
+    carries the share of it that its capacity is of the host's: of the reserve
+    in whole units (`units_up`, as the host counts it), exact, and the cell's
+    capacity floored to a unit only at the end, so the reserve is counted once
+    across the cells, not rounded up in each; extraCapacity is invisible to
+    libvirt and belongs to no cell."""
     reserved: ResourceList = {}
     for r, q in h.spec.reserved.items():
         host_total = host_capacity.get(r)
         cell_total = cell.capacity.get(r)
         if host_total and cell_total is not None:
-            reserved[r] = Quantity(q.value * cell_total.value / host_total.value, q.format)
-    return effective_capacity(cell.capacity, overcommit_ratios(h, policies), reserved)
+            reserved[r] = Quantity(units_up(r, q).value * cell_total.value / host_total.value, q.format)
+    return effective_capacity(cell.capacity, overcommit_ratios(h, policies), reserved, whole=False)
 
 
 def with_effective_capacity(h: Hypervisor, policies: Sequence[OvercommitPolicy] = ()) -> Hypervisor:
@@ -271,7 +283,8 @@ def beyond_libvirt(
     `counted_in_allocation`); otherwise all of each resource the agent does
     not discover there (libvirt's allocation never counts it: VGPU, VFs), and
     of each it does, what exceeds libvirt's count of that instance
-    (`instance.resources`), which the host's allocation already has: a resize
+    (`instance.resources`, in whole units rounded down: `units_down`), which
+    the host's allocation already has: a resize
     not yet applied to the domain. So the instance counts once, as Placement
     counts an allocation once (usage − old + new). An instance listed without
     resources (a status not written by the agent, which always lists them) is
@@ -289,7 +302,12 @@ def beyond_libvirt(
             if libvirt is None:
                 out[r] = q
             elif q > libvirt:
-                out[r] = q - libvirt
+                # Rounded down to whole units: the part of a unit libvirt counts
+                # is in the host's allocation, which free space rounds up; rounding
+                # this up too would count the instance one unit over its claim.
+                beyond = units_down(r, q - libvirt)
+                if beyond.value > 0:
+                    out[r] = beyond
     return out
 
 
@@ -397,14 +415,16 @@ def held_resources(
     allocation leaves the instance out, else the resources the agent does not
     discover there, and what the claim has beyond the instance's own count of
     those it does); nothing otherwise (Released, Expired, or the
-    instance is gone)."""
+    instance is gone). In whole units of each resource's Placement class,
+    rounded up (a claim stored before claims had to be whole units): what
+    free space, Placement's usages and every view count."""
     phase = reservation_phase(res, h, now)
     if phase in HOLDING_PHASES:
-        return dict(res.spec.resources)
+        return dict(_units_up_all(res.spec.resources))
     if phase == "Confirmed" and h is not None:
         instance = instance_of(res.spec.consumer, h)
         if instance is not None:
-            return beyond_libvirt(res.spec.resources, instance, h)
+            return dict(_units_up_all(beyond_libvirt(res.spec.resources, instance, h)))
     return {}
 
 
@@ -421,8 +441,7 @@ def free_capacity(
     Negative means overcommitted beyond what spec allows. `effective` is
     `hypervisor_effective_capacity(h, policies)` where the caller has it
     already."""
-    held = add(_units_up_all(held_resources(r, h, now)) for r in reservations
-               if r.spec.hypervisor == h.name)
+    held = add(held_resources(r, h, now) for r in reservations if r.spec.hypervisor == h.name)
     if effective is None:
         effective = hypervisor_effective_capacity(h, policies)
     return subtract(subtract(effective, _units_up_all(h.status.allocation)), held)

@@ -18,6 +18,11 @@ class HvfleetError(Exception):
     renders `detail` behind its own name for the field.
     """
 
+    # The object the error is about ("Hypervisor alias"), where the message
+    # does not say and an edge may need it (a batch of manifests); the API's
+    # Status names its object itself.
+    about: str | None = None
+
     def __init__(self, message: str = "", *, field: str | None = None) -> None:
         super().__init__(f"{field}: {message}" if field else message)
         self.field = field

@@ -103,13 +103,14 @@ def _no_placement_aliases(named: list[tuple[str, Iterable[str]]],
                           before: list[tuple[str, Iterable[str]]] | None = None) -> None:
     """Every resource named is one Placement can have, and not a well-known
     resource's class under its Placement name. On an update, a name the
-    field held before passes the class check (`before`): a value stored
-    before it stays writable beside other changes."""
-    held = dict(before or [])
+    field held before passes both checks (`before`): a value stored before
+    them stays as it is beside other changes (a host with a stored `VCPU`
+    can still be drained)."""
+    held = {where: {str(n) for n in names} for where, names in before or []}
     for where, names in named:
-        names = list(names)
-        error = (placement_alias_error(names, where)
-                 or placement_class_error(names, where, held.get(where, ())))
+        kept = held.get(where, set())
+        given = [n for n in names if str(n) not in kept]
+        error = placement_alias_error(given, where) or placement_class_error(given, where)
         if error is not None:
             raise error
 

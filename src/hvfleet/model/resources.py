@@ -82,8 +82,8 @@ def whole_units_error(values: Mapping[ResourceName, Quantity], where: str) -> In
         # A model_copy's update may carry the raw value (`"1Gi"`, `4`), not a Quantity.
         value = (q if isinstance(q, Quantity) else Quantity.parse(q, where=f"{where}.{name}")).value
         if (value / pc.base_per_unit).denominator != 1:
-            return InvalidInput(f"{q} is not a whole number of {pc.unit} ({pc.resource_class}): Placement "
-                                "counts whole units", field=f"{where}.{name}")
+            return InvalidInput(f"{q} is not a whole number of {pc.resource_class} units ({pc.unit}): "
+                                "Placement counts whole units", field=f"{where}.{name}")
     return None
 
 
@@ -112,8 +112,12 @@ def placement_class_error(names: Iterable[str], where: str,
 def in_placement(name: str) -> bool:
     """Whether the resource `name` is one Placement can have: a well-known
     resource (its class is standard or CUSTOM_HUGEPAGES_*), a standard class
-    or a CUSTOM_* class."""
-    return name in WELL_KNOWN or name in _STANDARD or bool(_CUSTOM_CLASS_RE.match(name))
+    or a CUSTOM_* class, but not a well-known resource's class under its
+    Placement name (`VCPU` beside `cpu`, stored before `placement_alias_error`:
+    it would be a second inventory of the class, one overwriting the other)."""
+    if name in WELL_KNOWN:
+        return True
+    return (name in _STANDARD or bool(_CUSTOM_CLASS_RE.match(name))) and name not in STANDARD_CLASSES
 
 
 # The resources counted in bytes (written in binary suffixes, shown as Gi/Mi,

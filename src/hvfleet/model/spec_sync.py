@@ -67,9 +67,12 @@ def spec_sync(h: Hypervisor, policies: Sequence[OvercommitPolicy] | None = None)
                 else:
                     # A policy change moves no generation; nor does an agent of
                     # another version, which computes the capacity otherwise.
+                    # Exact forms: 16288Mi and 16Gi would both read "15.9Gi".
+                    stored = _pairs(h.status.effective_capacity, lambda _r, q: str(q))
+                    now = _pairs(current, lambda _r, q: str(q))
                     why = (f"an OvercommitPolicy changed since the agent's last write, or an agent "
-                           f"of another version wrote it: status.effectiveCapacity "
-                           f"({_pairs(h.status.effective_capacity, human)}) differs")
+                           f"of another version wrote it: status.effectiveCapacity ({stored}) "
+                           f"differs from the capacity computed now ({now})")
                 return SpecSync("False", gen, seen,
                                 f"{why}; shown is the capacity under the current spec and policies")
         return SpecSync("True", gen, seen, f"the agent observed generation {gen}")

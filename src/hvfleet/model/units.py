@@ -59,5 +59,13 @@ def unit_constraints(h: Hypervisor) -> dict[ResourceName, UnitConstraint]:
 def check_unit_annotations(new: Hypervisor, old: Hypervisor | None = None) -> None:
     """The write-time check: on a create, or an update that changes the
     annotations (an agent's status write carries the stored ones unchanged)."""
-    if old is None or old.metadata.annotations != new.metadata.annotations:
+    if old is None:
         unit_constraints(new)
+        return
+    if old.metadata.annotations == new.metadata.annotations:
+        return
+    # Only what this write gives anew: an annotation stored before the check,
+    # left as it is, does not keep another one from being added.
+    given = {k: v for k, v in new.metadata.annotations.items() if old.metadata.annotations.get(k) != v}
+    unit_constraints(new.model_copy(update={"metadata": new.metadata.model_copy(
+        update={"annotations": given})}))

@@ -56,7 +56,7 @@ from hvfleet.model.lease import Lease
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, host_readiness
-from hvfleet.model.resources import WELL_KNOWN, ResourceName
+from hvfleet.model.resources import STANDARD_CLASSES, WELL_KNOWN, ResourceName
 from hvfleet.model.selectors import Selector
 from hvfleet.model.units import UnitConstraint, unit_constraints
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
@@ -223,6 +223,15 @@ def omitted(h: Hypervisor) -> list[str]:
     return sorted(str(r) for r in named if not r.in_placement)
 
 
+def _why_omitted(name: str) -> str:
+    own = STANDARD_CLASSES.get(name)
+    if own is not None:
+        return (f"{name} is Placement's class of {own!r}, which the provider's {name} inventory is "
+                "made of (stored before hvfleet refused such names): left out of its provider")
+    return (f"{name} can never be a Placement resource class (stored before hvfleet refused such "
+            "names): left out of its provider")
+
+
 def export_provider(
     h: Hypervisor,
     reservations: Iterable[Reservation],
@@ -264,10 +273,7 @@ def export(
             # that host out, named, not the whole fleet's export.
             skipped.append({"name": h.name, "reason": str(exc)})
             continue
-        left_out.extend({"name": h.name, "resource": r,
-                         "reason": f"{r} can never be a Placement resource class (stored before "
-                                   "hvfleet refused such names): left out of its provider"}
-                        for r in omitted(h))
+        left_out.extend({"name": h.name, "resource": r, "reason": _why_omitted(r)} for r in omitted(h))
     out: dict[str, Any] = {"resource_providers": providers}
     if skipped:
         out["skipped"] = skipped

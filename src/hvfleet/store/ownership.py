@@ -38,9 +38,10 @@ the check and the write can never be separated by another writer.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -48,7 +49,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from hvfleet.model.bounds import MAX_MANAGER
-from hvfleet.model.errors import Forbidden, InvalidInput
+from hvfleet.model.errors import Forbidden, HvfleetError, InvalidInput
 from hvfleet.model.hypervisor import Resource
 from hvfleet.model.kinds import AGENT_PREFIX as AGENT_PREFIX
 from hvfleet.model.kinds import agent_manager as agent_manager
@@ -274,6 +275,18 @@ def _check_status_writer(obj: Resource, manager: str) -> None:
         )
 
 
+@contextlib.contextmanager
+def _about(obj: Resource) -> Iterator[None]:
+    """A kind's refusal of `obj`, marked with the object it is about (one
+    manifest among many in an apply or a restore)."""
+    try:
+        yield
+    except HvfleetError as exc:
+        if exc.about is None:
+            exc.about = f"{obj.kind} {obj.metadata.name}"
+        raise
+
+
 def prepare_create(
     obj: Resource, manager: str, now: datetime, applied: frozenset[Path] | None = None
 ) -> Resource:
@@ -282,7 +295,8 @@ def prepare_create(
     check_manager(manager)
     obj = lifecycle.on_create(obj)
     kind = strategy_of(obj)
-    kind.validate_create(obj, manager)
+    with _about(obj):
+        kind.validate_create(obj, manager)
     writer = kind.status_owner(obj)
     status_written = writer is None or manager == writer
     if not status_written:
@@ -364,7 +378,8 @@ def prepare_update(
         )
     new = lifecycle.on_update(old, new)
     kind = strategy_of(new)
-    kind.validate_update(old, new, manager, now)
+    with _about(new):
+        kind.validate_update(old, new, manager, now)
     status_changed = kind.status_of(new) != kind.status_of(old)
     if status_changed:
         _check_status_writer(new, manager)
