@@ -104,8 +104,9 @@ def _hugepages_error(text: str, where: str) -> InvalidInput:
     size = _hugepage_bytes(text, _HUGEPAGES_RE)
     if size is not None and _is_page_size(size):
         canonical = hugepages_resource(size)
-        return InvalidInput(f"{text} is written {canonical} (a page size's shortest binary form, "
-                            f"as Kubernetes writes it): write {canonical}", field=where)
+        return InvalidInput(f"{text}: write {canonical} (hugepages name their page size in its "
+                            "shortest binary form, as Kubernetes does, so one size has one name)",
+                            field=where)
     return InvalidInput(f"unknown resource {text!r}: a hugepage size is a power of two of at least 1Ki, "
                         f"written {HUGEPAGES_FORM}", field=where)
 
