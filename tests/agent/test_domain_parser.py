@@ -102,6 +102,22 @@ def test_hugepages_without_page_size_use_the_default_size() -> None:
     assert parse_domain(xml, default_hugepage_kib=1048576).resources()["hugepages-1Gi"] == GI
 
 
+@pytest.mark.parametrize(("page", "resource"), [
+    ("size='32768' unit='KiB'", "hugepages-32Mi"), ("size='64' unit='KiB'", "hugepages-64Ki"),
+    ("size='16' unit='MiB'", "hugepages-16Mi"), ("size='16' unit='GiB'", "hugepages-16Gi"),
+])
+def test_guest_memory_on_any_hugepage_size_counts_as_that_sizes_resource(
+        two_cells: HostTopology, page: str, resource: str) -> None:
+    """arm64's 64 KiB and 32 MiB pages, POWER's 16 MiB and 16 GiB ones: each
+    counts as `hugepages-<size>`, in whole pages per host cell."""
+    xml = f"""<domain><name>arm</name><uuid>u-32</uuid><memory unit='GiB'>32</memory><vcpu>2</vcpu>
+      <memoryBacking><hugepages><page {page}/></hugepages></memoryBacking>
+      <numatune><memory nodeset='1'/></numatune></domain>"""
+    d = parse_domain(xml)
+    assert d.resources() == {"cpu": q("2"), "memory": q("0"), resource: q("32Gi")}
+    assert attribute_to_cells(d, two_cells) == {1: {"cpu": q("2"), resource: q("32Gi")}}
+
+
 BILLION_LAUGHS = """<?xml version="1.0"?>
 <!DOCTYPE lolz [
  <!ENTITY lol "lol">
@@ -141,8 +157,8 @@ XXE = """<?xml version="1.0"?>
         ("<domain><name>a</name><uuid>u</uuid><memory>5</memory>"
          "<numatune><memory nodeset='0,^0'/></numatune></domain>", "selects nothing"),
         ("<domain><name>a</name><uuid>u</uuid><memory>4096</memory><memoryBacking><hugepages>"
-         "<page size='16384'/></hugepages></memoryBacking></domain>",
-         "hugepage size 16384 KiB has no resource name"),
+         "<page size='3072'/></hugepages></memoryBacking></domain>",
+         "hugepage size 3072 KiB is not a power of two"),
     ],
 )
 def test_domains_the_parser_cannot_understand_are_refused_with_a_message(
@@ -161,7 +177,9 @@ def test_entity_is_not_expanded_even_when_only_referenced() -> None:
 # -- hypothesis --------------------------------------------------------------------------
 
 UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6, "b": 1, "": 2**10}
-PAGES = {2048: "hugepages-2Mi", 1048576: "hugepages-1Gi"}
+# x86's two sizes, arm64's 64 KiB and 32 MiB, POWER's 16 MiB and 16 GiB.
+PAGES = {2048: "hugepages-2Mi", 1048576: "hugepages-1Gi", 64: "hugepages-64Ki", 32768: "hugepages-32Mi",
+         16384: "hugepages-16Mi", 16777216: "hugepages-16Gi"}
 
 
 @st.composite
@@ -169,7 +187,7 @@ def domain_specs(draw: st.DrawFn) -> dict[str, object]:
     vcpus = draw(st.integers(1, 24))
     unit = draw(st.sampled_from(sorted(UNITS)))
     amount = draw(st.integers(0, 64 * 1024))
-    page = draw(st.sampled_from([None, 2048, 1048576]))
+    page = draw(st.sampled_from([None, *PAGES]))
     nodeset = draw(st.sampled_from([None, "0", "1", "0-1", "0,7"]))
     pins = draw(
         st.dictionaries(
@@ -248,7 +266,8 @@ def numa_guest_specs(draw: st.DrawFn) -> dict[str, object]:
             "vcpus": draw(st.integers(1, 8)),
             "gib": draw(st.integers(1, 8)),
             "node": draw(st.sampled_from([None, 0, 1])),
-            "page": draw(st.sampled_from([2048, 1048576])),
+            # Sizes that divide the cell's whole GiB (a 16 GiB page would not).
+            "page": draw(st.sampled_from(sorted(k for k in PAGES if k <= 1048576))),
         })
     return {"cells": cells, "hugepages": draw(st.booleans())}
 

@@ -188,6 +188,8 @@ def test_spec_set_before_the_agent_runs_shapes_effective_capacity(tmp_path: Path
 
 
 def test_unparsable_domain_is_skipped_and_reported(tmp_path: Path) -> None:
+    """A page size no page has (3 MiB) is refused; 16 MiB pages (POWER's,
+    a size the host has no pool of) are counted, in their own resource."""
     node = tmp_path / "odd-01.xml"
     node.write_text("""<node>
   <cpu><nodes>1</nodes><sockets>1</sockets><cores>2</cores><threads>1</threads></cpu>
@@ -195,6 +197,10 @@ def test_unparsable_domain_is_skipped_and_reported(tmp_path: Path) -> None:
   <domain type='test'><name>good</name><uuid>11111111-0000-0000-0000-000000000001</uuid>
     <memory unit='MiB'>512</memory><vcpu>1</vcpu><os><type>hvm</type></os></domain>
   <domain type='test'><name>odd-pages</name><uuid>11111111-0000-0000-0000-000000000002</uuid>
+    <memory unit='MiB'>512</memory><vcpu>1</vcpu><os><type>hvm</type></os>
+    <memoryBacking><hugepages><page size='3072' unit='KiB'/></hugepages></memoryBacking>
+  </domain>
+  <domain type='test'><name>power-pages</name><uuid>11111111-0000-0000-0000-000000000003</uuid>
     <memory unit='MiB'>512</memory><vcpu>1</vcpu><os><type>hvm</type></os>
     <memoryBacking><hugepages><page size='16384' unit='KiB'/></hugepages></memoryBacking>
   </domain>
@@ -205,11 +211,12 @@ def test_unparsable_domain_is_skipped_and_reported(tmp_path: Path) -> None:
     assert "skipping domain odd-pages" in out.stderr
     with open_store(f"sqlite:///{tmp_path / 'f.db'}") as store:
         h = store.get_hypervisor("odd-01")
-    assert h.status.allocation == C({"cpu": "1", "memory": "512Mi"})
-    assert [i.name for i in h.status.instances] == ["good"]
+    assert h.status.allocation == C({"cpu": "2", "memory": "512Mi", "hugepages-16Mi": "512Mi"})
+    assert [i.name for i in h.status.instances] == ["good", "power-pages"]
     ready = next(c for c in h.status.conditions if c.type == "Ready")
     assert (ready.status, ready.reason) == ("False", "UnparsableDomains")
-    assert "odd-pages" in ready.message and "16384 KiB" in ready.message
+    assert "odd-pages" in ready.message and "3072 KiB is not a power of two" in ready.message
+    assert "power-pages" not in ready.message
 
 
 def test_python_m_hvfleet_agent_is_the_same_command(tmp_path: Path) -> None:

@@ -35,6 +35,19 @@ def test_hugepage_pools_leave_memory_and_become_their_own_resources() -> None:
     assert topo.cells_of_cpus(frozenset({3, 4, 5})) == {0: 1, 1: 2}
 
 
+def test_every_pool_size_libvirt_reports_is_its_own_resource() -> None:
+    """arm64 with 4 KiB base pages: 64 KiB, 2 MiB, 32 MiB and 1 GiB pools, each
+    `hugepages-<size>` as Kubernetes names it, none left in `memory`."""
+    topo = parse_host_topology(fixture_text("arm64-hugepages-capabilities.xml"), UNUSED_NODE_INFO)
+    capacity, cells = host_capacity(topo)
+    assert capacity == {
+        "cpu": q("4"), "hugepages-1Gi": q("0"), "hugepages-2Mi": q("0"), "hugepages-32Mi": q("512Mi"),
+        "hugepages-64Ki": q("256Mi"), "memory": q("7424Mi"),
+    }
+    assert [str(k) for k in capacity] == sorted(capacity)
+    assert cells[0].capacity == capacity
+
+
 def test_test_default_cells_sum_to_host_and_smallest_page_is_ordinary() -> None:
     # test:///default: cell 0 = 2 GiB with 4 KiB pages, cell 1 = 4 GiB whose
     # smallest page is 8 KiB (a test-driver quirk): neither is a hugepage pool.

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from hvfleet.agent.reconcile import (
     Facts,
+    Observation,
     ParsedDomain,
     Unresolved,
     add_allocation,
@@ -14,6 +15,7 @@ from hvfleet.agent.reconcile import (
     add_conditions,
     add_effective_capacity,
     add_instances,
+    digest,
     mark_disconnected,
     mark_unreadable_host,
     reconcile,
@@ -25,7 +27,7 @@ from hvfleet.model.hypervisor import OvercommitPolicy
 from hvfleet.model.meta import find_condition
 from hvfleet.model.spec_sync import spec_sync
 
-from .conftest import GI, fixture_text, quantities, two_cell_host
+from .conftest import GI, UNUSED_NODE_INFO, fixture_text, quantities, two_cell_host
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -99,6 +101,35 @@ def test_conditions_keep_transition_time_until_status_changes() -> None:
     assert (ready.status, ready.reason) == ("False", "UnparsableDomains")
     assert ready.last_transition_time == T0 + timedelta(minutes=9)
     assert "odd" in ready.message and "no <memory>" in ready.message
+
+
+def test_guests_on_any_page_size_are_counted_and_the_host_stays_ready() -> None:
+    """On arm64 a guest on 32 MiB pages counts in `hugepages-32Mi`; one on
+    16 MiB pages, a size the host has no pool of, still counts, in its own
+    resource: no domain is skipped for its page size, the host is Ready."""
+    caps = fixture_text("arm64-hugepages-capabilities.xml")
+
+    def guest(name: str, page_kib: int, gib: int) -> DomainRecord:
+        xml = (f"<domain><name>{name}</name><uuid>u-{name}</uuid><memory unit='GiB'>{gib}</memory>"
+               f"<vcpu>1</vcpu><memoryBacking><hugepages><page size='{page_kib}' unit='KiB'/>"
+               "</hugepages></memoryBacking></domain>")
+        return DomainRecord(name, f"u-{name}", xml, 1)
+
+    obs = Observation(uri="qemu:///system", caps_xml=caps, domcaps_xml=None,
+                      node_info=UNUSED_NODE_INFO, libvirt_version="9.0.0", hypervisor_version="7.2.0",
+                      domains=(guest("on32m", 32768, 1), guest("on16m", 16384, 2), guest("on64k", 64, 1)),
+                      at=T0)
+    f = digest(obs, "defined")
+    assert f.skipped == ()
+    s = reconcile(fresh(), f, T0).status
+    ready = find_condition(s.conditions, "Ready")
+    assert ready is not None and (ready.status, ready.reason) == ("True", "Reconciled")
+    assert s.capacity["hugepages-32Mi"] == 512 * 2**20 and s.capacity["hugepages-64Ki"] == 256 * 2**20
+    assert "hugepages-16Mi" not in s.capacity
+    assert {k: str(v) for k, v in s.allocation.items()} == {
+        "cpu": "3", "hugepages-16Mi": "2Gi", "hugepages-1Gi": "0", "hugepages-2Mi": "0",
+        "hugepages-32Mi": "1Gi", "hugepages-64Ki": "1Gi", "memory": "0"}
+    assert [str(i.resources.get("hugepages-32Mi")) for i in s.instances if i.name == "on32m"] == ["1Gi"]
 
 
 def test_disconnected_keeps_the_last_observation_and_still_honours_spec() -> None:

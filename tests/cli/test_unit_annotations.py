@@ -308,8 +308,8 @@ def test_a_restore_refused_for_one_object_names_that_object(run: Run, tmp_path: 
     refused since, with a line naming the field but not the object among the
     manifests (`error: spec.reserved.memory: 100M is not a whole number …`)."""
     path = tmp_path / "fleet.yaml"
-    path.write_text(MANIFEST.format(name="hv1", key="a", value="b") + "---\n"
-                    + MANIFEST.format(name="hv2", key="a", value="b") + "spec:\n  reserved:\n    memory: 100M\n")
+    second = MANIFEST.format(name="hv2", key="a", value="b") + "spec:\n  reserved:\n    memory: 100M\n"
+    path.write_text(MANIFEST.format(name="hv1", key="a", value="b") + "---\n" + second)
     r = run("apply", "-f", str(path))
     assert r.code == 2
     assert r.err.startswith("error: Hypervisor hv2: spec.reserved.memory: 100M is not a whole number"), r.err

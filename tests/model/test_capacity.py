@@ -53,6 +53,10 @@ TABLE = [
     ({"memory": 2 * GI + 1}, {}, {"memory": 2**20 + 1}, {}, {"memory": "2046Mi"}),
     # Less than one unit is nothing: 500m of VGPU extra capacity, 1 KiB of disk.
     ({"disk": "1Ki"}, {"VGPU": "500m"}, {}, {}, {"disk": 0, "VGPU": 0}),
+    # Any hugepage size counts whole pages: ⌊10 pages + 1 MiB⌋ − ⌈1 page + 1 B⌉
+    # of 32 MiB pages = 8 pages; 64 KiB pages likewise (⌊160Ki / 64Ki⌋ = 2 pages).
+    ({"hugepages-32Mi": 320 * 2**20 + 2**20, "hugepages-64Ki": "160Ki"}, {},
+     {"hugepages-32Mi": 32 * 2**20 + 1}, {}, {"hugepages-32Mi": "256Mi", "hugepages-64Ki": "128Ki"}),
 ]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -57,6 +58,14 @@ def test_a_hugepage_backed_guests_memory_claim_is_covered_by_its_hugepages() -> 
     h = _host({"cpu": 2, "memory": 0, "hugepages-1Gi": 4 * GI})
     assert cap.held_resources(_claim({"cpu": 2, "memory": 4 * GI}), h, NOW) == {}
     assert cap.held_resources(_claim({"cpu": 2, "memory": 6 * GI}), h, NOW) == {R("memory"): Quantity(2 * GI)}
+
+
+@pytest.mark.parametrize("pages", ["hugepages-32Mi", "hugepages-64Ki", "hugepages-16Gi"])
+def test_guest_memory_in_any_page_size_covers_its_memory_claim(pages: str) -> None:
+    h = _host({"cpu": 2, "memory": 0, pages: 16 * GI})
+    assert cap.held_resources(_claim({"cpu": 2, "memory": 16 * GI}), h, NOW) == {}
+    more = _claim({"cpu": 2, "memory": 18 * GI})
+    assert cap.held_resources(more, h, NOW) == {R("memory"): Quantity(2 * GI)}
 
 
 def test_an_instance_listed_without_resources_counts_all_its_claim_has_of_what_libvirt_sees() -> None:

@@ -656,3 +656,36 @@ def test_every_class_a_hypervisors_inventories_name_exists_in_placement_while_th
     assert "CUSTOM_NIC_VF" in listed and "CUSTOM_HUGEPAGES_2MI" not in listed
     assert api.call("GET", "/resource_classes/CUSTOM_HUGEPAGES_2MI").status_code == 404
     assert api.call("DELETE", "/resource_classes/CUSTOM_NIC_VF").status_code == 204
+
+
+def test_a_hosts_pool_of_any_hugepage_size_is_a_placement_class_counted_in_pages(api: Placement) -> None:
+    """An arm64 host's 32 MiB pages are `CUSTOM_HUGEPAGES_32MI` (as its 2 MiB
+    ones are `CUSTOM_HUGEPAGES_2MI`), one unit a page: listed as a class,
+    found in candidates, and an allocation of it is a claim of
+    `hugepages-32Mi` in bytes."""
+    put_host(api.store, host("hv-arm", {"cpu": 4, "memory": "8Gi", "hugepages-32Mi": "1Gi",
+                                        "hugepages-64Ki": "256Mi"}, beat=datetime.now(UTC)))
+    uid = _uuid(api.store, "hv-arm")
+    try:
+        inv = api.call("GET", f"/resource_providers/{uid}/inventories").json()["inventories"]
+        assert (inv["CUSTOM_HUGEPAGES_32MI"]["total"], inv["CUSTOM_HUGEPAGES_64KI"]["total"]) == (32, 4096)
+        listed = [c["name"] for c in api.call("GET", "/resource_classes").json()["resource_classes"]]
+        assert {"CUSTOM_HUGEPAGES_32MI", "CUSTOM_HUGEPAGES_64KI"} <= set(listed)
+        found = api.call("GET", "/allocation_candidates?resources=CUSTOM_HUGEPAGES_32MI:32")
+        assert found.status_code == 200, found.text
+        assert list(found.json()["provider_summaries"]) == [uid]
+        too_many = api.call("GET", "/allocation_candidates?resources=CUSTOM_HUGEPAGES_32MI:33")
+        assert too_many.json()["allocation_requests"] == []
+        consumer = str(uuid.uuid4())
+        put = api.call("PUT", f"/allocations/{consumer}", "scheduler", {
+            "allocations": {uid: {"resources": {"CUSTOM_HUGEPAGES_32MI": 3}}},
+            "project_id": str(uuid.uuid4()), "user_id": str(uuid.uuid4()), "consumer_generation": None,
+            "consumer_type": "INSTANCE"})
+        assert put.status_code == 204, put.text
+        usages = api.call("GET", f"/resource_providers/{uid}/usages").json()["usages"]
+        assert usages["CUSTOM_HUGEPAGES_32MI"] == 3
+        [claim] = [r for r in api.store.list_reservations() if r.spec.consumer == consumer]
+        assert {str(k): str(v) for k, v in claim.spec.resources.items()} == {"hugepages-32Mi": "96Mi"}
+        assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
+    finally:
+        api.store.delete("Hypervisor", "hv-arm")

@@ -140,6 +140,24 @@ def test_a_resource_the_host_lacks_does_not_fit() -> None:
     assert reasons == {"insufficient", "max-unit"}
 
 
+def test_a_claim_of_any_hugepage_size_fits_in_whole_pages_of_that_size() -> None:
+    """32 MiB pages (arm64) are a resource as 2 MiB ones are: a request
+    fits the pool's free pages, counted per page, and no other pool."""
+    h = host("a", {"cpu": 4, "memory": "4Gi", "hugepages-32Mi": "1Gi", "hugepages-2Mi": "2Gi"},
+             allocation={"hugepages-32Mi": "256Mi"}, reserved={"hugepages-32Mi": "64Mi"})
+    pages = ResourceName.parse("hugepages-32Mi")
+    # 32 pages, 2 reserved, 8 used: 22 pages (704 MiB) free.
+    assert free_capacity(h, [], NOW)[pages] == 22 * 32 * 2**20
+    assert rejections(h, [], req("1", **{"hugepages-32Mi": "704Mi"}), NOW) == []
+    [r] = rejections(h, [], req("1", **{"hugepages-32Mi": "736Mi"}), NOW)
+    assert (r.reason, r.resource) == ("insufficient", pages)
+    # A claim held elsewhere counts in whole pages: 1 byte holds one page.
+    held = [reservation("r1", "a", {"hugepages-32Mi": 1})]
+    assert free_capacity(h, held, NOW)[pages] == 21 * 32 * 2**20
+    with pytest.raises(InvalidInput, match="write hugepages-32Mi"):
+        req("1", **{"hugepages-32768Ki": "32Mi"})
+
+
 def test_bad_requests_are_invalid_input() -> None:
     with pytest.raises(InvalidInput, match=r"^resources: "):
         parse_request("1", None, ["VGPU"])

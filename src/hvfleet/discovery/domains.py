@@ -8,7 +8,9 @@ Counting rules (see docs/agent.md):
   `<memory>` element (the maximum, not `<currentMemory>`: a balloon can give
   memory back to the guest at any time).
 - Memory backed by hugepages (`<memoryBacking><hugepages>`) counts as
-  `hugepages-<size>` instead of `memory`. A guest NUMA cell uses the `<page>`
+  `hugepages-<size>` (any page size: `hugepages-32Mi` for `<page
+  size='32768' unit='KiB'/>`, whether or not the host has a pool of that
+  size) instead of `memory`. A guest NUMA cell uses the `<page>`
   whose `nodeset` names it, else the `<page>` without nodeset, else the
   host's default hugepage size (2 MiB on x86), as libvirt does.
 - Cells are *host* NUMA nodes, found from `<numatune>` (`<memnode>` per guest
@@ -111,7 +113,7 @@ def _resource_of(part: MemoryPart, where: str) -> ResourceName:
         return MEMORY
     name = hugepage_resource(part.page_kib)
     if name is None:
-        raise InvalidInput(f"{where}: hugepage size {part.page_kib} KiB has no resource name")
+        raise InvalidInput(f"{where}: hugepage size {part.page_kib} KiB is not a power of two")
     return name
 
 

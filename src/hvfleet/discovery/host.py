@@ -4,9 +4,11 @@ NUMA cell and in total, from libvirt's capabilities XML and node info.
 Rules (see docs/agent.md):
 - `cpu` is the number of logical CPUs libvirt lists in the cell.
 - A cell's smallest listed page size is its ordinary page; every larger size is
-  a hugepage pool. Pool memory is reported as `hugepages-2Mi` / `hugepages-1Gi`
-  (in bytes, as Kubernetes does) and is *not* part of `memory`, since an
-  ordinary guest can never use it.
+  a hugepage pool, whatever its size (x86: 2 MiB, 1 GiB; arm64: 64 KiB, 2 MiB,
+  32 MiB, 1 GiB; POWER: 16 MiB, 16 GiB). Pool memory is reported as
+  `hugepages-<size>` (`hugepages-2Mi`, `hugepages-32Mi`: in bytes, named as
+  Kubernetes does) and is *not* part of `memory`, since an ordinary guest can
+  never use it.
 - Host figures are the sums of the cell figures, so cells and host never
   disagree. (libvirt's node info may differ: the test driver's `test:///default`
   reports 3 GiB in node info but cells of 2 + 4 GiB; we report 6 GiB.)
@@ -29,15 +31,15 @@ from hvfleet.discovery.xmlvalues import memory_bytes, size_kib
 from hvfleet.model.errors import InvalidInput
 from hvfleet.model.hypervisor import Cell, ResourceList
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import CPU, HUGEPAGES_1GI, HUGEPAGES_2MI, MEMORY, ResourceName
-
-# Page sizes (KiB) that have an hvfleet resource name. Other pool sizes (e.g.
-# 16 MiB on POWER) still leave `memory`, but are not offered as a resource.
-HUGEPAGE_RESOURCES: dict[int, ResourceName] = {2048: HUGEPAGES_2MI, 1048576: HUGEPAGES_1GI}
+from hvfleet.model.resources import CPU, MEMORY, ResourceName, hugepages_resource
 
 
 def hugepage_resource(size_kib: int) -> ResourceName | None:
-    return HUGEPAGE_RESOURCES.get(size_kib)
+    """The resource of a pool of `size_kib` pages (`hugepages-32Mi` for
+    32768), for every size libvirt reports; None for a size no page has
+    (not a power of two), which a pool still takes from `memory`."""
+    size = size_kib * 1024
+    return hugepages_resource(size) if size & (size - 1) == 0 else None
 
 
 @dataclass(frozen=True)

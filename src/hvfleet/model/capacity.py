@@ -42,7 +42,7 @@ from hvfleet.model.hypervisor import (
 )
 from hvfleet.model.overcommit import effective_overcommit
 from hvfleet.model.quantity import Quantity
-from hvfleet.model.resources import ResourceName
+from hvfleet.model.resources import MEMORY, ResourceName
 
 
 @functools.lru_cache(maxsize=1024)  # a fleet has a handful of ratios; parsing one is slow
@@ -311,21 +311,23 @@ def beyond_libvirt(
     return out
 
 
-# A guest's RAM, whichever pool backs it: Placement (and so Nova) claims a
-# hugepage-backed guest's memory as MEMORY_MB, while libvirt counts it in
-# the hugepage pool's resource and shows 0 of plain memory.
-_GUEST_MEMORY = (ResourceName("memory"), ResourceName("hugepages-2Mi"), ResourceName("hugepages-1Gi"))
+def _guest_memory(r: ResourceName) -> bool:
+    """Whether `r` is a guest's RAM, whichever pool backs it (plain memory or
+    hugepages of any size): Placement (and so Nova) claims a hugepage-backed
+    guest's memory as MEMORY_MB, while libvirt counts it in the hugepage
+    pool's resource and shows 0 of plain memory."""
+    return r == MEMORY or r.page_size is not None
 
 
 def _counted_of(counted: Mapping[ResourceName, Quantity], r: ResourceName) -> Quantity | None:
     """libvirt's count of `r` for one instance (`counted`: its resources),
     None where it lists none; a claim's memory is covered by the guest's RAM
     in every page size."""
-    if r != _GUEST_MEMORY[0]:
+    if r != MEMORY:
         return counted.get(r)
     total: Quantity | None = None
-    for m in _GUEST_MEMORY:
-        if m in counted:
+    for m in sorted(counted, key=str):
+        if _guest_memory(m):
             total = counted[m] if total is None else total + counted[m]
     return total
 

@@ -56,7 +56,7 @@ from hvfleet.model.lease import Lease
 from hvfleet.model.meta import ObjectMeta
 from hvfleet.model.quantity import Quantity
 from hvfleet.model.readiness import DEFAULT_STALENESS, host_readiness
-from hvfleet.model.resources import STANDARD_CLASSES, WELL_KNOWN, ResourceName
+from hvfleet.model.resources import ResourceName, resource_of_class
 from hvfleet.model.selectors import Selector
 from hvfleet.model.units import UnitConstraint, unit_constraints
 from hvfleet.scheduling.claims import MANAGER, reservation_labels
@@ -68,13 +68,15 @@ from hvfleet.store.base import Store
 
 # Provider UUIDs for hosts the store has not given a uid: stable per name.
 _PROVIDER_NS = uuid.UUID("5b1e4a52-7c1d-4c53-9a0e-0e1f3c6f7a10")
-_BY_CLASS = {pc.resource_class: ResourceName(name) for name, pc in WELL_KNOWN.items()}
 
 
 def resource_for_class(resource_class: str) -> ResourceName:
-    """Placement resource class → hvfleet resource name (VCPU → cpu, ...)."""
-    known = _BY_CLASS.get(resource_class)
-    return known if known is not None else ResourceName.parse(resource_class, where="placement")
+    """Placement resource class → hvfleet resource name (VCPU → cpu,
+    CUSTOM_HUGEPAGES_32MI → hugepages-32Mi, CUSTOM_NIC_VF → itself)."""
+    known = resource_of_class(resource_class)
+    if known is not None and known.placement.resource_class == resource_class:
+        return known
+    return ResourceName.parse(resource_class, where="placement")
 
 
 def _units_down(r: ResourceName, q: Quantity | Fraction) -> int:
@@ -224,7 +226,7 @@ def omitted(h: Hypervisor) -> list[str]:
 
 
 def _why_omitted(name: str) -> str:
-    own = STANDARD_CLASSES.get(name)
+    own = resource_of_class(name)
     if own is not None:
         return (f"{name} is Placement's class of {own!r}, which the provider's {name} inventory is "
                 "made of (stored before hvfleet refused such names): left out of its provider")
