@@ -135,3 +135,28 @@ def test_usages_are_the_sum_of_each_claims_whole_units() -> None:
     index = FleetIndex()
     index.load([h], claims, now=now)
     assert index.free("u")[CPU] == 8 - 1 - 2
+
+
+def test_a_claim_beside_a_placement_clients_allocations_is_refused(api: Placement) -> None:
+    """Probe 14: `hvfleet reserve` for a consumer a Placement client allocated
+    for added a claim without moving the consumer generation that client
+    writes against; its next PUT, from what it had read, replaced the claim
+    without a conflict. Such a consumer's allocations change through Placement."""
+    from hvfleet.model.errors import Conflict
+
+    for name in ("pc1", "pc2"):
+        put_host(api.store, host(name, {"cpu": 8, "memory": "8Gi"}, beat=datetime.now(UTC)))
+    consumer = str(uuid.uuid4())
+    body = {"allocations": {provider_uuid(api.store.get_hypervisor("pc1")): {"resources": {"VCPU": 1}}},
+            "project_id": "p", "user_id": "u", "consumer_generation": None, "consumer_type": "INSTANCE"}
+    assert api.call("PUT", f"/allocations/{consumer}", "scheduler", body).status_code == 204
+    before = api.store.revision()
+    with pytest.raises(Conflict, match="Placement API"):
+        reserve(api.store, "pc2", parse_request("1", None), consumer)
+    assert api.store.revision() == before
+    shown = api.call("GET", f"/allocations/{consumer}").json()
+    assert shown["consumer_generation"] == 1 and len(shown["allocations"]) == 1
+    # Once its allocations are gone, the consumer may be claimed for here.
+    assert api.call("DELETE", f"/allocations/{consumer}", "scheduler").status_code == 204
+    made = reserve(api.store, "pc2", parse_request("1", None), consumer)
+    assert made.spec.consumer == consumer

@@ -104,6 +104,7 @@ def reserve(
     manager: str = MANAGER,
 ) -> Reservation:
     """Claim `request` on `host` for `consumer`, or raise DoesNotFit."""
+    placement_consumer_refusal(store, consumer)
     reservation = new_reservation(host, request, consumer, ttl, datetime.now(UTC))
     # Read before the atomic write, which covers the host and its reservations:
     # a policy changed in between counts as changed just after the claim.
@@ -176,9 +177,28 @@ def claim_reservation(
     atomic check as `reserve`, with the same labels and an Active phase. With
     `dry_run`, the same checks on the current state, and nothing written (the
     API's dryRun: would it fit?)."""
+    placement_consumer_refusal(store, reservation.spec.consumer)
     write = claim_write(store, reservation, staleness=staleness)
     assert isinstance(write.object, Reservation) and write.check is not None
     return _claim(store, write.object, manager, write.check, dry_run=dry_run)
+
+
+def placement_consumer_refusal(store: Store, consumer: str) -> None:
+    """Conflict when `consumer`'s allocations are a Placement client's (it has a
+    Placement consumer record, kept while it has allocations): a claim made
+    beside them here would not move the consumer generation Placement's
+    clients write against, so one of them, working from what it read before,
+    would replace this claim without a conflict. Such a consumer's
+    allocations change through the Placement API (`PUT /allocations/{uuid}`),
+    as Placement's own rule for consumers has it."""
+    try:
+        rec = store.get("PlacementConsumer", consumer.strip().lower())
+    except (NotFound, InvalidInput):
+        return
+    generation = getattr(getattr(rec, "spec", None), "generation", None)
+    raise Conflict(f"consumer {consumer} has allocations made through the Placement API (consumer "
+                   f"generation {generation}): change them there (PUT /placement/allocations/{consumer}), "
+                   "not with a claim beside them")
 
 
 def claim_write(store: Store, reservation: Reservation, *,
