@@ -31,7 +31,7 @@ manifests = st.fixed_dictionaries(
         "annotations": st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=4),
         "overcommit": st.dictionaries(st.sampled_from(RESOURCES), st.sampled_from([1.0, 2.0]),
                                       max_size=2),
-        "reserved": st.dictionaries(st.sampled_from(RESOURCES), st.sampled_from(["1", "2"]),
+        "reserved": st.dictionaries(st.sampled_from(RESOURCES), st.sampled_from(["1Gi", "2Gi"]),
                                     max_size=2),
         "maintenance": st.just("drain"),
     },
