@@ -90,3 +90,35 @@ def test_a_watch_outlives_an_etcd_outage_and_readyz_says_the_store_is_gone(tmp_p
             assert requests.get(server.url + "/readyz", timeout=10).text == "ok"
             w.close()
         store.close()
+
+
+def test_readyz_is_not_queued_behind_a_write_waiting_for_sqlites_lock(make_api: Callable[..., Api]) -> None:
+    """Probe 14: /readyz read the revision through the store's one connection,
+    queued behind a PATCH waiting (up to the 30 s busy timeout) for a lock
+    another process held: 500 "store failed" while the store was readable."""
+    import sqlite3
+    import threading
+
+    import requests
+
+    api = make_api()
+    c = api.client()
+    assert c.post(HV, json=hypervisor("hv0")).status_code == 201
+    path = api.store.url.removeprefix("sqlite:///")  # type: ignore[attr-defined]
+    other = sqlite3.connect(path, timeout=1, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's write (a CLI write, a backup)
+    try:
+        patched: list[int] = []
+        writer = threading.Thread(target=lambda: patched.append(
+            c.patch(f"{HV}/hv0", {"spec": {"maintenance": "drain"}}).status_code))
+        writer.start()
+        time.sleep(0.5)  # the PATCH now waits for the lock, holding the store's connection
+        t = time.monotonic()
+        ready = requests.get(api.url + "/readyz", timeout=10)
+        assert ready.status_code == 200 and ready.text == "ok", ready.text
+        assert time.monotonic() - t < 1.5
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    writer.join(30)
+    assert patched == [200]

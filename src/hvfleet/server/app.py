@@ -85,14 +85,15 @@ READY_STORE_WAIT_S = 2.0
 
 
 async def _ready(request: Request) -> Response:
-    """/readyz and /healthz: the process answers and its store does (one read
-    of the store's revision), as kube-apiserver's checks include etcd. A
+    """/readyz and /healthz: the process answers and its store does (one read,
+    `Store.ready`: never queued behind a write waiting for a lock), as
+    kube-apiserver's checks include etcd. A
     replica whose store is unreachable answers 500, so a load balancer's
     health check (docs/scaling.md) takes it out of the pool while every API
     request would be 503; the reason stays in the server's log."""
     ctx: ApiContext = request.app.state.ctx
     try:
-        await asyncio.wait_for(run_in_threadpool(ctx.store.revision), READY_STORE_WAIT_S)
+        await asyncio.wait_for(run_in_threadpool(ctx.store.ready), READY_STORE_WAIT_S)
     except (HvfleetError, TimeoutError) as exc:
         log.warning("%s: the store does not answer: %s", request.url.path, exc or "timed out")
         return PlainTextResponse(f"[-]store failed: reason withheld\n{request.url.path[1:]} check failed",

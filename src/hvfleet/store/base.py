@@ -454,6 +454,11 @@ class Store(ABC):
     def revision(self) -> int:
         """The store's current revision."""
 
+    def ready(self) -> None:
+        """Nothing when the store answers a read now; Unavailable when it does
+        not (a server's /readyz). By default one read of the revision."""
+        self.revision()
+
     def change_mark(self) -> int | None:
         """A number that is the same as at an earlier call only if nothing was
         written to the store in between (by this process or any other), read

@@ -421,6 +421,19 @@ class SqliteStore(Store):
         db.execute("PRAGMA busy_timeout = 0")  # busy: no mark, never a wait
         return db
 
+    def ready(self) -> None:
+        """One read on the connection `change_mark` uses: a reader in WAL mode
+        is never held up by a writer, so a write of this process waiting for
+        another's lock (the busy timeout) is no failed check, as a read
+        through the store's own connection would be, queued behind it."""
+        if self._marks is None:
+            return
+        with self._marks_lock:
+            try:
+                self._marks.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
+            except sqlite3.Error as exc:
+                raise Unavailable(f"store {self.url}: {exc}") from None
+
     def change_mark(self) -> int | None:
         if self._marks is None or not self._marks_lock.acquire(blocking=False):
             return None
