@@ -246,3 +246,14 @@ def test_a_key_given_twice_is_judged_by_field_validation(api: Api, media: str, b
     r = c.call("PATCH", f"{HV}/hv-d?fieldValidation=Ignore", data=patch,
                headers={"Content-Type": "application/merge-patch+json"})
     assert r.status_code == 200 and "Warning" not in r.headers, r.text
+
+
+def test_a_yaml_date_is_text_as_kube_reads_it(api: Api) -> None:
+    """Probe 14: the safe YAML reader made `when: 2024-01-01` a date, and an
+    annotation or label given so was 422; kube-apiserver's reader keeps it text."""
+    c = api.client()
+    body = ("apiVersion: hvfleet.io/v1\nkind: Hypervisor\nmetadata:\n  name: hv-date\n"
+            "  annotations:\n    when: 2024-01-01\n    at: 2024-01-01T10:00:00Z\nspec: {}\n")
+    r = c.call("POST", HV, data=body, headers={"Content-Type": "application/yaml"})
+    assert r.status_code == 201, r.text
+    assert r.json()["metadata"]["annotations"] == {"when": "2024-01-01", "at": "2024-01-01T10:00:00Z"}

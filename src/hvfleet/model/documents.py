@@ -15,7 +15,7 @@ for YAML, where; each edge words it as its own input error.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from yaml.composer import ComposerError
@@ -38,6 +38,14 @@ class _BoundedSafeLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
         self.duplicates: list[str] = []
+
+    # YAML 1.1 timestamps stay text, as kube-apiserver's YAML reader (and
+    # kubectl's) reads them: `when: 2024-01-01` in an annotation is the string
+    # "2024-01-01", not a date no field of these kinds takes.
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
