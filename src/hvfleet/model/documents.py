@@ -15,7 +15,7 @@ for YAML, where; each edge words it as its own input error.
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any
 
 import yaml
 from yaml.composer import ComposerError
@@ -42,7 +42,7 @@ class _BoundedSafeLoader(yaml.SafeLoader):
     # YAML 1.1 timestamps stay text, as kube-apiserver's YAML reader (and
     # kubectl's) reads them: `when: 2024-01-01` in an annotation is the string
     # "2024-01-01", not a date no field of these kinds takes.
-    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {
+    yaml_implicit_resolvers = {  # noqa: RUF012 (PyYAML reads it from the class)
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
