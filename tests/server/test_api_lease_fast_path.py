@@ -93,8 +93,7 @@ def test_refusals_on_the_loop_write_nothing_and_are_audited(
         served: tuple[Api, ThreadNotingAudit]) -> None:
     """A Lease written by another than the agent it names (the store's rule,
     inside the write), a version that moved on (the compare-and-swap), and a
-    malformed body: each a 4xx, nothing written, one audit line each for the
-    writes the handler got to."""
+    malformed body: each a 4xx, nothing written, one audit line each."""
     api, audit = served
     agent, start = api.client(AGENT), datetime.now(UTC)
     first = agent.post(LEASES, json=lease_body("hv1", None, start)).json()["metadata"]["resourceVersion"]
@@ -121,8 +120,10 @@ def test_refusals_on_the_loop_write_nothing_and_are_audited(
         malformed = agent.put(f"{LEASES}/hv1", data=body, headers={"Content-Type": "application/json"})
         assert malformed.status_code in (400, 422), malformed.text
     assert {n: api.store.get("Lease", n) for n in ("hv1", "hv2")} == stored
+    # The malformed bodies have their lines too (probe 14: every refused write is audited).
     assert [(a.action.name, a.code, a.before, a.after) for a in audit.records] == [
-        ("hv1", 403, rv, None), ("hv2", 403, hv2.metadata.resource_version, None), ("hv1", 409, first, None)]
+        ("hv1", 403, rv, None), ("hv2", 403, hv2.metadata.resource_version, None), ("hv1", 409, first, None),
+        ("hv1", 400, None, None), ("hv1", 400, None, None), ("hv1", 422, None, None)]
     assert all(on_loop(api, t) for t in audit.threads)
 
 

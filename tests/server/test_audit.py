@@ -103,6 +103,18 @@ def test_a_write_refused_before_the_write_itself_has_its_line_once(make_api: Any
         (lambda: c.patch(f"{HV}/hv0", [{"op": "test", "path": "/spec/maintenance", "value": "x"}],
                          content_type="application/json-patch+json"), "patch", 422),
         (lambda: c.patch(f"{HV}/hv0", {"spec": {"maintenance": "sometimes"}}), "patch", 422),
+        # Refused before anything is read (probe 14): the body, its media type, the answer asked for.
+        (lambda: c.call("POST", HV, json={**hypervisor("bad"), "spec": {"maintenance": "often"}}),
+         "create", 422),
+        (lambda: c.call("POST", f"{HV}?fieldValidation=Strict", json={**hypervisor("bad"), "x": 1}),
+         "create", 400),
+        (lambda: c.call("POST", HV, data="{not json", headers={"Content-Type": "application/json"}),
+         "create", 400),
+        (lambda: c.patch(f"{HV}/hv0", {"spec": {}}, content_type="application/strategic-merge-patch+json"),
+         "patch", 415),
+        (lambda: c.call("PUT", f"{HV}/hv0", json=hypervisor("other")), "update", 400),
+        (lambda: c.delete(f"{HV}/hv0", headers={"Accept": "text/plain"}), "delete", 406),
+        (lambda: c.delete(f"{HV}/hv0", json={"propagationPolicy": "Sideways"}), "delete", 422),
         # Refused by the write itself (a stale version): still one line.
         (lambda: c.call("PUT", f"{HV}/hv0", json={**hypervisor("hv0"),
                                                  "metadata": {"name": "hv0", "resourceVersion": first}}),

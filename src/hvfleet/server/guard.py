@@ -202,14 +202,22 @@ def _mark_audited(exc: Exception) -> None:
 
 
 @contextlib.contextmanager
-def refusals_audited(ctx: ApiContext, who: Identity, action: Action) -> Iterator[None]:
+def refusals_audited(ctx: ApiContext, who: Identity, action: Action,
+                     passing: tuple[type[Exception], ...] = ()) -> Iterator[None]:
     """Around a write request after its precheck: a refusal met before the
     write itself (the object not found, the store down, a patch that does
     not apply, a result that is not valid) has its audit line too, as the
     write's own refusal has (`audited`): one line per write request, allowed
-    or refused, as kube-apiserver audits every request."""
-    with _refusal_audited(ctx, who, action, None):
+    or refused, as kube-apiserver audits every request. `passing`: what the
+    caller goes on from (an object that does not decode, then replaced or
+    deleted as such, audited by that write), not a refusal."""
+    try:
         yield
+    except passing:
+        raise
+    except Exception as exc:
+        _audit_refusal(ctx, who, action, None, exc)
+        raise
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,

@@ -287,12 +287,11 @@ def _limit(request: Request) -> int | None:
 async def collection(request: Request) -> Response:
     ctx: ApiContext = request.app.state.ctx
     info = _info(request)
+    if request.method == "POST":
+        return await create(request, ctx, info)  # negotiates once its caller is known
     # The answer's form first: a client nothing can be answered to gets 406
     # before anything is read or written (kube negotiates first too).
     form = form_of(request, stream=request.method == "GET" and _flag(request, "watch"))
-    if request.method == "POST":
-        not_a_list(form)
-        return await create(request, ctx, info)
     if _flag(request, "watch"):
         return await watch(request, ctx, info)
     a_list(form)
@@ -421,20 +420,26 @@ async def watch(request: Request, ctx: ApiContext, info: ResourceInfo) -> Respon
 
 async def create(request: Request, ctx: ApiContext, info: ResourceInfo) -> Response:
     dry_run = bodies.dry_run(request)
-    validation = field_validation(request)
-    media = bodies.media_type(request)
-    if media not in bodies.OBJECT_TYPES:
-        raise UnsupportedMediaType(f"create: the body must be application/json or application/yaml, "
-                                   f"not {media!r}")
     # Who is asking comes first: nothing is read or decoded for an anonymous caller.
-    who = await authenticate(ctx, request, Action("create", info.plural, dry_run=dry_run))
-    body = await bodies.read_body(request, ctx.limits.max_body)
-    doc, twice = await bodies.parse_object_body(body, media, validation)
-    name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
-    target = Target(info.plural, str(name), info.kind)
-    about(request, target)  # the object the body names, in any error's Status
-    obj, warnings = bodies.to_object(doc, info.kind, target, validation)
-    out = await in_thread(create_object, ctx, who, info, obj, dry_run)
+    action = Action("create", info.plural, dry_run=dry_run)
+    who = await authenticate(ctx, request, action)
+    # Every refusal from here on has its audit line (a body that does not
+    # decode, an invalid object, an answer nobody can be given), as the
+    # write's own have (`create_object`).
+    with refusals_audited(ctx, who, action):
+        not_a_list(form_of(request))
+        validation = field_validation(request)
+        media = bodies.media_type(request)
+        if media not in bodies.OBJECT_TYPES:
+            raise UnsupportedMediaType(f"create: the body must be application/json or "
+                                       f"application/yaml, not {media!r}")
+        body = await bodies.read_body(request, ctx.limits.max_body)
+        doc, twice = await bodies.parse_object_body(body, media, validation)
+        name = (doc.get("metadata") or {}).get("name", "") if isinstance(doc.get("metadata"), dict) else ""
+        target = Target(info.plural, str(name), info.kind)
+        about(request, target)  # the object the body names, in any error's Status
+        obj, warnings = bodies.to_object(doc, info.kind, target, validation)
+        out = await in_thread(create_object, ctx, who, info, obj, dry_run)
     return render(request, ctx, info, out, 201, twice + warnings)
 
 
@@ -477,8 +482,8 @@ async def item(request: Request) -> Response:
     name = request.path_params["name"]
     if sub is not None and not info.has_status:
         raise ApiError(404, "NotFound", f"{info.plural} have no status subresource")
-    not_a_list(form_of(request))
     if request.method == "GET":
+        not_a_list(form_of(request))
         # A get's only read option: a version past the newest is 504, as for lists.
         options = read_options({"resourceVersion": request.query_params.get("resourceVersion", "")},
                                watch=False)
@@ -508,8 +513,21 @@ async def item(request: Request) -> Response:
             raise ApiError(405, "MethodNotAllowed", "the status subresource cannot be deleted")
         return await delete(request, ctx, info, name)
     dry_run = bodies.dry_run(request)
-    validation = field_validation(request)
     force = _flag(request, "force")
+    # Who is asking comes first: nothing is read or decoded for an anonymous caller.
+    action = Action(_verb(request.method), info.plural, name, sub, force, dry_run)
+    who = await authenticate(ctx, request, action)
+    # Every refusal from here on has its audit line (a media type not taken, a
+    # body that does not decode, an invalid object), as the write's own have.
+    with refusals_audited(ctx, who, action):
+        return await _write(request, ctx, info, who, name, sub, force, dry_run)
+
+
+async def _write(request: Request, ctx: ApiContext, info: ResourceInfo, who: Identity, name: str,
+                 sub: str | None, force: bool, dry_run: bool) -> Response:
+    """PUT or PATCH of one object (or its status), for a caller already known."""
+    not_a_list(form_of(request))
+    validation = field_validation(request)
     media = bodies.media_type(request)
     if media == bodies.STRATEGIC_PATCH:
         raise UnsupportedMediaType(
@@ -521,9 +539,6 @@ async def item(request: Request) -> Response:
     if request.method == "PUT" and media not in bodies.OBJECT_TYPES:
         raise UnsupportedMediaType(f"PUT: the body must be application/json or application/yaml, "
                                    f"not {media!r}")
-    # Who is asking comes first: nothing is read or decoded for an anonymous caller.
-    who = await authenticate(ctx, request, Action(_verb(request.method), info.plural, name, sub,
-                                                  force, dry_run))
     body = await bodies.read_body(request, ctx.limits.max_body)
     # Keys given twice: refused under fieldValidation=Strict, said under Warn.
     twice: list[str] = []
@@ -577,7 +592,7 @@ def replace(ctx: ApiContext, who: Identity, info: ResourceInfo, obj: Resource, s
     precheck(ctx, who, action)
     try:
         # A PUT names the version it replaces: the store may know it already.
-        with refusals_audited(ctx, who, action):
+        with refusals_audited(ctx, who, action, passing=(Undecodable,)):
             current = ctx.store.get_for_write(info.kind, obj.metadata.name,
                                               obj.metadata.resource_version)
     except Undecodable:
@@ -886,17 +901,20 @@ def _delete_options(body: bytes, query: Mapping[str, str]) -> DeleteOptions:
 
 async def delete(request: Request, ctx: ApiContext, info: ResourceInfo, name: str) -> Response:
     dry_run = bodies.dry_run(request)
-    who = await authenticate(ctx, request, Action("delete", info.plural, name, dry_run=dry_run))
-    body = await bodies.read_body(request, ctx.limits.max_body)
-    options = (await in_thread(_delete_options, body, request.query_params)
-               if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body, request.query_params))
-    uid, rv = options.uid, options.resource_version
-    dry_run = dry_run or options.dry_run
-    try:
-        out = await in_thread(delete_object, ctx, who, info, name, uid, rv, dry_run, options.propagation)
-    except Undecodable as exc:
-        gone = await in_thread(delete_undecodable, ctx, who, info, exc, uid, rv, dry_run)
-        return JSONResponse(success(Target(info.plural, name, info.kind), gone.uid))
+    action = Action("delete", info.plural, name, dry_run=dry_run)
+    who = await authenticate(ctx, request, action)
+    with refusals_audited(ctx, who, action, passing=(Undecodable,)):  # DeleteOptions refused too
+        not_a_list(form_of(request))
+        body = await bodies.read_body(request, ctx.limits.max_body)
+        options = (await in_thread(_delete_options, body, request.query_params)
+                   if len(body) > bodies.OFF_LOOP_BYTES else _delete_options(body, request.query_params))
+        uid, rv = options.uid, options.resource_version
+        dry_run = dry_run or options.dry_run
+        try:
+            out = await in_thread(delete_object, ctx, who, info, name, uid, rv, dry_run, options.propagation)
+        except Undecodable as exc:
+            gone = await in_thread(delete_undecodable, ctx, who, info, exc, uid, rv, dry_run)
+            return JSONResponse(success(Target(info.plural, name, info.kind), gone.uid))
     return render(request, ctx, info, out)
 
 
@@ -945,7 +963,7 @@ def delete_object(ctx: ApiContext, who: Identity, info: ResourceInfo, name: str,
         assert out is not None
         return out
 
-    with refusals_audited(ctx, who, action):
+    with refusals_audited(ctx, who, action, passing=(Undecodable,)):
         out = _retrying(ctx, rv is not None or uid is not None, attempt)
     assert out is not None
     return out
