@@ -16,6 +16,7 @@ rules are tested in test_placement_claims.py)."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -318,16 +319,20 @@ class PlacementPair(RuleBasedStateMachine):
             left = still
 
 
+# Derandomized: the same 40 lives in every run, so a difference one run finds
+# every run finds (a random one, shrinking past the test timeout, read as a
+# hang in CI). To explore new lives: HVFLEET_EXPLORE=1 with --hypothesis-seed=N.
 PlacementPair.TestCase.settings = settings(
     max_examples=40, stateful_step_count=25, deadline=None,
+    derandomize=not os.environ.get("HVFLEET_EXPLORE"),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 test_hvfleet_and_placement_agree_through_random_lives = PlacementPair.TestCase
 
 
-def test_the_two_differences_the_machine_found_stay_fixed() -> None:
+def test_the_differences_the_machine_found_stay_fixed() -> None:
     """The same traits PUT again (Placement writes nothing: the generation
-    stays), and a reserve past the total at a ratio below 1 (Placement takes
-    it: its capacity rounds to 0)."""
+    stays), a reserve past the total at a ratio below 1 (Placement takes it:
+    its capacity rounds to 0), and a loop refused before a taken name."""
     m = PlacementPair()
     try:
         rp = m.create(None)
@@ -335,5 +340,9 @@ def test_the_two_differences_the_machine_found_stay_fixed() -> None:
             m.set_traits(rp, False, traits)
         m.set_inventories(rp, False, {"VCPU": {"total": 1, "reserved": 2, "allocation_ratio": 0.5}})
         m.set_inventories(rp, False, {"VCPU": {"total": 1, "reserved": 3, "allocation_ratio": 0.5}})
+        # Session 14: a move under its own child and a rename to a taken name at
+        # once: Placement refuses the loop (400) before it meets the name (409).
+        child = m.create(rp)
+        m.update(rp, child, True)
     finally:
         m.teardown()

@@ -174,8 +174,14 @@ def update_provider(
     fleet = src.fleet()
     p = fleet.provider(uuid)
     name = data.get("name", p.name)
-    if name != p.name and fleet.named(name) is not None:
-        raise PlacementConflict(f"Conflicting resource provider {name} already exists.", code=DUPLICATE_NAME)
+
+    def name_free() -> None:
+        # After the parent's checks, as Placement meets a taken name only when
+        # it writes (its unique constraint), after refusing a loop or a move.
+        if name != p.name and fleet.named(name) is not None:
+            raise PlacementConflict(f"Conflicting resource provider {name} already exists.",
+                                    code=DUPLICATE_NAME)
+
     changes: dict[str, Any] = {"provider_name": name}
     if p.hypervisor is not None and name != p.name:
         raise PlacementBadRequest(
@@ -201,6 +207,7 @@ def update_provider(
                 raise PlacementBadRequest(
                     f"Unable to save resource provider {uuid}: Object action update failed "
                     "because: creating loop in the provider tree is not allowed.")
+            name_free()
             root = fleet.providers[parent].root_uuid if parent else uuid
             changes["parent_uuid"] = parent
             changes["root_uuid"] = root
@@ -215,6 +222,7 @@ def update_provider(
             return src.fleet().provider(uuid)
     if name == p.name:
         return p
+    name_free()
     _save(src.store, [write_provider(fleet, p, bump=False, **changes)], f"resource provider {uuid}")
     return src.fleet().provider(uuid)
 
