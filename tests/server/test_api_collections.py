@@ -111,6 +111,18 @@ def test_a_continue_token_naming_a_version_not_reached_is_400_for_any_caller(api
             assert "continue" in r.json()["message"]
 
 
+def test_a_continue_token_with_anything_after_it_is_not_the_token(api: Api) -> None:
+    """Probe 14: text after a token's padding was dropped by a lenient base64
+    decode, and the page answered as for the token; kube's strict decode refuses it."""
+    fleet(api, 3)
+    c = api.client()
+    token = c.get(HV, params={"limit": 1}).json()["metadata"]["continue"]
+    assert c.get(HV, params={"limit": 1, "continue": token}).status_code == 200
+    for spoiled in (token + "x", token + "=", token[:-1] + "!", token + "&x"):
+        r = c.get(HV, params={"limit": 1, "continue": spoiled})
+        status_of(400, "BadRequest", r.json())
+
+
 def test_a_continue_token_with_a_resource_version_is_400_as_kube_answers_it(api: Api) -> None:
     fleet(api, 3)
     c = api.client()

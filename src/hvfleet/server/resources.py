@@ -248,7 +248,8 @@ def _decode_continue(token: str, binding: str) -> tuple[int, str, str]:
     token of another list (caller, kind or selector). The binding is a hash of
     what the caller sends anyway, so every replica checks it alike."""
     try:
-        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        # Strict: anything after the padding is no token this server issued.
+        data = json.loads(base64.b64decode(token.encode(), altchars=b"-_", validate=True))
         revision = data["rv"]
         after, snapshot, bound = data["after"], data.get("snapshot", ""), data.get("for", "")
     except (ValueError, KeyError, TypeError, AttributeError, binascii.Error):
