@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from fractions import Fraction
 
@@ -71,22 +71,22 @@ def _whole(value: Fraction, unit: int) -> bool:
     return value.denominator == 1 and value.numerator % unit == 0
 
 
-def units_down(r: ResourceName, q: Quantity) -> Quantity:
-    """`q` rounded down to whole units of `r`'s Placement class (a total)."""
+def _to_units(r: ResourceName, q: Quantity, rounding: Callable[[Fraction], int]) -> Quantity:
     unit = _unit(r)
     value = q.value
     if _whole(value, unit):
         return q
-    return Quantity(math.floor(value / unit) * unit, q.format)
+    return Quantity(rounding(value / unit) * unit, q.format)
+
+
+def units_down(r: ResourceName, q: Quantity) -> Quantity:
+    """`q` rounded down to whole units of `r`'s Placement class (a total)."""
+    return _to_units(r, q, math.floor)
 
 
 def units_up(r: ResourceName, q: Quantity) -> Quantity:
     """`q` rounded up to whole units of `r`'s Placement class (a reserve, a use)."""
-    unit = _unit(r)
-    value = q.value
-    if _whole(value, unit):
-        return q
-    return Quantity(math.ceil(value / unit) * unit, q.format)
+    return _to_units(r, q, math.ceil)
 
 
 def _units_up_all(values: Mapping[ResourceName, Quantity]) -> Mapping[ResourceName, Quantity]:
