@@ -211,13 +211,8 @@ def refusals_audited(ctx: ApiContext, who: Identity, action: Action,
     or refused, as kube-apiserver audits every request. `passing`: what the
     caller goes on from (an object that does not decode, then replaced or
     deleted as such, audited by that write), not a refusal."""
-    try:
+    with _refusal_audited(ctx, who, action, None, passing):
         yield
-    except passing:
-        raise
-    except Exception as exc:
-        _audit_refusal(ctx, who, action, None, exc)
-        raise
 
 
 def audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
@@ -249,10 +244,12 @@ async def audited_on_loop(ctx: ApiContext, who: Identity, action: Action, before
 
 
 @contextlib.contextmanager
-def _refusal_audited(ctx: ApiContext, who: Identity, action: Action,
-                     before: Resource | None) -> Iterator[None]:
+def _refusal_audited(ctx: ApiContext, who: Identity, action: Action, before: Resource | None,
+                     passing: tuple[type[Exception], ...] = ()) -> Iterator[None]:
     try:
         yield
+    except passing:
+        raise
     except Exception as exc:
         _audit_refusal(ctx, who, action, before, exc)
         raise
