@@ -36,6 +36,7 @@ from hvfleet.model.hypervisor import (
 )
 from hvfleet.model.lease import Lease, lease_live
 from hvfleet.model.meta import ObjectMeta, validation_message
+from hvfleet.model.placement import PlacementConsumer
 from hvfleet.model.readiness import DEFAULT_STALENESS
 from hvfleet.model.resources import ResourceName
 from hvfleet.model.selectors import Selector
@@ -195,7 +196,7 @@ def placement_consumer_refusal(store: Store, consumer: str) -> None:
         rec = store.get("PlacementConsumer", consumer.strip().lower())
     except (NotFound, InvalidInput):
         return
-    generation = getattr(getattr(rec, "spec", None), "generation", None)
+    generation = rec.spec.generation if isinstance(rec, PlacementConsumer) else None
     raise Conflict(f"consumer {consumer} has allocations made through the Placement API (consumer "
                    f"generation {generation}): change them there (PUT /placement/allocations/{consumer}), "
                    "not with a claim beside them")
