@@ -192,7 +192,7 @@ def render(request: Request, ctx: ApiContext, info: ResourceInfo, obj: Resource,
 
 
 def list_answer(form: Form, info: ResourceInfo, items: list[Resource], meta: dict[str, Any],
-           headers: dict[str, str] | None = None) -> Response:
+                headers: dict[str, str] | None = None) -> Response:
     """A list's answer: the kind's List, or meta.k8s.io's
     PartialObjectMetadataList (a Table is built by its caller)."""
     if form.kind == PARTIAL_LIST:
